@@ -1,0 +1,66 @@
+"""The dtypes the IR knows and how each maps to numpy, Triton and C."""
+
+from __future__ import annotations
+
+import enum
+
+import ml_dtypes
+import numpy as np
+
+
+class DType(enum.Enum):
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+    int64 = "int64"
+    int32 = "int32"
+    bool = "bool"
+
+    @property
+    def np(self) -> np.dtype:
+        return _NUMPY[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.float32, DType.float16, DType.bfloat16)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.int64, DType.int32)
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @property
+    def compute(self) -> DType:
+        """The dtype arithmetic happens in: half precisions compute in float32."""
+        return DType.float32 if self in (DType.float16, DType.bfloat16) else self
+
+    def __repr__(self) -> str:
+        return self.value
+
+    @staticmethod
+    def from_numpy(dt: np.dtype) -> DType:
+        dt = np.dtype(dt)
+        for k, v in _NUMPY.items():
+            if v == dt:
+                return k
+        raise TypeError(f"unsupported dtype {dt}")
+
+
+_NUMPY = {
+    DType.float32: np.dtype(np.float32),
+    DType.float16: np.dtype(np.float16),
+    DType.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    DType.int64: np.dtype(np.int64),
+    DType.int32: np.dtype(np.int32),
+    DType.bool: np.dtype(np.bool_),
+}
+
+
+def promote(a: DType, b: DType) -> DType:
+    if a == b:
+        return a
+    order = [DType.bool, DType.int32, DType.int64, DType.bfloat16, DType.float16, DType.float32]
+    return max(a, b, key=order.index)

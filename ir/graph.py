@@ -1,0 +1,140 @@
+"""The primitive graph: nodes whose sources are (node, view) pairs."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .dtypes import DType
+from .view import View
+
+
+class Op(enum.Enum):
+    # sources
+    Input = "Input"
+    Constant = "Constant"
+    Iota = "Iota"
+    # unary
+    Exp2 = "Exp2"
+    Log2 = "Log2"
+    Sin = "Sin"
+    Sqrt = "Sqrt"
+    Recip = "Recip"
+    Cast = "Cast"
+    # binary
+    Add = "Add"
+    Mul = "Mul"
+    Mod = "Mod"
+    LessThan = "LessThan"
+    # select
+    Where = "Where"
+    # reduce
+    SumReduce = "SumReduce"
+    MaxReduce = "MaxReduce"
+    # data
+    Gather = "Gather"
+    Contiguous = "Contiguous"
+
+    def __repr__(self) -> str:
+        return self.value
+
+
+SOURCES = frozenset({Op.Input, Op.Constant, Op.Iota})
+UNARY = frozenset({Op.Exp2, Op.Log2, Op.Sin, Op.Sqrt, Op.Recip, Op.Cast})
+BINARY = frozenset({Op.Add, Op.Mul, Op.Mod, Op.LessThan})
+ELEMENTWISE = UNARY | BINARY | {Op.Where, Op.Contiguous}
+REDUCE = frozenset({Op.SumReduce, Op.MaxReduce})
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Node:
+    """One primitive. ``srcs`` are read through views whose shape is the node's
+    iteration shape: ``shape`` for elementwise ops, the pre-reduction shape for
+    reductions (``attrs['axes']``, kept as size-1 dims in ``shape``), and for
+    Gather the output shape with ``attrs['axis']`` taking the data's extent.
+
+    attrs by op: Input {name}; Constant {value: np.ndarray}; Iota {axis};
+    Cast {}; SumReduce/MaxReduce {axes}; Gather {axis}.
+    """
+
+    op: Op
+    srcs: tuple[tuple[Node, View], ...]
+    shape: tuple[int, ...]
+    dtype: DType
+    attrs: dict[str, Any] = field(default_factory=dict)
+    id: int = field(default_factory=lambda: next(_ids))
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_scalar_const(self) -> bool:
+        return self.op is Op.Constant and self.attrs["value"].ndim == 0
+
+    def __repr__(self) -> str:
+        return f"%{self.id}={self.op.value}{list(self.shape)}:{self.dtype.value}"
+
+
+@dataclass
+class Graph:
+    """A DAG with named inputs and outputs. Outputs are contiguous nodes."""
+
+    inputs: list[Node]
+    outputs: list[Node]
+    output_names: list[str]
+    # symbolic dims that were bound while importing: name -> value
+    bindings: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [n.attrs["name"] for n in self.inputs]
+
+    def toposort(self) -> list[Node]:
+        order: list[Node] = []
+        seen: set[int] = set()
+        for out in self.outputs:
+            stack = [(out, False)]
+            while stack:
+                n, done = stack.pop()
+                if done:
+                    if n.id not in seen:
+                        seen.add(n.id)
+                        order.append(n)
+                    continue
+                if n.id in seen:
+                    continue
+                stack.append((n, True))
+                for s, _ in reversed(n.srcs):
+                    if s.id not in seen:
+                        stack.append((s, False))
+        for n in self.inputs:
+            if n.id not in seen:
+                seen.add(n.id)
+                order.insert(0, n)
+        return order
+
+    def consumers(self) -> dict[int, list[Node]]:
+        users: dict[int, list[Node]] = {}
+        for n in self.toposort():
+            for s, _ in n.srcs:
+                users.setdefault(s.id, []).append(n)
+        return users
+
+    def primitive_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for n in self.toposort():
+            counts[n.op.value] = counts.get(n.op.value, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+def const_value(node: Node) -> np.ndarray:
+    assert node.op is Op.Constant
+    return node.attrs["value"]

@@ -1,0 +1,164 @@
+"""Graph passes: constant folding, algebraic simplification, CSE, dead-code removal.
+
+Each pass is a pure function Graph -> Graph that builds new nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from .graph import ELEMENTWISE, REDUCE, Graph, Node, Op
+from .reference import eval_node, read
+from .tensor import FOLD_LIMIT
+from .view import View
+
+Src = tuple[Node, View]
+
+
+def _rebuild(graph: Graph, visit) -> Graph:
+    """Copy the graph in topological order; ``visit(node, new_srcs)`` returns a
+    replacement node, or an alias ``(node, view)`` that readers use instead."""
+    new: dict[int, Node] = {}
+    alias: dict[int, Src] = {}
+
+    def remap(s: Node, v: View) -> Src:
+        if s.id not in alias:
+            return new[s.id], v
+        x, vx = alias[s.id]
+        if vx.is_contiguous and x.shape == s.shape:
+            return x, v
+        if v.is_contiguous and v.shape == s.shape:
+            return x, vx
+        return _materialise(x, vx, s), v
+
+    materialised: dict[int, Node] = {}
+
+    def _materialise(x: Node, vx: View, s: Node) -> Node:
+        if s.id not in materialised:
+            materialised[s.id] = Node(Op.Contiguous, ((x, vx),), s.shape, s.dtype, {})
+        return materialised[s.id]
+
+    for n in graph.toposort():
+        srcs = tuple(remap(s, v) for s, v in n.srcs)
+        out = visit(n, srcs)
+        if isinstance(out, tuple):
+            alias[n.id] = out
+        else:
+            new[n.id] = out
+    outputs = []
+    for o in graph.outputs:
+        if o.id in alias:
+            x, vx = alias[o.id]
+            outputs.append(x if vx.is_contiguous and x.shape == o.shape else
+                           Node(Op.Contiguous, ((x, vx),), o.shape, o.dtype, {}))
+        else:
+            outputs.append(new[o.id])
+    inputs = [new[i.id] for i in graph.inputs]
+    return Graph(inputs, outputs, list(graph.output_names), dict(graph.bindings))
+
+
+def _copy(n: Node, srcs) -> Node:
+    return Node(n.op, srcs, n.shape, n.dtype, dict(n.attrs))
+
+
+def fold_constants(graph: Graph) -> Graph:
+    def visit(n: Node, srcs):
+        if n.op in (Op.Input, Op.Constant) or not srcs or n.numel > FOLD_LIMIT:
+            return _copy(n, srcs)
+        if all(s.op is Op.Constant for s, _ in srcs):
+            val = eval_node(n, [read(s.attrs["value"], v) for s, v in srcs])
+            return Node(Op.Constant, (), n.shape, n.dtype, {"value": np.ascontiguousarray(val)})
+        return _copy(n, srcs)
+
+    return _rebuild(graph, visit)
+
+
+def _scalar(src: Src):
+    s, v = src
+    if s.op is Op.Constant and s.attrs["value"].ndim == 0:
+        return s.attrs["value"].item()
+    if s.op is Op.Constant and s.attrs["value"].size and v.numel:
+        val = s.attrs["value"]
+        flat = val.reshape(-1)
+        if (flat == flat[0]).all():
+            return flat[0].item()
+    return None
+
+
+def simplify(graph: Graph) -> Graph:
+    """x*1, x+0, Recip(Recip(x)), Log2(Exp2(x)), Cast to the same dtype, (x*a)*b, (x+a)+b."""
+
+    def visit(n: Node, srcs):
+        if n.op in (Op.Mul, Op.Add) and len(srcs) == 2:
+            unit = 1 if n.op is Op.Mul else 0
+            for i in (0, 1):
+                c = _scalar(srcs[i])
+                other = srcs[1 - i]
+                if c is not None and c == unit and other[0].dtype == n.dtype and n.dtype.is_float:
+                    return other
+                if c is not None and n.dtype.is_float:
+                    x, vx = other
+                    if x.op is n.op and vx.is_contiguous and vx.shape == n.shape:
+                        for j in (0, 1):
+                            c2 = _scalar(x.srcs[j])
+                            if c2 is not None and x.dtype == n.dtype:
+                                combined = c * c2 if n.op is Op.Mul else c + c2
+                                k = Node(Op.Constant, (), (), n.dtype,
+                                         {"value": np.asarray(combined).astype(n.dtype.np)})
+                                kv = View((), ()).reshape((1,) * len(n.shape)).expand(n.shape)
+                                return Node(n.op, (x.srcs[1 - j], (k, kv)), n.shape, n.dtype, {})
+        if n.op is Op.Recip and srcs[0][0].op is Op.Recip and srcs[0][1].is_contiguous:
+            inner = srcs[0][0]
+            if inner.shape == n.shape:
+                return inner.srcs[0]
+        if n.op is Op.Log2 and srcs[0][0].op is Op.Exp2 and srcs[0][1].is_contiguous:
+            inner = srcs[0][0]
+            if inner.shape == n.shape:
+                return inner.srcs[0]
+        if n.op is Op.Cast and srcs[0][0].dtype == n.dtype:
+            return srcs[0]
+        if n.op is Op.Contiguous and srcs[0][1].is_contiguous and srcs[0][0].shape == n.shape:
+            return srcs[0]
+        return _copy(n, srcs)
+
+    return _rebuild(graph, visit)
+
+
+def _key(n: Node, srcs) -> tuple:
+    if n.op is Op.Constant:
+        v = n.attrs["value"]
+        return ("C", n.dtype, v.shape, hashlib.sha1(v.tobytes()).hexdigest())
+    if n.op is Op.Input:
+        return ("I", n.attrs["name"])
+    attrs = tuple(sorted((k, v) for k, v in n.attrs.items()))
+    return (n.op, n.dtype, n.shape, attrs, tuple((s.id, v) for s, v in srcs))
+
+
+def cse(graph: Graph) -> Graph:
+    seen: dict[tuple, Node] = {}
+
+    def visit(n: Node, srcs):
+        k = _key(n, srcs)
+        if k in seen:
+            return seen[k], View.contiguous(n.shape)
+        c = _copy(n, srcs)
+        seen[k] = c
+        return c
+
+    return _rebuild(graph, visit)
+
+
+def dce(graph: Graph) -> Graph:
+    """Nodes unreachable from the outputs vanish (toposort walks from the outputs)."""
+    return _rebuild(graph, _copy)
+
+
+def optimize(graph: Graph) -> Graph:
+    for p in (fold_constants, simplify, cse, simplify, cse, dce):
+        graph = p(graph)
+    return graph
+
+
+__all__ = ["fold_constants", "simplify", "cse", "dce", "optimize", "ELEMENTWISE", "REDUCE"]

@@ -1,0 +1,166 @@
+"""The numpy reference executor: runs a Graph one primitive at a time.
+
+Slow and exact; the ground truth for every test. Half precisions are computed
+in float32 and rounded to the node's dtype after every primitive.
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+
+from .dtypes import DType
+from .graph import Graph, Node, Op
+from .view import View
+
+
+def read(arr: np.ndarray, view: View) -> np.ndarray:
+    """Materialise ``view`` over the contiguous buffer ``arr``."""
+    flat = arr.reshape(-1)
+    if view.is_contiguous and view.numel == flat.size:
+        return flat.reshape(view.shape)
+    if view.numel == 0:
+        return np.zeros(view.shape, arr.dtype)
+    if view.never_valid:
+        return np.zeros(view.shape, arr.dtype)
+    if not view.mask and all(s >= 0 for s in view.strides):
+        return np.lib.stride_tricks.as_strided(
+            flat[view.offset:], view.shape, tuple(s * flat.itemsize for s in view.strides), writeable=False)
+    idx, valid = view.index_arrays()
+    if valid is None:
+        return flat[idx]
+    out = flat[np.clip(idx, 0, flat.size - 1)]
+    return np.where(valid, out, np.zeros((), arr.dtype))
+
+
+def _compact(arr: np.ndarray, view: View) -> tuple[np.ndarray, list[int]]:
+    """Read a view without its broadcast dims; returns the array and the dims it kept."""
+    keep = [k for k in range(view.ndim)
+            if view.shape[k] != 1 and (view.strides[k] or any(c[k] for c, _, _ in view.mask))]
+    v = view.shrink(tuple((0, s) if k in keep else (0, 1) for k, s in enumerate(view.shape)))
+    data = read(arr, v).reshape(tuple(view.shape[k] for k in keep))
+    return data, keep
+
+
+def _compute(x: np.ndarray) -> np.ndarray:
+    if x.dtype in (DType.float16.np, DType.bfloat16.np):
+        return x.astype(np.float32)
+    return x
+
+
+def _contract(node: Node, mul: Node, vals: dict[int, np.ndarray], mul_view: View) -> np.ndarray:
+    (a, va), (b, vb) = mul.srcs
+    if not mul_view.is_contiguous:
+        return None
+    da, ka = _compact(vals[a.id], va)
+    db, kb = _compact(vals[b.id], vb)
+    axes = node.attrs["axes"]
+    letters = string.ascii_letters
+    out_dims = [k for k in range(len(mul.shape)) if k not in axes and (k in ka or k in kb)]
+    eq = f"{''.join(letters[k] for k in ka)},{''.join(letters[k] for k in kb)}->{''.join(letters[k] for k in out_dims)}"
+    ct = mul.dtype.compute.np
+    r = np.einsum(eq, _compute(da).astype(ct, copy=False), _compute(db).astype(ct, copy=False), optimize=True)
+    shape = tuple(mul.shape[k] if k in out_dims else 1 for k in range(len(mul.shape)))
+    r = r.reshape(shape)
+    return np.broadcast_to(r, node.shape)
+
+
+def eval_node(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
+    """One primitive over already-materialised source arrays (of the node's view shapes)."""
+    op, dt = node.op, node.dtype
+    with np.errstate(all="ignore"):
+        if op is Op.Constant:
+            return node.attrs["value"]
+        if op is Op.Iota:
+            ax = node.attrs["axis"]
+            r = np.arange(node.shape[ax], dtype=np.int64).reshape(
+                [-1 if k == ax else 1 for k in range(len(node.shape))])
+            return np.broadcast_to(r, node.shape).astype(dt.np)
+        if op is Op.Cast:
+            x = srcs[0]
+            if dt is DType.bool:
+                return x != 0
+            if dt.is_int and x.dtype.kind == "f":
+                x = np.where(np.isfinite(x), x, 0)
+                info = np.iinfo(dt.np)
+                x = np.clip(np.trunc(x), info.min, info.max)
+            return x.astype(dt.np)
+        xs = [_compute(s) for s in srcs]
+        if op is Op.Exp2:
+            r = np.exp2(xs[0])
+        elif op is Op.Log2:
+            r = np.log2(xs[0])
+        elif op is Op.Sin:
+            r = np.sin(xs[0])
+        elif op is Op.Sqrt:
+            r = np.sqrt(xs[0])
+        elif op is Op.Recip:
+            r = np.reciprocal(xs[0])
+        elif op is Op.Add:
+            r = np.logical_or(*xs) if dt is DType.bool else xs[0] + xs[1]
+        elif op is Op.Mul:
+            r = np.logical_and(*xs) if dt is DType.bool else xs[0] * xs[1]
+        elif op is Op.Mod:
+            if dt.is_int:
+                a, b = xs
+                safe = np.where(b == 0, 1, b)
+                r = np.where(b == 0, 0, np.fmod(a, safe))
+            else:
+                r = np.fmod(*xs)
+        elif op is Op.LessThan:
+            r = xs[0] < xs[1]
+        elif op is Op.Where:
+            r = np.where(srcs[0], xs[1], xs[2])
+        elif op is Op.SumReduce:
+            r = np.sum(xs[0], axis=node.attrs["axes"], keepdims=True, dtype=dt.compute.np)
+        elif op is Op.MaxReduce:
+            r = np.max(xs[0], axis=node.attrs["axes"], keepdims=True)
+        elif op is Op.Gather:
+            data, idx = srcs
+            ax = node.attrs["axis"]
+            idx = np.clip(idx.astype(np.int64), 0, data.shape[ax] - 1)
+            r = np.take_along_axis(data, idx, axis=ax)
+        elif op is Op.Contiguous:
+            r = srcs[0]
+        else:
+            raise NotImplementedError(op)
+        return np.broadcast_to(np.asarray(r).astype(dt.np, copy=False), node.shape)
+
+
+def run(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run the graph; ``feeds`` maps input names to arrays of the input's shape and dtype."""
+    order = graph.toposort()
+    users = graph.consumers()
+    outputs = {n.id for n in graph.outputs}
+    remaining = {k: len(v) for k, v in users.items()}
+    contraction_only = {
+        n.id for n in order
+        if n.op is Op.Mul and len(n.srcs) == 2 and n.id not in outputs and n.dtype.is_float
+        and all(u.op is Op.SumReduce for u in users.get(n.id, []))
+    }
+    vals: dict[int, np.ndarray] = {}
+    for n in order:
+        if n.op is Op.Input:
+            x = np.asarray(feeds[n.attrs["name"]])
+            vals[n.id] = np.ascontiguousarray(x.astype(n.dtype.np, copy=False).reshape(n.shape))
+        elif n.id in contraction_only:
+            continue
+        else:
+            r = None
+            if n.op is Op.SumReduce and n.srcs[0][0].id in contraction_only:
+                mul, mv = n.srcs[0]
+                r = _contract(n, mul, vals, mv)
+                if r is None:
+                    vals[mul.id] = np.ascontiguousarray(eval_node(mul, [read(vals[s.id], v) for s, v in mul.srcs]))
+            if r is None:
+                r = eval_node(n, [read(vals[s.id], v) for s, v in n.srcs])
+            vals[n.id] = np.ascontiguousarray(r)
+        for s, _ in n.srcs:
+            if s.id in vals and s.id not in outputs:
+                remaining[s.id] -= 1
+                if remaining[s.id] == 0:
+                    del vals[s.id]
+        if n.id in contraction_only:
+            continue
+    return [vals[n.id] for n in graph.outputs]

@@ -1,0 +1,211 @@
+"""Strided, masked views: how a consumer reads a producer's contiguous buffer.
+
+A View maps an index ``i`` of its own ``shape`` to the flat element
+``offset + sum(strides[k] * i[k])`` of the buffer it reads. It is valid where
+every mask constraint ``lo <= sum(coeffs[k] * i[k]) < hi`` holds; elsewhere it
+reads 0 (pad). Every movement that is an affine change of index (permute,
+broadcast, slice with steps, pad, sliding windows) is exact on a View; a reshape
+that would need division of indices returns None and the caller materialises
+a ``Contiguous`` node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+Constraint = tuple[tuple[int, ...], int, int]
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc if s != 1 else 0)
+        acc *= s
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class View:
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+    mask: tuple[Constraint, ...] = ()
+
+    @staticmethod
+    def contiguous(shape: tuple[int, ...]) -> View:
+        shape = tuple(int(s) for s in shape)
+        return View(shape, contiguous_strides(shape))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self.offset == 0 and not self.mask and self.strides == contiguous_strides(self.shape)
+
+    @property
+    def never_valid(self) -> bool:
+        return any(not any(c) and not (lo <= 0 < hi) for c, lo, hi in self.mask) or self.numel == 0
+
+    def __repr__(self) -> str:
+        m = f", mask={list(self.mask)}" if self.mask else ""
+        o = f", offset={self.offset}" if self.offset else ""
+        return f"View({list(self.shape)}, strides={list(self.strides)}{o}{m})"
+
+    # -- affine core -------------------------------------------------------
+    def _affine(self, shape: tuple[int, ...], rows: list[tuple[int, ...]], base: list[int],
+                extra: tuple[Constraint, ...] = ()) -> View:
+        """New view where old index j = rows[j] . new_index + base[j]."""
+        n = len(shape)
+        strides = tuple(sum(self.strides[j] * rows[j][k] for j in range(self.ndim)) for k in range(n))
+        offset = self.offset + sum(self.strides[j] * base[j] for j in range(self.ndim))
+        mask = []
+        for c, lo, hi in self.mask:
+            shift = sum(c[j] * base[j] for j in range(self.ndim))
+            mask.append((tuple(sum(c[j] * rows[j][k] for j in range(self.ndim)) for k in range(n)),
+                         lo - shift, hi - shift))
+        return View(tuple(shape), strides, offset, tuple(mask) + extra).simplify()
+
+    def simplify(self) -> View:
+        if self.numel == 0:
+            return View(self.shape, tuple(0 for _ in self.shape), 0, ())
+        keep = []
+        strides = list(self.strides)
+        for k, s in enumerate(self.shape):
+            if s == 1:
+                strides[k] = 0
+        for c, lo, hi in self.mask:
+            c = tuple(0 if self.shape[k] == 1 else v for k, v in enumerate(c))
+            lo_v = sum(min(0, v * (s - 1)) for v, s in zip(c, self.shape))
+            hi_v = sum(max(0, v * (s - 1)) for v, s in zip(c, self.shape))
+            if lo <= lo_v and hi_v < hi:
+                continue
+            if hi_v < lo or lo_v >= hi:
+                return View(self.shape, tuple(0 for _ in self.shape), 0, ((tuple(0 for _ in self.shape), 1, 0),))
+            if (c, lo, hi) not in keep:
+                keep.append((c, lo, hi))
+        return View(self.shape, tuple(strides), self.offset, tuple(keep))
+
+    def _eye(self) -> list[tuple[int, ...]]:
+        return [tuple(int(j == k) for k in range(self.ndim)) for j in range(self.ndim)]
+
+    # -- movements ---------------------------------------------------------
+    def permute(self, order: tuple[int, ...]) -> View:
+        assert sorted(order) == list(range(self.ndim)), order
+        rows = [tuple(int(order[k] == j) for k in range(self.ndim)) for j in range(self.ndim)]
+        return self._affine(tuple(self.shape[o] for o in order), rows, [0] * self.ndim)
+
+    def expand(self, shape: tuple[int, ...]) -> View:
+        assert len(shape) == self.ndim, (self.shape, shape)
+        rows = self._eye()
+        for j, (a, b) in enumerate(zip(self.shape, shape)):
+            if a != b:
+                assert a == 1, (self.shape, shape)
+                rows[j] = tuple(0 for _ in shape)
+        return self._affine(tuple(shape), rows, [0] * self.ndim)
+
+    def slice(self, starts: tuple[int, ...], steps: tuple[int, ...], sizes: tuple[int, ...]) -> View:
+        """Element k of dim j is old element starts[j] + steps[j] * k (steps may be negative)."""
+        rows = [tuple(steps[j] if k == j else 0 for k in range(self.ndim)) for j in range(self.ndim)]
+        return self._affine(tuple(sizes), rows, list(starts))
+
+    def shrink(self, ranges: tuple[tuple[int, int], ...]) -> View:
+        return self.slice(tuple(a for a, _ in ranges), (1,) * self.ndim, tuple(b - a for a, b in ranges))
+
+    def pad(self, pads: tuple[tuple[int, int], ...]) -> View:
+        """Pad (before, after) per dim with invalid (zero) elements; negative pads shrink."""
+        if any(a < 0 or b < 0 for a, b in pads):
+            v = self.shrink(tuple((max(0, -a), s - max(0, -b)) for (a, b), s in zip(pads, self.shape)))
+            return v.pad(tuple((max(0, a), max(0, b)) for a, b in pads))
+        shape = tuple(s + a + b for s, (a, b) in zip(self.shape, pads))
+        extra = tuple((tuple(int(k == j) for k in range(self.ndim)), a, a + s)
+                      for j, (s, (a, b)) in enumerate(zip(self.shape, pads)) if a or b)
+        return self._affine(shape, self._eye(), [-a for a, _ in pads], extra)
+
+    def window(self, dim: int, out: int, size: int, stride: int = 1, dilation: int = 1) -> View:
+        """Replace ``dim`` by two dims (out, size): element (o, k) is old o*stride + k*dilation."""
+        shape = self.shape[:dim] + (out, size) + self.shape[dim + 1:]
+        rows = []
+        for j in range(self.ndim):
+            if j < dim:
+                rows.append(tuple(int(k == j) for k in range(len(shape))))
+            elif j == dim:
+                rows.append(tuple(stride if k == dim else dilation if k == dim + 1 else 0 for k in range(len(shape))))
+            else:
+                rows.append(tuple(int(k == j + 1) for k in range(len(shape))))
+        return self._affine(shape, rows, [0] * self.ndim)
+
+    def reshape(self, shape: tuple[int, ...]) -> View | None:
+        shape = tuple(int(s) for s in shape)
+        if shape == self.shape:
+            return self
+        assert math.prod(shape) == self.numel, (self.shape, shape)
+        if self.numel == 0:
+            return View.contiguous(shape)
+        if self.is_contiguous:
+            return View.contiguous(shape)
+        # drop size-1 dims: their index is always 0
+        olds = [j for j, s in enumerate(self.shape) if s != 1]
+        dims = [self.shape[j] for j in olds]
+        strides = [self.strides[j] for j in olds]
+        mask = [(tuple(c[j] for j in olds), lo, hi) for c, lo, hi in self.mask]
+        news = [k for k, s in enumerate(shape) if s != 1]
+        new_strides = [0] * len(shape)
+        new_mask = [[0] * len(shape) for _ in mask]
+        i = k = 0
+        while i < len(dims):
+            gi, gk = [i], [news[k]]
+            po, pn = dims[i], shape[news[k]]
+            while po != pn:
+                if po < pn:
+                    i += 1
+                    gi.append(i)
+                    po *= dims[i]
+                else:
+                    k += 1
+                    gk.append(news[k])
+                    pn *= shape[news[k]]
+            i += 1
+            k += 1
+            if len(gi) > 1:
+                for a, b in zip(gi, gi[1:]):
+                    if strides[a] != strides[b] * dims[b]:
+                        return None
+                if any(m[0][j] for m in mask for j in gi):
+                    return None
+            stride = strides[gi[-1]]
+            suffix = 1
+            for kk in reversed(gk):
+                new_strides[kk] = stride * suffix
+                for mi, m in enumerate(mask):
+                    if len(gi) == 1:
+                        new_mask[mi][kk] = m[0][gi[0]] * suffix
+                suffix *= shape[kk]
+        out_mask = tuple((tuple(nm), lo, hi) for nm, (_, lo, hi) in zip(new_mask, mask))
+        return View(shape, tuple(new_strides), self.offset, out_mask).simplify()
+
+    # -- evaluation --------------------------------------------------------
+    def index_arrays(self):
+        """(flat index array, valid array or None) over the view's shape, for numpy."""
+        import numpy as np
+
+        idx = np.full(self.shape, self.offset, dtype=np.int64)
+        grids = [np.arange(s, dtype=np.int64).reshape([-1 if k == j else 1 for k in range(self.ndim)])
+                 for j, s in enumerate(self.shape)]
+        for g, st in zip(grids, self.strides):
+            if st:
+                idx = idx + g * st
+        valid = None
+        for c, lo, hi in self.mask:
+            e = sum((g * v for g, v in zip(grids, c) if v), np.zeros((1,) * self.ndim, dtype=np.int64))
+            ok = (e >= lo) & (e < hi)
+            valid = ok if valid is None else valid & ok
+        if valid is not None:
+            valid = np.broadcast_to(valid, self.shape)
+        return idx, valid
