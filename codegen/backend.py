@@ -1,0 +1,105 @@
+"""What a backend provides to the runtime and the search.
+
+A backend turns (kernel, schedule) pairs into launchable kernels, owns device
+memory, and declares each kernel's schedule space. Schedules are plain dicts of
+knob -> value (JSON-serialisable), so the cache and Optuna can store them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from .kernel import Kernel
+
+Schedule = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    choices: tuple[Any, ...]
+
+
+class CompiledKernel(Protocol):
+    def __call__(self, buffers: Sequence[Any]) -> None:
+        """Run with device buffers ordered as kernel.inputs then kernel outputs."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def available(self) -> str | None:
+        """None when usable here, else one line saying what is missing."""
+
+    def space(self, kernel: Kernel) -> list[Knob]:
+        """The schedule knobs of this kernel on this backend."""
+
+    def default_schedule(self, kernel: Kernel) -> Schedule:
+        """A schedule that always compiles and runs."""
+
+    def valid(self, kernel: Kernel, schedule: Schedule) -> bool:
+        """Constraints (shared memory, registers, divisibility) checked before compiling."""
+
+    def source(self, kernel: Kernel, schedule: Schedule) -> str:
+        """Generated source code for one kernel."""
+
+    def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[CompiledKernel]:
+        """Compile many kernels at once (in parallel where it helps)."""
+
+    def from_numpy(self, array: np.ndarray) -> Any: ...
+
+    def to_numpy(self, buffer: Any) -> np.ndarray: ...
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
+
+    def synchronize(self) -> None: ...
+
+    def toolchain(self) -> dict[str, Any]:
+        """Versions and flags that the generated binaries depend on (for the cache key)."""
+
+
+_BACKENDS: dict[str, Callable[[], Backend]] = {}
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    _BACKENDS[name] = factory
+
+
+def get_backend(name: str) -> Backend:
+    """``auto`` picks cuda when a GPU is visible, else cpu."""
+    from ..errors import LuminalError
+
+    _load_builtin()
+    if name == "auto":
+        name = "cuda" if _gpu_visible() else "cpu"
+    if name not in _BACKENDS:
+        raise LuminalError(f"unknown backend {name!r}; choose from auto, {', '.join(sorted(_BACKENDS))}")
+    backend = _BACKENDS[name]()
+    missing = backend.available()
+    if missing:
+        raise LuminalError(f"backend {name!r} cannot run here: {missing}")
+    return backend
+
+
+def _gpu_visible() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def _load_builtin() -> None:
+    import importlib
+
+    for mod in ("triton.backend", "c.backend"):
+        try:
+            importlib.import_module(f"{__package__}.{mod}")
+        except ModuleNotFoundError as e:
+            if not e.name or not e.name.startswith(__package__):
+                raise

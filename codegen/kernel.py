@@ -1,0 +1,113 @@
+"""The kernel IR that every backend emits code from.
+
+A kernel iterates one index space ``full`` (F). Reduction and contraction
+kernels also have ``reduce_axes`` (R); their per-row values live in the row
+space O (F with the R dims set to 1). Each KOp lives in one space and refers to
+earlier KOps by position (SSA). Loads read kernel inputs through Views whose
+shape is the KOp's space shape (``View.reshape`` canonicalised), or, when that
+is impossible, any shape of the same size (the emitter then unravels the
+space's linear index by ``view.shape``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ir.dtypes import DType
+from ..ir.view import View
+
+FORMS = ("elementwise", "reduction", "contraction", "gather")
+
+
+@dataclass(frozen=True)
+class KOp:
+    """op: a primitive name (Exp2 ... Where, SumReduce, MaxReduce, Gather) or a leaf:
+    ``Load`` (attrs buf, view), ``Const`` (attrs value), ``Iota`` (attrs view, shape, axis:
+    the value of an Iota buffer of ``shape`` read through ``view``).
+    Gather: args (index,), attrs buf, view (data view over the space shape with
+    ``axis`` taking the data's extent), axis. Reductions go from the full to the row space."""
+
+    op: str
+    args: tuple[int, ...]
+    dtype: DType
+    space: str  # "full" | "row"
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == name:
+                return v
+        return default
+
+
+@dataclass(frozen=True)
+class Buffer:
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+@dataclass
+class Kernel:
+    form: str
+    full: tuple[int, ...]
+    reduce_axes: tuple[int, ...]
+    inputs: list[Buffer]
+    ops: list[KOp]
+    # (op index, buffer written) per output; outputs are contiguous over the op's space
+    outputs: list[tuple[int, Buffer]]
+    # graph node ids behind inputs/outputs: used by the runtime, never part of the signature
+    input_nodes: list[int] = field(default_factory=list)
+    output_nodes: list[int] = field(default_factory=list)
+
+    @property
+    def row(self) -> tuple[int, ...]:
+        return tuple(1 if k in self.reduce_axes else s for k, s in enumerate(self.full))
+
+    def space_shape(self, space: str) -> tuple[int, ...]:
+        return self.full if space == "full" else self.row
+
+    def canonical(self) -> str:
+        """Text of the kernel with only structure: shapes, dtypes, views, ops."""
+        lines = [f"{self.form} full={list(self.full)} reduce={list(self.reduce_axes)}"]
+        lines += [f"in{i} {b.dtype.value}{list(b.shape)}" for i, b in enumerate(self.inputs)]
+        for i, o in enumerate(self.ops):
+            attrs = " ".join(f"{k}={_fmt(v)}" for k, v in o.attrs)
+            lines.append(f"%{i} {o.space} {o.op}{list(o.args)} {o.dtype.value} {attrs}".rstrip())
+        lines += [f"out %{i} -> {b.dtype.value}{list(b.shape)}" for i, b in self.outputs]
+        return "\n".join(lines)
+
+    @property
+    def signature(self) -> str:
+        return hashlib.sha256(self.canonical().encode()).hexdigest()[:20]
+
+    @property
+    def flops(self) -> int:
+        n = 0
+        for o in self.ops:
+            if o.op in ("Load", "Const", "Iota"):
+                continue
+            n += math.prod(self.space_shape(o.space if o.op not in ("SumReduce", "MaxReduce") else "full"))
+        return n
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(b.nbytes for b in self.inputs) + sum(b.nbytes for _, b in self.outputs)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, View):
+        return f"V{list(v.shape)}/{list(v.strides)}+{v.offset}m{list(v.mask)}"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)

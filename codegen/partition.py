@@ -1,0 +1,277 @@
+"""Group primitives into kernels.
+
+The fusion decisions are data: ``fusible_edges(graph)`` lists every
+producer->consumer edge that may fuse (the consumer reads the producer's value
+at the same element, or a reduction row broadcast back over its row), and
+``partition(graph, decisions)`` fuses the edges whose decision is True (all of
+them by default) as far as kernel forms allow without creating a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph, Node, Op
+from ..ir.view import View
+from .kernel import Buffer, Kernel, KOp
+
+Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
+
+
+def _is_leaf(n: Node) -> bool:
+    return n.op in (Op.Input, Op.Iota) or n.op is Op.Constant
+
+
+def _inline_leaf(n: Node) -> bool:
+    return n.op is Op.Iota or n.is_scalar_const
+
+
+def _same_order(v: View, producer: Node) -> bool:
+    return v.is_contiguous and v.numel == producer.numel
+
+
+def _row_broadcast(v: View, producer: Node) -> bool:
+    """v reads a reduction row value broadcast over the reduced dims."""
+    if v.mask or v.offset:
+        return False
+    # drop the broadcast dims: what remains must be the producer's contiguous order
+    kept = [(s, st) for s, st in zip(v.shape, v.strides) if st != 0 and s != 1]
+    expect, acc = [], 1
+    for s in reversed([s for s, _ in kept]):
+        expect.append(acc)
+        acc *= s
+    return acc == producer.numel and [st for _, st in kept] == list(reversed(expect)) and v.numel > producer.numel
+
+
+def fusible_edges(graph: Graph) -> list[Edge]:
+    order = graph.toposort()
+    pos = {n.id: i for i, n in enumerate(order)}
+    edges = []
+    for n in order:
+        if _is_leaf(n):
+            continue
+        for slot, (s, v) in enumerate(n.srcs):
+            if _is_leaf(s):
+                continue
+            if n.op is Op.Gather and slot == 0:
+                continue
+            if _same_order(v, s) or _row_broadcast(v, s):
+                edges.append((pos[s.id], pos[n.id], slot))
+    return edges
+
+
+@dataclass
+class _Group:
+    id: int
+    nodes: list[Node] = field(default_factory=list)
+    full: tuple[int, ...] | None = None
+    reduce_axes: tuple[int, ...] | None = None
+    deps: set[int] = field(default_factory=set)  # transitive group ids this group reads from
+
+    @property
+    def full_numel(self) -> int:
+        return math.prod(self.full)
+
+    @property
+    def row_numel(self) -> int:
+        if self.reduce_axes is None:
+            return self.full_numel
+        return math.prod(1 if k in self.reduce_axes else s for k, s in enumerate(self.full))
+
+    @property
+    def is_contraction(self) -> bool:
+        members = {n.id for n in self.nodes}
+        return any(n.op is Op.SumReduce and _is_contraction_mul(n, members) for n in self.nodes)
+
+
+def _is_contraction_mul(red: Node, members: set[int]) -> bool:
+    """SumReduce over a Mul of two loaded operands that broadcast against each other (a matmul)."""
+    mul, v = red.srcs[0]
+    if mul.op is not Op.Mul or not _same_order(v, mul) or any(s.id in members for s, _ in mul.srcs):
+        return False
+    (_, va), (_, vb) = mul.srcs
+    return any(bool(sa) != bool(sb) for sa, sb in zip(va.strides, vb.strides))
+
+
+def _accepts(g: _Group, n: Node, via: tuple[Node, View]) -> bool:
+    """Can node n join group g, reading the group's node ``via`` (fusible view)?"""
+    p, v = via
+    if g.is_contraction:
+        # contraction kernels take only an elementwise epilogue over the row space
+        return n.op not in (Op.SumReduce, Op.MaxReduce, Op.Gather) and n.numel == g.row_numel and _same_order(v, p)
+    if n.op in (Op.SumReduce, Op.MaxReduce):
+        src_shape = n.srcs[0][1].shape
+        if n.numel * 1 == math.prod(src_shape):
+            return False
+        if g.reduce_axes is None:
+            return math.prod(src_shape) == g.full_numel and _same_order(v, p) and n.srcs[0][0] is p
+        return src_shape == g.full and tuple(n.attrs["axes"]) == g.reduce_axes and _same_order(v, p)
+    if _same_order(v, p):
+        return n.numel in (g.full_numel, g.row_numel)
+    return g.reduce_axes is not None and n.numel == g.full_numel and p.numel == g.row_numel
+
+
+def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[Kernel]:
+    """Kernels in launch order. ``decisions`` maps fusible edges to yes/no (default yes)."""
+    order = graph.toposort()
+    pos = {n.id: i for i, n in enumerate(order)}
+    allowed = {e for e in fusible_edges(graph) if (decisions or {}).get(e, True)}
+    group_of: dict[int, _Group] = {}
+    groups: list[_Group] = []
+
+    def deps_of(n: Node) -> set[int]:
+        d: set[int] = set()
+        for s, _ in n.srcs:
+            if s.id in group_of:
+                h = group_of[s.id]
+                d |= {h.id} | h.deps
+        return d
+
+    for n in order:
+        if _is_leaf(n):
+            continue
+        target = None
+        for slot, (s, v) in enumerate(n.srcs):
+            if (pos[s.id], pos[n.id], slot) not in allowed or s.id not in group_of:
+                continue
+            g = group_of[s.id]
+            inside = [(k, s2, v2) for k, (s2, v2) in enumerate(n.srcs) if group_of.get(s2.id) is g]
+            if not all((pos[s2.id], pos[n.id], k) in allowed and _accepts(g, n, (s2, v2)) for k, s2, v2 in inside):
+                continue
+            # joining g must not make g depend on itself through another source's group
+            other = set()
+            for s2, _ in n.srcs:
+                if s2.id in group_of and group_of[s2.id] is not g:
+                    h = group_of[s2.id]
+                    other |= {h.id} | h.deps
+            if g.id in other:
+                continue
+            target = g
+            break
+        if target is None:
+            target = _Group(len(groups))
+            groups.append(target)
+            if n.op in (Op.SumReduce, Op.MaxReduce):
+                target.full = n.srcs[0][1].shape
+                target.reduce_axes = tuple(n.attrs["axes"])
+            else:
+                target.full = n.shape
+        elif n.op in (Op.SumReduce, Op.MaxReduce) and target.reduce_axes is None:
+            target.full = n.srcs[0][1].shape
+            target.reduce_axes = tuple(n.attrs["axes"])
+        target.deps |= deps_of(n) - {target.id}
+        target.nodes.append(n)
+        group_of[n.id] = target
+
+    users = graph.consumers()
+    outputs = {o.id for o in graph.outputs}
+    kernels = [_build(g, group_of, users, outputs) for g in groups]
+    return _launch_order(kernels)
+
+
+def _space_view(v: View, shape: tuple[int, ...]) -> View:
+    if v.shape == shape:
+        return v
+    r = v.reshape(shape)
+    return r if r is not None else v
+
+
+def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
+    full = g.full
+    axes = g.reduce_axes or ()
+    row = tuple(1 if k in axes else s for k, s in enumerate(full))
+    full_n, row_n = math.prod(full), math.prod(row)
+    members = {n.id for n in g.nodes}
+    ops: list[KOp] = []
+    index: dict[int, int] = {}
+    inputs: list[Buffer] = []
+    input_nodes: list[int] = []
+    leaf_cache: dict[tuple, int] = {}
+
+    def space_of(n: Node) -> str:
+        if n.op in (Op.SumReduce, Op.MaxReduce):
+            return "row"
+        if axes and n.numel == row_n and n.numel != full_n:
+            return "row"
+        return "full"
+
+    def add(op: KOp) -> int:
+        key = (op.op, op.args, op.dtype, op.space, op.attrs)
+        if op.op in ("Load", "Const", "Iota") and key in leaf_cache:
+            return leaf_cache[key]
+        ops.append(op)
+        if op.op in ("Load", "Const", "Iota"):
+            leaf_cache[key] = len(ops) - 1
+        return len(ops) - 1
+
+    def buf(s: Node) -> int:
+        if s.id not in input_nodes:
+            input_nodes.append(s.id)
+            inputs.append(Buffer(s.shape, s.dtype))
+        return input_nodes.index(s.id)
+
+    def operand(s: Node, v: View, space: str) -> int:
+        shape = full if space == "full" else row
+        if s.id in members:
+            if _same_order(v, s) and space_of(s) == space:
+                return index[s.id]
+            # a row value broadcast over the full space
+            assert space == "full" and space_of(s) == "row"
+            return index[s.id]
+        if s.is_scalar_const:
+            return add(KOp("Const", (), s.dtype, space, (("value", s.attrs["value"].item()),)))
+        if s.op is Op.Iota:
+            return add(KOp("Iota", (), s.dtype, space,
+                           (("view", _space_view(v, shape)), ("shape", s.shape), ("axis", s.attrs["axis"]))))
+        return add(KOp("Load", (), s.dtype, space, (("buf", buf(s)), ("view", _space_view(v, shape)))))
+
+    for n in g.nodes:
+        sp = space_of(n)
+        if n.op in (Op.SumReduce, Op.MaxReduce):
+            s, v = n.srcs[0]
+            a = operand(s, v, "full")
+            index[n.id] = add(KOp(n.op.value, (a,), n.dtype, "row", (("axes", axes),)))
+        elif n.op is Op.Gather:
+            (d, dv), (ix, iv) = n.srcs
+            i = operand(ix, iv, sp)
+            # data view and axis are over the node's own shape; the emitter unravels if it differs
+            index[n.id] = add(KOp("Gather", (i,), n.dtype, sp,
+                                  (("buf", buf(d)), ("view", dv), ("axis", n.attrs["axis"]), ("shape", n.shape))))
+        else:
+            args = tuple(operand(s, v, sp) for s, v in n.srcs)
+            index[n.id] = add(KOp(n.op.value, args, n.dtype, sp))
+
+    outs: list[tuple[int, Buffer]] = []
+    out_nodes: list[int] = []
+    for n in g.nodes:
+        if n.id in outputs or any(u.id not in members for u in users.get(n.id, [])):
+            outs.append((index[n.id], Buffer(n.shape, n.dtype)))
+            out_nodes.append(n.id)
+    form = "elementwise"
+    if g.is_contraction:
+        form = "contraction"
+    elif axes:
+        form = "reduction"
+    elif any(n.op is Op.Gather for n in g.nodes):
+        form = "gather"
+    return Kernel(form, full, axes, inputs, ops, outs, input_nodes, out_nodes)
+
+
+def _launch_order(kernels: list[Kernel]) -> list[Kernel]:
+    produced_by = {nid: k for k, kern in enumerate(kernels) for nid in kern.output_nodes}
+    done: set[int] = set()
+    order: list[Kernel] = []
+
+    def visit(k: int) -> None:
+        if k in done:
+            return
+        done.add(k)
+        for nid in kernels[k].input_nodes:
+            if nid in produced_by:
+                visit(produced_by[nid])
+        order.append(kernels[k])
+
+    for k in range(len(kernels)):
+        visit(k)
+    return order
