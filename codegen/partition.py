@@ -132,7 +132,7 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
         if _is_leaf(n):
             continue
         target = None
-        for slot, (s, v) in enumerate(n.srcs):
+        for slot, (s, _v) in enumerate(n.srcs):
             if (pos[s.id], pos[n.id], slot) not in allowed or s.id not in group_of:
                 continue
             g = group_of[s.id]
