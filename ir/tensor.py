@@ -244,7 +244,8 @@ class Tensor:
     def where(self, a, b) -> Tensor:
         """self ? a : b, with self a bool tensor."""
         if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-            raise TypeError("where needs at least one tensor branch")
+            dt = DType.float32 if isinstance(a, float) or isinstance(b, float) else DType.int64
+            a = Tensor.full(self.shape, a, dt)
         a = a if isinstance(a, Tensor) else b._coerce(a)
         b = b if isinstance(b, Tensor) else a._coerce(b)
         if a.dtype != b.dtype:
@@ -295,7 +296,7 @@ class Tensor:
         return Tensor._make(Op.Gather, [data, index], out_shape, self.dtype, axis=axis)
 
     def contiguous(self) -> Tensor:
-        if self.view.is_contiguous and self.view.numel == self.node.numel:
+        if self.view.is_contiguous and self.view.shape == self.node.shape:
             return self
         return Tensor._make(Op.Contiguous, [self], self.shape, self.dtype)
 

@@ -1,0 +1,76 @@
+"""Partition: default, none and random fusion decisions all compute the reference's results."""
+
+import random
+
+import numpy as np
+import pytest
+
+from luminal.codegen.kernel_eval import run_kernel
+from luminal.codegen.partition import fusible_edges, partition
+from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference
+
+rng = np.random.default_rng(0)
+
+
+def _layer(names=("x", "w", "b")):
+    x = Tensor.input(names[0], (4, 6, 8), DType.float32)
+    w = Tensor.const(rng.standard_normal((8, 8)).astype(np.float32))
+    b = Tensor.const(rng.standard_normal((8,)).astype(np.float32))
+    h = x.matmul(w).add(b).relu().add(x)
+    m = h.mean((-1,), keepdim=True)
+    v = h.sub(m).square().mean((-1,), keepdim=True)
+    ln = h.sub(m).mul(v.add(1e-5).rsqrt())
+    att = ln.matmul(ln.transpose()).mul(0.35).softmax(-1).matmul(ln)
+    rms = att.mul(att.square().mean((-1,), keepdim=True).add(1e-6).rsqrt())
+    g = x.gather(Tensor.const(np.array([3, 0, 7, 7, 1])).reshape((1, 1, 5)).expand((4, 6, 5)), 2).tanh()
+    t = rms.permute((0, 2, 1)).exp()
+    outs = [rms, g, t]
+    return Graph([x.node], [o.contiguous().node for o in outs], ["a", "g", "t"])
+
+
+def _run(graph, kernels, feeds):
+    vals = {n.id: feeds[n.attrs["name"]] for n in graph.inputs}
+    for n in graph.toposort():
+        if n.op is Op.Constant:
+            vals[n.id] = n.attrs["value"]
+    for k in kernels:
+        for nid, out in zip(k.output_nodes, run_kernel(k, [vals[i] for i in k.input_nodes])):
+            vals[nid] = out
+    return [vals[o.id] for o in graph.outputs]
+
+
+@pytest.fixture(scope="module")
+def layer():
+    g = optimize(_layer())
+    feeds = {"x": rng.standard_normal((4, 6, 8)).astype(np.float32)}
+    return g, feeds, run_reference(g, feeds)
+
+
+def test_default_partition_fuses_norms_and_softmax_into_single_kernels(layer):
+    g, feeds, ref = layer
+    kernels = partition(g)
+    forms = [k.form for k in kernels]
+    assert forms.count("contraction") == 3
+    assert len(kernels) <= 10, forms
+    for out, r in zip(_run(g, kernels, feeds), ref):
+        np.testing.assert_allclose(out, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_any_subset_of_fusion_decisions_is_correct(layer, seed):
+    g, feeds, ref = layer
+    edges = fusible_edges(g)
+    r = random.Random(seed)
+    decisions = {e: False for e in edges} if seed == 0 else {e: r.random() < 0.5 for e in edges}
+    kernels = partition(g, decisions)
+    if seed == 0:
+        assert len(kernels) > len(partition(g))
+    for out, want in zip(_run(g, kernels, feeds), ref):
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_signature_ignores_names_and_graph_order():
+    a = partition(optimize(_layer(("x", "w", "b"))))
+    b = partition(optimize(_layer(("input_ids;drop", "w2", "b2"))))
+    assert [k.signature for k in a] == [k.signature for k in b]
+    assert len({k.signature for k in a}) > 1
