@@ -29,6 +29,12 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
 
 # each module defines register(app); add a line when you add a command
 COMMANDS: list[str] = [
+    "cache_cmd",
+    "doctor_cmd",
+    "check_cmd",
+    "inspect_cmd",
+    "bench_cmd",
+    "compile_cmd",
 ]
 
 

@@ -1,0 +1,114 @@
+"""Import + passes time and peak memory for the full-size example transformers.
+
+    python benchmarks/import_bench.py [--models bert-full-torchscript,gpt2-full-torchscript] [--json F]
+                                      [--repeat 1] [--models-dir examples/models]
+
+Each measurement runs in a fresh subprocess: the time of ``frontend_onnx.load``
+(read, import, optimise) and the growth of the peak resident set over the
+process's footprint before the load (``ru_maxrss``), set against the model's
+size on disk. Targets: under 5 s and under 2x the model size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_MODELS = "bert-full-torchscript,gpt2-full-torchscript,bert-full-dynamo,gpt2-full-dynamo"
+TARGET_SECONDS, TARGET_MEMORY_RATIO = 5.0, 2.0
+
+_CHILD = r"""
+import json, resource, sys, time
+import numpy, onnx
+from luminal.frontend_onnx import importer
+path, shapes = sys.argv[1], json.loads(sys.argv[2])
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+res = importer.load(path, shapes)
+t1 = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": t1 - t0, "base_kib": base, "peak_kib": peak,
+                  "primitives": sum(res.graph.primitive_counts().values()),
+                  "onnx_nodes": sum(res.onnx_op_counts.values())}))
+"""
+
+
+def _model_bytes(path: Path) -> int:
+    """The model file plus external data files next to it that it references."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    size = path.stat().st_size
+    m = onnx.load(str(path), load_external_data=False)
+    files = {next((e.value for e in t.external_data if e.key == "location"), None)
+             for t in _get_all_tensors(m) if uses_external_data(t)}
+    return size + sum((path.parent / f).stat().st_size for f in files if f)
+
+
+def measure(path: Path, shapes: dict) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(path), json.dumps(shapes)], capture_output=True,
+                       text=True, timeout=1800, env=env)
+    if p.returncode:
+        return {"error": (p.stderr.strip().splitlines() or ["failed"])[-1]}
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    size = _model_bytes(path)
+    grown = (r["peak_kib"] - r["base_kib"]) * 1024
+    return {"seconds": round(r["seconds"], 3), "model_mb": round(size / 2**20, 1),
+            "peak_growth_mb": round(grown / 2**20, 1), "memory_ratio": round(grown / size, 2),
+            "peak_rss_mb": round(r["peak_kib"] / 1024, 1), "onnx_nodes": r["onnx_nodes"],
+            "primitives": r["primitives"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated names in examples/models")
+    ap.add_argument("--models-dir", default=str(REPO / "examples" / "models"))
+    ap.add_argument("--repeat", type=int, default=1, help="runs per model; the fastest is kept")
+    ap.add_argument("--json", metavar="F", help="write the results as JSON ('-' for stdout)")
+    a = ap.parse_args(argv)
+    mdir = Path(a.models_dir)
+    manifest = json.loads((mdir / "manifest.json").read_text()) if (mdir / "manifest.json").exists() else {}
+    results = {}
+    for name in [m for m in a.models.split(",") if m]:
+        path = mdir / (name if name.endswith(".onnx") else name + ".onnx")
+        if not path.exists():
+            results[name] = {"error": f"{path} not found (run examples/export_models.py)"}
+            continue
+        shapes = manifest.get(path.name, {}).get("shapes", {})
+        runs = [measure(path, shapes) for _ in range(max(1, a.repeat))]
+        ok = [r for r in runs if "error" not in r]
+        best = min(ok, key=lambda r: r["seconds"]) if ok else runs[0]
+        if ok:
+            best["meets_target"] = best["seconds"] < TARGET_SECONDS and best["memory_ratio"] < TARGET_MEMORY_RATIO
+        results[name] = dict(best, shapes=shapes)
+    if a.json:
+        text = json.dumps(results, indent=2)
+        if a.json == "-":
+            print(text)
+            return 0
+        Path(a.json).write_text(text + "\n")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"import + passes (targets: < {TARGET_SECONDS:g} s, < {TARGET_MEMORY_RATIO:g}x model size)")
+    for col in ("model", "seconds", "model MB", "peak growth MB", "x model", "ONNX nodes", "primitives", "target"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name, r in results.items():
+        if "error" in r:
+            table.add_row(name, "[red]" + r["error"] + "[/]", *[""] * 6)
+            continue
+        table.add_row(name, f"{r['seconds']:.2f}", f"{r['model_mb']:.0f}", f"{r['peak_growth_mb']:.0f}",
+                      f"{r['memory_ratio']:.2f}", str(r["onnx_nodes"]), str(r["primitives"]),
+                      "[green]met[/]" if r["meets_target"] else "[red]missed[/]")
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

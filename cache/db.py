@@ -1,0 +1,634 @@
+"""The tuning cache: one SQLite file of kernels, timed trials and the best config per
+(kernel signature, device fingerprint, toolchain fingerprint).
+
+WAL mode, a busy timeout, and every write in one ``BEGIN IMMEDIATE`` transaction: several
+processes may write at once, and a process killed mid-write leaves no partial record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from .. import __version__
+from ..errors import LuminalError
+from . import export as export_file
+from . import schema
+from .check import check_header
+from .fingerprint import Fingerprint
+from .records import (
+    CacheStats,
+    ImportReport,
+    Kernel,
+    PruneReport,
+    SampleStats,
+    Trial,
+    Winner,
+    dumps,
+    now_iso,
+    to_iso,
+)
+
+BUSY_TIMEOUT_S = 30.0
+BATCH = 5000
+_TRIAL_COLS = ("uid", "signature", "device", "toolchain", "config", "status", "median_ns", "p10_ns", "p90_ns",
+               "n_samples", "samples", "created_at")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def default_cache_path() -> Path:
+    """``$LUMINAL_CACHE``, else ``$XDG_CACHE_HOME/luminal/tuning.db``, else ``~/.cache/luminal/tuning.db``."""
+    if os.environ.get("LUMINAL_CACHE"):
+        return Path(os.environ["LUMINAL_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "luminal" / "tuning.db"
+
+
+def _guarded(fn: F) -> F:
+    """Turn SQLite failures into one-line LuminalErrors that name the file."""
+
+    @functools.wraps(fn)
+    def wrapper(self: TuningCache, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # misuse of the API (e.g. another thread), not a problem with the file
+        except sqlite3.Error as e:
+            raise self._error(e) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _Rollback(Exception):
+    pass
+
+
+def _key(fp: str | Fingerprint) -> str:
+    key = fp.key if isinstance(fp, Fingerprint) else fp
+    if not isinstance(key, str) or not key:
+        raise ValueError("device and toolchain must be Fingerprints or non-empty key strings")
+    return key
+
+
+def _config(config: dict[str, Any]) -> str:
+    if not isinstance(config, dict):
+        raise ValueError("config must be a dict")
+    try:
+        return dumps(config)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"config is not plain JSON: {e}") from None
+
+
+def _speedup(default_ns: int | None, median_ns: int | None) -> float | None:
+    return default_ns / median_ns if default_ns and median_ns else None
+
+
+class TuningCache:
+    """Open (creating, checking or upgrading) the tuning cache at ``path``.
+
+    ``path`` None means :func:`default_cache_path`. ``readonly=True`` (or a file this process
+    may not write) serves lookups only; a missing file then reads as an empty cache.
+    """
+
+    def __init__(self, path: str | Path | None = None, readonly: bool = False,
+                 busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_cache_path()
+        self.readonly = readonly
+        self._busy_s = busy_timeout_s
+        self._depth = 0
+        self._memory = False
+        self._fp_known: set[str] = set()  # fingerprints this connection has stored and committed
+        self._fp_pending: set[str] = set()
+        self.conn: sqlite3.Connection | None = None
+        if self.path.exists():
+            if self.path.is_dir():
+                raise LuminalError(f"tuning cache {self.path} is a directory, not a file")
+            check_header(self.path)
+            if not readonly and not os.access(self.path, os.W_OK):
+                self.readonly = True
+        elif readonly:
+            self._memory = True
+        else:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise LuminalError(f"cannot create the cache folder {self.path.parent}: {e.strerror or e}") from None
+        try:
+            self._open()
+        except sqlite3.Error as e:
+            self.close()
+            raise self._error(e) from None
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------ opening
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._memory:
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+        elif self.readonly:
+            conn = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro", uri=True,
+                                   timeout=self._busy_s, isolation_level=None)
+        else:
+            conn = sqlite3.connect(str(self.path), timeout=self._busy_s, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_s * 1000)}")
+        return conn
+
+    def _open(self) -> None:
+        self.conn = self._connect()
+        version = self._inspect()
+        if self._memory:
+            with self.transaction(_internal=True):
+                schema.create(self._tables())
+            return
+        if self.readonly:
+            if version is None:  # an empty SQLite file: nothing cached yet
+                self.close()
+                self._memory = True
+                self._open()
+            elif version < schema.SCHEMA_VERSION:
+                raise LuminalError(f"tuning cache {self.path} uses schema v{version}; open it once with write "
+                                   f"access to upgrade it to v{schema.SCHEMA_VERSION}")
+            return
+        self.conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: safe against crashes, not power loss
+        if self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+            raise LuminalError(f"tuning cache {self.path}: cannot switch it to WAL mode (network file system?)")
+        if version != schema.SCHEMA_VERSION:
+            with self.transaction():
+                version = self._inspect()  # another process may have created or upgraded it meanwhile
+                if version is None:
+                    schema.create(self._tables())
+                elif version < schema.SCHEMA_VERSION:
+                    schema.migrate(self._tables(), version)
+
+    def _tables(self):
+        """sqlite-utils over our connection, for creating and upgrading tables (imported only then)."""
+        from sqlite_utils import Database
+
+        return Database(self.conn, execute_plugins=False)
+
+    def _inspect(self) -> int | None:
+        """Schema version of an existing cache, None for an empty file; foreign files raise."""
+        assert self.conn is not None
+        tables = {r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        if not tables:
+            return None
+        meta = {}
+        if "meta" in tables:
+            try:
+                meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+            except sqlite3.OperationalError as e:
+                if "no such column" not in str(e):
+                    raise
+        if meta.get("app") != schema.APP_NAME:
+            names = ["".join(ch if ch.isprintable() else "?" for ch in t[:40]) for t in sorted(tables)[:5]]
+            listed = ", ".join(names) + (", ..." if len(tables) > 5 else "")
+            raise LuminalError(f"{self.path} is not a luminal tuning cache (a SQLite database with tables {listed})")
+        try:
+            version = int(meta.get("schema_version", ""))
+        except ValueError:
+            raise LuminalError(f"tuning cache {self.path} is corrupted (bad schema version)") from None
+        if version > schema.SCHEMA_VERSION:
+            raise LuminalError(f"tuning cache {self.path} has schema v{version}, newer than this luminal reads "
+                               f"(v{schema.SCHEMA_VERSION}); upgrade luminal or use another --cache")
+        if version < 1 or (version == schema.SCHEMA_VERSION and not set(schema.TABLES) <= tables):
+            raise LuminalError(f"tuning cache {self.path} is corrupted (tables missing)")
+        return version
+
+    def _error(self, e: sqlite3.Error) -> LuminalError:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        low = msg.lower()
+        if "locked" in low or "busy" in low:
+            return LuminalError(f"tuning cache {self.path} is locked by another process (waited {self._busy_s:g} s)")
+        if "readonly" in low or "read-only" in low:
+            return LuminalError(f"tuning cache {self.path} is read-only")
+        if any(w in low for w in ("malformed", "not a database", "corrupt", "no such table", "no such column")):
+            return LuminalError(f"tuning cache {self.path} is corrupted or unreadable ({msg})")
+        if "unable to open" in low:
+            return LuminalError(f"cannot open tuning cache {self.path}: {msg}")
+        return LuminalError(f"tuning cache {self.path}: {msg}")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self) -> TuningCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TuningCache({str(self.path)!r}, readonly={self.readonly})"
+
+    # ------------------------------------------------------------ transactions
+
+    @contextlib.contextmanager
+    def transaction(self, _internal: bool = False) -> Iterator[TuningCache]:
+        """One write transaction; nested calls join the outer one. All or nothing."""
+        if self.conn is None:
+            raise LuminalError("the tuning cache is closed")
+        if self.readonly and not _internal:
+            raise LuminalError(f"tuning cache {self.path} is open read-only")
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self
+            finally:
+                self._depth -= 1
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield self
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.conn.execute("COMMIT")
+            self._fp_known |= self._fp_pending
+        finally:
+            self._depth = 0
+            self._fp_pending = set()
+
+    def _store_fingerprints(self, *fps: str | Fingerprint) -> None:
+        for fp, kind in zip(fps, ("device", "toolchain")):
+            if isinstance(fp, Fingerprint) and fp.key not in self._fp_known:
+                self.conn.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
+                                  (fp.key, kind, dumps(fp.info)))
+                self._fp_pending.add(fp.key)
+
+    # ------------------------------------------------------------ writing
+
+    @_guarded
+    def record_kernel(self, signature: str, form: str, ir_text: str, shapes: Any, model: str | None = None) -> None:
+        """Remember what a signature stands for, and which models contain it."""
+        now = now_iso()
+        with self.transaction():
+            row = self.conn.execute("SELECT models FROM kernels WHERE signature = ?", (signature,)).fetchone()
+            if row is None:
+                self.conn.execute(
+                    "INSERT INTO kernels (signature, form, ir_text, shapes, models, first_seen, last_seen)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (signature, form, ir_text, dumps(shapes), dumps([model] if model else []), now, now))
+                return
+            models = json.loads(row[0] or "[]")
+            if model and model not in models:
+                models.append(model)
+            self.conn.execute(
+                "UPDATE kernels SET form = coalesce(form, ?), ir_text = coalesce(ir_text, ?),"
+                " shapes = coalesce(shapes, ?), models = ?, last_seen = ? WHERE signature = ?",
+                (form, ir_text, dumps(shapes), dumps(models), now, signature))
+
+    @_guarded
+    def record_trial(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint,
+                     config: dict[str, Any], status: str, samples_ns: list[int] | None = None) -> int:
+        """Store one timed (or failed) candidate; returns its id."""
+        if status not in schema.STATUSES:
+            raise ValueError(f"status must be one of {schema.STATUSES}, not {status!r}")
+        dev, tc, cfg = _key(device), _key(toolchain), _config(config)
+        st = SampleStats.of(samples_ns)
+        with self.transaction():
+            self._store_fingerprints(device, toolchain)
+            cur = self.conn.execute(
+                "INSERT INTO trials (uid, signature, device, toolchain, config, status, median_ns, p10_ns, p90_ns,"
+                " n_samples, samples, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (uuid.uuid4().hex, signature, dev, tc, cfg, status, st.median_ns, st.p10_ns, st.p90_ns, st.n,
+                 dumps(st.summary) if st.summary else None, now_iso()))
+            self.conn.execute("UPDATE winners SET n_trials = n_trials + 1"
+                              " WHERE signature = ? AND device = ? AND toolchain = ?", (signature, dev, tc))
+            return cur.lastrowid
+
+    def _put_winner(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint,
+                    config: dict[str, Any], median_ns: int, default_ns: int | None, force: bool) -> bool:
+        if isinstance(median_ns, bool) or not isinstance(median_ns, int) or median_ns <= 0:
+            raise ValueError("a winner needs a positive integer median_ns")
+        dev, tc, cfg = _key(device), _key(toolchain), _config(config)
+        key = (signature, dev, tc)
+        with self.transaction():
+            self._store_fingerprints(device, toolchain)
+            row = self.conn.execute("SELECT median_ns, default_ns FROM winners"
+                                    " WHERE signature = ? AND device = ? AND toolchain = ?", key).fetchone()
+            if row is None:
+                self.conn.execute(
+                    "INSERT INTO winners (signature, device, toolchain, config, median_ns, default_ns, speedup,"
+                    " n_trials, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT count(*) FROM trials"
+                    " WHERE signature = ? AND device = ? AND toolchain = ?), ?)",
+                    (*key, cfg, median_ns, default_ns, _speedup(default_ns, median_ns), *key, now_iso()))
+                return True
+            if not force and row[0] is not None and median_ns >= row[0]:
+                return False
+            default_ns = default_ns if default_ns is not None else row[1]
+            self.conn.execute(
+                "UPDATE winners SET config = ?, median_ns = ?, default_ns = ?, speedup = ?, updated_at = ?"
+                " WHERE signature = ? AND device = ? AND toolchain = ?",
+                (cfg, median_ns, default_ns, _speedup(default_ns, median_ns), now_iso(), *key))
+            return True
+
+    @_guarded
+    def set_winner(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint,
+                   config: dict[str, Any], median_ns: int, default_ns: int | None = None) -> None:
+        """Make ``config`` the winner for the key, whatever was there."""
+        self._put_winner(signature, device, toolchain, config, median_ns, default_ns, force=True)
+
+    @_guarded
+    def propose_winner(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint,
+                       config: dict[str, Any], median_ns: int, default_ns: int | None = None) -> bool:
+        """Keep the faster of ``config`` and the current winner; True when ``config`` won."""
+        return self._put_winner(signature, device, toolchain, config, median_ns, default_ns, force=False)
+
+    # ------------------------------------------------------------ reading
+
+    @_guarded
+    def best(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint) -> Winner | None:
+        """The winner when all three keys match, else None."""
+        if self.conn is None:
+            raise LuminalError("the tuning cache is closed")
+        row = self.conn.execute(
+            "SELECT config, median_ns, speedup, n_trials, default_ns, updated_at FROM winners"
+            " WHERE signature = ? AND device = ? AND toolchain = ?", (signature, _key(device), _key(toolchain))
+        ).fetchone()
+        if row is None:
+            return None
+        return Winner(json.loads(row[0]), row[1], row[2], row[3], row[4], row[5], signature, _key(device),
+                      _key(toolchain))
+
+    @_guarded
+    def winners(self, signature: str | None = None) -> list[Winner]:
+        sql = ("SELECT config, median_ns, speedup, n_trials, default_ns, updated_at, signature, device, toolchain"
+               " FROM winners")
+        rows = self.conn.execute(sql + (" WHERE signature = ?" if signature else "") + " ORDER BY signature, device",
+                                 (signature,) if signature else ()).fetchall()
+        return [Winner(json.loads(r[0]), *r[1:]) for r in rows]
+
+    @_guarded
+    def trials(self, signature: str, device: str | Fingerprint | None = None,
+               toolchain: str | Fingerprint | None = None, status: str | None = None,
+               limit: int | None = None) -> list[Trial]:
+        """Trials of one signature, oldest first, optionally narrowed by key and status."""
+        where, args = ["signature = ?"], [signature]
+        for col, val in (("device", device), ("toolchain", toolchain), ("status", status)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(_key(val) if col != "status" else val)
+        sql = ("SELECT id, uid, signature, device, toolchain, config, status, median_ns, p10_ns, p90_ns, n_samples,"
+               f" samples, created_at FROM trials WHERE {' AND '.join(where)} ORDER BY id")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._trial(r) for r in self.conn.execute(sql, args)]
+
+    @staticmethod
+    def _trial(r: tuple) -> Trial:
+        return Trial(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7], r[8], r[9], r[10],
+                     json.loads(r[11]) if r[11] else None, r[12])
+
+    _KERNELS_SQL = """
+        WITH sigs AS (SELECT signature FROM kernels UNION SELECT signature FROM trials
+                      UNION SELECT signature FROM winners),
+             tc AS (SELECT signature, count(*) AS n FROM trials GROUP BY signature),
+             wc AS (SELECT signature, count(*) AS n, max(speedup) AS s FROM winners GROUP BY signature)
+        SELECT s.signature, k.form, k.ir_text, k.shapes, k.models, k.first_seen, k.last_seen,
+               coalesce(tc.n, 0), coalesce(wc.n, 0), wc.s
+        FROM sigs s LEFT JOIN kernels k USING (signature) LEFT JOIN tc USING (signature)
+             LEFT JOIN wc USING (signature) {where}
+        ORDER BY coalesce(k.last_seen, '') DESC, s.signature"""
+
+    @staticmethod
+    def _kernel(r: tuple) -> Kernel:
+        return Kernel(r[0], r[1], r[2], json.loads(r[3]) if r[3] else None, json.loads(r[4]) if r[4] else [],
+                      r[5], r[6], r[7], r[8], r[9])
+
+    @_guarded
+    def kernels(self) -> list[Kernel]:
+        """Every signature the cache knows (recorded, tried or won), newest first, with counts."""
+        return [self._kernel(r) for r in self.conn.execute(self._KERNELS_SQL.format(where=""))]
+
+    @_guarded
+    def kernel(self, signature: str) -> Kernel | None:
+        rows = self.conn.execute(self._KERNELS_SQL.format(where="WHERE s.signature = ?"), (signature,)).fetchall()
+        return self._kernel(rows[0]) if rows else None
+
+    @_guarded
+    def resolve(self, prefix: str) -> str:
+        """The one signature starting with ``prefix`` (like a short git hash)."""
+        found = [r[0] for r in self.conn.execute(
+            "SELECT signature FROM kernels WHERE substr(signature, 1, ?) = ? UNION "
+            "SELECT signature FROM winners WHERE substr(signature, 1, ?) = ? UNION "
+            "SELECT DISTINCT signature FROM trials WHERE substr(signature, 1, ?) = ? LIMIT 11",
+            (len(prefix), prefix) * 3)]
+        if prefix in found:
+            return prefix
+        if not found:
+            raise LuminalError(f"no kernel signature starting with {prefix[:80]!r} in {self.path}")
+        if len(found) > 1:
+            raise LuminalError(f"signature prefix {prefix[:80]!r} is ambiguous ({len(found)}+ matches)")
+        return found[0]
+
+    @_guarded
+    def fingerprints(self) -> dict[str, dict[str, Any]]:
+        return {k: {"kind": kind, "info": json.loads(info)}
+                for k, kind, info in self.conn.execute("SELECT key, kind, info FROM fingerprints ORDER BY key")}
+
+    def size_bytes(self) -> int:
+        if self._memory:
+            return 0
+        return sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+
+    @_guarded
+    def stats(self) -> CacheStats:
+        q = self.conn.execute
+        counts = {t: q(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("kernels", "trials", "winners")}
+        oldest, newest = q("SELECT min(created_at), max(created_at) FROM trials").fetchone()
+        return CacheStats(
+            path=str(self.path), size_bytes=self.size_bytes(), schema_version=schema.SCHEMA_VERSION,
+            readonly=self.readonly, kernels=counts["kernels"], trials=counts["trials"], winners=counts["winners"],
+            by_status=dict(q("SELECT status, count(*) FROM trials GROUP BY status ORDER BY status").fetchall()),
+            devices=dict(q("SELECT device, count(*) FROM trials GROUP BY device ORDER BY device").fetchall()),
+            toolchains=dict(q("SELECT toolchain, count(*) FROM trials GROUP BY toolchain ORDER BY toolchain")
+                            .fetchall()),
+            oldest=oldest, newest=newest,
+        )
+
+    @_guarded
+    def check(self) -> list[str]:
+        """SQLite's own consistency check: [] when the file is sound."""
+        rows = [r[0] for r in self.conn.execute("PRAGMA quick_check")]
+        return [] if rows == ["ok"] else rows
+
+    # ------------------------------------------------------------ export / import
+
+    @_guarded
+    def export(self, path: str | Path) -> int:
+        """Write everything to a portable JSON-lines file (gzip for *.gz); returns the record count."""
+        own = not self.conn.in_transaction
+        if own:
+            self.conn.execute("BEGIN")  # one consistent snapshot, even while others write
+        try:
+            header = {"luminal": __version__, "schema_version": schema.SCHEMA_VERSION, "exported_at": now_iso()}
+            return export_file.write(path, header, self._records())
+        finally:
+            if own:
+                self.conn.execute("COMMIT")
+
+    def _records(self) -> Iterator[dict[str, Any]]:
+        q = self.conn.execute
+        for key, kind, info in q("SELECT key, kind, info FROM fingerprints ORDER BY key"):
+            yield {"type": kind, "key": key, "info": json.loads(info)}
+        for r in q("SELECT signature, form, ir_text, shapes, models, first_seen, last_seen FROM kernels"):
+            yield {"type": "kernel", "signature": r[0], "form": r[1], "ir_text": r[2],
+                   "shapes": json.loads(r[3]) if r[3] else None, "models": json.loads(r[4] or "[]"),
+                   "first_seen": r[5] or r[6] or now_iso(), "last_seen": r[6] or r[5] or now_iso()}
+        for r in q("SELECT uid, signature, device, toolchain, config, status, median_ns, p10_ns, p90_ns, n_samples,"
+                   " samples, created_at FROM trials ORDER BY id"):
+            yield {"type": "trial", "uid": r[0], "signature": r[1], "device": r[2], "toolchain": r[3],
+                   "config": json.loads(r[4]), "status": r[5], "median_ns": r[6], "p10_ns": r[7], "p90_ns": r[8],
+                   "n_samples": r[9], "samples": json.loads(r[10]) if r[10] else None, "created_at": r[11]}
+        for r in q("SELECT signature, device, toolchain, config, median_ns, default_ns, speedup, updated_at"
+                   " FROM winners"):
+            yield {"type": "winner", "signature": r[0], "device": r[1], "toolchain": r[2],
+                   "config": json.loads(r[3]), "median_ns": r[4], "default_ns": r[5], "speedup": r[6],
+                   "updated_at": r[7]}
+
+    @_guarded
+    def import_(self, path: str | Path) -> ImportReport:
+        """Merge an export: trials de-duplicated by uid, the faster measured winner kept per key.
+
+        All or nothing: a bad line anywhere leaves the cache as it was.
+        """
+        counts = dict.fromkeys(ImportReport.__dataclass_fields__, 0)
+        trials: list[dict[str, Any]] = []
+        touched: set[tuple[str, str, str]] = set()
+
+        def flush() -> None:
+            before = self.conn.total_changes
+            # plain executemany: sqlite-utils' per-value conversion costs more than the insert here
+            self.conn.executemany(
+                f"INSERT OR IGNORE INTO trials ({', '.join(_TRIAL_COLS)}) VALUES ({', '.join('?' * len(_TRIAL_COLS))})",
+                [tuple(t[c] for c in _TRIAL_COLS) for t in trials])
+            added = self.conn.total_changes - before
+            counts["trials_added"] += added
+            counts["trials_duplicate"] += len(trials) - added
+            trials.clear()
+
+        with self.transaction():
+            for kind, rec in export_file.read(path):
+                if kind == "trial":
+                    rec["config"] = dumps(rec["config"])
+                    rec["samples"] = dumps(rec["samples"]) if rec["samples"] else None
+                    trials.append(rec)
+                    touched.add((rec["signature"], rec["device"], rec["toolchain"]))
+                    if len(trials) >= BATCH:
+                        flush()
+                elif kind in ("device", "toolchain"):
+                    before = self.conn.total_changes
+                    self.conn.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
+                                      (rec["key"], rec["kind"], dumps(rec["info"])))
+                    counts["fingerprints_added"] += self.conn.total_changes - before
+                elif kind == "kernel":
+                    counts["kernels_added" if self._merge_kernel(rec) else "kernels_merged"] += 1
+                else:
+                    counts[f"winners_{self._merge_winner(rec)}"] += 1
+                    touched.add((rec["signature"], rec["device"], rec["toolchain"]))
+            flush()
+            self.conn.executemany(
+                "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = ?1"
+                " AND t.device = ?2 AND t.toolchain = ?3) WHERE signature = ?1 AND device = ?2 AND toolchain = ?3",
+                sorted(touched))
+        return ImportReport(**counts)
+
+    def _merge_kernel(self, rec: dict[str, Any]) -> bool:
+        row = self.conn.execute("SELECT models, first_seen, last_seen FROM kernels WHERE signature = ?",
+                                (rec["signature"],)).fetchone()
+        if row is None:
+            self.conn.execute(
+                "INSERT INTO kernels (signature, form, ir_text, shapes, models, first_seen, last_seen)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (rec["signature"], rec["form"], rec["ir_text"], dumps(rec["shapes"]), dumps(rec["models"]),
+                 rec["first_seen"], rec["last_seen"]))
+            return True
+        models = json.loads(row[0] or "[]")
+        models += [m for m in rec["models"] if m not in models]
+        first = min(x for x in (row[1], rec["first_seen"]) if x)
+        last = max(x for x in (row[2], rec["last_seen"]) if x)
+        self.conn.execute(
+            "UPDATE kernels SET form = coalesce(form, ?), ir_text = coalesce(ir_text, ?), models = ?,"
+            " first_seen = ?, last_seen = ? WHERE signature = ?",
+            (rec["form"], rec["ir_text"], dumps(models), first, last, rec["signature"]))
+        return False
+
+    def _merge_winner(self, rec: dict[str, Any]) -> str:
+        key = (rec["signature"], rec["device"], rec["toolchain"])
+        row = self.conn.execute("SELECT median_ns FROM winners WHERE signature = ? AND device = ? AND toolchain = ?",
+                                key).fetchone()
+        values = (dumps(rec["config"]), rec["median_ns"], rec["default_ns"],
+                  _speedup(rec["default_ns"], rec["median_ns"]), rec["updated_at"])
+        if row is None:
+            self.conn.execute(
+                "INSERT INTO winners (signature, device, toolchain, config, median_ns, default_ns, speedup,"
+                " n_trials, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)", (*key, *values))
+            return "added"
+        if row[0] is not None and rec["median_ns"] >= row[0]:
+            return "kept"
+        self.conn.execute(
+            "UPDATE winners SET config = ?, median_ns = ?, default_ns = ?, speedup = ?, updated_at = ?"
+            " WHERE signature = ? AND device = ? AND toolchain = ?", (*values, *key))
+        return "replaced"
+
+    # ------------------------------------------------------------ pruning
+
+    @_guarded
+    def prune(self, older_than: timedelta | None = None, other_toolchains: str | Iterable[str] | None = None,
+              failed: bool = True, dry_run: bool = False) -> PruneReport:
+        """Delete failed trials, records older than ``older_than``, and records of toolchains other than
+        ``other_toolchains`` (the key, or keys, to keep). Kernels left with nothing are dropped."""
+        n_trials = n_winners = 0
+        touched: set[str] = set()
+
+        def delete(table: str, where: str, args: tuple = ()) -> int:
+            rows = self.conn.execute(f"DELETE FROM {table} WHERE {where} RETURNING signature", args).fetchall()
+            touched.update(r[0] for r in rows)
+            return len(rows)
+
+        try:
+            with self.transaction():
+                if failed:
+                    n_trials += delete("trials", "status != 'ok'")
+                if older_than is not None:
+                    cutoff = (to_iso(datetime.now(UTC) - older_than),)
+                    n_trials += delete("trials", "created_at < ?", cutoff)
+                    n_winners += delete("winners", "updated_at < ?", cutoff)
+                if other_toolchains is not None:
+                    keep = (other_toolchains,) if isinstance(other_toolchains, str) else tuple(other_toolchains)
+                    marks = ", ".join("?" * len(keep)) or "NULL"
+                    n_trials += delete("trials", f"toolchain NOT IN ({marks})", keep)
+                    n_winners += delete("winners", f"toolchain NOT IN ({marks})", keep)
+                self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS pruned (signature TEXT PRIMARY KEY)")
+                self.conn.execute("DELETE FROM pruned")
+                self.conn.executemany("INSERT INTO pruned VALUES (?)", [(s,) for s in touched])
+                n_kernels = self.conn.execute(
+                    "DELETE FROM kernels WHERE signature IN (SELECT signature FROM pruned)"
+                    " AND signature NOT IN (SELECT signature FROM trials)"
+                    " AND signature NOT IN (SELECT signature FROM winners)").rowcount
+                self.conn.execute(
+                    "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = winners.signature"
+                    " AND t.device = winners.device AND t.toolchain = winners.toolchain)"
+                    " WHERE signature IN (SELECT signature FROM pruned)")
+                report = PruneReport(n_trials, n_winners, n_kernels, dry_run)
+                if dry_run:
+                    raise _Rollback
+        except _Rollback:
+            pass
+        return report

@@ -1,0 +1,194 @@
+"""The portable export file: JSON lines (gzip when the name ends in .gz), a header line, then one record a line.
+
+Record types: ``device`` / ``toolchain`` (fingerprint key and info), ``kernel``, ``trial``, ``winner``.
+Reading validates every line, so a damaged or hostile file fails with its line number and nothing merges.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import LuminalError
+from .schema import STATUSES
+
+FORMAT = "luminal-tuning-cache-export"
+FORMAT_VERSION = 1
+MAX_LINE = 64 * 1024 * 1024
+
+
+def _open_write(path: Path) -> tuple[IO[str], str]:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    raw = os.fdopen(fd, "wb")
+    if path.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6), encoding="utf-8"), tmp
+    return io.TextIOWrapper(raw, encoding="utf-8"), tmp
+
+
+def write(path: str | Path, header: dict[str, Any], records: Iterable[dict[str, Any]]) -> int:
+    """Write atomically (temp file, then rename); return the number of records."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise LuminalError(f"export target {path} is a directory")
+    try:
+        f, tmp = _open_write(path)
+    except OSError as e:
+        raise LuminalError(f"cannot write export file {path}: {e.strerror or e}") from None
+    n = 0
+    try:
+        with f:
+            f.write(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **header}, sort_keys=True) + "\n")
+            for rec in records:
+                f.write(json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n")
+                n += 1
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return n
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _Bad(Exception):
+    pass
+
+
+def _str(rec: dict, key: str, optional: bool = False, max_len: int = 1 << 20) -> str | None:
+    v = rec.get(key)
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or not v or len(v) > max_len:
+        raise _Bad(f"field {key!r} must be a non-empty string")
+    return v
+
+
+def _int(rec: dict, key: str, optional: bool = True) -> int | None:
+    v = rec.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v >= 1 << 63:
+        raise _Bad(f"field {key!r} must be a non-negative integer")
+    return v
+
+
+_TIME = re.compile(r"\d{4}-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-6]\d\.\d{6}Z")  # TIME_FORMAT, fixed width
+
+
+def _time(rec: dict, key: str) -> str:
+    v = rec.get(key)
+    if not isinstance(v, str) or not _TIME.fullmatch(v):
+        raise _Bad(f"field {key!r} must be a time like 2026-01-31T12:00:00.000000Z")
+    return v
+
+
+def _obj(rec: dict, key: str, optional: bool = False) -> dict | None:
+    v = rec.get(key)
+    if v is None and optional:
+        return None
+    if not isinstance(v, dict):
+        raise _Bad(f"field {key!r} must be an object")
+    return v
+
+
+def _fingerprint(rec: dict) -> dict:
+    return {"key": _str(rec, "key", max_len=256), "kind": rec["type"], "info": _obj(rec, "info")}
+
+
+def _kernel(rec: dict) -> dict:
+    models = rec.get("models", [])
+    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        raise _Bad("field 'models' must be a list of strings")
+    return {
+        "signature": _str(rec, "signature", max_len=256), "form": _str(rec, "form", optional=True),
+        "ir_text": _str(rec, "ir_text", optional=True, max_len=MAX_LINE), "shapes": rec.get("shapes"),
+        "models": models, "first_seen": _time(rec, "first_seen"), "last_seen": _time(rec, "last_seen"),
+    }
+
+
+def _trial(rec: dict) -> dict:
+    status = rec.get("status")
+    if status not in STATUSES:
+        raise _Bad(f"field 'status' must be one of {', '.join(STATUSES)}")
+    return {
+        "uid": _str(rec, "uid", max_len=64), "signature": _str(rec, "signature", max_len=256),
+        "device": _str(rec, "device", max_len=256), "toolchain": _str(rec, "toolchain", max_len=256),
+        "config": _obj(rec, "config"), "status": status, "median_ns": _int(rec, "median_ns"),
+        "p10_ns": _int(rec, "p10_ns"), "p90_ns": _int(rec, "p90_ns"), "n_samples": _int(rec, "n_samples", False),
+        "samples": _obj(rec, "samples", optional=True), "created_at": _time(rec, "created_at"),
+    }
+
+
+def _winner(rec: dict) -> dict:
+    speedup = rec.get("speedup")
+    if speedup is not None and (isinstance(speedup, bool) or not isinstance(speedup, int | float) or speedup < 0):
+        raise _Bad("field 'speedup' must be a non-negative number")
+    return {
+        "signature": _str(rec, "signature", max_len=256), "device": _str(rec, "device", max_len=256),
+        "toolchain": _str(rec, "toolchain", max_len=256), "config": _obj(rec, "config"),
+        "median_ns": _int(rec, "median_ns", False), "default_ns": _int(rec, "default_ns"),
+        "speedup": speedup, "updated_at": _time(rec, "updated_at"),
+    }
+
+
+PARSERS: dict[str, Callable[[dict], dict]] = {
+    "device": _fingerprint, "toolchain": _fingerprint, "kernel": _kernel, "trial": _trial, "winner": _winner,
+}
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, "rb") as probe:
+        gz = probe.read(2) == b"\x1f\x8b"
+    raw: IO[bytes] = gzip.open(path, "rb") if gz else open(path, "rb")
+    with raw:
+        for line in raw:
+            if len(line) > MAX_LINE:
+                raise _Bad("line too long")
+            yield line.decode("utf-8")
+
+
+def read(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (record type, validated record); the header is checked first."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise LuminalError(f"import file {path} does not exist or is not a file")
+    lineno = 0
+    header = False
+    try:
+        lines = _lines(path)
+        for line in lines:
+            lineno += 1
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise _Bad("expected a JSON object")
+            if not header:
+                header = True
+                if rec.get("format") != FORMAT:
+                    raise _Bad("not a luminal tuning cache export")
+                if not isinstance(rec.get("version"), int) or rec["version"] > FORMAT_VERSION:
+                    raise _Bad(f"export format version {rec.get('version')!r} is newer than this luminal reads "
+                               f"({FORMAT_VERSION})")
+                continue
+            kind = rec.get("type")
+            if kind not in PARSERS:
+                raise _Bad(f"unknown record type {str(kind)[:40]!r}")
+            yield kind, PARSERS[kind](rec)
+        if not header:
+            raise _Bad("the file is empty")
+    except _Bad as e:
+        raise LuminalError(f"bad export file {path}, line {max(lineno, 1)}: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LuminalError(f"bad export file {path}, line {max(lineno, 1)}: not JSON ({type(e).__name__})") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise LuminalError(f"cannot read export file {path}: {e}") from None

@@ -1,0 +1,47 @@
+"""Tuning progress read from the Optuna storage that `luminal tune` wrote, for the bench report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import LuminalError
+
+MAX_STUDIES = 24
+
+
+def tuning_progress(storage: str, max_studies: int = MAX_STUDIES) -> list[dict[str, Any]]:
+    """Per study (the ones with most finished trials first): every finished trial's value and the best
+    value so far, as [trial number, value] pairs."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if "://" not in storage:
+        storage = f"sqlite:///{storage}"
+    try:
+        summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    except Exception as e:
+        raise LuminalError(f"cannot read the Optuna storage {storage!r}: {type(e).__name__}") from None
+    summaries.sort(key=lambda s: -s.n_trials)
+    out = []
+    for summary in summaries[:max_studies]:
+        try:
+            study = optuna.load_study(study_name=summary.study_name, storage=storage)
+            directions = study.directions
+            trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        except Exception as e:
+            raise LuminalError(f"cannot read study {summary.study_name!r}: {type(e).__name__}") from None
+        if len(directions) != 1:
+            continue
+        minimize = directions[0] == optuna.study.StudyDirection.MINIMIZE
+        values, best = [], []
+        best_so_far = None
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.value is None:
+                continue
+            values.append([t.number, float(t.value)])
+            if best_so_far is None or (t.value < best_so_far if minimize else t.value > best_so_far):
+                best_so_far = float(t.value)
+            best.append([t.number, best_so_far])
+        out.append({"study": summary.study_name, "direction": "minimize" if minimize else "maximize",
+                    "trials": values, "best": best})
+    return out

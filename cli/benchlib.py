@@ -1,0 +1,346 @@
+"""What `luminal bench` does for one model: seeded inputs, a parity check against onnxruntime, then luminal
+and its peers timed in interleaved rounds; the results as a plain JSON-ready dict (tests/schemas/bench.schema.json).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..errors import LuminalError
+from .bench_stats import bootstrap_ratio, measure_interleaved, summarize
+
+SCHEMA_ID = "luminal-bench/1"
+SUBJECT = "luminal"
+PEERS = ("onnxruntime", "torch")
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-3
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    name: str
+    path: Path
+    shapes: dict[str, Any] = field(default_factory=dict)
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str = "auto"
+    against: tuple[str, ...] = ("onnxruntime",)
+    runs: int | None = None
+    time_s: float | None = 5.0
+    warmup_s: float = 1.0
+    seed: int = 0
+    threads: int = 1
+    cache: str | None = None
+    confidence: float = 0.95
+    n_boot: int = 2000
+
+
+@dataclass
+class Runner:
+    """``call`` runs one inference on fixed inputs; ``outputs`` returns {output name: array}."""
+
+    name: str
+    call: Callable[[], object]
+    outputs: Callable[[], dict[str, np.ndarray]]
+    info: dict[str, Any] = field(default_factory=dict)
+    kernel_times: Callable[[], list[dict[str, Any]]] | None = None
+
+
+def parse_against(text: str | None) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(p.strip().lower() for p in (text or "onnxruntime").split(",") if p.strip()))
+    bad = [n for n in names if n not in PEERS]
+    if bad or not names:
+        raise LuminalError(f"--against: unknown runtime {bad[0] if bad else text!r} (choose from {', '.join(PEERS)})")
+    return names
+
+
+def resolve_backend(backend: str) -> str:
+    if backend != "auto":
+        return backend
+    from ..cache.fingerprint import cuda_info
+
+    return "cuda" if cuda_info() is not None else "cpu"
+
+
+# ---------------------------------------------------------------- runners
+
+def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray], settings: Settings) -> Runner:
+    """The model compiled by luminal with the tuning cache's winners (the ``reference`` backend runs the numpy
+    reference executor instead: correct, never fast, for tests)."""
+    graph = imported.graph
+    if settings.backend == "reference":
+        from ..ir import run_reference
+
+        names = list(graph.output_names)
+        call = lambda: run_reference(graph, feeds)  # noqa: E731
+        return Runner(SUBJECT, call, lambda: dict(zip(names, call())), {"backend": "reference"})
+    from ..cache import TuningCache
+    from ..runtime.compile import compile_graph
+
+    cache = TuningCache(settings.cache, readonly=True)
+    try:
+        compiled = compile_graph(graph, settings.backend, cache=cache)
+    finally:
+        cache.close()
+    names = [o.name for o in compiled.outputs]
+    call = lambda: compiled.run(feeds)  # noqa: E731
+    stats = getattr(compiled, "stats", None)
+    info = {"backend": settings.backend, "cache": str(cache.path),
+            **({"compile": asdict(stats)} if stats is not None and is_dataclass(stats) else {})}
+    profile = getattr(compiled, "profile", None)
+    kernel_times = ((lambda: normalize_kernel_times(profile(feeds))) if callable(profile)
+                    else (lambda: profile_kernels(compiled, feeds)))
+    return Runner(SUBJECT, call, lambda: dict(zip(names, call())), info, kernel_times)
+
+
+def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], repeats: int = 5) -> list[dict[str, Any]]:
+    """Median time of each kernel of a CompiledModel over ``repeats`` runs, each kernel fenced by device
+    synchronisation (so the sum exceeds the pipelined end-to-end time on a GPU). Empty when the model does
+    not expose its kernels."""
+    kernels, launchers, backend = (getattr(compiled, a, None) for a in ("kernels", "compiled", "backend"))
+    if not isinstance(launchers, list) or not kernels or len(kernels) != len(launchers) or backend is None:
+        return []
+    times: list[list[int]] = [[] for _ in launchers]
+
+    def timed(i: int, fn: Callable) -> Callable:
+        def run(buffers):
+            backend.synchronize()
+            t0 = time.perf_counter_ns()
+            fn(buffers)
+            backend.synchronize()
+            times[i].append(time.perf_counter_ns() - t0)
+        return run
+
+    compiled.compiled = [timed(i, fn) for i, fn in enumerate(launchers)]
+    try:
+        for _ in range(repeats):
+            compiled.run(feeds)
+    finally:
+        compiled.compiled = launchers
+    out = []
+    for i, (k, t) in enumerate(zip(kernels, times)):
+        if t:
+            label = f"#{i} {getattr(k, 'form', 'kernel')} {str(getattr(k, 'signature', ''))[:8]}".strip()
+            out.append({"name": label, "seconds": float(np.median(t)) / 1e9})
+    return out
+
+
+def normalize_kernel_times(raw: Any) -> list[dict[str, Any]]:
+    """Per-kernel timings as [{name, seconds}] from a mapping, (name, seconds) pairs, or objects/dicts
+    with name and seconds (or time_s)."""
+    items = raw.items() if isinstance(raw, Mapping) else raw or []
+    out = []
+    for item in items:
+        if isinstance(item, tuple | list) and len(item) == 2:
+            name, secs = item
+        elif isinstance(item, Mapping):
+            name, secs = item.get("name"), item.get("seconds", item.get("time_s"))
+        else:
+            name, secs = getattr(item, "name", None), getattr(item, "seconds", getattr(item, "time_s", None))
+        if name is not None and isinstance(secs, int | float):
+            out.append({"name": str(name), "seconds": float(secs)})
+    return out
+
+
+def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,
+                       gpu: bool = False) -> Runner:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = settings.threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # idle worker threads that spin would steal the cores from the runtime timed next in the round
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    providers = ["CPUExecutionProvider"]
+    if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
+        providers.insert(0, "CUDAExecutionProvider")
+    try:
+        sess = ort.InferenceSession(str(model.path), opts, providers=providers)
+    except Exception as e:
+        raise LuminalError(f"onnxruntime cannot load {model.name}: {' '.join(str(e).split())[:300]}") from None
+    names = [o.name for o in sess.get_outputs()]
+    call = lambda: sess.run(names, feeds)  # noqa: E731
+    info = {"version": ort.__version__, "providers": sess.get_providers(), "threads": settings.threads}
+    return Runner("onnxruntime", call, lambda: dict(zip(names, call())), info)
+
+
+def torch_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings, gpu: bool = False) -> Runner:
+    """torch through onnx2torch, when that converter is installed."""
+    try:
+        import onnx2torch
+        import torch
+    except ImportError:
+        raise LuminalError("--against torch needs the onnx2torch converter, which is not installed") from None
+    torch.set_num_threads(settings.threads)
+    device = "cuda" if gpu and torch.cuda.is_available() else "cpu"
+    try:
+        module = onnx2torch.convert(str(model.path)).eval().to(device)
+    except Exception as e:
+        raise LuminalError(f"onnx2torch cannot convert {model.name}: {' '.join(str(e).split())[:200]}") from None
+    args = [torch.from_numpy(np.ascontiguousarray(v)).to(device) for v in feeds.values()]
+
+    def call():
+        with torch.inference_mode():
+            out = module(*args)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out
+
+    def outputs():
+        out = call()
+        out = out if isinstance(out, tuple | list) else [out]
+        return {f"output{i}": o.detach().cpu().numpy() for i, o in enumerate(out)}
+
+    return Runner("torch", call, outputs, {"version": torch.__version__, "device": device,
+                                            "threads": settings.threads})
+
+
+# ---------------------------------------------------------------- one model
+
+def _finite(x: float) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def parity_entry(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], atol: float,
+                 rtol: float) -> dict[str, Any]:
+    from .modelcheck import compare_outputs
+
+    checks = compare_outputs(got, want, atol, rtol)
+    outputs = [dict(asdict(c), max_abs=_finite(c.max_abs), max_rel=_finite(c.max_rel)) for c in checks]
+    return {"atol": atol, "rtol": rtol, "ok": bool(checks) and all(c.ok for c in checks), "outputs": outputs}
+
+
+def parity_message(name: str, parity: dict[str, Any]) -> str:
+    bad = next(o for o in parity["outputs"] if not o["ok"])
+    detail = bad["reason"] or f"max abs err {bad['max_abs']:.3g}, max rel err {bad['max_rel']:.3g}"
+    return (f"{name}: luminal's output {bad['name']!r} differs from onnxruntime's ({detail}; atol {parity['atol']:g}, "
+            f"rtol {parity['rtol']:g}); no speed reported for wrong outputs")
+
+
+def timings_entry(runners: list[Runner], samples: dict[str, list[float]], settings: Settings) -> dict[str, Any]:
+    runtimes = {r.name: {"info": r.info, **asdict(summarize(samples[r.name])), "samples_s": samples[r.name]}
+                for r in runners}
+    speedup = {}
+    for r in runners:
+        if r.name == SUBJECT:
+            continue
+        ci = bootstrap_ratio(samples[r.name], samples[SUBJECT], paired=True, n_boot=settings.n_boot,
+                             confidence=settings.confidence, seed=settings.seed)
+        speedup[r.name] = {"ratio": ci.estimate, "low": ci.low, "high": ci.high, "confidence": ci.confidence}
+    return {"runtimes": runtimes, "speedup": speedup}
+
+
+def bench_model(model: BenchModel, settings: Settings,
+                progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+    """Parity first, then timings. When luminal's outputs are wrong the entry has status "wrong-outputs",
+    a "message", and no timings."""
+    from ..frontend_onnx import load
+    from .modelcheck import load_model_proto, make_inputs
+
+    if not model.path.is_file():
+        raise LuminalError(f"model {str(model.path)!r} not found")
+    proto = load_model_proto(str(model.path))
+    t0 = time.perf_counter()
+    imported = load(str(model.path), dict(model.shapes))
+    feeds = make_inputs(list(imported.inputs), proto, settings.seed)
+    del proto
+    t1 = time.perf_counter()
+    gpu = settings.backend == "cuda"
+    subject = luminal_runner(model, imported, feeds, settings)
+    t2 = time.perf_counter()
+    peers = [onnxruntime_runner(model, feeds, settings, gpu) if p == "onnxruntime"
+             else torch_runner(model, feeds, settings, gpu) for p in settings.against]
+    reference = next((p for p in peers if p.name == "onnxruntime"), None)
+    reference = reference or onnxruntime_runner(model, feeds, settings, gpu)
+    entry: dict[str, Any] = {
+        "name": model.name,
+        "path": str(model.path),
+        "shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in model.shapes.items()},
+        "inputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
+        "warnings": [str(w) for w in getattr(imported, "warnings", []) or []],
+        "seconds": {"import": round(t1 - t0, 4), "compile": round(t2 - t1, 4)},
+    }
+    entry["parity"] = parity_entry(subject.outputs(), reference.outputs(), model.atol, model.rtol)
+    if not entry["parity"]["ok"]:
+        entry.update(status="wrong-outputs", message=parity_message(model.name, entry["parity"]))
+        return entry
+    runners = [subject, *peers]
+    samples = measure_interleaved({r.name: r.call for r in runners}, warmup_s=settings.warmup_s,
+                                  runs=settings.runs, time_s=settings.time_s, seed=settings.seed,
+                                  progress=(lambda k: progress(model.name, k)) if progress else None)
+    entry.update(timings_entry(runners, samples, settings))
+    entry["kernels"] = subject.kernel_times() if subject.kernel_times else []
+    entry["status"] = "ok"
+    return entry
+
+
+# ---------------------------------------------------------------- the whole document
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(backend: str, threads: int) -> dict[str, Any]:
+    """Who measured: versions, the device and toolchain fingerprints of the backend that ran."""
+    from ..cache.fingerprint import device_fingerprint, toolchain_fingerprint
+
+    fp_backend = backend if backend in ("cuda", "cpu", "interpret", "reference") else "cpu"
+    device = device_fingerprint(fp_backend)
+    toolchain = toolchain_fingerprint(fp_backend)
+    return {
+        "luminal": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "executable": sys.executable,
+        "cpu_count": os.cpu_count() or 1,
+        "threads": threads,
+        "versions": {n: _version(n) for n in ("numpy", "onnx", "onnxruntime", "torch", "triton", "optuna")},
+        "device": {"key": device.key, "info": device.info},
+        "toolchain": {"key": toolchain.key, "info": toolchain.info},
+    }
+
+
+def new_document(settings: Settings) -> dict[str, Any]:
+    s = asdict(settings)
+    s["against"] = list(settings.against)
+    return {
+        "schema": SCHEMA_ID,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "environment": environment(settings.backend, settings.threads),
+        "settings": s,
+        "models": [],
+    }
+
+
+def sanitize(value: Any) -> Any:
+    """Non-finite floats become null so the document is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): sanitize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sanitize(v) for v in value]
+    return value

@@ -1,0 +1,227 @@
+"""``luminal cache ls|show|stats|export|import|prune``: look into and move the tuning cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import timedelta
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import LuminalError
+from .common import console, emit_json, handle_errors
+
+CACHE_OPT = typer.Option(None, "--cache", help="Cache file (default: $LUMINAL_CACHE or ~/.cache/luminal/tuning.db).")
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w``."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
+    if not m:
+        raise LuminalError(f"bad duration {text!r}: expected a number and a unit s, m, h, d or w (e.g. 30d)")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _open(path: str | None, readonly: bool):
+    from ..cache import TuningCache
+
+    return TuningCache(path, readonly=readonly)
+
+
+def _ms(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    if ns < 10_000:
+        return f"{ns} ns"
+    if ns < 10_000_000:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns / 1e6:.2f} ms"
+
+
+def _x(speedup: float | None) -> str:
+    return f"{speedup:.2f}x" if speedup else "-"
+
+
+def _plain(obj: Any) -> Any:
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def _ls(cache: str | None, as_json: bool, limit: int) -> None:
+    with _open(cache, readonly=True) as c:
+        kernels = c.kernels()
+        path = c.path
+    if as_json:
+        emit_json({"cache": str(path), "kernels": [
+            {k: v for k, v in _plain(k).items() if k != "ir_text"} for k in kernels]})
+        return
+    table = Table(title=f"{len(kernels)} kernels in {escape(str(path))}", title_justify="left")
+    for col in ("signature", "form", "models", "trials", "winners", "best speedup", "last seen"):
+        table.add_column(col, justify="right" if col in ("trials", "winners", "best speedup") else "left")
+    for k in kernels[:limit]:
+        models = ", ".join(k.models[:3]) + (f" +{len(k.models) - 3}" if len(k.models) > 3 else "")
+        _row(table, k.signature[:16], k.form or "-", models or "-", str(k.n_trials), str(k.n_winners),
+                      _x(k.best_speedup), (k.last_seen or "-")[:19])
+    console.print(table)
+    if len(kernels) > limit:
+        console.print(f"... {len(kernels) - limit} more (--limit)")
+
+
+def _show(signature: str, cache: str | None, as_json: bool, n: int) -> None:
+    with _open(cache, readonly=True) as c:
+        sig = c.resolve(signature)
+        kernel = c.kernel(sig)
+        winners = c.winners(sig)
+        trials = c.trials(sig)
+    ok = sorted((t for t in trials if t.status == "ok" and t.median_ns is not None), key=lambda t: t.median_ns)
+    by_status: dict[str, int] = {}
+    for t in trials:
+        by_status[t.status] = by_status.get(t.status, 0) + 1
+    if as_json:
+        emit_json({"kernel": _plain(kernel), "winners": [_plain(w) for w in winners], "by_status": by_status,
+                   "fastest_trials": [_plain(t) for t in ok[:n]]})
+        return
+    console.print(f"[bold]{escape(sig)}[/]  form {escape(kernel.form or '-')}  shapes {escape(str(kernel.shapes))}",
+                  markup=True, soft_wrap=True)
+    if kernel.models:
+        console.print("models: " + ", ".join(kernel.models), markup=False, soft_wrap=True)
+    if kernel.ir_text:
+        console.print(kernel.ir_text, markup=False, highlight=False)
+    wt = Table(title="winners", title_justify="left")
+    for col in ("device", "toolchain", "median", "default", "speedup", "trials", "config", "updated"):
+        wt.add_column(col)
+    for w in winners:
+        _row(wt, w.device, w.toolchain, _ms(w.median_ns), _ms(w.default_ns), _x(w.speedup), str(w.n_trials),
+                   _config_text(w.config), w.updated_at[:19])
+    console.print(wt)
+    tt = Table(title=f"fastest {min(n, len(ok))} of {len(trials)} trials "
+                     f"({', '.join(f'{k} {v}' for k, v in sorted(by_status.items())) or 'none'})",
+               title_justify="left")
+    for col in ("id", "median", "p10", "p90", "n", "device", "config"):
+        tt.add_column(col)
+    for t in ok[:n]:
+        _row(tt, str(t.id), _ms(t.median_ns), _ms(t.p10_ns), _ms(t.p90_ns), str(t.n_samples), t.device,
+                   _config_text(t.config))
+    console.print(tt)
+
+
+def _row(table: Table, *cells: str) -> None:
+    table.add_row(*(Text(c) for c in cells))  # names come from models: never read them as markup
+
+
+def _config_text(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
+def _stats(cache: str | None, as_json: bool) -> None:
+    with _open(cache, readonly=True) as c:
+        stats = c.stats()
+        problems = c.check()
+    data = {**_plain(stats), "integrity": problems or "ok"}
+    if as_json:
+        emit_json(data)
+        return
+    table = Table(show_header=False, title=f"tuning cache {escape(stats.path)}", title_justify="left")
+    table.add_column("what")
+    table.add_column("value")
+    for label, value in (
+        ("size", f"{stats.size_bytes / 1e6:.2f} MB"), ("schema", f"v{stats.schema_version}"),
+        ("kernels", stats.kernels), ("trials", stats.trials), ("winners", stats.winners),
+        ("by status", ", ".join(f"{k} {v}" for k, v in stats.by_status.items()) or "-"),
+        ("devices", len(stats.devices)), ("toolchains", len(stats.toolchains)),
+        ("oldest trial", stats.oldest or "-"), ("newest trial", stats.newest or "-"),
+        ("integrity", "ok" if not problems else "; ".join(problems[:3])),
+    ):
+        _row(table, label, str(value))
+    console.print(table)
+
+
+def _current_toolchains() -> list[str]:
+    from ..cache import toolchain_fingerprint
+
+    return [toolchain_fingerprint(b).key for b in ("cpu", "cuda", "interpret", "reference")]
+
+
+def register(app: typer.Typer) -> None:
+    cache_app = typer.Typer(name="cache", help="Look into and move the tuning cache.", no_args_is_help=True)
+
+    @cache_app.command("ls")
+    @handle_errors
+    def ls(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
+           limit: int = typer.Option(50, "--limit", help="Rows to show.")) -> None:
+        """List the kernels the cache knows, with trial and winner counts."""
+        _ls(cache, as_json, limit)
+
+    @cache_app.command("show")
+    @handle_errors
+    def show(signature: str = typer.Argument(..., help="A kernel signature or a unique prefix of one."),
+             cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
+             trials: int = typer.Option(10, "--trials", help="Fastest trials to list.")) -> None:
+        """One kernel: its IR, winners per device and toolchain, fastest trials."""
+        _show(signature, cache, as_json, trials)
+
+    @cache_app.command("stats")
+    @handle_errors
+    def stats(cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+        """Counts, size, schema version and an integrity check."""
+        _stats(cache, as_json)
+
+    @cache_app.command("export")
+    @handle_errors
+    def export(file: str = typer.Argument(..., help="Output file (JSON lines; gzip when it ends in .gz)."),
+               cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+        """Write the whole cache to a portable file."""
+        with _open(cache, readonly=True) as c:
+            n = c.export(file)
+            path = c.path
+        if as_json:
+            emit_json({"cache": str(path), "file": file, "records": n})
+        else:
+            console.print(f"exported {n} records from {path} to {file}", markup=False, soft_wrap=True)
+
+    @cache_app.command("import")
+    @handle_errors
+    def import_(file: str = typer.Argument(..., help="A file written by `luminal cache export`."),
+                cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+        """Merge an export: trials de-duplicated, the faster winner kept per key."""
+        with _open(cache, readonly=False) as c:
+            report = c.import_(file)
+            path = c.path
+        if as_json:
+            emit_json({"cache": str(path), **_plain(report)})
+            return
+        r = report
+        console.print(
+            f"imported into {path}: {r.trials_added} trials ({r.trials_duplicate} already there), "
+            f"{r.kernels_added} new kernels, winners {r.winners_added} new / {r.winners_replaced} faster / "
+            f"{r.winners_kept} kept", markup=False, soft_wrap=True)
+
+    @cache_app.command("prune")
+    @handle_errors
+    def prune(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
+              older_than: str = typer.Option(None, "--older-than", help="Drop records older than this (30d, 12h)."),
+              other_toolchains: bool = typer.Option(False, "--other-toolchains",
+                                                    help="Drop records of toolchains other than this machine's."),
+              failed: bool = typer.Option(False, "--failed", help="Drop failed trials (the default alone)."),
+              dry_run: bool = typer.Option(False, "--dry-run", help="Count only; change nothing.")) -> None:
+        """Delete stale records. With no option: failed trials."""
+        age = parse_duration(older_than) if older_than is not None else None
+        if age is None and not other_toolchains:
+            failed = True
+        keep = _current_toolchains() if other_toolchains else None
+        with _open(cache, readonly=False) as c:
+            report = c.prune(older_than=age, other_toolchains=keep, failed=failed, dry_run=dry_run)
+            path = c.path
+        if as_json:
+            emit_json({"cache": str(path), **_plain(report)})
+        else:
+            verb = "would remove" if dry_run else "removed"
+            console.print(f"{verb} {report.trials} trials, {report.winners} winners, {report.kernels} kernels "
+                          f"from {path}", markup=False, soft_wrap=True)
+
+    app.add_typer(cache_app, name="cache")

@@ -1,0 +1,89 @@
+"""``luminal compile MODEL``: import, partition, pick schedules (tuning cache or defaults),
+compile every kernel and optionally write an artifact directory."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import LuminalError
+from .common import console, emit_json, handle_errors, parse_shapes
+
+
+def _open_cache(path: str | None):
+    from ..cache import TuningCache, default_cache_path
+
+    if path is None and not os.environ.get("LUMINAL_CACHE") and not default_cache_path().is_file():
+        return None
+    if path is not None and not Path(path).is_file():
+        raise LuminalError(f"tuning cache not found: {path}")
+    return TuningCache(path, readonly=True)
+
+
+def run_compile(model: str, backend: str, shape: list[str] | None, out: str | None, cache: str | None,
+                as_json: bool) -> dict:
+    from ..runtime.artifact import write_artifact
+    from ..runtime.compile import compile_graph, import_model, resolve_backend
+
+    if not Path(model).is_file():
+        raise LuminalError(f"model file not found: {model}")
+    shapes = parse_shapes(shape)
+    be = resolve_backend(backend)
+    t0 = time.perf_counter()
+    graph = import_model(model, shapes)
+    t_import = time.perf_counter() - t0
+    tc = _open_cache(cache)
+    try:
+        compiled = compile_graph(graph, be, cache=tc)
+    finally:
+        if tc is not None:
+            tc.close()
+    s = compiled.stats
+    result = {
+        "model": str(model), "backend": be.name, "kernels": s.kernels, "forms": s.forms,
+        "cache": {"hits": s.cache_hits, "misses": s.cache_misses, "invalid": s.invalid_schedules,
+                  "used": tc is not None},
+        "memory": {"planned_bytes": compiled.planned_bytes, "intermediate_bytes": compiled.intermediate_bytes},
+        "import_s": round(t_import, 4), "compile_s": round(s.compile_s, 4),
+        "inputs": [i.to_json() for i in compiled.inputs], "outputs": [o.to_json() for o in compiled.outputs],
+    }
+    if out:
+        result["artifact"] = str(write_artifact(compiled, out, model, shapes))
+    return result
+
+
+def _show(r: dict) -> None:
+    t = Table(title=f"compiled {escape(Path(r['model']).name)} for {r['backend']}", show_header=False)
+    t.add_row("kernels", f"{r['kernels']} ({', '.join(f'{v} {k}' for k, v in sorted(r['forms'].items()))})")
+    c = r["cache"]
+    t.add_row("tuning cache", f"{c['hits']} hits, {c['misses']} misses" if c["used"] else "not used (defaults)")
+    m = r["memory"]
+    t.add_row("buffer memory", f"{m['planned_bytes']:,} B planned vs {m['intermediate_bytes']:,} B unshared")
+    t.add_row("time", f"import {r['import_s']:.2f} s, compile {r['compile_s']:.2f} s")
+    if "artifact" in r:
+        t.add_row("artifact", escape(r["artifact"]))
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("compile")
+    @handle_errors
+    def compile_(
+        model: str = typer.Argument(..., help="The ONNX model file."),
+        backend: str = typer.Option("auto", "--backend", help="auto, cuda, cpu or interpret."),
+        shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or x=1x3x224x224."),
+        out: str = typer.Option(None, "-o", "--output", help="Write a loadable artifact to this directory."),
+        cache: str = typer.Option(None, "--cache", help="Tuning cache file (default: $LUMINAL_CACHE or ~/.cache)."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
+        r = run_compile(model, backend, shape, out, cache, as_json)
+        if as_json:
+            emit_json(r)
+        else:
+            _show(r)

@@ -1,0 +1,105 @@
+"""``luminal inspect MODEL``: ONNX ops, primitives before and after the passes, inputs and outputs."""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+import time
+
+import typer
+from rich.table import Table
+
+from .common import console, emit_json, handle_errors, parse_shapes
+
+
+def _io(items) -> list[dict]:
+    return [{"name": i.name, "dtype": getattr(i.dtype, "value", str(i.dtype)), "shape": list(i.shape)} for i in items]
+
+
+def inspect_model(model: str, shapes: dict) -> tuple[dict, object]:
+    """The report as plain data, and the optimised graph."""
+    from ..frontend_onnx.importer import load
+    from ..ir import optimize
+
+    t0 = time.perf_counter()
+    if "optimize" in pyinspect.signature(load).parameters:
+        raw = load(model, shapes, optimize=False)
+        before = raw.graph.primitive_counts()
+        graph = optimize(raw.graph)
+        res = raw
+    else:
+        res = load(model, shapes)
+        before = None
+        graph = res.graph
+    seconds = time.perf_counter() - t0
+    after = graph.primitive_counts()
+    data = {
+        "model": model,
+        "opset": res.opset,
+        "onnx_ops": dict(res.onnx_op_counts),
+        "onnx_nodes": sum(res.onnx_op_counts.values()),
+        "primitives_before_passes": before,
+        "primitives_after_passes": after,
+        "primitive_nodes_before": sum(before.values()) if before is not None else None,
+        "primitive_nodes_after": sum(after.values()),
+        "inputs": _io(res.inputs),
+        "outputs": _io(getattr(res, "outputs", [])),
+        "bindings": dict(graph.bindings),
+        "unbound": list(res.unbound),
+        "warnings": list(res.warnings),
+        "import_seconds": round(seconds, 3),
+    }
+    return data, graph
+
+
+def _shape(s) -> str:
+    return "x".join(map(str, s)) or "scalar"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("inspect")
+    @handle_errors
+    def inspect_cmd(
+        model: str = typer.Argument(..., help="The ONNX model file."),
+        shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
+        ir: bool = typer.Option(False, "--ir", help="Print the optimised primitive graph."),
+        json_path: str = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout)."),
+    ) -> None:
+        """Show the model's ONNX ops, its primitives before and after the passes, and its inputs and outputs."""
+        from ..ir import format_graph
+
+        data, graph = inspect_model(model, parse_shapes(shape))
+        if json_path:
+            emit_json(dict(data, ir=format_graph(graph)) if ir else data, json_path)
+            if json_path == "-":
+                return
+        console.print(f"[bold]{model}[/]  opset {data['opset']}, {data['onnx_nodes']} ONNX nodes, "
+                      f"{data['primitive_nodes_after']} primitives after passes "
+                      f"(import {data['import_seconds']:.2f} s)", soft_wrap=True)
+        io = Table(title="inputs and outputs")
+        for col in ("", "name", "dtype", "shape"):
+            io.add_column(col)
+        for kind in ("inputs", "outputs"):
+            for i in data[kind]:
+                io.add_row(kind[:-1], i["name"], i["dtype"], _shape(i["shape"]))
+        console.print(io)
+        ops = Table(title="ONNX ops")
+        ops.add_column("op")
+        ops.add_column("count", justify="right")
+        for k, v in sorted(data["onnx_ops"].items(), key=lambda kv: (-kv[1], kv[0])):
+            ops.add_row(k, str(v))
+        console.print(ops)
+        prims = Table(title="primitives")
+        prims.add_column("primitive")
+        before = data["primitives_before_passes"]
+        if before is not None:
+            prims.add_column("before passes", justify="right")
+        prims.add_column("after passes", justify="right")
+        after = data["primitives_after_passes"]
+        for k in sorted(set(after) | set(before or {})):
+            row = [k] + ([str(before.get(k, 0))] if before is not None else []) + [str(after.get(k, 0))]
+            prims.add_row(*row)
+        console.print(prims)
+        for w in data["warnings"]:
+            console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+        if ir:
+            console.print(format_graph(graph), markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,210 @@
+"""What ``luminal check`` does: seeded inputs, onnxruntime, a luminal backend, a comparison."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import LuminalError
+from ..frontend_onnx.conformance import compare
+from ..ir import Graph, run_reference
+
+# ops through which an input keeps its meaning as an index
+_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+_DEFAULT_INT_HIGH = 2
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    shape: list[int]
+    dtype: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    reason: str = ""
+
+
+@dataclass
+class CheckReport:
+    model: str
+    backend: str
+    atol: float
+    rtol: float
+    seed: int
+    inputs: dict[str, dict[str, Any]]
+    outputs: list[OutputCheck] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.outputs) and all(o.ok for o in self.outputs)
+
+
+# ---------------------------------------------------------------- backends
+
+def _run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    return run_reference(graph, dict(feeds))
+
+
+# backend name -> runner(graph, feeds) returning the outputs in graph.output_names order
+BACKENDS: dict[str, Callable[[Graph, Mapping[str, np.ndarray]], list[np.ndarray]]] = {
+    "reference": _run_reference,
+}
+
+
+def run_backend(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str) -> dict[str, np.ndarray]:
+    """Run ``graph`` on ``backend``; returns {output name: array}."""
+    runner = BACKENDS.get(backend)
+    if runner is None:
+        raise LuminalError(f"backend {backend!r} is not available (available: {', '.join(sorted(BACKENDS))})")
+    return dict(zip(graph.output_names, runner(graph, feeds)))
+
+
+# ---------------------------------------------------------------- inputs
+
+def _const_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    shapes = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    shapes[n.output[0]] = tuple(a.t.dims)
+    return shapes
+
+
+def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """For each graph input used (through casts and reshapes) as the indices of a
+    Gather over a constant table, the smallest table extent along the gathered axis."""
+    consts = _const_shapes(model)
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for n in model.graph.node:
+        for i, name in enumerate(n.input):
+            if name:
+                users.setdefault(name, []).append((n, i))
+    bounds: dict[str, int] = {}
+    for inp in model.graph.input:
+        if inp.name in consts:
+            continue
+        stack, seen, found = [inp.name], set(), []
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            for n, i in users.get(v, []):
+                if n.op_type in _PASS_THROUGH and i == 0:
+                    stack.extend(n.output)
+                elif n.op_type == "Gather" and i == 1 and n.input[0] in consts:
+                    axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+                    dims = consts[n.input[0]]
+                    if dims:
+                        found.append(dims[axis % len(dims)])
+        if found:
+            bounds[inp.name] = max(1, min(found))
+    return bounds
+
+
+def make_inputs(inputs: list, model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs for ``inputs`` (IOInfo: name, dtype, shape): floats standard normal,
+    integers in [0, table size) for lookup indices and [0, 2) otherwise, bools fair."""
+    rng = np.random.default_rng(seed)
+    bounds = index_bounds(model)
+    feeds: dict[str, np.ndarray] = {}
+    for io in inputs:
+        shape = tuple(io.shape)
+        free = [d for d in shape if not isinstance(d, int)]
+        if free:
+            raise LuminalError(f"input {io.name!r} has unbound dimension {free[0]!r}; bind it with --shape")
+        dt = np.dtype(_np_dtype(io.dtype))
+        if dt.kind == "f":
+            x = rng.standard_normal(shape, dtype=np.float32).astype(dt)
+        elif dt.kind in "iu":
+            x = rng.integers(0, bounds.get(io.name, _DEFAULT_INT_HIGH), shape).astype(dt)
+        elif dt.kind == "b":
+            x = rng.random(shape) < 0.5
+        else:
+            raise LuminalError(f"input {io.name!r} has dtype {dt}, which luminal cannot feed")
+        feeds[io.name] = x
+    return feeds
+
+
+def _np_dtype(dtype) -> np.dtype:
+    return dtype.np if hasattr(dtype, "np") else np.dtype(dtype)
+
+
+# ---------------------------------------------------------------- onnxruntime
+
+def run_onnxruntime(model_path: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = min(4, os.cpu_count() or 1)
+    try:
+        sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        outs = sess.run(names, dict(feeds))
+    except Exception as e:
+        msg = " ".join(str(e).split())[:300]
+        raise LuminalError(f"onnxruntime cannot run the model: {msg}") from None
+    return dict(zip(names, outs))
+
+
+# ---------------------------------------------------------------- the check
+
+def load_model_proto(path: str) -> onnx.ModelProto:
+    p = Path(path)
+    if not p.is_file():
+        raise LuminalError(f"model {path!r} not found")
+    try:
+        return onnx.load(str(p), load_external_data=False)
+    except Exception as e:
+        raise LuminalError(f"cannot read {path!r} as an ONNX model: {type(e).__name__}") from None
+
+
+def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray],
+                    atol: float, rtol: float) -> list[OutputCheck]:
+    checks = []
+    for name, w in want.items():
+        w = np.asarray(w)
+        if name not in got:
+            checks.append(OutputCheck(name, list(w.shape), str(w.dtype), float("nan"), float("nan"), False,
+                                      "missing from luminal's outputs"))
+            continue
+        c = compare(np.asarray(got[name]), w, rtol, atol)
+        checks.append(OutputCheck(name, list(w.shape), str(w.dtype), c.max_abs, c.max_rel, c.ok, c.reason))
+    return checks
+
+
+def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str = "reference",
+                atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0) -> CheckReport:
+    """Run the model on onnxruntime and on a luminal backend with the same seeded inputs."""
+    from ..frontend_onnx import load
+
+    if backend not in BACKENDS:
+        raise LuminalError(f"backend {backend!r} is not available (available: {', '.join(sorted(BACKENDS))})")
+    proto = load_model_proto(path)
+    t0 = time.perf_counter()
+    imported = load(path, dict(shapes or {}))
+    t1 = time.perf_counter()
+    feeds = make_inputs(list(imported.inputs), proto, seed)
+    del proto
+    report = CheckReport(model=str(path), backend=backend, atol=atol, rtol=rtol, seed=seed,
+                         inputs={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
+                         warnings=list(getattr(imported, "warnings", []) or []))
+    want = run_onnxruntime(str(path), feeds)
+    t2 = time.perf_counter()
+    got = run_backend(imported.graph, feeds, backend)
+    t3 = time.perf_counter()
+    report.outputs = compare_outputs(got, want, atol, rtol)
+    report.seconds = {"import": round(t1 - t0, 3), "onnxruntime": round(t2 - t1, 3), backend: round(t3 - t2, 3)}
+    return report

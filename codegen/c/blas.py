@@ -1,0 +1,82 @@
+"""The library schedule of a contraction: numpy's BLAS on the packed operands, then a generated epilogue.
+
+Operands are packed to (batch, M, K) and (batch, K, N) by reading their views
+with numpy, multiplied with ``numpy.matmul``, and the row-space epilogue runs
+as a generated elementwise C kernel that reads the product as one more input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from ...ir.reference import read
+from ...ir.view import View
+from ..kernel import Buffer, Kernel, KOp
+from .contraction import Plan
+
+
+def _contiguous_in(shape: tuple[int, ...], dims: tuple[int, ...], scale: int) -> dict[int, int]:
+    out, acc = {}, scale
+    for d in reversed(dims):
+        out[d] = acc
+        acc *= shape[d]
+    return out
+
+
+def epilogue_kernel(kernel: Kernel, plan: Plan) -> Kernel:
+    """The row-space part of a contraction as an elementwise kernel reading the product buffer."""
+    nb, M, N, K = plan.sizes
+    row = kernel.row
+    strides = {**_contiguous_in(row, plan.batch, M * N), **_contiguous_in(row, plan.m, N),
+               **_contiguous_in(row, plan.n, 1)}
+    view = View(row, tuple(strides.get(d, 0) for d in range(len(row))))
+    ops = []
+    for i, op in enumerate(kernel.ops):
+        if i == plan.red:
+            op = KOp("Load", (), DType.float32, "full", (("buf", len(kernel.inputs)), ("view", view)))
+        elif op.space == "full":
+            op = KOp("Const", (), op.dtype, "full", (("value", 0),))
+        else:
+            op = replace(op, space="full")
+        ops.append(op)
+    inputs = list(kernel.inputs) + [Buffer((nb, M, N), DType.float32)]
+    return Kernel("elementwise", row, (), inputs, ops, list(kernel.outputs))
+
+
+def _operand(arr: np.ndarray, view: View, outer: tuple[int, ...], inner: tuple[int, ...], nb: int, a: int,
+             b: int, shape: tuple[int, ...]) -> np.ndarray:
+    keep = set(outer) | set(inner)
+    v = view.shrink(tuple((0, s) if d in keep else (0, 1) for d, s in enumerate(shape)))
+    x = read(arr, v)
+    order = list(outer) + list(inner)
+    x = np.transpose(x, order + [d for d in range(len(shape)) if d not in keep])
+    return np.ascontiguousarray(x.reshape(nb, a, b), dtype=np.float32)
+
+
+class BlasKernel:
+    def __init__(self, kernel: Kernel, plan: Plan, epilogue):
+        self.kernel, self.plan, self.epilogue = kernel, plan, epilogue
+        self.threads = epilogue.threads
+
+    @staticmethod
+    def epilogue_source(kernel: Kernel, plan: Plan) -> str:
+        from .emit import emit_elementwise
+
+        return emit_elementwise(epilogue_kernel(kernel, plan), {"vec": 0, "unroll": 1, "threads": 0, "block": 16384})
+
+    def __call__(self, buffers) -> None:
+        k, p = self.kernel, self.plan
+        nb, M, N, K = p.sizes
+        oa, ob = k.ops[p.a], k.ops[p.b]
+        a = _operand(buffers[oa.attr("buf")], oa.attr("view"), p.batch + p.m, p.k, nb, M, K, k.full)
+        b = _operand(buffers[ob.attr("buf")], ob.attr("view"), p.batch + p.k, p.n, nb, K, N, k.full)
+        if p.batch:
+            c = np.matmul(a, b)
+        else:
+            c = np.matmul(a[0], b[0]).reshape(1, M, N)
+        c = np.ascontiguousarray(c, dtype=np.float32)
+        n_in = len(k.inputs)
+        self.epilogue(list(buffers[:n_in]) + [c] + list(buffers[n_in:]))

@@ -1,0 +1,308 @@
+"""Contraction kernels: packed panels and a register-blocked micro-kernel, with the fused epilogue.
+
+The full-space dims of ``SumReduce(Mul(Load A, Load B))`` split into batch
+(both operands, kept), M (only A), N (only B) and K (reduced); each group is
+flattened. Every index an operand needs is affine in the dims, so it splits
+into one table per group (offset and each mask constraint), filled once per
+call. Packing reads operands through those tables (transposes, broadcasts,
+conv windows and padding cost only the pack) into MR- and NR-wide panels; the
+micro-kernel keeps an MR x NR tile in vector registers (GCC vector
+extensions, FMA where the target has it). Each MC x NC tile is accumulated
+over K in KC steps in a per-thread buffer, then the row-space epilogue
+(bias, activation, residual) runs on it and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...ir.dtypes import DType
+from ...ir.view import View
+from ..kernel import Kernel
+from . import ctypes_map as ct
+
+
+@dataclass(frozen=True)
+class Plan:
+    a: int  # op index of the A load (M side)
+    b: int  # op index of the B load (N side)
+    red: int
+    batch: tuple[int, ...]
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    sizes: tuple[int, int, int, int]  # batch, M, N, K
+    b_direct: bool  # B is float32, unmasked, unit stride over flattened N: readable without packing
+
+
+def _deps(v: View, d: int) -> bool:
+    return v.strides[d] != 0 or any(c[d] for c, _, _ in v.mask)
+
+
+def _unit_affine(v: View, dims: tuple[int, ...], full: tuple[int, ...]) -> bool:
+    acc = 1
+    for d in reversed(dims):
+        if v.strides[d] != acc:
+            return False
+        acc *= full[d]
+    return True
+
+
+def plan_contraction(kernel: Kernel) -> Plan | None:
+    """The GEMM view of a contraction kernel, or None when it needs the generic reduction code."""
+    if kernel.form != "contraction":
+        return None
+    reds = [i for i, o in enumerate(kernel.ops) if o.op in ("SumReduce", "MaxReduce")]
+    if len(reds) != 1 or kernel.ops[reds[0]].op != "SumReduce" or not kernel.ops[reds[0]].dtype.is_float:
+        return None
+    red = reds[0]
+    mul = kernel.ops[red].args[0]
+    mo = kernel.ops[mul]
+    if mo.op != "Mul" or mo.space != "full" or not mo.dtype.is_float:
+        return None
+    full_ops = {i for i, o in enumerate(kernel.ops) if o.space == "full"}
+    a, b = mo.args
+    if full_ops != {a, b, mul} or a == b:
+        return None
+    if any(kernel.ops[x].op != "Load" or kernel.ops[x].attr("view").shape != kernel.full for x in (a, b)):
+        return None
+    if any(kernel.ops[o].space != "row" for o, _ in kernel.outputs):
+        return None
+    va, vb = kernel.ops[a].attr("view"), kernel.ops[b].attr("view")
+    groups: dict[str, list[int]] = {"batch": [], "m": [], "n": [], "k": []}
+    for d, s in enumerate(kernel.full):
+        if s == 1:
+            continue
+        da, db = _deps(va, d), _deps(vb, d)
+        if d in kernel.reduce_axes:
+            groups["k"].append(d)
+        elif da and not db:
+            groups["m"].append(d)
+        elif db and not da:
+            groups["n"].append(d)
+        else:
+            groups["batch"].append(d)
+    kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
+    if kept and kept[-1] in groups["m"]:
+        a, b = b, a
+        va, vb = vb, va
+        groups["m"], groups["n"] = groups["n"], groups["m"]
+    size = {g: math.prod(kernel.full[d] for d in ds) for g, ds in groups.items()}
+    b_direct = (kernel.ops[b].dtype is DType.float32 and not vb.mask and bool(groups["n"])
+                and _unit_affine(vb, tuple(groups["n"]), kernel.full)
+                and any(vb.strides[d] for d in groups["k"]))
+    return Plan(a, b, red, tuple(groups["batch"]), tuple(groups["m"]), tuple(groups["n"]), tuple(groups["k"]),
+                (size["batch"], size["m"], size["n"], size["k"]), b_direct)
+
+
+def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> tuple[list[str], dict]:
+    """C code filling per-group tables of the view's offset and mask expressions.
+
+    Returns (fill statements, {(expr index, group): C array name}); expr 0 is the offset,
+    1.. the mask constraints (without their bounds)."""
+    exprs = [view.strides] + [c for c, _, _ in view.mask]
+    names: dict[tuple[int, str], str] = {}
+    fill: list[str] = []
+    for g, dims in groups.items():
+        used = [e for e, co in enumerate(exprs) if any(co[d] for d in dims)]
+        if not used:
+            continue
+        size = math.prod(full[d] for d in dims)
+        for e in used:
+            names[(e, g)] = f"{name}_{g}{e}"
+            fill.append(f"int64_t *{name}_{g}{e} = lum_ti; lum_ti += {size};")
+        fill.append(f"for (int64_t x = 0; x < {size}; x++) {{")
+        from .emit import unravel
+
+        idx = unravel("x", tuple(full[d] for d in dims))
+        for e in used:
+            terms = [f"{exprs[e][d]}*{ix}" for d, ix in zip(dims, idx) if exprs[e][d] and ix != "0"]
+            fill.append(f"    {names[(e, g)]}[x] = {' + '.join(terms) or '0'};")
+        fill.append("}")
+    return fill, names
+
+
+def _table_len(view: View, groups: dict[str, tuple[int, ...]], full) -> int:
+    exprs = [view.strides] + [c for c, _, _ in view.mask]
+    n = 0
+    for dims in groups.values():
+        used = sum(1 for co in exprs if any(co[d] for d in dims))
+        n += used * math.prod(full[d] for d in dims)
+    return n
+
+
+def _operand(name: str, buf: int, dt: DType, view: View, names: dict, gidx: dict[str, str]) -> tuple[str, str]:
+    """(value expression, validity expression) of the operand at group indices ``gidx``."""
+
+    def expr(e: int, const: int) -> str:
+        terms = [f"{names[(e, g)]}[{gidx[g]}]" for g in ("batch", "m", "n", "k") if (e, g) in names]
+        return "(" + " + ".join(terms + [str(const)]) + ")"
+
+    x = ct.load(dt, f"in{buf}[{expr(0, view.offset)}]")
+    conds = [f"((uint64_t){expr(i + 1, -lo)} < {hi - lo}ULL)" for i, (_, lo, hi) in enumerate(view.mask)]
+    return x, " && ".join(conds) if conds else "1"
+
+
+def _micro_kernel(mr: int, nr: int, vw: int, direct: bool) -> list[str]:
+    nv = nr // vw
+    L = ["static inline void lum_mk(int64_t kc, const float *restrict a, const float *restrict bp,",
+         "                          const int64_t *restrict bk, float *restrict c, int64_t ldc, int first) {"]
+    for i in range(mr):
+        for v in range(nv):
+            L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
+    L.append("    for (int64_t k = 0; k < kc; k++) {")
+    L.append("        const float *br = " + ("bp + bk[k];" if direct else f"bp + k*{nr};"))
+    vt = "lum_vu" if direct else "lum_v"
+    for v in range(nv):
+        L.append(f"        lum_v b{v} = *(const {vt} *)(br + {v * vw});")
+    for i in range(mr):
+        L.append(f"        {{ const float ai = a[k*{mr} + {i}];")
+        for v in range(nv):
+            L.append(f"          c{i}_{v} += ai * b{v};")
+        L.append("        }")
+    L.append("    }")
+    for i in range(mr):
+        for v in range(nv):
+            L.append(f"    *(lum_vu *)(c + {i}*ldc + {v * vw}) = c{i}_{v};")
+    L.append("}")
+    return L
+
+
+def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
+    from .emit import Body, _indent, _signature, unravel
+    from .prelude import PRELUDE
+
+    full = kernel.full
+    nb, M, N, K = plan.sizes
+    mr, nr = sched["mr"], sched["nr"]
+    mc, nc = sched["mc"], sched["nc"]
+    kc = sched["kc"] or K
+    kc = min(kc, K)
+    direct = not sched["pack_b"]
+    pm, pn = -(-M // mr), -(-N // nr)
+    groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
+    oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
+    va, vb = oa.attr("view"), ob.attr("view")
+    fill_a, names_a = _tables("ta", va, groups, full)
+    fill_b, names_b = _tables("tb", vb, groups, full)
+    ntab = _table_len(va, groups, full) + _table_len(vb, groups, full) + 1
+    mt, nt_ = -(-M // mc), -(-N // nc)
+    tiles = nb * mt * nt_
+
+    L = [PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif",
+         f"typedef float lum_v __attribute__((vector_size({vw * 4})));",
+         f"typedef float lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));",
+         "static _Thread_local float *lum_ws = 0;", "static _Thread_local size_t lum_ws_n = 0;",
+         "static float *lum_workspace(size_t n) {",
+         "    if (n > lum_ws_n) { free(lum_ws); n = (n + 15) & ~(size_t)15;",
+         "        lum_ws = (float *)aligned_alloc(64, n * sizeof(float)); lum_ws_n = lum_ws ? n : 0; }",
+         "    return lum_ws;", "}"]
+    L += _micro_kernel(mr, nr, vw, direct)
+    L += _signature(kernel)
+    L.append(f"    int64_t *lum_tab = (int64_t *)malloc({ntab} * sizeof(int64_t)), *lum_ti = lum_tab;")
+    L.append("    if (!lum_tab) return;")
+    L += _indent(fill_a + fill_b, 4)
+    size_a = nb * pm * K * mr
+    size_b = 0 if direct else nb * pn * K * nr
+    L.append(f"    float *ap = lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc});")
+    L.append("    if (!ap) { free(lum_tab); return; }")
+    L.append(f"    float *bpk = ap + {size_a}; float *ctiles = bpk + {size_b};")
+    L.append("    #pragma omp parallel num_threads(nt)")
+    L.append("    {")
+    # pack A: panel (ib, p) holds K x MR
+    ax, aok = _operand("a", kernel.ops[plan.a].attr("buf"), oa.dtype, va, names_a,
+                       {"batch": "ib", "m": "m", "k": "k"})
+    L.append("        #pragma omp for schedule(static)")
+    L.append(f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{")
+    L.append(f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;")
+    L.append(f"            float *dst = ap + t * {K * mr};")
+    L.append(f"            for (int64_t i = 0; i < {mr}; i++) {{")
+    L.append(f"                int64_t m = p * {mr} + i;")
+    L.append(f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0.0f; continue; }}")
+    L.append(f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0.0f;")
+    L.append("            }")
+    L.append("        }")
+    if not direct:
+        bx, bok = _operand("b", kernel.ops[plan.b].attr("buf"), ob.dtype, vb, names_b,
+                           {"batch": "ib", "n": "n", "k": "k"})
+        L.append("        #pragma omp for schedule(static)")
+        L.append(f"        for (int64_t t = 0; t < {nb * pn}LL; t++) {{")
+        L.append(f"            int64_t ib = t / {pn}, q = t % {pn}; (void)ib;")
+        L.append(f"            float *dst = bpk + t * {K * nr};")
+        L.append(f"            for (int64_t k = 0; k < {K}; k++) {{")
+        L.append(f"                for (int64_t j = 0; j < {nr}; j++) {{")
+        L.append(f"                    int64_t n = q * {nr} + j;")
+        L.append(f"                    dst[k*{nr} + j] = (n < {N} && ({bok})) ? {bx} : 0.0f;")
+        L.append("                }")
+        L.append("            }")
+        L.append("        }")
+    L.append("        #ifdef _OPENMP")
+    L.append(f"        float *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc};")
+    L.append("        #else")
+    L.append("        float *ct = ctiles;")
+    L.append("        #endif")
+    L.append("        #pragma omp for schedule(dynamic, 1)")
+    L.append(f"        for (int64_t t = 0; t < {tiles}LL; t++) {{")
+    L.append(f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};")
+    if sched["order"] == "mn":
+        L.append(f"            int64_t ic = (rest / {nt_}) * {mc}, jc = (rest % {nt_}) * {nc};")
+    else:
+        L.append(f"            int64_t jc = (rest / {mt}) * {nc}, ic = (rest % {mt}) * {mc};")
+    L.append(f"            int64_t mcur = lum_min64({mc}, {M} - ic), ncur = lum_min64({nc}, {N} - jc);")
+    L.append(f"            int64_t mp = (mcur + {mr - 1}) / {mr}, np_ = (ncur + {nr - 1}) / {nr};")
+    L.append(f"            for (int64_t pc = 0; pc < {K}; pc += {kc}) {{")
+    L.append(f"                int64_t kcur = lum_min64({kc}, {K} - pc);")
+    L.append("                for (int64_t jr = 0; jr < np_; jr++) {")
+    if direct:
+        boff = names_b.get((0, "batch"))
+        kt = names_b.get((0, "k"))
+        base = f"in{ob.attr('buf')} + {vb.offset}" + (f" + {boff}[ib]" if boff else "") + " + jc + jr*" + str(nr)
+        bk_expr = f"{kt} + pc" if kt else "lum_zero_k"
+        L.append(f"                    const float *bsrc = {base};")
+        bptr, bkp = "bsrc", bk_expr
+    else:
+        bptr = f"bpk + (ib * {pn} + jc / {nr} + jr) * {K * nr} + pc * {nr}"
+        bkp = "0"
+    L.append("                    for (int64_t ir = 0; ir < mp; ir++) {")
+    L.append(f"                        lum_mk(kcur, ap + (ib * {pm} + ic / {mr} + ir) * {K * mr} + pc * {mr},")
+    L.append(f"                               {bptr}, {bkp}, ct + ir * {mr * nc} + jr * {nr}, {nc}, pc == 0);")
+    L.append("                    }")
+    L.append("                }")
+    L.append("            }")
+    # epilogue over the tile
+    body = Body(kernel)
+    epi: list[str] = []
+    for d, e in zip(plan.batch, unravel("ib", tuple(full[x] for x in plan.batch))):
+        epi.append(f"const int64_t i{d} = {e};")
+    for d, s in enumerate(full):
+        if s == 1 and d not in kernel.reduce_axes:
+            epi.append(f"const int64_t i{d} = 0;")
+    epi.append("for (int64_t i = 0; i < mcur; i++) {")
+    epi.append("    const int64_t m = ic + i; (void)m;")
+    for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
+        epi.append(f"    const int64_t i{d} = {e};")
+    epi.append("    #pragma omp simd")
+    epi.append("    for (int64_t j = 0; j < ncur; j++) {")
+    epi.append("        const int64_t n = jc + j; (void)n;")
+    for d, e in zip(plan.n, unravel("n", tuple(full[x] for x in plan.n))):
+        epi.append(f"        const int64_t i{d} = {e};")
+    red = kernel.ops[plan.red]
+    stmts = [f"float v{plan.red} = {ct.round_to(red.dtype, f'ct[i * {nc} + j]')};"]
+    for n, op in enumerate(kernel.ops):
+        if op.space == "row" and n != plan.red:
+            stmts += body.value(n)
+    lin = body.linear("row")
+    for j, (o, b) in enumerate(kernel.outputs):
+        stmts.append(f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};")
+    epi += _indent(stmts, 8)
+    epi += ["    }", "}"]
+    L += _indent(epi, 12)
+    L.append("        }")
+    L.append("    }")
+    L.append("    free(lum_tab);")
+    L.append("}")
+    src = "\n".join(L) + "\n"
+    if direct and "lum_zero_k" in src:
+        src = src.replace("void lum_kernel(", "static const int64_t lum_zero_k[1] = {0};\nvoid lum_kernel(", 1)
+    return src

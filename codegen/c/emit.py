@@ -1,0 +1,323 @@
+"""C source for elementwise, gather and reduction kernels (and the generic contraction fallback).
+
+Every kernel is ``void lum_kernel(void **b, int nt)``: ``b`` holds the input
+buffers then the output buffers, ``nt`` the OpenMP thread count. Loop indices
+are ``i<k>`` over the (normalised) full space; the innermost loop is an
+``omp simd`` loop over a contiguous range, outer dims are unravelled once per
+row. Values are SSA variables ``v<n>``, one per kernel op.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...ir.dtypes import DType
+from ...ir.view import View
+from ..kernel import Kernel, KOp
+from . import ctypes_map as ct
+from .normalize import normalize
+from .prelude import PRELUDE
+
+PAR_MIN = 1 << 15  # elements below which a kernel runs on one thread
+
+
+def _cstrides(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return list(reversed(out))
+
+
+def affine(coeffs, const: int, exprs: list[str]) -> str:
+    terms = [f"{c}*{e}" if c != 1 else e for c, e in zip(coeffs, exprs) if c and e != "0"]
+    if const or not terms:
+        terms.append(str(const))
+    return "(" + " + ".join(terms) + ")"
+
+
+def unravel(lin: str, shape: tuple[int, ...]) -> list[str]:
+    cs = _cstrides(shape)
+    out = []
+    for j, s in enumerate(shape):
+        if s == 1:
+            out.append("0")
+            continue
+        e = lin if cs[j] == 1 else f"({lin} / {cs[j]})"
+        if j > 0 and math.prod(shape[:j]) > 1:
+            e = f"({e} % {s})"
+        out.append(e)
+    return out
+
+
+class Body:
+    """Emits the C statements computing kernel values in one scope."""
+
+    def __init__(self, kernel: Kernel):
+        self.k = kernel
+        self.red = set(kernel.reduce_axes)
+
+    # -- index expressions ---------------------------------------------------
+    def space_idx(self, space: str) -> list[str]:
+        return ["0" if (space == "row" and d in self.red) else f"i{d}" for d in range(len(self.k.full))]
+
+    def linear(self, space: str) -> str:
+        shape = self.k.space_shape(space)
+        return affine(_cstrides(shape), 0, self.space_idx(space))
+
+    def idx_for(self, shape: tuple[int, ...], space: str) -> list[str]:
+        if shape == self.k.space_shape(space):
+            return self.space_idx(space)
+        return unravel(self.linear(space), shape)
+
+    @staticmethod
+    def valid(view: View, ex: list[str]) -> str | None:
+        conds = [f"((uint64_t){affine(c, -lo, ex)} < {hi - lo}ULL)" for c, lo, hi in view.mask]
+        return " && ".join(conds) if conds else None
+
+    # -- values --------------------------------------------------------------
+    def value(self, n: int) -> list[str]:
+        """Statements defining v<n> (its args already defined)."""
+        op = self.k.ops[n]
+        t = ct.COMPUTE[op.dtype]
+        if op.op == "Load":
+            return [f"{t} v{n} = {self._load(op)};"]
+        if op.op == "Const":
+            return [f"const {t} v{n} = {ct.literal(op.attr('value'), op.dtype)};"]
+        if op.op == "Iota":
+            return [f"{t} v{n} = {self._iota(op)};"]
+        if op.op == "Gather":
+            return self._gather(n, op)
+        return [f"{t} v{n} = {self._expr(op)};"]
+
+    def _load(self, op: KOp) -> str:
+        view: View = op.attr("view")
+        if view.never_valid:
+            return "0"
+        ex = self.idx_for(view.shape, op.space)
+        x = ct.load(op.dtype, f"in{op.attr('buf')}[{affine(view.strides, view.offset, ex)}]")
+        ok = self.valid(view, ex)
+        return f"(({ok}) ? {x} : 0)" if ok else x
+
+    def _iota(self, op: KOp) -> str:
+        view: View = op.attr("view")
+        if view.never_valid:
+            return "0"
+        base, axis = op.attr("shape"), op.attr("axis")
+        ex = self.idx_for(view.shape, op.space)
+        flat = affine(view.strides, view.offset, ex)
+        inner = math.prod(base[axis + 1:])
+        x = f"(({flat} / {inner}) % {base[axis]})"
+        x = ct.cast(DType.int64, op.dtype, x)
+        ok = self.valid(view, ex)
+        return f"(({ok}) ? {x} : 0)" if ok else x
+
+    def _gather(self, n: int, op: KOp) -> list[str]:
+        view: View = op.attr("view")
+        axis = op.attr("axis")
+        t = ct.COMPUTE[op.dtype]
+        if view.never_valid:
+            return [f"{t} v{n} = 0;"]
+        ex = self.idx_for(op.attr("shape"), op.space)
+        d = view.shape[axis]
+        g = f"g{n}"
+        ex[axis] = g
+        x = ct.load(op.dtype, f"in{op.attr('buf')}[{affine(view.strides, view.offset, ex)}]")
+        ok = self.valid(view, ex)
+        if ok:
+            x = f"(({ok}) ? {x} : 0)"
+        a = op.args[0]
+        return [f"int64_t {g} = (int64_t)v{a}; {g} = {g} < 0 ? 0 : ({g} > {d - 1} ? {d - 1} : {g});",
+                f"{t} v{n} = {x};"]
+
+    def _expr(self, op: KOp) -> str:
+        a = [f"v{i}" for i in op.args]
+        adt = [self.k.ops[i].dtype for i in op.args]
+        dt = op.dtype
+        name = op.op
+        if name == "Cast":
+            return ct.cast(adt[0], dt, a[0])
+        if name == "Contiguous":
+            return a[0]
+        if name == "Where":
+            return f"({a[0]} ? {a[1]} : {a[2]})"
+        if name == "LessThan":
+            return f"(uint8_t)({a[0]} < {a[1]})"
+        if dt is DType.bool:
+            r = {"Add": f"({a[0]} | {a[1]})", "Mul": f"({a[0]} & {a[1]})"}.get(name)
+            if r is None:
+                r = f"(uint8_t)({self._num(name, a, 'int64_t', DType.int64)} != 0)"
+            return r
+        return self._num(name, a, ct.COMPUTE[dt], dt)
+
+    @staticmethod
+    def _num(name: str, a: list[str], t: str, dt: DType) -> str:
+        if dt.is_float:
+            r = {
+                "Exp2": f"lum_exp2({a[0]})" if len(a) == 1 else "",
+                "Log2": f"log2f({a[0]})",
+                "Sin": f"sinf({a[0]})",
+                "Sqrt": f"sqrtf({a[0]})",
+                "Recip": f"(1.0f / {a[0]})",
+                "Add": f"({a[0]} + {a[1]})" if len(a) > 1 else "",
+                "Mul": f"({a[0]} * {a[1]})" if len(a) > 1 else "",
+                "Mod": f"fmodf({a[0]}, {a[1]})" if len(a) > 1 else "",
+            }[name]
+            return ct.round_to(dt, r)
+        u = "uint64_t" if dt is DType.int64 else "uint32_t"
+        if name == "Add":
+            return f"({t})(({u}){a[0]} + ({u}){a[1]})"
+        if name == "Mul":
+            return f"({t})(({u}){a[0]} * ({u}){a[1]})"
+        if name == "Mod":
+            return f"(({a[1]} == 0 || {a[1]} == -1) ? ({t})0 : ({t})({a[0]} % {a[1]}))"
+        if name == "Recip":
+            return f"({a[0]} == 0 ? ({t})0 : ({t})(1 / {a[0]}))"
+        fn = {"Exp2": "lum_exp2", "Log2": "log2f", "Sin": "sinf", "Sqrt": "sqrtf"}[name]
+        return ct.cast(DType.float32, dt, f"{fn}((float){a[0]})")
+
+    def full_needed(self, targets: list[int]) -> list[int]:
+        """Full-space ops the targets depend on (through full-space ops only), in order."""
+        need: set[int] = set()
+        stack = [t for t in targets if self.k.ops[t].space == "full"]
+        while stack:
+            n = stack.pop()
+            if n in need:
+                continue
+            need.add(n)
+            stack += [a for a in self.k.ops[n].args if self.k.ops[a].space == "full"]
+        return sorted(need)
+
+
+def _signature(k: Kernel) -> list[str]:
+    lines = ["void lum_kernel(void **b, int nt) {", "    (void)nt;"]
+    for i, buf in enumerate(k.inputs):
+        lines.append(f"    const {ct.STORAGE[buf.dtype]} *restrict in{i} = (const {ct.STORAGE[buf.dtype]} *)b[{i}];")
+    for j, (_, buf) in enumerate(k.outputs):
+        t = ct.STORAGE[buf.dtype]
+        lines.append(f"    {t} *restrict out{j} = ({t} *)b[{len(k.inputs) + j}];")
+    return lines
+
+
+def _simd(sched: dict, extra: str = "") -> str:
+    vec = sched.get("vec", 0)
+    s = "#pragma omp simd" + (f" simdlen({vec})" if vec else "") + extra
+    unroll = sched.get("unroll", 1)
+    return s + (f"\n#pragma GCC unroll {unroll}" if unroll > 1 else "")
+
+
+def _par(numel: int, sched: dict, chunk: int = 0) -> str | None:
+    if numel < PAR_MIN or sched.get("threads", 0) == 1:
+        return None
+    return "#pragma omp parallel for num_threads(nt) schedule(static" + (f", {chunk})" if chunk else ")")
+
+
+def _indent(lines: list[str], n: int) -> list[str]:
+    pad = " " * n
+    return [pad + x for x in "\n".join(lines).split("\n")]
+
+
+def emit_elementwise(kernel: Kernel, sched: dict) -> str:
+    k = normalize(kernel)
+    body = Body(k)
+    n = len(k.full)
+    numel = math.prod(k.full)
+    lines = _signature(k)
+    inner_stmts = []
+    for i in body.full_needed([o for o, _ in k.outputs]):
+        inner_stmts += body.value(i)
+    lin = body.linear("full")
+    for j, (o, buf) in enumerate(k.outputs):
+        inner_stmts.append(f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};")
+    if n == 0:
+        lines += _indent(inner_stmts, 4) + ["}"]
+        return PRELUDE + "\n".join(lines) + "\n"
+    inner = k.full[-1]
+    rows = numel // inner
+    ch = max(1, min(inner, sched.get("block", inner)))
+    nch = -(-inner // ch)
+    tiles = rows * nch
+    par = _par(numel, sched)
+    if par:
+        lines.append("    " + par)
+    lines.append(f"    for (int64_t t = 0; t < {tiles}LL; t++) {{")
+    lines.append(f"        int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});")
+    lines.append("        (void)r;")
+    outer = unravel("r", k.full[:-1])
+    for d in range(n - 1):
+        lines.append(f"        const int64_t i{d} = {outer[d]};")
+    lines += _indent(_simd(sched).split("\n"), 8)
+    lines.append(f"        for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{")
+    lines += _indent(inner_stmts, 12)
+    lines += ["        }", "    }", "}"]
+    return PRELUDE + "\n".join(lines) + "\n"
+
+
+def emit_reduction(kernel: Kernel, sched: dict) -> str:
+    k = normalize(kernel)
+    body = Body(k)
+    red = [d for d in range(len(k.full)) if d in body.red]
+    kept = [d for d in range(len(k.full)) if d not in body.red]
+    rows = math.prod(k.full[d] for d in kept)
+    nred = math.prod(k.full[d] for d in red)
+    lines = _signature(k)
+    row_stmts: list[str] = []
+    for d, e in zip(kept, unravel("r", tuple(k.full[d] for d in kept))):
+        row_stmts.append(f"const int64_t i{d} = {e};")
+
+    def red_loop(stmts: list[str], simd_extra: str) -> list[str]:
+        if not red:
+            return ["{"] + _indent(stmts, 4) + ["}"]
+        out = _simd(sched, simd_extra).split("\n")
+        if len(red) == 1:
+            d = red[0]
+            out.append(f"for (int64_t i{d} = 0; i{d} < {nred}; i{d}++) {{")
+        else:
+            out.append(f"for (int64_t q = 0; q < {nred}LL; q++) {{")
+            for d, e in zip(red, unravel("q", tuple(k.full[d] for d in red))):
+                out.append(f"    const int64_t i{d} = {e};")
+        return out + _indent(stmts, 4) + ["}"]
+
+    for n, op in enumerate(k.ops):
+        if op.space != "row":
+            continue
+        if op.op not in ("SumReduce", "MaxReduce"):
+            row_stmts += body.value(n)
+            continue
+        a = op.args[0]
+        t = ct.COMPUTE[op.dtype]
+        stmts = []
+        for i in body.full_needed([a]):
+            stmts += body.value(i)
+        if op.op == "SumReduce":
+            row_stmts.append(f"{t} acc{n} = 0;")
+            upd = f"acc{n} = acc{n} | v{a};" if op.dtype is DType.bool else f"acc{n} += v{a};"
+            extra = f" reduction(|:acc{n})" if op.dtype is DType.bool else f" reduction(+:acc{n})"
+            row_stmts += red_loop(stmts + [upd], extra)
+            row_stmts.append(f"{t} v{n} = {ct.round_to(op.dtype, f'acc{n}')};")
+        else:
+            init = {"float": "-INFINITY", "int64_t": "INT64_MIN", "int32_t": "INT32_MIN", "uint8_t": "0"}[t]
+            row_stmts.append(f"{t} acc{n} = {init}; int nan{n} = 0;")
+            upd = [f"acc{n} = v{a} > acc{n} ? v{a} : acc{n};"]
+            if t == "float":
+                upd.append(f"nan{n} |= (v{a} != v{a});")
+            row_stmts += red_loop(stmts + upd, f" reduction(max:acc{n}) reduction(|:nan{n})")
+            row_stmts.append(f"{t} v{n} = nan{n} ? ({t})NAN : acc{n};" if t == "float" else f"{t} v{n} = acc{n};")
+    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
+    if full_outs:
+        stmts = []
+        for i in body.full_needed([o for _, o, _ in full_outs]):
+            stmts += body.value(i)
+        lin = body.linear("full")
+        stmts += [f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};" for j, o, b in full_outs]
+        row_stmts += red_loop(stmts, "")
+    for j, (o, b) in enumerate(k.outputs):
+        if k.ops[o].space == "row":
+            row_stmts.append(f"out{j}[r] = {ct.store(b.dtype, f'v{o}')};")
+    par = _par(math.prod(k.full), sched, sched.get("rows_per_thread", 0))
+    if par and rows > 1:
+        lines.append("    " + par)
+    lines.append(f"    for (int64_t r = 0; r < {rows}LL; r++) {{")
+    lines += _indent(row_stmts, 8)
+    lines += ["    }", "}"]
+    return PRELUDE + "\n".join(lines) + "\n"

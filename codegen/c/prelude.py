@@ -1,0 +1,75 @@
+"""C helpers every generated kernel starts with: dtype conversions and vectorisable math."""
+
+PRELUDE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <stdlib.h>
+
+static inline float lum_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float lum_i2f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+static inline uint32_t lum_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+#if defined(__FLT16_MAX__)
+static inline float lum_h2f(uint16_t h) { _Float16 f; memcpy(&f, &h, 2); return (float)f; }
+static inline uint16_t lum_f2h(float x) { _Float16 f = (_Float16)x; uint16_t h; memcpy(&h, &f, 2); return h; }
+static inline float lum_rf16(float x) { return (float)(_Float16)x; }
+#else
+static inline float lum_h2f(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0) { float v = (float)m * 5.9604644775390625e-8f; return s ? -v : v; }
+    if (e == 31) return lum_u2f(s | 0x7f800000u | (m << 13));
+    return lum_u2f(s | ((e + 112) << 23) | (m << 13));
+}
+static inline uint16_t lum_f2h(float f) {
+    uint32_t x = lum_f2u(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00);
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) return (uint16_t)(sign | (uint32_t)lrintf(lum_u2f(ax) * 16777216.0f));
+    return (uint16_t)(sign | ((ax + 0xfffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13));
+}
+static inline float lum_rf16(float x) { return lum_h2f(lum_f2h(x)); }
+#endif
+
+static inline float lum_bf2f(uint16_t h) { return lum_u2f((uint32_t)h << 16); }
+static inline uint16_t lum_f2bf(float x) {
+    uint32_t u = lum_f2u(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float lum_rbf(float x) { return lum_bf2f(lum_f2bf(x)); }
+
+/* 2**x: round-to-nearest split, degree-6 polynomial on [-0.5, 0.5] (rel. error < 2e-7),
+   scaled by two exact powers of two so that overflow gives inf and underflow denormals/0. */
+static inline float lum_exp2(float x) {
+    float xc = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
+    float fi = floorf(xc + 0.5f);
+    float f = xc - fi;
+    float p = 1.535336188319500e-4f;
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    fi = fi == fi ? fi : 0.0f;
+    float f1 = floorf(fi * 0.5f), f2 = fi - f1;
+    int32_t e1 = (int32_t)(f1 * 8388608.0f) + (127 << 23), e2 = (int32_t)(f2 * 8388608.0f) + (127 << 23);
+    return p * lum_i2f(e1) * lum_i2f(e2);
+}
+
+static inline int64_t lum_f2i64(float x) {
+    if (!(x == x) || isinf(x)) return 0;
+    if (x >= 9223372036854775807.0f) return INT64_MAX;
+    if (x <= -9223372036854775808.0f) return INT64_MIN;
+    return (int64_t)x;
+}
+static inline int32_t lum_f2i32(float x) {
+    if (!(x == x) || isinf(x)) return 0;
+    if (x >= 2147483647.0f) return INT32_MAX;
+    if (x <= -2147483648.0f) return INT32_MIN;
+    return (int32_t)x;
+}
+static inline int64_t lum_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+"""

@@ -1,0 +1,100 @@
+"""Schedule knobs of C kernels: the space, a default that always works, and validity."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..backend import Knob, Schedule
+from ..kernel import Kernel
+from .contraction import plan_contraction
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    env = os.environ.get("LUMINAL_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return cores()
+
+
+def simd_width() -> int:
+    """float32 lanes of the widest vector unit (from /proc/cpuinfo where available)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    except OSError:
+        return 8
+    if " avx512f" in flags:
+        return 16
+    if " avx" in flags or " asimd" in flags:
+        return 8
+    return 4
+
+
+def _thread_choices() -> tuple[int, ...]:
+    n = cores()
+    return (0,) + tuple(sorted({1, n} | {2 ** k for k in range(1, 8) if 2 ** k < n}))
+
+
+def space(kernel: Kernel) -> list[Knob]:
+    threads = Knob("threads", _thread_choices())
+    if plan_contraction(kernel) is not None:
+        vw = simd_width()
+        return [
+            Knob("impl", ("generated", "blas")),
+            Knob("mr", (4, 6, 8, 12)),
+            Knob("nr", tuple(vw * m for m in (1, 2, 3, 4))),
+            Knob("mc", (24, 48, 72, 96, 144, 192, 288)),
+            Knob("nc", (64, 128, 256, 512, 1024)),
+            Knob("kc", (0, 128, 256, 512)),
+            Knob("order", ("mn", "nm")),
+            Knob("pack_b", (True, False)),
+            threads,
+        ]
+    knobs = [Knob("vec", (0, 4, 8, 16)), Knob("unroll", (1, 2, 4)), threads]
+    if kernel.form == "reduction" or kernel.reduce_axes:
+        knobs.append(Knob("rows_per_thread", (0, 1, 4, 16, 64)))
+    else:
+        knobs.append(Knob("block", (1024, 4096, 16384, 65536, 1 << 30)))
+    return knobs
+
+
+def default_schedule(kernel: Kernel) -> Schedule:
+    if plan_contraction(kernel) is not None:
+        vw = simd_width()
+        return {"impl": "generated", "mr": 6, "nr": 2 * vw, "mc": 96, "nc": 256, "kc": 0,
+                "order": "nm", "pack_b": True, "threads": 0}
+    if kernel.form == "reduction" or kernel.reduce_axes:
+        return {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0}
+    return {"vec": 0, "unroll": 1, "threads": 0, "block": 16384}
+
+
+def valid(kernel: Kernel, sched: Schedule) -> bool:
+    knobs = {k.name: k for k in space(kernel)}
+    for name, value in sched.items():
+        if name not in knobs or value not in knobs[name].choices:
+            return False
+    if set(sched) != set(knobs):
+        return False
+    plan = plan_contraction(kernel)
+    if plan is None:
+        return True
+    if sched["impl"] == "blas":
+        return True
+    vw = simd_width()
+    regs = 32 if vw == 16 else 16
+    mr, nr = sched["mr"], sched["nr"]
+    if nr % vw or mr * (nr // vw) + nr // vw + 1 > regs:
+        return False
+    if sched["mc"] % mr or sched["nc"] % nr:
+        return False
+    if not sched["pack_b"] and not plan.b_direct:
+        return False
+    return math.prod(kernel.full) > 0

@@ -1,0 +1,188 @@
+"""The Triton backends: "cuda" (JIT-compiled on an NVIDIA GPU) and "interpret" (the same
+source run by Triton's interpreter on CPU torch tensors, for correctness only).
+
+The interpreter is chosen per function (``InterpretedFunction``), not through the
+TRITON_INTERPRET environment variable, so both backends can live in one process
+whatever was imported first.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.util
+import math
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from ..backend import Knob, Schedule, register_backend
+from ..kernel import Kernel
+from . import schedule as sched
+from .emit import emit
+
+CODEGEN_VERSION = "triton-1"
+_SRC_DIR: str | None = None
+_MODULES: dict[str, Any] = {}
+
+
+def _src_dir() -> str:
+    global _SRC_DIR
+    if _SRC_DIR is None:
+        _SRC_DIR = tempfile.mkdtemp(prefix="luminal-triton-")
+        atexit.register(shutil.rmtree, _SRC_DIR, True)
+    return _SRC_DIR
+
+
+def load_source(source: str):
+    """Import generated source as a module (Triton needs a real file to read the function back)."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:24]
+    if key in _MODULES:
+        return _MODULES[key]
+    path = os.path.join(_src_dir(), f"lk_{key}.py")
+    with open(path, "w") as f:
+        f.write(source)
+    name = f"luminal_generated_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    _MODULES[key] = mod
+    return mod
+
+
+def torch_dtype(dt: DType):
+    import torch
+
+    return {DType.float32: torch.float32, DType.float16: torch.float16, DType.bfloat16: torch.bfloat16,
+            DType.int64: torch.int64, DType.int32: torch.int32, DType.bool: torch.bool}[dt]
+
+
+class TritonKernel:
+    """One launchable kernel: buffers are torch tensors, inputs then outputs."""
+
+    def __init__(self, kernel: Kernel, schedule: Schedule, source: str, interpret: bool):
+        self.source = source
+        mod = load_source(source)
+        if interpret:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            self.fn = InterpretedFunction(mod.kernel.fn)
+        else:
+            self.fn = mod.kernel
+        self.grid = sched.grid(kernel, schedule)
+        self.constexprs = sched.constexprs(kernel, schedule)
+        self.options = {} if interpret else {k: schedule[k] for k in sched.LAUNCH_OPTIONS if k in schedule}
+        if not interpret:
+            self.options["enable_fp_fusion"] = False
+        self.zero_outputs = sched.needs_zeroed_output(kernel, schedule)
+        self.n_in = len(kernel.inputs)
+        self.empty = math.prod(kernel.full) == 0
+
+    def __call__(self, buffers: Sequence[Any]) -> None:
+        import torch
+
+        if self.empty:
+            return
+        args = [b.view(torch.uint8) if b.dtype == torch.bool else b for b in buffers]
+        if self.zero_outputs:
+            for b in args[self.n_in:]:
+                b.zero_()
+        with np.errstate(all="ignore"):  # the interpreter computes in numpy; inf/nan are results, not errors
+            self.fn[self.grid](*args, **self.constexprs, **self.options)
+
+
+class TritonBackend:
+    def __init__(self, name: str, interpret: bool):
+        self.name = name
+        self.interpret = interpret
+        self._arch: int | None = None
+
+    def available(self) -> str | None:
+        try:
+            import torch
+            import triton  # noqa: F401
+        except ImportError as e:
+            return f"{e.name} is not installed (pip install luminal-onnx[gpu])"
+        if not self.interpret and not torch.cuda.is_available():
+            return "no CUDA GPU is visible"
+        return None
+
+    @property
+    def arch(self) -> int:
+        if self._arch is None:
+            if self.interpret:
+                self._arch = 80
+            else:
+                import torch
+
+                major, minor = torch.cuda.get_device_capability()
+                self._arch = major * 10 + minor
+        return self._arch
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.interpret else "cuda"
+
+    def space(self, kernel: Kernel) -> list[Knob]:
+        return sched.space(kernel)
+
+    def default_schedule(self, kernel: Kernel) -> Schedule:
+        return sched.default(kernel)
+
+    def valid(self, kernel: Kernel, schedule: Schedule) -> bool:
+        return sched.valid(kernel, schedule, self.arch)
+
+    def source(self, kernel: Kernel, schedule: Schedule) -> str:
+        return emit(kernel, schedule)
+
+    def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[TritonKernel]:
+        return [TritonKernel(k, s, emit(k, s), self.interpret) for k, s in items]
+
+    def from_numpy(self, array: np.ndarray):
+        import torch
+
+        a = np.ascontiguousarray(array)
+        if a.dtype == DType.bfloat16.np:
+            t = torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(a.copy())
+        return t.to(self.device)
+
+    def to_numpy(self, buffer) -> np.ndarray:
+        import torch
+
+        t = buffer.detach().to("cpu")
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(DType.bfloat16.np)
+        return t.numpy()
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype):
+        import torch
+
+        dtype = np.dtype(dtype)
+        tdt = torch_dtype(DType.bfloat16) if dtype == DType.bfloat16.np else torch.from_numpy(np.empty(0, dtype)).dtype
+        return torch.empty(tuple(shape), dtype=tdt, device=self.device)
+
+    def synchronize(self) -> None:
+        if not self.interpret:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def toolchain(self) -> dict[str, Any]:
+        import torch
+        import triton
+
+        return {"codegen": CODEGEN_VERSION, "triton": triton.__version__, "torch": torch.__version__,
+                "interpret": self.interpret}
+
+
+register_backend("cuda", lambda: TritonBackend("cuda", interpret=False))
+register_backend("interpret", lambda: TritonBackend("interpret", interpret=True))

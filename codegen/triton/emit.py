@@ -1,0 +1,530 @@
+"""Triton source from the kernel IR.
+
+One ``@triton.jit`` function named ``kernel`` per Kernel, arguments ``in0..``,
+``out0..`` and the schedule's constexpr knobs. Every number in the source is
+formatted here; nothing from a model reaches it. ``launch_info`` gives the
+launcher what it needs (grid, which buffers to zero first).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...ir.dtypes import DType
+from ...ir.view import View, contiguous_strides
+from ..kernel import Kernel, KOp
+from .schedule import contraction_plan, is_contraction_plan
+
+TL = {
+    DType.float32: "tl.float32",
+    DType.float16: "tl.float16",
+    DType.bfloat16: "tl.bfloat16",
+    DType.int64: "tl.int64",
+    DType.int32: "tl.int32",
+    DType.bool: "tl.int1",
+}
+LEAVES = ("Load", "Const", "Iota")
+REDUCE = ("SumReduce", "MaxReduce")
+_INT_CLAMP = {DType.int32: (-2147483648.0, 2147483520.0), DType.int64: (-9.2e18, 9.2e18)}
+
+
+def num(value, dtype: DType) -> str:
+    """A literal we format ourselves: ints, repr of floats, inf/nan spelled out."""
+    if dtype is DType.bool:
+        return "1" if value else "0"
+    if dtype.is_int:
+        return str(int(value))
+    f = float(value)
+    if math.isnan(f):
+        return 'float("nan")'
+    if math.isinf(f):
+        return 'float("inf")' if f > 0 else '-float("inf")'
+    return repr(f)
+
+
+def _half(dt: DType) -> bool:
+    return dt in (DType.float16, DType.bfloat16)
+
+
+@dataclass
+class Space:
+    """How one index space is addressed inside the generated function."""
+
+    dims: tuple[int, ...]
+    idx: list[str]  # per dim: an expression (a variable name or "0")
+    lin: str | None  # linear index expression, or None to build it from idx
+    bound: str  # in-bounds mask
+    zero: str  # int zeros of the block shape
+    block: str  # block shape as a list literal, for tl.full
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.indent = 1
+        self.n = 0
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def tmp(self, prefix: str = "t") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+
+class OpEmitter:
+    """Emits kernel ops as Triton statements; values are held in their own dtype."""
+
+    def __init__(self, kernel: Kernel, w: Writer, spaces: dict[str, Space], big: bool):
+        self.k = kernel
+        self.w = w
+        self.spaces = spaces
+        self.big = big
+        self.names: dict[int, str] = {}
+        self._lin: dict[str, str] = {}
+        self._unravel: dict[tuple, list[str]] = {}
+
+    # -- indexing ----------------------------------------------------------
+    def lin(self, space: str) -> str:
+        sp = self.spaces[space]
+        if sp.lin is not None:
+            return sp.lin
+        if space not in self._lin:
+            cs = contiguous_strides(sp.dims)
+            terms = [f"{i} * {s}" for i, s in zip(sp.idx, cs) if s and i != "0"]
+            name = self.w.tmp("lin")
+            self.w(f"{name} = {sp.zero}" + "".join(f" + {t}" for t in terms))
+            self._lin[space] = name
+        return self._lin[space]
+
+    def unravel(self, space: str, shape: tuple[int, ...]) -> list[str]:
+        sp = self.spaces[space]
+        if tuple(shape) == tuple(sp.dims):
+            return list(sp.idx)
+        key = (space, tuple(shape))
+        if key not in self._unravel:
+            lin = self.lin(space)
+            cs = contiguous_strides(shape)
+            out = []
+            for s, c in zip(shape, cs):
+                if s == 1:
+                    out.append("0")
+                    continue
+                name = self.w.tmp("u")
+                self.w(f"{name} = {lin} // {c} % {s}" if c != 1 else f"{name} = {lin} % {s}")
+                out.append(name)
+            self._unravel[key] = out
+        return self._unravel[key]
+
+    def address(self, view: View, idx: list[str], zero: str) -> tuple[str, str | None]:
+        terms = [f"{i} * {s}" if s != 1 else i for i, s in zip(idx, view.strides) if s and i != "0"]
+        addr = f"{zero} + {view.offset}" + "".join(f" + {t}" for t in terms)
+        conds = []
+        for c, lo, hi in view.mask:
+            e = " + ".join(f"{i} * {v}" if v != 1 else i for i, v in zip(idx, c) if v and i != "0") or "0"
+            name = self.w.tmp("e")
+            self.w(f"{name} = {zero} + {e}")
+            conds.append(f"({name} >= {lo}) & ({name} < {hi})")
+        if view.never_valid:
+            conds.append(f"({zero} != {zero})")
+        return addr, (" & ".join(conds) if conds else None)
+
+    def load(self, ptr: str, view: View, idx: list[str], space: str, dtype: DType) -> str:
+        sp = self.spaces[space]
+        addr, valid = self.address(view, idx, sp.zero)
+        m = sp.bound if valid is None else f"{sp.bound} & {valid}"
+        x = f"tl.load({ptr} + ({addr}), mask={m}, other=0)"
+        return f"({x} != 0)" if dtype is DType.bool else x
+
+    # -- ops ---------------------------------------------------------------
+    def emit(self, i: int, op: KOp, suffix: str = "") -> str:
+        name = f"v{i}{suffix}"
+        self.w(f"{name} = {self.expr(op, suffix)}")
+        self.names[i] = name
+        return name
+
+    def arg(self, j: int, suffix: str) -> str:
+        o = self.k.ops[j]
+        return f"v{j}{suffix if o.space == 'full' else ''}"
+
+    def expr(self, op: KOp, suffix: str) -> str:
+        dt = op.dtype
+        sp = self.spaces[op.space]
+        args = [self.arg(a, suffix) for a in op.args]
+        adt = [self.k.ops[a].dtype for a in op.args]
+
+        def cf(x: str, d: DType) -> str:
+            return f"{x}.to(tl.float32)" if _half(d) else x
+
+        def out(e: str) -> str:
+            return f"({e}).to({TL[dt]})" if _half(dt) else e
+
+        if op.op == "Load":
+            view = op.attr("view")
+            idx = self.unravel(op.space, view.shape)
+            return self.load(f"in{op.attr('buf')}", view, idx, op.space, dt)
+        if op.op == "Const":
+            return f"tl.full({sp.block}, {num(op.attr('value'), dt)}, {TL[dt]})"
+        if op.op == "Iota":
+            view, shape, axis = op.attr("view"), op.attr("shape"), op.attr("axis")
+            idx = self.unravel(op.space, view.shape)
+            addr, valid = self.address(view, idx, sp.zero)
+            inner = math.prod(shape[axis + 1:])
+            val = f"(({addr}) // {inner} % {shape[axis]})"
+            if valid is not None:
+                val = f"tl.where({valid}, {val}, 0)"
+            return f"{val}.to({TL[dt]})"
+        if op.op == "Gather":
+            return self.gather(op, args[0])
+        a = args[0] if args else None
+        if op.op == "Exp2":
+            return out(f"tl.exp2({cf(a, adt[0])})")
+        if op.op == "Log2":
+            return out(f"tl.log2({cf(a, adt[0])})")
+        if op.op == "Sin":
+            return out(f"tl.sin({cf(a, adt[0])})")
+        if op.op == "Sqrt":
+            return out(f"tl.sqrt_rn({cf(a, adt[0])})")
+        if op.op == "Recip":
+            return out(f"tl.div_rn(tl.full({sp.block}, 1.0, tl.float32), {cf(a, adt[0])})")
+        if op.op == "Contiguous":
+            return a
+        if op.op == "Cast":
+            return self.cast(a, adt[0], dt)
+        b = args[1] if len(args) > 1 else None
+        if op.op == "Add":
+            return f"({a} | {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} + {cf(b, adt[1])}")
+        if op.op == "Mul":
+            return f"({a} & {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} * {cf(b, adt[1])}")
+        if op.op == "Mod":
+            if dt.is_int:
+                return f"tl.where({b} == 0, 0, {a} % tl.where({b} == 0, 1, {b})).to({TL[dt]})"
+            return out(f"{cf(a, adt[0])} % {cf(b, adt[1])}")
+        if op.op == "LessThan":
+            return f"({cf(a, adt[0])} < {cf(b, adt[1])})"
+        if op.op == "Where":
+            return f"tl.where({a}, {b}, {args[2]})"
+        raise NotImplementedError(op.op)
+
+    def cast(self, a: str, src: DType, dst: DType) -> str:
+        if dst is DType.bool:
+            return f"({a} != 0)"
+        if src.is_float and dst.is_int:
+            lo, hi = _INT_CLAMP[dst]
+            x = self.w.tmp("c")
+            self.w(f"{x} = {a}.to(tl.float32)" if src is not DType.float32 else f"{x} = {a}")
+            self.w(f"{x} = tl.where(({x} == {x}) & (tl.abs({x}) < float(\"inf\")), {x}, 0.0)")
+            self.w(f"{x} = tl.minimum(tl.maximum({x}, {lo}), {hi})")
+            return f"{x}.to({TL[dst]})"
+        return f"{a}.to({TL[dst]})"
+
+    def gather(self, op: KOp, index: str) -> str:
+        view, axis, nshape = op.attr("view"), op.attr("axis"), op.attr("shape")
+        idx = list(self.unravel(op.space, nshape))
+        it = "tl.int64" if self.big else "tl.int32"
+        g = self.w.tmp("g")
+        self.w(f"{g} = tl.minimum(tl.maximum({index}.to({it}), 0), {view.shape[axis] - 1})")
+        idx[axis] = g
+        return self.load(f"in{op.attr('buf')}", view, idx, op.space, op.dtype)
+
+    def store(self, o: int, value: str, space: str, dtype: DType) -> None:
+        sp = self.spaces[space]
+        v = f"{value}.to(tl.uint8)" if dtype is DType.bool else value
+        self.w(f"tl.store(out{o} + {self.lin(space)}, {v}, mask={sp.bound})")
+
+
+def _is_big(k: Kernel) -> bool:
+    n = max([math.prod(k.full)] + [b.numel for b in k.inputs] + [b.numel for _, b in k.outputs])
+    return n >= 2**31 - 1
+
+
+def _signature(k: Kernel, knobs: list[str]) -> str:
+    args = [f"in{i}" for i in range(len(k.inputs))] + [f"out{i}" for i in range(len(k.outputs))]
+    args += [f"{name}: tl.constexpr" for name in knobs]
+    return f"@triton.jit\ndef kernel({', '.join(args)}):\n"
+
+
+def _finish(header: str, w: Writer) -> str:
+    return "import triton\nimport triton.language as tl\n\n\n" + header + "\n".join(w.lines) + "\n"
+
+
+def emit(kernel: Kernel, schedule: dict) -> str:
+    if kernel.form == "contraction" and is_contraction_plan(kernel):
+        return emit_contraction(kernel, schedule)
+    if kernel.reduce_axes:
+        return emit_reduction(kernel, schedule)
+    return emit_elementwise(kernel)
+
+
+# -- elementwise / gather ---------------------------------------------------------
+def emit_elementwise(k: Kernel) -> str:
+    w = Writer()
+    big = _is_big(k)
+    n = math.prod(k.full)
+    w("pid = tl.program_id(0)" + (".to(tl.int64)" if big else ""))
+    w("offs = pid * BLOCK + tl.arange(0, BLOCK)")
+    w(f"fb = offs < {n}")
+    w("zf = offs * 0")
+    cs = contiguous_strides(k.full)
+    idx = []
+    for d, (s, c) in enumerate(zip(k.full, cs)):
+        if s == 1:
+            idx.append("0")
+            continue
+        w(f"f{d} = offs // {c} % {s}" if c != 1 else f"f{d} = offs % {s}")
+        idx.append(f"f{d}")
+    sp = Space(k.full, idx, "offs", "fb", "zf", "[BLOCK]")
+    e = OpEmitter(k, w, {"full": sp, "row": sp}, big)
+    for i, op in enumerate(k.ops):
+        e.emit(i, op)
+    for o, (i, b) in enumerate(k.outputs):
+        e.store(o, e.names[i], "full", b.dtype)
+    return _finish(_signature(k, ["BLOCK"]), w)
+
+
+# -- reduction ---------------------------------------------------------------------
+def _levels(k: Kernel) -> list[int]:
+    """Number of reduction passes that must finish before each op is known."""
+    lv: list[int] = []
+    for op in k.ops:
+        base = max((lv[a] for a in op.args), default=0)
+        lv.append(base + 1 if op.op in REDUCE else base)
+    return lv
+
+
+def _cone(k: Kernel, roots: list[int]) -> list[int]:
+    """Full-space ops feeding ``roots`` (stopping at row-space values), in SSA order."""
+    need: set[int] = set()
+    stack = list(roots)
+    while stack:
+        i = stack.pop()
+        if i in need or k.ops[i].space != "full" or k.ops[i].op in REDUCE:
+            continue
+        need.add(i)
+        stack.extend(k.ops[i].args)
+    return sorted(need)
+
+
+def emit_reduction(k: Kernel, schedule: dict) -> str:
+    w = Writer()
+    big = _is_big(k)
+    axes = k.reduce_axes
+    row_dims = [d for d in range(len(k.full)) if d not in axes]
+    red_dims = list(axes)
+    nrows = math.prod(k.full[d] for d in row_dims)
+    rlen = math.prod(k.full[d] for d in red_dims)
+    w("pid = tl.program_id(0)" + (".to(tl.int64)" if big else ""))
+    w("rid = pid * ROWS + tl.arange(0, ROWS)[:, None]")
+    w(f"rb = rid < {nrows}")
+    w("zr = rid * 0")
+    w("jr = tl.arange(0, BLOCK)[None, :]" + (".to(tl.int64)" if big else ""))
+    ridx = ["0"] * len(k.full)
+    rshape = [k.full[d] for d in row_dims]
+    for d, s, c in zip(row_dims, rshape, contiguous_strides(tuple(rshape))):
+        if s > 1:
+            w(f"r{d} = rid // {c} % {s}" if c != 1 else f"r{d} = rid % {s}")
+            ridx[d] = f"r{d}"
+    row = Space(k.row, ridx, "rid", "rb", "zr", "[ROWS, 1]")
+    fidx = list(ridx)
+    for d in red_dims:
+        fidx[d] = f"f{d}" if k.full[d] > 1 else "0"
+    full = Space(k.full, fidx, None, "fb", "zf", "[ROWS, BLOCK]")
+    e = OpEmitter(k, w, {"full": full, "row": row}, big)
+    single = rlen <= schedule["BLOCK"]
+
+    def chunk_indices() -> None:
+        w(f"fb = rb & (j < {rlen})")
+        w("zf = zr + j * 0")
+        rs = [k.full[d] for d in red_dims]
+        for d, s, c in zip(red_dims, rs, contiguous_strides(tuple(rs))):
+            if s > 1:
+                w(f"f{d} = j // {c} % {s}" if c != 1 else f"f{d} = j % {s}")
+        e._lin.pop("full", None)
+        for key in [key for key in e._unravel if key[0] == "full"]:
+            del e._unravel[key]
+
+    lv = _levels(k)
+    reds = [i for i, op in enumerate(k.ops) if op.op in REDUCE]
+    passes = sorted({lv[k.ops[r].args[0]] for r in reds})
+    done: set[int] = set()
+
+    def emit_ready_rows() -> None:
+        for i, op in enumerate(k.ops):
+            if i in done or op.space != "row" or op.op in REDUCE:
+                continue
+            if all(a in done for a in op.args):
+                e.emit(i, op)
+                done.add(i)
+
+    full_outs = [(o, i, b) for o, (i, b) in enumerate(k.outputs) if k.ops[i].space == "full"]
+    if single:
+        w("j = jr")
+        chunk_indices()
+    emit_ready_rows()
+    emitted_full: set[int] = set()
+    for p in passes:
+        mine = [r for r in reds if lv[k.ops[r].args[0]] == p]
+        for r in mine:
+            acc_dt = _acc_dtype(k.ops[r].dtype)
+            init = "0" if k.ops[r].op == "SumReduce" else _lowest(acc_dt)
+            w(f"acc{r} = tl.full([ROWS, BLOCK], {init}, {acc_dt})")
+            if k.ops[r].op == "MaxReduce" and acc_dt == "tl.float32":
+                w(f"nan{r} = tl.full([ROWS, BLOCK], 0, tl.int32)")
+        suffix = "" if single else f"_{p}"
+        if not single:
+            w(f"for j0 in range(0, {rlen}, BLOCK):")
+            w.indent += 1
+            w("j = j0 + jr")
+            chunk_indices()
+        for i in _cone(k, [k.ops[r].args[0] for r in mine]):
+            if single and i in emitted_full:
+                continue
+            e.emit(i, k.ops[i], suffix)
+            emitted_full.add(i)
+        for r in mine:
+            x = e.arg(k.ops[r].args[0], suffix)
+            acc_dt = _acc_dtype(k.ops[r].dtype)
+            x = f"{x}.to({acc_dt})"
+            if k.ops[r].op == "SumReduce":
+                w(f"acc{r} += tl.where(fb, {x}, 0)")
+            else:
+                w(f"x{r} = tl.where(fb, {x}, {_lowest(acc_dt)})")
+                if acc_dt == "tl.float32":
+                    w(f"nan{r} = tl.maximum(nan{r}, (x{r} != x{r}).to(tl.int32))")
+                w(f"acc{r} = tl.maximum(acc{r}, x{r})")
+        if not single:
+            w.indent -= 1
+        for r in mine:
+            op = k.ops[r]
+            if op.op == "SumReduce":
+                val = f"tl.reduce(acc{r}, 1, tl.standard._sum_combine)[:, None]"
+            else:
+                val = f"tl.reduce(acc{r}, 1, tl.standard._elementwise_max)[:, None]"
+                if _acc_dtype(op.dtype) == "tl.float32":
+                    anynan = f"tl.reduce(nan{r}, 1, tl.standard._elementwise_max)[:, None] > 0"
+                    val = f'tl.where({anynan}, float("nan"), {val})'
+            val = f"({val} != 0)" if op.dtype is DType.bool else f"{val}.to({TL[op.dtype]})"
+            w(f"v{r} = {val}")
+            e.names[r] = f"v{r}"
+            done.add(r)
+        emit_ready_rows()
+    if full_outs:
+        suffix = "" if single else "_o"
+        if not single:
+            w(f"for j0 in range(0, {rlen}, BLOCK):")
+            w.indent += 1
+            w("j = j0 + jr")
+            chunk_indices()
+        for i in _cone(k, [i for _, i, _ in full_outs]):
+            if single and i in emitted_full:
+                continue
+            e.emit(i, k.ops[i], suffix)
+            emitted_full.add(i)
+        for o, i, b in full_outs:
+            e.store(o, e.arg(i, suffix), "full", b.dtype)
+        if not single:
+            w.indent -= 1
+    for o, (i, b) in enumerate(k.outputs):
+        if k.ops[i].space == "row":
+            e.store(o, f"v{i}", "row", b.dtype)
+    knobs = ["ROWS", "BLOCK"]
+    return _finish(_signature(k, knobs), w)
+
+
+def _acc_dtype(dt: DType) -> str:
+    if dt.is_float:
+        return "tl.float32"
+    if dt is DType.int64:
+        return "tl.int64"
+    return "tl.int32"
+
+
+def _lowest(acc_dt: str) -> str:
+    return {"tl.float32": '-float("inf")', "tl.int64": "-9223372036854775808", "tl.int32": "-2147483648"}[acc_dt]
+
+
+# -- contraction -------------------------------------------------------------------
+def emit_contraction(k: Kernel, schedule: dict) -> str:
+    plan = contraction_plan(k)
+    w = Writer()
+    big = _is_big(k)
+    it = ".to(tl.int64)" if big else ""
+    M, N, K = plan.size("m"), plan.size("n"), plan.size("k")
+    w("pid = tl.program_id(0)" + it)
+    w("pid_k = tl.program_id(2)")
+    w(f"num_m = ({M} + BLOCK_M - 1) // BLOCK_M")
+    w(f"num_n = ({N} + BLOCK_N - 1) // BLOCK_N")
+    w("tiles = num_m * num_n")
+    w("pid_b = pid // tiles")
+    w("pid = pid % tiles")
+    w("group = GROUP_M * num_n")
+    w("first_m = pid // group * GROUP_M")
+    w("gsz = tl.minimum(num_m - first_m, GROUP_M)")
+    w("pm = first_m + (pid % group) % gsz")
+    w("pn = (pid % group) // gsz")
+    w("rm = pm * BLOCK_M + tl.arange(0, BLOCK_M)" + it)
+    w("rn = pn * BLOCK_N + tl.arange(0, BLOCK_N)" + it)
+    w("rk0 = tl.arange(0, BLOCK_K)" + it)
+    # index expressions per operand orientation
+    mi = _unravel_group(w, plan.m, k.full, "rm[:, None]", "m")
+    ni = _unravel_group(w, plan.n, k.full, "rn[None, :]", "n")
+    bi = _unravel_group(w, plan.b, k.full, "pid_b", "b")
+    a_op, b_op = (k.ops[j] for j in k.ops[plan.mul].args)
+    w("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    w(f"for k0 in range(pid_k * BLOCK_K, {K}, BLOCK_K * SPLIT_K):")
+    w.indent += 1
+    w("rk = k0 + rk0")
+    ka = _unravel_group(w, plan.k, k.full, "rk[None, :]", "ka")
+    kb = _unravel_group(w, plan.k, k.full, "rk[:, None]", "kb")
+    dummy = Space(k.full, [], None, "", "", "")
+    e = OpEmitter(k, w, {"full": dummy}, big)
+    for name, op, kidx, bound, zero in (
+        ("a", a_op, ka, f"(rm[:, None] < {M}) & (rk[None, :] < {K})", "(rm[:, None] * 0 + rk[None, :] * 0)"),
+        ("b", b_op, kb, f"(rk[:, None] < {K}) & (rn[None, :] < {N})", "(rk[:, None] * 0 + rn[None, :] * 0)"),
+    ):
+        idx = [mi.get(d) or ni.get(d) or bi.get(d) or kidx.get(d) or "0" for d in range(len(k.full))]
+        addr, valid = e.address(op.attr("view"), idx, zero)
+        m = bound if valid is None else f"{bound} & {valid}"
+        w(f"{name} = tl.load(in{op.attr('buf')} + ({addr}), mask={m}, other=0)")
+    dt = k.ops[plan.mul].dtype
+    if dt is DType.float32:
+        w('acc = tl.dot(a, b, acc, input_precision=PRECISION)')
+    else:
+        w(f"acc = tl.dot(a.to({TL[dt]}), b.to({TL[dt]}), acc)")
+    w.indent -= 1
+    # epilogue over the row space
+    ridx = [mi.get(d) or ni.get(d) or bi.get(d) or "0" for d in range(len(k.full))]
+    for d in plan.k:
+        ridx[d] = "0"
+    w("zr = rm[:, None] * 0 + rn[None, :] * 0")
+    w(f"rb = (rm[:, None] < {M}) & (rn[None, :] < {N})")
+    row = Space(k.row, ridx, None, "rb", "zr", "[BLOCK_M, BLOCK_N]")
+    e = OpEmitter(k, w, {"row": row, "full": row}, big)
+    red = plan.red
+    rdt = k.ops[red].dtype
+    w(f"v{red} = acc.to({TL[rdt]})")
+    e.names[red] = f"v{red}"
+    for i, op in enumerate(k.ops):
+        if op.space == "row" and i != red:
+            e.emit(i, op)
+    if plan.split_ok and schedule.get("SPLIT_K", 1) > 1:
+        (i, _b), = k.outputs
+        w(f"tl.atomic_add(out0 + {e.lin('row')}, v{i}, mask=rb)")
+    else:
+        for o, (i, b) in enumerate(k.outputs):
+            e.store(o, f"v{i}", "row", b.dtype)
+    knobs = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "PRECISION"]
+    return _finish(_signature(k, knobs), w)
+
+
+def _unravel_group(w: Writer, dims: list[int], full: tuple[int, ...], src: str, prefix: str) -> dict[int, str]:
+    """Index per dim of a flattened group of dims (row-major over ``dims``)."""
+    sizes = [full[d] for d in dims]
+    out: dict[int, str] = {}
+    for d, s, c in zip(dims, sizes, contiguous_strides(tuple(sizes))):
+        if s == 1:
+            continue
+        w(f"{prefix}{d} = {src} // {c} % {s}" if c != 1 else f"{prefix}{d} = {src} % {s}")
+        out[d] = f"{prefix}{d}"
+    return out

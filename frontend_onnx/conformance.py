@@ -1,0 +1,626 @@
+"""ONNX backend conformance: run the official backend test cases through the importer
+and the reference executor, and compare with the expected outputs.
+
+``python -m luminal.frontend_onnx.conformance [--json F] [--filter SUBSTR] [--update]``
+
+A case is ``passed``, ``failed`` (import error or outputs out of tolerance) or
+``unsupported`` (an op the registry lacks, or a dtype/type the IR lacks). Every
+case runs in a worker process with a deadline; a worker past it is killed and
+replaced, so one slow case cannot hang the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
+PASSING_FILE = Path(__file__).resolve().parent.parent / "tests" / "conformance" / "passing.txt"
+
+# elem types the IR has; everything else is recorded as unsupported with its name
+_SUPPORTED_ELEM = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+    onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL,
+}
+# ops whose attribute names an output dtype
+_DTYPE_ATTRS = {"to", "dtype", "output_dtype"}
+# bump when the on-disk layout of the generated node cases changes
+_CACHE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # "kind/test_name", unique across kinds
+    model_dir: str
+    rtol: float = 1e-3
+    atol: float = 1e-7
+
+
+@dataclass
+class CaseResult:
+    name: str
+    status: str  # passed | failed | unsupported
+    reason: str = ""
+    ops: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    # graph inputs fed as constants because the importer needs their values
+    baked: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- collecting cases
+
+def _data_root() -> Path:
+    return Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data"
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("LUMINAL_CONFORMANCE_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "luminal", "conformance")
+    return Path(base) / f"onnx-{onnx.__version__}-v{_CACHE_VERSION}"
+
+
+def _write_tensor(item, path: Path) -> None:
+    if isinstance(item, onnx.TensorProto):
+        data = item.SerializeToString()
+    elif isinstance(item, (np.ndarray, np.generic)):
+        data = numpy_helper.from_array(np.asarray(item)).SerializeToString()
+    else:
+        raise TypeError(type(item).__name__)
+    path.write_bytes(data)
+
+
+def _materialise_node_cases(root: Path) -> None:
+    """The installed onnx generates its node cases in memory; write them once in the
+    on-disk layout (model.onnx, test_data_set_N/{input,output}_K.pb)."""
+    import warnings
+
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = load_model_tests(kind="node")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".node-", dir=root.parent))
+    for c in cases:
+        d = tmp / c.name
+        d.mkdir()
+        (d / "model.onnx").write_bytes(c.model.SerializeToString())
+        try:
+            for k, (inputs, outputs) in enumerate(c.data_sets):
+                ds = d / f"test_data_set_{k}"
+                ds.mkdir()
+                for i, x in enumerate(inputs):
+                    _write_tensor(x, ds / f"input_{i}.pb")
+                for i, x in enumerate(outputs):
+                    _write_tensor(x, ds / f"output_{i}.pb")
+        except TypeError as e:
+            (d / "UNSUPPORTED").write_text(f"test data holds a {e} (sequence/optional values)")
+        if c.rtol != 1e-3 or c.atol != 1e-7:
+            (d / "data.json").write_text(json.dumps({"rtol": c.rtol, "atol": c.atol}))
+    try:
+        tmp.rename(root)
+    except OSError:  # another process won the race
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _dir_cases(kind: str, kind_dir: Path) -> list[Case]:
+    out = []
+    for d in sorted(kind_dir.iterdir()):
+        if not (d / "model.onnx").exists():
+            continue
+        rtol, atol = 1e-3, 1e-7
+        if (d / "data.json").exists():
+            meta = json.loads((d / "data.json").read_text())
+            rtol, atol = meta.get("rtol", rtol), meta.get("atol", atol)
+        out.append(Case(f"{kind}/{d.name}", str(d), rtol, atol))
+    return out
+
+
+def collect_cases(kinds: Sequence[str] = KINDS) -> list[Case]:
+    cases: list[Case] = []
+    for kind in kinds:
+        if kind == "node":
+            root = _cache_root() / "node"
+            if not root.exists():
+                _materialise_node_cases(root)
+            cases += _dir_cases(kind, root)
+        else:
+            cases += _dir_cases(kind, _data_root() / kind)
+    return cases
+
+
+def select(cases: Iterable[Case], filter: str | None = None, names: Iterable[str] | None = None) -> list[Case]:
+    wanted = set(names) if names is not None else None
+    return [c for c in cases
+            if (filter is None or filter in c.name) and (wanted is None or c.name in wanted)]
+
+
+# ---------------------------------------------------------------- classification
+
+def _graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
+    yield graph
+    for n in graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graphs(g)
+
+
+def op_types(model: onnx.ModelProto) -> list[str]:
+    ops = {n.op_type for g in _graphs(model.graph) for n in g.node}
+    return sorted(ops)
+
+
+def _type_problem(tp: onnx.TypeProto) -> str | None:
+    kind = tp.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind != "tensor_type":
+        return f"{kind.replace('_type', '')} type"
+    et = tp.tensor_type.elem_type
+    if et and et not in _SUPPORTED_ELEM:
+        return f"dtype {onnx.TensorProto.DataType.Name(et).lower()}"
+    return None
+
+
+def _unsupported_ops(model: onnx.ModelProto) -> list[str]:
+    from . import registry
+
+    local = {(f.domain, f.name): f for f in model.functions}
+    missing: set[str] = set()
+
+    def visit(nodes, seen: frozenset) -> None:
+        for n in nodes:
+            if registry.lookup(n.domain, n.op_type) is not None:
+                pass
+            elif (n.domain, n.op_type) in local and (n.domain, n.op_type) not in seen:
+                visit(local[(n.domain, n.op_type)].node, seen | {(n.domain, n.op_type)})
+            else:
+                missing.add(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}")
+            for a in n.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    visit(g.node, seen)
+
+    visit(model.graph.node, frozenset())
+    return sorted(missing)
+
+
+def unsupported_reason(model: onnx.ModelProto) -> str | None:
+    """Why luminal cannot run this model (ops, dtypes, non-tensor types), or None."""
+    _ensure_ops_registered()
+    missing = _unsupported_ops(model)
+    if missing:
+        return "ops " + ", ".join(missing)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        inferred = model
+    problems: set[str] = set()
+    for g in _graphs(inferred.graph):
+        for vi in [*g.input, *g.output, *g.value_info]:
+            p = _type_problem(vi.type)
+            if p:
+                problems.add(p)
+        for t in g.initializer:
+            if t.data_type not in _SUPPORTED_ELEM:
+                problems.add(f"dtype {onnx.TensorProto.DataType.Name(t.data_type).lower()}")
+        for n in g.node:
+            for a in n.attribute:
+                if a.name in _DTYPE_ATTRS and a.type == onnx.AttributeProto.INT and a.i not in _SUPPORTED_ELEM:
+                    problems.add(f"dtype {onnx.TensorProto.DataType.Name(a.i).lower()}")
+                if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in _SUPPORTED_ELEM:
+                    problems.add(f"dtype {onnx.TensorProto.DataType.Name(a.t.data_type).lower()}")
+                if a.type == onnx.AttributeProto.SPARSE_TENSOR:
+                    problems.add("sparse tensor")
+    return ", ".join(sorted(problems)) if problems else None
+
+
+def _ensure_ops_registered() -> None:
+    # importing the frontend registers every op function
+    import importlib
+
+    importer = importlib.import_module(f"{__package__}.importer")
+    importer._register_ops()
+
+
+# ---------------------------------------------------------------- comparing
+
+def tolerances(dtype: np.dtype, rtol: float, atol: float) -> tuple[float, float]:
+    """Per-dtype tolerances: onnx's backend runner's rtol, an atol floor of 1e-5 for
+    float32, and wider ones for the half precisions (computed in float32 here,
+    rounded differently from the generator's)."""
+    name = np.dtype(dtype).name
+    if name == "bfloat16":
+        return max(rtol, 2 ** -6), max(atol, 1e-2)
+    if name == "float16":
+        return max(rtol, 2e-3), max(atol, 1e-3)
+    return max(rtol, 1e-3), max(atol, 1e-5)
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    reason: str = ""
+
+
+def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Comparison:
+    """|got - want| <= atol + rtol * |want| elementwise; NaN and inf where expected;
+    integers and bools exactly; shapes and dtypes must match."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return Comparison(False, reason=f"shape {list(got.shape)} != expected {list(want.shape)}")
+    if got.dtype != want.dtype:
+        return Comparison(False, reason=f"dtype {got.dtype} != expected {want.dtype}")
+    if got.size == 0:
+        return Comparison(True)
+    if want.dtype.kind in "biu":
+        diff = got.astype(np.float64) - want.astype(np.float64)
+        bad = int(np.count_nonzero(diff))
+        max_abs = float(np.abs(diff).max())
+        return Comparison(bad == 0, max_abs, 0.0, f"{bad} elements differ (max {max_abs:g})" if bad else "")
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    gn, wn = np.isnan(g), np.isnan(w)
+    if (gn != wn).any():
+        return Comparison(False, float("nan"), float("nan"), f"NaN at {int((gn != wn).sum())} wrong positions")
+    winf = np.isinf(w)
+    if (np.isinf(g) != winf).any() or (g[winf] != w[winf]).any():
+        return Comparison(False, float("inf"), float("inf"), "inf mismatch")
+    fin = ~(wn | winf)
+    if not fin.any():
+        return Comparison(True)
+    err = np.abs(g[fin] - w[fin])
+    scale = np.abs(w[fin])
+    max_abs = float(err.max())
+    nz = scale > 0
+    max_rel = float((err[nz] / scale[nz]).max()) if nz.any() else 0.0
+    bad = err > atol + rtol * scale
+    if bad.any():
+        return Comparison(False, max_abs, max_rel, f"{int(bad.sum())}/{err.size} out of tolerance "
+                                                   f"(max abs {max_abs:.3g}, max rel {max_rel:.3g})")
+    return Comparison(True, max_abs, max_rel)
+
+
+# ---------------------------------------------------------------- running one case
+
+def _read_pb(path: Path) -> np.ndarray:
+    t = onnx.TensorProto()
+    t.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(t)
+
+
+def _data_sets(model_dir: Path) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    out = []
+    for ds in sorted(model_dir.glob("test_data_set_*")):
+        n_in = len(list(ds.glob("input_*.pb")))
+        n_out = len(list(ds.glob("output_*.pb")))
+        out.append(([_read_pb(ds / f"input_{i}.pb") for i in range(n_in)],
+                    [_read_pb(ds / f"output_{i}.pb") for i in range(n_out)]))
+    return out
+
+
+def _one_line(msg: str, limit: int = 300) -> str:
+    line = " ".join(str(msg).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+_NOT_CONSTANT = re.compile(r"node '(?P<node>.*)' \((?P<op>[\w.]+)\): input (?P<idx>\d+) must be constant")
+
+
+def _inputs_to_bake(model: onnx.ModelProto, message: str) -> set[str]:
+    """The graph inputs that feed a value the importer needs constant (a shape, axes,
+    pads...), found from its error message; empty when the message is another error."""
+    m = _NOT_CONSTANT.search(message)
+    if not m:
+        return set()
+    label, idx = m["node"], int(m["idx"])
+    nodes = [n for n in model.graph.node if n.name == label] or \
+            [n for n in model.graph.node if not n.name and n.op_type == label]
+    producer = {o: n for n in model.graph.node for o in n.output}
+    graph_inputs = {i.name for i in model.graph.input}
+    found: set[str] = set()
+    stack = [n.input[idx] for n in nodes if idx < len(n.input) and n.input[idx]]
+    seen: set[str] = set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in graph_inputs:
+            found.add(v)
+        elif v in producer:
+            stack.extend(x for x in producer[v].input if x)
+    return found
+
+
+def _bake(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` where the graph inputs in ``values`` are initializers."""
+    baked = onnx.ModelProto()
+    baked.CopyFrom(model)
+    keep = [i for i in baked.graph.input if i.name not in values]
+    del baked.graph.input[:]
+    baked.graph.input.extend(keep)
+    for name, v in values.items():
+        baked.graph.initializer.append(numpy_helper.from_array(np.asarray(v), name))
+    return baked
+
+
+def _where(e: BaseException) -> str:
+    """The innermost traceback frame inside luminal, as file:line."""
+    root = str(Path(__file__).resolve().parent.parent)
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if f.filename.startswith(root) and "site-packages" not in f.filename]
+    return f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+
+
+def _import(model: onnx.ModelProto, feeds: dict[str, np.ndarray], baked: list[str]):
+    """Import with the data set's shapes. Inputs the importer needs as constants (the
+    node tests feed shapes and axes as inputs; real models carry them as initializers)
+    become initializers holding the data set's values."""
+    from . import load
+
+    fixed: dict[str, np.ndarray] = {}
+    while True:
+        m = _bake(model, fixed) if fixed else model
+        live = {k: v for k, v in feeds.items() if k not in fixed}
+        try:
+            return load(m, {k: tuple(v.shape) for k, v in live.items()}), live
+        except Exception as e:
+            more = _inputs_to_bake(model, str(e)) - fixed.keys()
+            more &= feeds.keys()
+            if not more:
+                raise
+            for k in sorted(more):
+                fixed[k] = feeds[k]
+                baked.append(k)
+
+
+def run_case(case: Case) -> CaseResult:
+    from ..ir import run_reference
+
+    t0 = time.perf_counter()
+    d = Path(case.model_dir)
+    model = onnx.load(str(d / "model.onnx"))
+    res = CaseResult(case.name, "unsupported", ops=op_types(model))
+    try:
+        if (d / "UNSUPPORTED").exists():
+            res.reason = (d / "UNSUPPORTED").read_text().strip()
+            return res
+        why = unsupported_reason(model)
+        if why:
+            res.reason = why
+            return res
+        inits = {t.name for t in model.graph.initializer}
+        names = [i.name for i in model.graph.input if i.name not in inits]
+        out_names = [o.name for o in model.graph.output]
+        for inputs, expected in _data_sets(d):
+            feeds = dict(zip(names, inputs))
+            try:
+                imported, live = _import(model, feeds, res.baked)
+            except Exception as e:  # the importer's error is the failure reason
+                res.status, res.reason = "failed", _one_line(f"import: {type(e).__name__}: {e}{_where(e)}")
+                return res
+            got = dict(zip(imported.graph.output_names, run_reference(imported.graph, live)))
+            for k, (name, want) in enumerate(zip(out_names, expected)):
+                if name not in got:
+                    res.status, res.reason = "failed", f"output #{k} missing"
+                    return res
+                rtol, atol = tolerances(want.dtype, case.rtol, case.atol)
+                cmp = compare(got[name], want, rtol, atol)
+                if not cmp.ok:
+                    res.status, res.reason = "failed", f"output #{k}: {cmp.reason}"
+                    return res
+        res.status, res.reason = "passed", ""
+        return res
+    except Exception as e:
+        res.status, res.reason = "failed", _one_line(f"{type(e).__name__}: {e}{_where(e)}")
+        return res
+    finally:
+        res.seconds = round(time.perf_counter() - t0, 3)
+
+
+# ---------------------------------------------------------------- the pool
+
+def _worker(conn) -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    np.seterr(all="ignore")
+    while True:
+        try:
+            case = conn.recv()
+        except EOFError:
+            return
+        if case is None:
+            return
+        conn.send(run_case(case))
+
+
+class _Slot:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        self.case: Case | None = None
+        self.started = 0.0
+
+    def give(self, case: Case) -> None:
+        self.case, self.started = case, time.monotonic()
+        self.conn.send(case)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+def run_cases(cases: Sequence[Case], workers: int = 2, timeout: float = 60.0,
+              progress=None) -> list[CaseResult]:
+    """Run every case in worker processes; a case past ``timeout`` seconds fails."""
+    if not cases:
+        return []
+    ctx = multiprocessing.get_context("forkserver" if sys.platform != "win32" else "spawn")
+    todo = list(cases)[::-1]
+    results: dict[str, CaseResult] = {}
+    slots = [_Slot(ctx) for _ in range(max(1, min(workers, len(cases))))]
+    try:
+        for s in slots:
+            if todo:
+                s.give(todo.pop())
+        while any(s.case is not None for s in slots):
+            busy = [s for s in slots if s.case is not None]
+            ready = wait([s.conn for s in busy], timeout=1.0)
+            now = time.monotonic()
+            for i, s in enumerate(slots):
+                if s.case is None:
+                    continue
+                r = None
+                if s.conn in ready:
+                    try:
+                        r = s.conn.recv()
+                    except (EOFError, OSError):
+                        r = CaseResult(s.case.name, "failed", f"worker died (exit code {s.proc.exitcode})")
+                        s.kill()
+                        s = slots[i] = _Slot(ctx)
+                elif now - s.started > timeout:
+                    r = CaseResult(s.case.name, "failed", f"timeout after {timeout:g} s", seconds=timeout)
+                    s.kill()
+                    s = slots[i] = _Slot(ctx)
+                if r is None:
+                    continue
+                results[r.name] = r
+                if progress:
+                    progress(r)
+                s.case = None
+                if todo:
+                    s.give(todo.pop())
+    finally:
+        for s in slots:
+            try:
+                s.conn.send(None)
+            except OSError:
+                pass
+        for s in slots:
+            s.proc.join(timeout=2)
+            if s.proc.is_alive():
+                s.kill()
+    return [results[c.name] for c in cases]
+
+
+# ---------------------------------------------------------------- reporting
+
+def summarise(results: Sequence[CaseResult]) -> dict:
+    totals = {"passed": 0, "failed": 0, "unsupported": 0}
+    by_op: dict[str, dict[str, int]] = {}
+    for r in results:
+        totals[r.status] += 1
+        for op in r.ops:
+            by_op.setdefault(op, {"passed": 0, "failed": 0, "unsupported": 0})[r.status] += 1
+    runnable = totals["passed"] + totals["failed"]
+    return {
+        "onnx_version": onnx.__version__,
+        "totals": totals,
+        "cases": len(results),
+        "pass_rate_supported": round(totals["passed"] / runnable, 4) if runnable else None,
+        "by_op": dict(sorted(by_op.items())),
+    }
+
+
+def read_passing(path: Path = PASSING_FILE) -> list[str]:
+    if not path.exists():
+        return []
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def write_passing(results: Sequence[CaseResult], path: Path = PASSING_FILE) -> None:
+    names = sorted(r.name for r in results if r.status == "passed")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# ONNX backend test cases that pass (onnx {onnx.__version__}); "
+              "rewrite with: python -m luminal.frontend_onnx.conformance --update\n")
+    path.write_text(header + "\n".join(names) + "\n")
+
+
+def _print_report(results: Sequence[CaseResult], summary: dict, show_failures: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    table = Table(title="conformance by op (cases containing the op)")
+    for col in ("op", "passed", "failed", "unsupported"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    for op, c in summary["by_op"].items():
+        table.add_row(op, str(c["passed"]), f"[red]{c['failed']}[/]" if c["failed"] else "0", str(c["unsupported"]))
+    console.print(table)
+    failed = [r for r in results if r.status == "failed"]
+    for r in failed[:show_failures]:
+        console.print(f"[red]FAILED[/] {r.name}: {r.reason}", markup=True, soft_wrap=True)
+    if len(failed) > show_failures:
+        console.print(f"... and {len(failed) - show_failures} more failures")
+    t = summary["totals"]
+    rate = summary["pass_rate_supported"]
+    console.print(f"[bold]{summary['cases']} cases[/]: {t['passed']} passed, {t['failed']} failed, "
+                  f"{t['unsupported']} unsupported; pass rate over supported: "
+                  f"{'-' if rate is None else f'{100 * rate:.1f}%'}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m luminal.frontend_onnx.conformance",
+                                description="Run the ONNX backend test cases through luminal's reference executor.")
+    p.add_argument("--json", metavar="F", help="write the results as JSON to F ('-' for stdout)")
+    p.add_argument("--filter", metavar="SUBSTR", help="only cases whose name contains SUBSTR")
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated case kinds ({','.join(KINDS)})")
+    p.add_argument("--passing-only", action="store_true", help="only the cases listed in passing.txt")
+    p.add_argument("--update", action="store_true", help="rewrite passing.txt with the cases that pass")
+    p.add_argument("--passing-file", default=str(PASSING_FILE), help=argparse.SUPPRESS)
+    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
+    p.add_argument("--show-failures", type=int, default=50)
+    a = p.parse_args(argv)
+
+    kinds = [k for k in a.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        p.error(f"unknown kind {unknown[0]!r}")
+    passing_file = Path(a.passing_file)
+    cases = select(collect_cases(kinds), a.filter, read_passing(passing_file) if a.passing_only else None)
+    if a.update and (a.filter or a.passing_only or len(kinds) != len(KINDS)):
+        p.error("--update needs the full run (no --filter, --kinds or --passing-only)")
+    results = run_cases(cases, a.workers, a.timeout)
+    summary = summarise(results)
+    if a.json:
+        data = dict(summary, results=[asdict(r) for r in results])
+        text = json.dumps(data, indent=2)
+        if a.json == "-":
+            print(text)
+        else:
+            Path(a.json).write_text(text + "\n")
+    if a.json != "-":
+        _print_report(results, summary, a.show_failures)
+    if a.update:
+        write_passing(results, passing_file)
+        print(f"wrote {passing_file} ({summary['totals']['passed']} cases)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,538 @@
+"""ONNX model -> ir.Graph: read the file safely, bind shapes, run one op function per node."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import ChainMap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, numpy_helper
+
+from .. import ir
+from ..errors import LuminalError
+from ..ir import DType, Tensor
+from . import registry
+
+Shapes = Mapping[str, "int | tuple[int, ...]"]
+
+
+@dataclass
+class IOInfo:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+
+@dataclass
+class ImportResult:
+    graph: ir.Graph
+    opset: int
+    onnx_op_counts: dict[str, int]
+    inputs: list[IOInfo]
+    outputs: list[IOInfo]
+    warnings: list[str] = field(default_factory=list)
+    unbound: list[str] = field(default_factory=list)
+
+
+# ONNX element types we compute in a wider or equal IR dtype; anything else is refused
+_ELEM = {
+    TensorProto.FLOAT: DType.float32,
+    TensorProto.FLOAT16: DType.float16,
+    TensorProto.BFLOAT16: DType.bfloat16,
+    TensorProto.DOUBLE: DType.float32,
+    TensorProto.INT64: DType.int64,
+    TensorProto.INT32: DType.int32,
+    TensorProto.INT16: DType.int32,
+    TensorProto.INT8: DType.int32,
+    TensorProto.UINT8: DType.int32,
+    TensorProto.UINT16: DType.int32,
+    TensorProto.UINT32: DType.int64,
+    TensorProto.UINT64: DType.int64,
+    TensorProto.BOOL: DType.bool,
+}
+
+
+def onnx_dtype(elem_type: int) -> DType:
+    """The IR dtype an ONNX element type computes in (double as float32, small ints as int32)."""
+    if elem_type not in _ELEM:
+        name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else elem_type
+        raise LuminalError(f"unsupported ONNX element type {name}")
+    return _ELEM[elem_type]
+
+
+def tensor_value(t: TensorProto) -> np.ndarray:
+    """An ONNX tensor (initializer or attribute) as a numpy array."""
+    if t.data_type not in _ELEM:
+        onnx_dtype(t.data_type)
+    if t.data_location == TensorProto.EXTERNAL:
+        raise LuminalError(f"tensor {t.name!r} has external data that was not loaded")
+    try:
+        return numpy_helper.to_array(t)
+    except (ValueError, TypeError) as e:
+        raise LuminalError(f"tensor {t.name!r} is malformed: {e}") from None
+
+
+def array_dtype(dt: np.dtype) -> DType:
+    """The IR dtype a numpy array from a model computes in."""
+    dt = np.dtype(dt)
+    if dt.kind in "USO":
+        raise LuminalError("string tensors are not supported")
+    if dt.kind == "b":
+        return DType.bool
+    if dt.kind == "f" and dt.itemsize == 8:
+        return DType.float32
+    if dt.kind in "iu":
+        return DType.int64 if dt.itemsize == 8 or (dt.kind == "u" and dt.itemsize == 4) else DType.int32
+    try:
+        return DType.from_numpy(dt)
+    except TypeError:
+        raise LuminalError(f"unsupported tensor element type {dt}") from None
+
+
+def const_tensor(arr, dtype: DType | None = None) -> Tensor:
+    """A constant; keeps 0-d arrays 0-d (Tensor.const alone makes them shape [1])."""
+    arr = np.asarray(arr)
+    t = Tensor.const(arr, dtype or array_dtype(arr.dtype))
+    return t if t.shape == arr.shape else t.reshape(arr.shape)
+
+
+def with_shape(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """``t`` viewed as ``shape`` when only the rank of a folded scalar went astray (a folded
+    0-d constant comes back from Tensor.const as shape [1])."""
+    shape = tuple(shape)
+    if t.shape != shape and t.numel == math.prod(shape):
+        return t.reshape(shape)
+    return t
+
+
+def materialise(t: Tensor) -> Tensor:
+    """A tensor backed by its own contiguous node of its own shape (graph outputs need one)."""
+    if t.is_const:
+        if t.node.shape == t.shape and t.view.is_contiguous:
+            return t
+        value = np.array(t.numpy(), dtype=t.dtype.np, order="C").reshape(t.shape)
+        return Tensor(ir.Node(ir.Op.Constant, (), t.shape, t.dtype, {"value": value}))
+    return t.contiguous()
+
+
+# -- reading -------------------------------------------------------------------
+
+def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    path = Path(model)
+    if not path.exists():
+        raise LuminalError(f"model file not found: {path}")
+    if not path.is_file():
+        raise LuminalError(f"not a file: {path}")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): {first}") from None
+    except OSError as e:
+        raise LuminalError(f"cannot read {path}: {e.strerror or e}") from None
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): no graph or opset import")
+    return proto, path.parent
+
+
+def _graphs(g: onnx.GraphProto):
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    yield from _graphs(sub)
+
+
+def _external_tensors(model: onnx.ModelProto):
+    for g in _graphs(model.graph):
+        for t in g.initializer:
+            if t.data_location == TensorProto.EXTERNAL:
+                yield t
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.TENSOR and a.t.data_location == TensorProto.EXTERNAL:
+                    yield a.t
+
+
+def _safe_location(base: Path, location: str, tensor: str) -> Path:
+    if not location:
+        raise LuminalError(f"tensor {tensor!r}: external data without a location")
+    if (os.path.isabs(location) or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":")
+            or "\x00" in location):
+        raise LuminalError(f"tensor {tensor!r}: external data location must be relative to the model's folder")
+    parts = location.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise LuminalError(f"tensor {tensor!r}: external data location leaves the model's folder")
+    root = base.resolve()
+    target = (root / location).resolve()
+    if target != root and root not in target.parents:
+        raise LuminalError(f"tensor {tensor!r}: external data location leaves the model's folder")
+    return target
+
+
+def load_external_data(model: onnx.ModelProto, base: Path | None) -> None:
+    """Read every external tensor in place, refusing locations outside ``base``."""
+    for t in _external_tensors(model):
+        info = {e.key: e.value for e in t.external_data}
+        if base is None:
+            raise LuminalError(f"tensor {t.name!r} has external data; load the model from its file path")
+        path = _safe_location(base, info.get("location", ""), t.name)
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if info.get("length") else -1
+        except ValueError:
+            raise LuminalError(f"tensor {t.name!r}: bad external data offset or length") from None
+        if not path.is_file():
+            raise LuminalError(f"tensor {t.name!r}: external data file missing")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length) if length >= 0 else f.read()
+        if length >= 0 and len(data) != length:
+            raise LuminalError(f"tensor {t.name!r}: external data file is shorter than its declared length")
+        del t.external_data[:]
+        t.data_location = TensorProto.DEFAULT
+        t.raw_data = data
+
+
+def _check(model: onnx.ModelProto, warnings: list[str]) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        msg = str(e).strip().splitlines()
+        warnings.append(f"onnx checker: {msg[0] if msg else 'invalid model'}")
+    except Exception as e:  # the checker itself can fail on very new or very large models
+        warnings.append(f"onnx checker did not run: {type(e).__name__}")
+
+
+# -- support check -------------------------------------------------------------
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for o in model.opset_import:
+        out["" if o.domain == "ai.onnx" else o.domain] = o.version
+    return out
+
+
+def _clean(s: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in s)[:80]
+
+
+def check_supported(model: onnx.ModelProto) -> None:
+    """Raise one LuminalError listing every op type the frontend does not know."""
+    _register_ops()
+    opsets = _opsets(model)
+    missing: dict[tuple[str, str], list[str]] = {}
+    for g in _graphs(model.graph):
+        for i, n in enumerate(g.node):
+            if registry.lookup(n.domain, n.op_type) is None:
+                key = ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
+                missing.setdefault(key, []).append(_clean(n.name) or f"#{i}")
+    if not missing:
+        return
+    parts = []
+    for (dom, op_type), names in missing.items():
+        shown = ", ".join(names[:5]) + (f", +{len(names) - 5} more" if len(names) > 5 else "")
+        parts.append(f"{_clean(op_type)} (domain {_clean(dom) or 'ai.onnx'!r}, opset {opsets.get(dom, '?')}; "
+                     f"nodes: {shown})")
+    raise LuminalError(f"unsupported ONNX ops ({len(missing)}): " + "; ".join(parts))
+
+
+def _register_ops() -> None:
+    from . import ops_control, ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401
+
+
+# -- shapes --------------------------------------------------------------------
+
+@dataclass
+class _Binder:
+    shapes: dict[str, Any]
+    input_names: set[str]
+    symbols: dict[str, int] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+    unbound: list[str] = field(default_factory=list)
+
+    def bind(self, name: str, value: int, why: str) -> None:
+        if name in self.symbols and self.symbols[name] != value:
+            raise LuminalError(f"dimension {name!r} bound to {self.symbols[name]} and to {value} ({why})")
+        self.symbols[name] = value
+
+    def shape_of(self, name: str, vi: onnx.ValueInfoProto) -> tuple[int, ...]:
+        tt = vi.type.tensor_type
+        dims = list(tt.shape.dim) if tt.HasField("shape") else None
+        whole = self.shapes.get(name)
+        if whole is not None:
+            self.used.add(name)
+            whole = (whole,) if isinstance(whole, int) else tuple(whole)
+            if not all(isinstance(d, int | np.integer) and d >= 0 for d in whole):
+                raise LuminalError(f"shape for input {name!r} must be non-negative integers")
+            if dims is not None and len(dims) != len(whole):
+                raise LuminalError(f"input {name!r} has rank {len(dims)}, but the shape given has rank {len(whole)}")
+            if dims is not None:
+                for k, (d, v) in enumerate(zip(dims, whole)):
+                    if d.HasField("dim_value") and d.dim_value != v:
+                        raise LuminalError(f"input {name!r} dim {k} is fixed to {d.dim_value}, but {v} was given")
+                    if d.HasField("dim_param") and d.dim_param:
+                        given = self.shapes.get(d.dim_param)
+                        if given is not None and d.dim_param not in self.input_names:
+                            given = given[0] if isinstance(given, tuple) and len(given) == 1 else given
+                            if given != v:
+                                raise LuminalError(f"dimension {d.dim_param!r} given as {given}, but the shape of "
+                                                   f"input {name!r} makes it {v}")
+                        self.bind(d.dim_param, int(v), f"input {name!r} dim {k}")
+            return tuple(int(v) for v in whole)
+        if dims is None:
+            raise LuminalError(f"input {name!r} has no known rank; give its whole shape, e.g. {name}=1x3x224x224")
+        out: list[int | str] = []
+        for k, d in enumerate(dims):
+            if d.HasField("dim_value"):
+                out.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                out.append(d.dim_param)
+            else:
+                label = f"{name}[{k}]"
+                self.unbound.append(label)
+                out.append(1)
+        return out  # type: ignore[return-value]
+
+    def resolve(self, shape: list[int | str]) -> tuple[int, ...]:
+        res = []
+        for d in shape:
+            if isinstance(d, str):
+                if d not in self.symbols:
+                    if d in self.shapes:
+                        v = self.shapes[d]
+                        if isinstance(v, tuple):
+                            if len(v) != 1:
+                                raise LuminalError(f"dimension {d!r} takes one integer, got {list(v)}")
+                            v = v[0]
+                        if not isinstance(v, int | np.integer) or v < 0:
+                            raise LuminalError(f"dimension {d!r} must be a non-negative integer")
+                        self.used.add(d)
+                        self.symbols[d] = int(v)
+                    else:
+                        self.unbound.append(d)
+                        self.symbols[d] = 1
+                elif d in self.shapes:
+                    self.used.add(d)
+                    v = self.shapes[d]
+                    v = v[0] if isinstance(v, tuple) and len(v) == 1 else v
+                    if v != self.symbols[d]:
+                        raise LuminalError(f"dimension {d!r} given as {v} but an input shape makes it "
+                                           f"{self.symbols[d]}")
+                res.append(self.symbols[d])
+            else:
+                res.append(d)
+        return tuple(res)
+
+
+# -- the import ----------------------------------------------------------------
+
+@dataclass
+class Importer:
+    opsets: dict[str, int]
+    warnings: list[str]
+    op_counts: dict[str, int] = field(default_factory=dict)
+
+    def run_graph(self, g: onnx.GraphProto, scope: ChainMap) -> list[Tensor | None]:
+        """Import the nodes of ``g`` into ``scope``; returns the tensors of its outputs."""
+        for t in g.initializer:
+            scope[t.name] = const_tensor(tensor_value(t))
+        for n in _toposort(g, scope):
+            self.run_node(n, scope)
+        outs = []
+        for o in g.output:
+            if o.name not in scope:
+                raise LuminalError(f"graph output {_clean(o.name)!r} is never produced")
+            outs.append(scope[o.name])
+        return outs
+
+    def run_node(self, n: onnx.NodeProto, scope: ChainMap) -> None:
+        label = f"node {_clean(n.name or n.output[0] if n.output else n.name)!r} ({_clean(n.op_type)})"
+        fn = registry.lookup(n.domain, n.op_type)
+        if fn is None:
+            raise LuminalError(f"{label}: unsupported op")
+        inputs: list[Tensor | None] = []
+        for name in n.input:
+            if not name:
+                inputs.append(None)
+            elif name not in scope or scope[name] is None:
+                raise LuminalError(f"{label}: input {_clean(name)!r} is not defined")
+            else:
+                inputs.append(scope[name])
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        dom = "" if n.domain == "ai.onnx" else n.domain
+        ctx = registry.OpContext(n, self.opsets.get(dom, 1), inputs, attrs, scope, self)
+        self.op_counts[n.op_type] = self.op_counts.get(n.op_type, 0) + 1
+        try:
+            out = fn(ctx)
+        except LuminalError as e:
+            msg = str(e)
+            if msg.startswith("node "):
+                raise
+            raise LuminalError(f"{label}: {msg}") from None
+        except (ValueError, TypeError, IndexError, KeyError, AssertionError, NotImplementedError,
+                ZeroDivisionError, OverflowError) as e:
+            raise LuminalError(f"{label}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        outs = [out] if isinstance(out, Tensor) else list(out)
+        for k, name in enumerate(n.output):
+            if not name:
+                continue
+            if k < len(outs) and outs[k] is not None:
+                scope[name] = outs[k]
+            else:
+                scope[name] = None  # an output this op does not produce; an error only if used
+
+
+def _attr_value(a: onnx.AttributeProto) -> Any:
+    if a.type == onnx.AttributeProto.TENSOR:
+        return tensor_value(a.t)
+    if a.type == onnx.AttributeProto.TENSORS:
+        return [tensor_value(t) for t in a.tensors]
+    if a.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return a.sparse_tensor
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [x.decode("utf-8", "replace") for x in v]
+    return v
+
+
+def _free_names(g: onnx.GraphProto) -> set[str]:
+    """Names a (sub)graph reads from its enclosing scope."""
+    defined = {t.name for t in g.initializer} | {i.name for i in g.input}
+    free: set[str] = set()
+    for n in g.node:
+        for name in n.input:
+            if name and name not in defined:
+                free.add(name)
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for sub in subs:
+                free |= _free_names(sub) - defined
+        defined.update(o for o in n.output if o)
+    return free
+
+
+def _deps(n: onnx.NodeProto) -> set[str]:
+    deps = {i for i in n.input if i}
+    for a in n.attribute:
+        subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        for sub in subs:
+            deps |= _free_names(sub)
+    return deps
+
+
+def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodeProto]:
+    """The nodes in an order where each one's inputs exist; keeps the file's order when it is valid."""
+    nodes = list(g.node)
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                if o in producer:
+                    raise LuminalError(f"value {_clean(o)!r} is produced by more than one node")
+                producer[o] = i
+    deps = [{producer[d] for d in _deps(n) if d in producer} for n in nodes]
+    if all(d < i for i, ds in enumerate(deps) for d in ds):
+        return nodes
+    order, state = [], [0] * len(nodes)
+    for start in range(len(nodes)):
+        stack = [(start, False)]
+        while stack:
+            i, done = stack.pop()
+            if done:
+                state[i] = 2
+                order.append(nodes[i])
+                continue
+            if state[i] == 2:
+                continue
+            if state[i] == 1:
+                raise LuminalError("the graph has a cycle")
+            state[i] = 1
+            stack.append((i, True))
+            for d in sorted(deps[i], reverse=True):
+                if state[d] == 1:
+                    raise LuminalError("the graph has a cycle")
+                if state[d] == 0:
+                    stack.append((d, False))
+    return order
+
+
+def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None) -> ImportResult:
+    """Import an ONNX model (a path or a ModelProto) into an optimised primitive Graph."""
+    proto, base = read_model(model)
+    check_supported(proto)
+    warnings: list[str] = []
+    _check(proto, warnings)
+    load_external_data(proto, base)
+    opsets = _opsets(proto)
+    if "" not in opsets:
+        raise LuminalError("the model has no opset import for the default ONNX domain")
+    opset = opsets[""]
+    newest = onnx.defs.onnx_opset_version()
+    if opset > newest:
+        warnings.append(f"model opset {opset} is newer than this onnx ({newest}); ops are read as opset {newest}")
+
+    g = proto.graph
+    init_names = {t.name for t in g.initializer}
+    real_inputs = [vi for vi in g.input if vi.name not in init_names]
+    shapes = dict(shapes or {})
+    binder = _Binder(shapes, {vi.name for vi in real_inputs})
+    raw = []
+    for vi in real_inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise LuminalError(f"input {_clean(vi.name)!r} is not a tensor")
+        elem = vi.type.tensor_type.elem_type
+        dt = onnx_dtype(elem)
+        if elem == TensorProto.DOUBLE:
+            warnings.append(f"input {_clean(vi.name)!r} is double; computed as float32")
+        raw.append((vi.name, dt, binder.shape_of(vi.name, vi)))
+    # unnamed dims seen before explicit symbol values are resolved
+    unnamed = list(binder.unbound)
+    binder.unbound = []
+    resolved = [(name, dt, binder.resolve(list(shape))) for name, dt, shape in raw]
+    unknown = sorted(set(shapes) - binder.used - binder.symbols.keys())
+    if unknown:
+        known = sorted({vi.name for vi in real_inputs} | set(binder.symbols))
+        raise LuminalError(f"--shape names {', '.join(map(repr, unknown))} are neither inputs nor dimension names "
+                           f"of this model (known: {', '.join(known) or 'none'})")
+    unbound = unnamed + binder.unbound
+    if unbound:
+        warnings.append(f"unbound dimensions default to 1: {', '.join(_clean(u) for u in unbound)}")
+
+    scope: ChainMap = ChainMap()
+    inputs, in_nodes = [], []
+    for name, dt, shape in resolved:
+        t = Tensor.input(name, shape, dt)
+        scope[name] = t
+        in_nodes.append(t.node)
+        inputs.append(IOInfo(name, dt, shape))
+    imp = Importer(opsets, warnings)
+    outs = imp.run_graph(g, scope)
+    out_tensors, names = [], []
+    for o, t in zip(g.output, outs):
+        if t is None:
+            raise LuminalError(f"graph output {_clean(o.name)!r} is never produced")
+        out_tensors.append(materialise(t))
+        names.append(o.name)
+    graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(binder.symbols))
+    graph = ir.optimize(graph)
+    outputs = [IOInfo(nm, n.dtype, tuple(n.shape)) for nm, n in zip(names, graph.outputs)]
+    counts = {}
+    for sub in _graphs(g):
+        for n in sub.node:
+            counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return ImportResult(graph, opset, dict(sorted(counts.items())), inputs, outputs, warnings, unbound)

@@ -1,0 +1,283 @@
+"""Elementwise ONNX ops: math, activations, comparisons, logic, casts."""
+
+from __future__ import annotations
+
+import functools
+from functools import reduce
+
+import numpy as np
+
+from ..errors import LuminalError
+from ..ir import DType, Tensor, broadcast_shape
+from . import registry
+from .importer import onnx_dtype, with_shape
+from .registry import OpContext
+
+
+def op(*names: str):
+    """registry.op for broadcasting ops: the result keeps the broadcast shape of the inputs."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def run(ctx: OpContext):
+            out = fn(ctx)
+            return with_shape(out, broadcast_shape(*(t.shape for t in ctx.inputs if t is not None)))
+
+        registry.op(*names)(run)
+        return fn
+
+    return deco
+
+
+def _x(ctx: OpContext) -> Tensor:
+    return ctx.inputs[0]
+
+
+def _full_like(t: Tensor, value) -> Tensor:
+    return Tensor.full(t.shape, value, t.dtype)
+
+
+def _series(x: Tensor, coeffs: list[float]) -> Tensor:
+    """x * (c0 + c1 x^2 + c2 x^4 + ...), for odd functions near 0."""
+    x2 = x.mul(x)
+    p = _full_like(x, coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        p = p.mul(x2).add(c)
+    return x.mul(p)
+
+
+def sinh(x: Tensor) -> Tensor:
+    big = x.exp().sub(x.neg().exp()).mul(0.5)
+    return x.abs().lt(0.25).where(_series(x, [1, 1 / 6, 1 / 120, 1 / 5040]), big)
+
+
+def cosh(x: Tensor) -> Tensor:
+    return x.exp().add(x.neg().exp()).mul(0.5)
+
+
+def asinh(x: Tensor) -> Tensor:
+    a = x.abs()
+    big = a.add(a.mul(a).add(1).sqrt()).log()
+    big = x.lt(0).where(big.neg(), big)
+    return a.lt(0.125).where(_series(x, [1, -1 / 6, 3 / 40, -5 / 112]), big)
+
+
+def acosh(x: Tensor) -> Tensor:
+    return x.add(x.mul(x).sub(1).sqrt()).log()
+
+
+def atanh(x: Tensor) -> Tensor:
+    big = x.add(1).div(x.neg().add(1)).log().mul(0.5)
+    return x.abs().lt(0.125).where(_series(x, [1, 1 / 3, 1 / 5, 1 / 7, 1 / 9]), big)
+
+
+def expm1(x: Tensor) -> Tensor:
+    return x.abs().lt(1e-3).where(x.mul(x.mul(0.5).add(1)), x.exp().sub(1))
+
+
+_UNARY = {
+    "Abs": Tensor.abs, "Neg": Tensor.neg, "Exp": Tensor.exp, "Log": Tensor.log, "Sqrt": Tensor.sqrt,
+    "Reciprocal": Tensor.recip, "Sin": Tensor.sin, "Cos": Tensor.cos, "Tan": Tensor.tan, "Asin": Tensor.asin,
+    "Acos": Tensor.acos, "Atan": Tensor.atan, "Sinh": sinh, "Cosh": cosh, "Asinh": asinh, "Acosh": acosh,
+    "Atanh": atanh, "Tanh": Tensor.tanh, "Erf": Tensor.erf, "Sigmoid": Tensor.sigmoid, "Relu": Tensor.relu,
+    "Sign": Tensor.sign, "Floor": Tensor.floor, "Ceil": Tensor.ceil, "Round": Tensor.round,
+    "Softplus": Tensor.softplus, "Not": Tensor.logical_not, "IsNaN": Tensor.isnan,
+}
+
+
+@op(*_UNARY)
+def unary(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    if ctx.node.op_type == "Abs" and x.dtype is DType.bool:
+        return x
+    return _UNARY[ctx.node.op_type](x)
+
+
+@op("Identity")
+def identity(ctx: OpContext) -> Tensor:
+    return _x(ctx)
+
+
+def equal(a: Tensor, b: Tensor) -> Tensor:
+    """a == b, false where either side is NaN (Tensor.eq is not(a<b or b<a), true for NaN)."""
+    eq = a.eq(b)
+    if a.dtype.is_float or b.dtype.is_float:
+        eq = eq & a.isnan().logical_not() & b.isnan().logical_not()
+    return eq
+
+
+def int_div(a: Tensor, b: Tensor) -> Tensor:
+    """Integer division truncating toward zero; exact while |a| < 2**24."""
+    a, b = Tensor._broadcast(a, b)
+    r = a.mod(b)
+    f = a.sub(r).cast(DType.float32).mul(b.cast(DType.float32).recip())
+    half = Tensor.full(f.shape, 0.5, DType.float32)
+    return f.add(f.lt(0).where(half.neg(), half)).cast(a.dtype)
+
+
+def divide(a: Tensor, b: Tensor) -> Tensor:
+    if a.dtype.is_int and b.dtype.is_int:
+        return int_div(a, b)
+    return a.div(b)
+
+
+@op("IsInf")
+def isinf(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    if not x.dtype.is_float:
+        return Tensor.full(x.shape, False, DType.bool)
+    x = x.cast(DType.float32)
+    big = float(np.finfo(np.float32).max)
+    pos = x.gt(big) if ctx.attr("detect_positive", 1) else None
+    neg = x.lt(-big) if ctx.attr("detect_negative", 1) else None
+    if pos is not None and neg is not None:
+        return pos | neg
+    return pos if pos is not None else neg if neg is not None else Tensor.full(x.shape, False, DType.bool)
+
+
+@op("Softsign")
+def softsign(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    return x.div(x.abs().add(1))
+
+
+@op("Elu")
+def elu(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    return x.lt(0).where(expm1(x).mul(ctx.attr("alpha", 1.0)), x)
+
+
+@op("Selu")
+def selu(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    alpha = ctx.attr("alpha", 1.67326319217681884765625)
+    gamma = ctx.attr("gamma", 1.05070102214813232421875)
+    return x.gt(0).where(x, expm1(x).mul(alpha)).mul(gamma)
+
+
+@op("Celu")
+def celu(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    alpha = ctx.attr("alpha", 1.0)
+    return x.gt(0).where(x, expm1(x.mul(1.0 / alpha)).mul(alpha))
+
+
+@op("LeakyRelu")
+def leaky_relu(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    return x.lt(0).where(x.mul(ctx.attr("alpha", 0.01)), x)
+
+
+@op("PRelu")
+def prelu(ctx: OpContext) -> Tensor:
+    x, slope = ctx.inputs[0], ctx.inputs[1]
+    return x.lt(0).where(x.mul(slope.cast(x.dtype)), x)
+
+
+@op("ThresholdedRelu")
+def thresholded_relu(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    return x.gt(ctx.attr("alpha", 1.0)).where(x, _full_like(x, 0))
+
+
+@op("HardSigmoid")
+def hard_sigmoid(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    y = x.mul(ctx.attr("alpha", 0.2)).add(ctx.attr("beta", 0.5))
+    return y.maximum(0).minimum(1)
+
+
+@op("HardSwish")
+def hard_swish(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    return x.mul(x.mul(1.0 / 6).add(0.5).maximum(0).minimum(1))
+
+
+@op("Shrink")
+def shrink(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    lambd, bias = ctx.attr("lambd", 0.5), ctx.attr("bias", 0.0)
+    zero = _full_like(x, 0)
+    return x.lt(-lambd).where(x.add(bias), x.gt(lambd).where(x.sub(bias), zero))
+
+
+# -- binary ----------------------------------------------------------------------
+
+def _mod(a: Tensor, b: Tensor, fmod: bool) -> Tensor:
+    r = a.mod(b)
+    if fmod:
+        return r
+    # Python's sign rule: a nonzero remainder takes the divisor's sign
+    b = b.cast(r.dtype).expand(r.shape)
+    fix = r.ne(0) & r.lt(0).ne(b.lt(0))
+    return fix.where(r.add(b), r)
+
+
+_BINARY = {
+    "Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Div": divide, "Equal": equal, "Less": Tensor.lt, "LessOrEqual": Tensor.le, "Greater": Tensor.gt,
+    "GreaterOrEqual": Tensor.ge, "And": Tensor.__and__, "Or": Tensor.__or__, "Xor": Tensor.__xor__,
+}
+
+
+@op(*_BINARY)
+def binary(ctx: OpContext) -> Tensor:
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    return _BINARY[ctx.node.op_type](a, b)
+
+
+@op("Pow")
+def power(ctx: OpContext) -> Tensor:
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    return a.pow(b).cast(a.dtype)
+
+
+@op("Mod")
+def mod(ctx: OpContext) -> Tensor:
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    return _mod(a, b, bool(ctx.attr("fmod", 0)))
+
+
+@op("Max", "Min", "Sum", "Mean")
+def variadic(ctx: OpContext) -> Tensor:
+    xs = [t for t in ctx.inputs if t is not None]
+    if not xs:
+        raise ValueError("needs at least one input")
+    kind = ctx.node.op_type
+    f = {"Max": Tensor.maximum, "Min": Tensor.minimum, "Sum": Tensor.add, "Mean": Tensor.add}[kind]
+    if len(xs) == 1:
+        return xs[0]
+    out = reduce(f, xs)
+    return out.mul(1.0 / len(xs)) if kind == "Mean" else out
+
+
+@op("Clip")
+def clip(ctx: OpContext) -> Tensor:
+    x = _x(ctx)
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+    else:
+        lo, hi = ctx.input(1), ctx.input(2)
+    if lo is not None:
+        x = x.maximum(lo if not isinstance(lo, Tensor) else lo.cast(x.dtype).reshape(()))
+    if hi is not None:
+        x = x.minimum(hi if not isinstance(hi, Tensor) else hi.cast(x.dtype).reshape(()))
+    return x
+
+
+@op("Where")
+def where(ctx: OpContext) -> Tensor:
+    c, a, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    return c.where(a, b)
+
+
+@op("Cast")
+def cast(ctx: OpContext) -> Tensor:
+    to = ctx.attr("to")
+    if to is None:
+        raise LuminalError(f"node {ctx.node.name!r} (Cast): missing 'to'")
+    return _x(ctx).cast(onnx_dtype(int(to)))
+
+
+@registry.op("CastLike")
+def cast_like(ctx: OpContext) -> Tensor:
+    return _x(ctx).cast(ctx.inputs[1].dtype)

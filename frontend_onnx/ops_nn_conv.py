@@ -1,0 +1,232 @@
+"""Convolutions and pooling: pad + strided window views + one contraction or reduction."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType, Tensor
+from .ops_nn_util import fail, need, spatial_pads, wants, windows
+from .registry import OpContext, op
+
+
+def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = False):
+    nd = x.ndim - 2
+    strides = list(ctx.attr("strides") or [1] * nd)
+    dilations = list(ctx.attr("dilations") or [1] * nd)
+    if len(kernel) != nd or len(strides) != nd or len(dilations) != nd:
+        raise fail(ctx, f"kernel/strides/dilations do not match {nd} spatial dims")
+    pads, outs = spatial_pads(ctx, x.shape[2:], kernel, strides, dilations, ceil_mode)
+    return strides, dilations, pads, outs
+
+
+def conv(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
+    """N-d grouped convolution as one broadcast Mul + SumReduce over (C/group, k...)."""
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    kernel = w.shape[2:]
+    nd = len(kernel)
+    mg = m // group
+    xg = x.reshape((n, group, cg) + x.shape[2:])
+    xw = windows(xg, 3, pads, outs, kernel, strides, dilations)
+    # (N, g, Cg, o1, k1, o2, k2, ...) -> (N, g, 1, o1.., Cg, k1..)
+    order = [0, 1] + [3 + 2 * d for d in range(nd)] + [2] + [4 + 2 * d for d in range(nd)]
+    xw = xw.permute(order).unsqueeze([2])
+    wg = w.reshape((1, group, mg) + (1,) * nd + (cg,) + tuple(kernel))
+    full = (n, group, mg) + tuple(outs) + (cg,) + tuple(kernel)
+    prodt = xw.expand(full).mul(wg.expand(full))
+    red = tuple(range(3 + nd, 4 + 2 * nd))
+    return prodt.sum(red).reshape((n, m) + tuple(outs))
+
+
+def _bias(y: Tensor, b: Tensor | None) -> Tensor:
+    if b is None:
+        return y
+    return y.add(b.reshape((1, -1) + (1,) * (y.ndim - 2)).expand(y.shape))
+
+
+@op("Conv")
+def conv_op(ctx: OpContext) -> Tensor:
+    x, w = need(ctx, 0), need(ctx, 1)
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise fail(ctx, f"input rank {x.ndim} and weight rank {w.ndim} do not fit a convolution")
+    group = int(ctx.attr("group", 1))
+    kernel = list(ctx.attr("kernel_shape") or w.shape[2:])
+    if tuple(kernel) != tuple(w.shape[2:]):
+        raise fail(ctx, "kernel_shape does not match the weight")
+    if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        raise fail(ctx, f"channels {x.shape[1]} / weight {list(w.shape)} do not fit group {group}")
+    strides, dilations, pads, outs = _geometry(ctx, x, kernel)
+    if w.dtype != x.dtype:
+        w = w.cast(x.dtype)
+    return _bias(conv(x, w, group, strides, dilations, pads, outs), ctx.input(2))
+
+
+def _stuff(x: Tensor, strides) -> Tensor:
+    """Insert stride-1 zeros between the spatial elements of x (N, C, *spatial)."""
+    nd = x.ndim - 2
+    if all(s == 1 for s in strides):
+        return x
+    n, c = x.shape[:2]
+    sp = x.shape[2:]
+    t = x.reshape((n, c) + tuple(v for d in range(nd) for v in (sp[d], 1)))
+    t = t.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (0, strides[d] - 1))])
+    t = t.reshape((n, c) + tuple(sp[d] * strides[d] for d in range(nd)))
+    return t.shrink([(0, n), (0, c)] + [(0, (sp[d] - 1) * strides[d] + 1) for d in range(nd)])
+
+
+@op("ConvTranspose")
+def conv_transpose_op(ctx: OpContext) -> Tensor:
+    x, w = need(ctx, 0), need(ctx, 1)
+    nd = x.ndim - 2
+    if nd < 1 or w.ndim != x.ndim:
+        raise fail(ctx, f"input rank {x.ndim} and weight rank {w.ndim} do not fit a convolution")
+    group = int(ctx.attr("group", 1))
+    c = x.shape[1]
+    if c != w.shape[0] or c % group:
+        raise fail(ctx, f"channels {c} / weight {list(w.shape)} do not fit group {group}")
+    kernel = list(ctx.attr("kernel_shape") or w.shape[2:])
+    strides = list(ctx.attr("strides") or [1] * nd)
+    dilations = list(ctx.attr("dilations") or [1] * nd)
+    out_pad = list(ctx.attr("output_padding") or [0] * nd)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    out_shape = ctx.attr("output_shape")
+    raw = list(ctx.attr("pads") or [0] * (2 * nd))
+    pads = []
+    for d in range(nd):
+        n_in = x.shape[2 + d]
+        ek = (kernel[d] - 1) * dilations[d] + 1
+        if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+            target = out_shape[-nd + d] if out_shape is not None else n_in * strides[d]
+            total = strides[d] * (n_in - 1) + out_pad[d] + ek - target
+            half = total // 2
+            upper = auto == "SAME_UPPER"
+            pads.append((half, total - half) if upper else (total - half, half))
+        elif auto == "VALID":
+            pads.append((0, 0))
+        else:
+            pads.append((int(raw[d]), int(raw[d + nd])))
+    cg = c // group
+    mg = w.shape[1]
+    # weight (C, M/g, k...) -> conv weight (M, C/g, k...) flipped
+    wt = w.reshape((group, cg, mg) + tuple(kernel)).permute([0, 2, 1] + list(range(3, 3 + nd)))
+    for d in range(nd):
+        wt = wt.flip(3 + d)
+    wt = wt.reshape((group * mg, cg) + tuple(kernel))
+    if wt.dtype != x.dtype:
+        wt = wt.cast(x.dtype)
+    xs = _stuff(x, strides)
+    cpads, outs = [], []
+    for d in range(nd):
+        full = (kernel[d] - 1) * dilations[d]
+        pb, pe = pads[d]
+        cpads.append((full - pb, full - pe + out_pad[d]))
+        outs.append(xs.shape[2 + d] + 2 * full - pb - pe + out_pad[d] - full)
+        if outs[-1] <= 0:
+            raise fail(ctx, "output size is not positive")
+    y = _conv_signed_pads(xs, wt, group, dilations, cpads, outs)
+    return _bias(y, ctx.input(2))
+
+
+def _conv_signed_pads(x: Tensor, w: Tensor, group: int, dilations, pads, outs) -> Tensor:
+    nd = len(pads)
+    # negative pads crop the input first; the conv itself then only pads
+    crop = [(0, 0), (0, 0)] + [(min(0, a), min(0, b)) for a, b in pads]
+    if any(p != (0, 0) for p in crop):
+        x = x.pad(crop)
+    pos = [(max(0, a), max(0, b)) for a, b in pads]
+    return conv(x, w, group, [1] * nd, dilations, pos, outs)
+
+
+# -- pooling -----------------------------------------------------------------
+
+def _pool_windows(ctx: OpContext, x: Tensor, value):
+    if x.ndim < 3:
+        raise fail(ctx, f"input rank {x.ndim} has no spatial dims")
+    kernel = list(ctx.attr("kernel_shape") or [])
+    if len(kernel) != x.ndim - 2:
+        raise fail(ctx, "kernel_shape is required and must match the spatial dims")
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    strides, dilations, pads, outs = _geometry(ctx, x, kernel, ceil_mode)
+    xw = windows(x, 2, pads, outs, kernel, strides, dilations, value=value)
+    nd = len(kernel)
+    order = [0, 1] + [2 + 2 * d for d in range(nd)] + [3 + 2 * d for d in range(nd)]
+    return xw.permute(order), (kernel, strides, dilations, pads, outs)
+
+
+@op("MaxPool")
+def max_pool_op(ctx: OpContext) -> list[Tensor | None]:
+    x = need(ctx, 0)
+    lowest = -np.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
+    xw, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, lowest)
+    nd = len(kernel)
+    red = tuple(range(2 + nd, 2 + 2 * nd))
+    y = xw.max(red, keepdim=True)
+    idx = _max_indices(ctx, x, xw, y, kernel, strides, dilations, pads, outs) if wants(ctx, 1) else None
+    return [y.reshape(y.shape[:2 + nd]), idx]
+
+
+def _max_indices(ctx, x, xw, y, kernel, strides, dilations, pads, outs) -> Tensor:
+    """Flat input index of the first maximum of each window (row- or column-major spatial order)."""
+    nd = len(kernel)
+    sp = x.shape[2:]
+    col = int(ctx.attr("storage_order", 0)) == 1
+    place = np.ones(nd, dtype=np.int64)
+    for d in range(nd):
+        place[d] = int(np.prod(sp[:d] if col else sp[d + 1:]))
+    # spatial flat position of window element (o..., k...), separable per dim
+    pos = np.zeros((1,) * (2 * nd), dtype=np.int64)
+    for d in range(nd):
+        o = np.arange(outs[d])[:, None] * strides[d] + np.arange(kernel[d])[None, :] * dilations[d] - pads[d][0]
+        shape = [1] * (2 * nd)
+        shape[d], shape[nd + d] = outs[d], kernel[d]
+        pos = pos + (o * place[d]).reshape(shape)
+    total = int(np.prod(sp))
+    big = np.iinfo(np.int64).max // 4
+    posc = Tensor.const(pos.reshape((1, 1) + pos.shape), DType.int64).expand(xw.shape)
+    hit = xw.eq(y.expand(xw.shape))
+    red = tuple(range(2 + nd, 2 + 2 * nd))
+    first = hit.where(posc, Tensor.full(xw.shape, big, DType.int64)).min(red)
+    n, c = x.shape[:2]
+    base = np.arange(n * c, dtype=np.int64).reshape(n, c) * total
+    return first.add(Tensor.const(base.reshape((n, c) + (1,) * nd), DType.int64).expand(first.shape))
+
+
+@op("AveragePool")
+def average_pool_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    xw, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, 0.0)
+    nd = len(kernel)
+    s = xw.sum(tuple(range(2 + nd, 2 + 2 * nd)))
+    include = bool(ctx.attr("count_include_pad", 0))
+    raw = ctx.attr("pads") or [0] * (2 * nd)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    count = np.ones((1,) * nd, dtype=np.float64)
+    for d in range(nd):
+        n = x.shape[2 + d]
+        pb = pads[d][0]
+        lo, hi = 0, n
+        if include:
+            # explicit pads count, the extra tail of ceil_mode does not
+            pe = int(raw[d + nd]) if auto in ("NOTSET", "") else pads[d][1]
+            lo, hi = -pb, n + pe
+        p = np.arange(outs[d])[:, None] * strides[d] + np.arange(kernel[d])[None, :] * dilations[d] - pb
+        cnt = ((p >= lo) & (p < hi)).sum(axis=1).astype(np.float64)
+        shape = [1] * nd
+        shape[d] = outs[d]
+        count = count * cnt.reshape(shape)
+    inv = (1.0 / np.maximum(count, 1.0)).astype(s.dtype.compute.np)
+    return s.mul(Tensor.const(inv.reshape((1, 1) + inv.shape), s.dtype).expand(s.shape))
+
+
+@op("GlobalAveragePool")
+def global_average_pool_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    return x.mean(tuple(range(2, x.ndim)), keepdim=True)
+
+
+@op("GlobalMaxPool")
+def global_max_pool_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    return x.max(tuple(range(2, x.ndim)), keepdim=True)

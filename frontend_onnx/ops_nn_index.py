@@ -1,0 +1,226 @@
+"""Indexing and rearranging ops: gathers, one-hot, tile, trilu, pad, depth/space, cumsum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import DType, Tensor
+from .ops_nn_util import fail, ints, need, take
+from .registry import OpContext, op
+
+
+def _index(t: Tensor) -> Tensor:
+    return t if t.dtype in (DType.int64, DType.int32) else t.cast(DType.int64)
+
+
+def gather_axis(data: Tensor, indices: Tensor, axis: int) -> Tensor:
+    """ONNX Gather: out shape data.shape[:axis] + indices.shape + data.shape[axis+1:]."""
+    axis %= data.ndim
+    pre, post = data.shape[:axis], data.shape[axis + 1:]
+    k = indices.numel
+    flat = _index(indices).reshape((1,) * axis + (k,) + (1,) * len(post))
+    out = data.gather(flat.expand(pre + (k,) + post), axis)
+    return out.reshape(pre + indices.shape + post)
+
+
+@op("Gather")
+def gather_op(ctx: OpContext) -> Tensor:
+    data, idx = need(ctx, 0), need(ctx, 1)
+    axis = int(ctx.attr("axis", 0))
+    if not -data.ndim <= axis < data.ndim:
+        raise fail(ctx, f"axis {axis} out of range for rank {data.ndim}")
+    return gather_axis(data, idx, axis)
+
+
+@op("GatherElements")
+def gather_elements_op(ctx: OpContext) -> Tensor:
+    data, idx = need(ctx, 0), need(ctx, 1)
+    axis = int(ctx.attr("axis", 0)) % data.ndim
+    if idx.ndim != data.ndim:
+        raise fail(ctx, "indices must have the rank of data")
+    ranges = [(0, s) if k == axis else (0, idx.shape[k]) for k, s in enumerate(data.shape)]
+    return data.shrink(ranges).gather(_index(idx), axis)
+
+
+@op("GatherND")
+def gather_nd_op(ctx: OpContext) -> Tensor:
+    data, idx = need(ctx, 0), _index(need(ctx, 1))
+    b = int(ctx.attr("batch_dims", 0))
+    m = idx.shape[-1]
+    if b + m > data.ndim or idx.shape[:b] != data.shape[:b]:
+        raise fail(ctx, "indices do not fit data")
+    dims = data.shape[b:b + m]
+    lin = None
+    for j in range(m):
+        part = idx.shrink([(0, s) if k < idx.ndim - 1 else (j, j + 1) for k, s in enumerate(idx.shape)])
+        part = part.lt(0).where(part.add(dims[j]), part)
+        part = part.mul(int(math.prod(dims[j + 1:])))
+        lin = part if lin is None else lin.add(part)
+    batch, post = data.shape[:b], data.shape[b + m:]
+    p = int(math.prod(dims))
+    flat = data.reshape(batch + (p,) + post)
+    ib = idx.shape[b:-1]
+    kb = int(math.prod(ib))
+    if lin is None:
+        lin = Tensor.full(idx.shape[:-1] + (1,), 0, idx.dtype)
+    lin = lin.reshape(batch + (kb,) + (1,) * len(post)).expand(batch + (kb,) + post)
+    out = flat.gather(lin, b)
+    return out.reshape(idx.shape[:-1] + post)
+
+
+@op("OneHot")
+def one_hot_op(ctx: OpContext) -> Tensor:
+    idx, values = need(ctx, 0), need(ctx, 2)
+    depth = ctx.const(1)
+    if depth is None:
+        raise fail(ctx, "depth is required")
+    depth = int(np.asarray(depth).reshape(-1)[0])
+    axis = int(ctx.attr("axis", -1))
+    axis = axis % (idx.ndim + 1)
+    shape = idx.shape[:axis] + (depth,) + idx.shape[axis:]
+    i = idx.cast(DType.int64) if idx.dtype.is_float else _index(idx)
+    i = i.lt(0).where(i.add(depth), i)
+    i = i.unsqueeze([axis]).expand(shape)
+    hit = Tensor.iota(shape, axis, i.dtype).eq(i)
+    off = values.reshape((2,)).shrink([(0, 1)]).reshape((1,) * len(shape)).expand(shape)
+    on = values.reshape((2,)).shrink([(1, 2)]).reshape((1,) * len(shape)).expand(shape)
+    return hit.where(on, off)
+
+
+@op("Tile")
+def tile_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    reps = ints(ctx, 1) or []
+    if len(reps) != x.ndim or any(r < 0 for r in reps):
+        raise fail(ctx, "repeats must have one non-negative value per dim")
+    t = x.reshape(tuple(v for s in x.shape for v in (1, s)))
+    t = t.expand(tuple(v for r, s in zip(reps, x.shape) for v in (r, s)))
+    return t.reshape(tuple(r * s for r, s in zip(reps, x.shape)))
+
+
+@op("Trilu")
+def trilu_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    k = ints(ctx, 1)
+    k = k[0] if k else 0
+    upper = bool(ctx.attr("upper", 1))
+    if x.ndim < 2:
+        raise fail(ctx, "input must be at least 2-D")
+    n, m = x.shape[-2:]
+    rows = np.arange(n)[:, None]
+    cols = np.arange(m)[None, :]
+    keep = (cols - rows >= k) if upper else (cols - rows <= k)
+    mask = Tensor.const(keep, DType.bool).expand(x.shape)
+    return mask.where(x, Tensor.full(x.shape, 0, x.dtype))
+
+
+def _mode(ctx: OpContext) -> str:
+    mode = ctx.attr("mode", "constant")
+    return mode.decode() if isinstance(mode, bytes) else mode
+
+
+@op("Pad")
+def pad_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    r = x.ndim
+    if ctx.opset < 11:
+        pads = list(ctx.attr("pads") or ctx.attr("paddings") or [])
+        value = float(ctx.attr("value", 0.0))
+        axes = list(range(r))
+    else:
+        pads = ints(ctx, 1) or []
+        cv = ctx.input(2)
+        value = 0
+        if cv is not None and cv.numel:
+            value = np.asarray(ctx.const(2)).reshape(-1)[0].item()
+        ax = ints(ctx, 3)
+        axes = [a % r for a in ax] if ax is not None else list(range(r))
+    if len(pads) != 2 * len(axes):
+        raise fail(ctx, f"pads has {len(pads)} values for {len(axes)} axes")
+    per = [(0, 0)] * r
+    for j, a in enumerate(axes):
+        per[a] = (pads[j], pads[j + len(axes)])
+    mode = _mode(ctx)
+    if mode == "constant":
+        if not x.dtype.is_float:
+            value = int(value)
+        return x.pad(per, value=value)
+    if mode not in ("reflect", "edge", "wrap"):
+        raise fail(ctx, f"unknown mode {mode!r}")
+    # negative pads crop first; the positive part indexes the cropped input
+    x = x.pad([(min(0, a), min(0, b)) for a, b in per])
+    for a, (pb, pe) in enumerate(per):
+        pb, pe = max(0, pb), max(0, pe)
+        if not pb and not pe:
+            continue
+        n = x.shape[a]
+        if n == 0 or (mode == "reflect" and n == 1 and (pb or pe)):
+            if mode == "reflect" and n == 1:
+                idx = np.zeros(n + pb + pe, dtype=np.int64)
+            else:
+                raise fail(ctx, f"cannot {mode}-pad an empty axis")
+        else:
+            idx = np.pad(np.arange(n), (pb, pe), mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+        x = take(x, idx, a)
+    return x
+
+
+@op("DepthToSpace")
+def depth_to_space_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    b = int(ctx.attr("blocksize"))
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise fail(ctx, f"channels {c} not divisible by blocksize^2")
+    mode = ctx.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode == "DCR":
+        t = x.reshape((n, b, b, c // (b * b), h, w)).permute([0, 3, 4, 1, 5, 2])
+    else:
+        t = x.reshape((n, c // (b * b), b, b, h, w)).permute([0, 1, 4, 2, 5, 3])
+    return t.reshape((n, c // (b * b), h * b, w * b))
+
+
+@op("SpaceToDepth")
+def space_to_depth_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    b = int(ctx.attr("blocksize"))
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise fail(ctx, "spatial dims not divisible by blocksize")
+    mode = ctx.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    order = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+    t = x.reshape((n, c, h // b, b, w // b, b)).permute(order)
+    return t.reshape((n, c * b * b, h // b, w // b))
+
+
+@op("CumSum")
+def cumsum_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    ax = ints(ctx, 1)
+    if not ax:
+        raise fail(ctx, "axis is required")
+    axis = ax[0] % x.ndim
+    exclusive = bool(ctx.attr("exclusive", 0))
+    reverse = bool(ctx.attr("reverse", 0))
+    n = x.shape[axis]
+    # out[i] = sum_j x[j] * M[i, j], with M the (strict) lower or upper triangle
+    i = Tensor.iota((n, n), 0)
+    j = Tensor.iota((n, n), 1)
+    if reverse:
+        keep = i.lt(j) if exclusive else i.le(j)
+    else:
+        keep = j.lt(i) if exclusive else j.le(i)
+    mask = keep.cast(x.dtype)
+    order = [k for k in range(x.ndim) if k != axis] + [axis]
+    xt = x.permute(order)
+    full = xt.shape[:-1] + (n, n)
+    prodt = xt.unsqueeze([-2]).expand(full).mul(mask.reshape((1,) * (len(full) - 2) + (n, n)).expand(full))
+    out = prodt.sum((-1,))
+    back = [0] * x.ndim
+    for k, o in enumerate(order):
+        back[o] = k
+    return out.permute(back)

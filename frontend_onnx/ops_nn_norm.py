@@ -1,0 +1,162 @@
+"""Normalisations, softmax family and activation ops."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import DType, Tensor
+from .ops_nn_util import fail, need, wants
+from .registry import OpContext, op
+
+
+def _channel(t: Tensor, ndim: int) -> Tensor:
+    """A per-channel (C,) tensor shaped to broadcast over (N, C, *spatial)."""
+    return t.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+@op("BatchNormalization")
+def batch_norm_op(ctx: OpContext) -> list[Tensor | None]:
+    x = need(ctx, 0)
+    scale, bias, mean, var = (need(ctx, k) for k in range(1, 5))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    if x.ndim < 2:
+        raise fail(ctx, "input must have a channel dim")
+    if ctx.attr("training_mode", 0):
+        return _batch_norm_training(ctx, x, scale, bias, mean, var, eps)
+    if all(t.is_const for t in (scale, bias, mean, var)):
+        s, b, m, v = (t.numpy().astype(np.float64).reshape(-1) for t in (scale, bias, mean, var))
+        a = s / np.sqrt(v + eps)
+        shift = b - m * a
+        ca = Tensor.const(a.astype(x.dtype.np), x.dtype)
+        cb = Tensor.const(shift.astype(x.dtype.np), x.dtype)
+    else:
+        ca = scale.cast(x.dtype).mul(var.cast(x.dtype).add(eps).rsqrt())
+        cb = bias.cast(x.dtype).sub(mean.cast(x.dtype).mul(ca))
+    y = x.mul(_channel(ca, x.ndim).expand(x.shape)).add(_channel(cb, x.ndim).expand(x.shape))
+    return [y] + [None] * (len(ctx.node.output) - 1)
+
+
+def _batch_norm_training(ctx: OpContext, x: Tensor, scale, bias, mean, var, eps: float) -> list[Tensor | None]:
+    """Normalise with the batch statistics; also the momentum-updated running mean and variance."""
+    momentum = float(ctx.attr("momentum", 0.9))
+    axes = (0,) + tuple(range(2, x.ndim))
+    y, bmean, inv = _normalise(x, axes, eps)
+    y = y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
+        _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
+    c = x.shape[1]
+    bvar = inv.mul(inv).recip().sub(eps)
+    run_mean = mean.cast(x.dtype).mul(momentum).add(bmean.reshape((c,)).mul(1 - momentum))
+    run_var = var.cast(x.dtype).mul(momentum).add(bvar.reshape((c,)).mul(1 - momentum))
+    return [y, run_mean if wants(ctx, 1) else None, run_var if wants(ctx, 2) else None]
+
+
+def _normalise(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(x - mean) * inv_std over ``axes``; also returns mean and inv_std (kept dims)."""
+    mean = x.mean(axes, keepdim=True)
+    d = x.sub(mean.expand(x.shape))
+    var = d.mul(d).mean(axes, keepdim=True)
+    inv = var.add(eps).rsqrt()
+    return d.mul(inv.expand(x.shape)), mean, inv
+
+
+@op("InstanceNormalization")
+def instance_norm_op(ctx: OpContext) -> Tensor:
+    x, scale, bias = need(ctx, 0), need(ctx, 1), need(ctx, 2)
+    eps = float(ctx.attr("epsilon", 1e-5))
+    y, _, _ = _normalise(x, tuple(range(2, x.ndim)), eps)
+    return y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
+        _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
+
+
+@op("LayerNormalization")
+def layer_norm_op(ctx: OpContext) -> list[Tensor | None]:
+    x, scale, bias = need(ctx, 0), need(ctx, 1), ctx.input(2)
+    axis = int(ctx.attr("axis", -1)) % x.ndim
+    eps = float(ctx.attr("epsilon", 1e-5))
+    stash = int(ctx.attr("stash_type", 1))
+    work = x.cast(DType.float32) if stash == 1 and x.dtype.is_float else x
+    y, mean, inv = _normalise(work, tuple(range(axis, x.ndim)), eps)
+    y = y.cast(x.dtype).mul(scale.cast(x.dtype).expand(x.shape))
+    if bias is not None:
+        y = y.add(bias.cast(x.dtype).expand(x.shape))
+    return [y, mean if wants(ctx, 1) else None, inv if wants(ctx, 2) else None]
+
+
+@op("LRN")
+def lrn_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    size = int(ctx.attr("size"))
+    alpha = float(ctx.attr("alpha", 1e-4))
+    beta = float(ctx.attr("beta", 0.75))
+    bias = float(ctx.attr("bias", 1.0))
+    c = x.shape[1]
+    sq = x.mul(x)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = sq.pad([(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2)).window(1, c, size)
+    s = sq.sum((2,))
+    return x.div(s.mul(alpha / size).add(bias).pow(beta))
+
+
+def _coerced_2d(ctx: OpContext, x: Tensor, fn) -> Tensor:
+    """Softmax-like op: opset < 13 flattens to 2-D at ``axis``; later opsets use ``axis`` alone."""
+    if ctx.opset >= 13:
+        return fn(x, int(ctx.attr("axis", -1)) % max(x.ndim, 1))
+    axis = int(ctx.attr("axis", 1)) % max(x.ndim, 1)
+    rows = math.prod(x.shape[:axis])
+    flat = x.reshape((rows, -1))
+    return fn(flat, 1).reshape(x.shape)
+
+
+@op("Softmax")
+def softmax_op(ctx: OpContext) -> Tensor:
+    return _coerced_2d(ctx, need(ctx, 0), lambda t, a: t.softmax(a))
+
+
+@op("LogSoftmax")
+def log_softmax_op(ctx: OpContext) -> Tensor:
+    return _coerced_2d(ctx, need(ctx, 0), lambda t, a: t.log_softmax(a))
+
+
+def _hardmax(t: Tensor, axis: int) -> Tensor:
+    am = t.argmax(axis, keepdim=True).expand(t.shape)
+    hit = Tensor.iota(t.shape, axis, DType.int64).eq(am)
+    return hit.where(Tensor.full(t.shape, 1, t.dtype), Tensor.full(t.shape, 0, t.dtype))
+
+
+@op("Hardmax")
+def hardmax_op(ctx: OpContext) -> Tensor:
+    return _coerced_2d(ctx, need(ctx, 0), _hardmax)
+
+
+@op("Gelu")
+def gelu_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    approx = ctx.attr("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    if approx == "tanh":
+        inner = x.add(x.mul(x).mul(x).mul(0.044715)).mul(math.sqrt(2 / math.pi))
+        return x.mul(0.5).mul(inner.tanh().add(1))
+    if approx != "none":
+        raise fail(ctx, f"unknown approximate {approx!r}")
+    return x.mul(0.5).mul(x.mul(1 / math.sqrt(2)).erf().add(1))
+
+
+@op("Mish")
+def mish_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    return x.mul(x.softplus().tanh())
+
+
+@op("Dropout")
+def dropout_op(ctx: OpContext) -> list[Tensor | None]:
+    x = need(ctx, 0)
+    training = ctx.input(2)
+    ratio = ctx.input(1)
+    if training is not None and bool(np.asarray(ctx.const(2)).reshape(-1)[0]):
+        r = 0.5 if ratio is None else float(np.asarray(ctx.const(1)).reshape(-1)[0])
+        if r != 0:
+            raise fail(ctx, "training-mode Dropout is random and not supported")
+    mask = Tensor.full(x.shape, True, DType.bool) if wants(ctx, 1) else None
+    return [x, mask]

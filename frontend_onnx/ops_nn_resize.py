@@ -1,0 +1,215 @@
+"""Resize and Upsample: per-axis taps (index, weight) computed at import, applied by gathers and mul/add."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import DType, Tensor
+from .ops_nn_util import fail, need, take
+from .registry import OpContext, op
+
+F32 = np.float32
+
+
+def _str(ctx: OpContext, name: str, default: str) -> str:
+    v = ctx.attr(name, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _source_coords(ctm: str, n_in: int, n_out: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
+    """Output index -> fractional input coordinate, in float32 as the reference kernels compute it."""
+    x = np.arange(n_out, dtype=F32)
+    s = F32(scale)
+    if ctm == "half_pixel":
+        return (x + F32(0.5)) / s - F32(0.5)
+    if ctm == "half_pixel_symmetric":
+        adjustment = F32(n_out) / (s * F32(n_in))
+        center = F32(n_in) / F32(2)
+        offset = center * (F32(1) - adjustment)
+        return offset + (x + F32(0.5)) / s - F32(0.5)
+    if ctm == "pytorch_half_pixel":
+        return (x + F32(0.5)) / s - F32(0.5) if n_out > 1 else np.zeros(n_out, F32)
+    if ctm == "align_corners":
+        if n_out == 1:
+            return np.zeros(n_out, F32)
+        return x * F32(n_in - 1) / F32(n_out - 1)
+    if ctm == "asymmetric":
+        return x / s
+    if ctm == "tf_half_pixel_for_nn":
+        return (x + F32(0.5)) / s
+    if ctm == "tf_crop_and_resize":
+        start, end = F32(roi[0]), F32(roi[1])
+        if n_out > 1:
+            return start * F32(n_in - 1) + x * (end - start) * F32(n_in - 1) / F32(n_out - 1)
+        return np.full(n_out, F32(0.5) * (start + end) * F32(n_in - 1), F32)
+    raise ValueError(ctm)
+
+
+def _nearest(xo: np.ndarray, mode: str, downsampling: bool) -> np.ndarray:
+    if mode == "round_prefer_floor":
+        tie = xo == np.trunc(xo) + F32(0.5)
+        return np.where(tie, np.floor(xo), _round_away(xo))
+    if mode == "round_prefer_ceil":
+        tie = xo == np.trunc(xo) + F32(0.5)
+        return np.where(tie, np.ceil(xo), _round_away(xo))
+    if mode == "floor":
+        return np.floor(xo)
+    if mode == "ceil":
+        return np.ceil(xo)
+    if mode == "simple":  # Upsample and Resize-10
+        return np.ceil(xo) if downsampling else np.trunc(xo)
+    raise ValueError(mode)
+
+
+def _round_away(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + F32(0.5))
+
+
+def _cubic_coeffs(s: np.ndarray, a: float) -> list[np.ndarray]:
+    a = F32(a)
+    one = F32(1)
+    return [((a * (s + one) - 5 * a) * (s + one) + 8 * a) * (s + one) - 4 * a,
+            ((a + 2) * s - (a + 3)) * s * s + one,
+            ((a + 2) * (one - s) - (a + 3)) * (one - s) * (one - s) + one,
+            ((a * (2 - s) - 5 * a) * (2 - s) + 8 * a) * (2 - s) - 4 * a]
+
+
+def axis_taps(mode: str, ctm: str, nearest: str, n_in: int, n_out: int, scale: float, roi, a: float,
+              exclude_outside: bool) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
+    """[(input index per output, weight per output)] and, for tf_crop_and_resize, the outside mask."""
+    xo = _source_coords(ctm, n_in, n_out, scale, roi)
+    outside = None
+    if ctm == "tf_crop_and_resize":
+        outside = (xo < 0) | (xo > F32(n_in - 1))
+    if mode == "nearest":
+        idx = np.clip(_nearest(xo, nearest, scale < 1), 0, n_in - 1).astype(np.int64)
+        return [(idx, np.ones(n_out, F32))], outside
+    if mode == "linear":
+        xc = np.clip(xo, F32(0), F32(n_in - 1))
+        i0 = np.minimum(xc.astype(np.int64), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        d0 = np.abs(xc - i0.astype(F32))
+        d1 = np.abs(xc - i1.astype(F32))
+        same = i0 == i1
+        d0 = np.where(same, F32(0.5), d0)
+        d1 = np.where(same, F32(0.5), d1)
+        return [(i0, d1), (i1, d0)], outside
+    # cubic
+    base = np.floor(xo)
+    s = (xo - base).astype(F32)
+    coeffs = _cubic_coeffs(s, a)
+    taps = []
+    idxs = [base.astype(np.int64) + k for k in (-1, 0, 1, 2)]
+    if exclude_outside:
+        coeffs = [np.where((i >= 0) & (i < n_in), c, F32(0)) for i, c in zip(idxs, coeffs)]
+        total = sum(coeffs)
+        coeffs = [c / np.where(total == 0, F32(1), total) for c in coeffs]
+    for i, c in zip(idxs, coeffs):
+        taps.append((np.clip(i, 0, n_in - 1), c.astype(F32)))
+    return taps, outside
+
+
+def _apply(x: Tensor, axis: int, taps, outside, extrapolation: float) -> Tensor:
+    out = None
+    n_out = len(taps[0][0])
+    shape = [n_out if k == axis else 1 for k in range(x.ndim)]
+    for idx, w in taps:
+        if not np.any(w):
+            continue
+        g = take(x, idx, axis)
+        if not np.all(w == 1):
+            g = g.mul(Tensor.const(w.reshape(shape).astype(x.dtype.np), x.dtype).expand(g.shape))
+        out = g if out is None else out.add(g)
+    if out is None:
+        out = Tensor.full(x.shape[:axis] + (n_out,) + x.shape[axis + 1:], 0, x.dtype)
+    if outside is not None and outside.any():
+        mask = Tensor.const(outside.reshape(shape), DType.bool).expand(out.shape)
+        out = mask.where(Tensor.full(out.shape, extrapolation, out.dtype), out)
+    return out
+
+
+def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tensor:
+    r = x.ndim
+    axes = [a % r for a in (ctx.attr("axes") or range(r))]
+    mode = _str(ctx, "mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise fail(ctx, f"unknown mode {mode!r}")
+    ctm = "asymmetric" if legacy else _str(ctx, "coordinate_transformation_mode", "half_pixel")
+    nearest = "simple" if legacy else _str(ctx, "nearest_mode", "round_prefer_floor")
+    known = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+             "tf_half_pixel_for_nn", "tf_crop_and_resize")
+    if ctm not in known:
+        raise fail(ctx, f"unknown coordinate_transformation_mode {ctm!r}")
+    if nearest not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"):
+        raise fail(ctx, f"unknown nearest_mode {nearest!r}")
+    in_sizes = [x.shape[a] for a in axes]
+    if sizes is not None:
+        if len(sizes) != len(axes):
+            raise fail(ctx, "sizes must have one value per axis")
+        policy = _str(ctx, "keep_aspect_ratio_policy", "stretch")
+        sizes = [int(v) for v in sizes]
+        if policy == "stretch":
+            outs = sizes
+            sc = [o / n for o, n in zip(outs, in_sizes)]
+        elif policy in ("not_larger", "not_smaller"):
+            ratios = [o / n for o, n in zip(sizes, in_sizes)]
+            s = min(ratios) if policy == "not_larger" else max(ratios)
+            sc = [s] * len(axes)
+            outs = [int(math.floor(s * n + 0.5)) for n in in_sizes]
+        else:
+            raise fail(ctx, f"unknown keep_aspect_ratio_policy {policy!r}")
+    elif scales is not None:
+        if len(scales) != len(axes):
+            raise fail(ctx, "scales must have one value per axis")
+        sc = [float(v) for v in scales]
+        if any(s <= 0 for s in sc):
+            raise fail(ctx, "scales must be positive")
+        outs = [int(math.floor(float(F32(n) * F32(s)))) for n, s in zip(in_sizes, sc)]
+    else:
+        raise fail(ctx, "one of scales and sizes is required")
+    if ctx.attr("antialias", 0) and mode != "nearest" and any(s < 1 for s in sc):
+        raise fail(ctx, "antialiased downsampling is not supported")
+    a = float(ctx.attr("cubic_coeff_a", -0.75))
+    exclude = bool(ctx.attr("exclude_outside", 0))
+    extrapolation = float(ctx.attr("extrapolation_value", 0.0))
+    work = x if x.dtype.is_float or mode == "nearest" else x.cast(DType.float32)
+    for j, axis in enumerate(axes):
+        n_in, n_out = in_sizes[j], outs[j]
+        if n_out <= 0:
+            raise fail(ctx, "output size must be positive")
+        rj = (0.0, 1.0)
+        if roi is not None:
+            rj = (float(roi[j]), float(roi[j + len(axes)]))
+        if n_out == n_in and sc[j] == 1 and ctm != "tf_crop_and_resize":
+            continue
+        taps, outside = axis_taps(mode, ctm, nearest, n_in, n_out, sc[j], rj, a, exclude)
+        work = _apply(work, axis, taps, outside, extrapolation)
+    if work.dtype != x.dtype:
+        work = work.round().cast(x.dtype)
+    return work
+
+
+def _maybe(ctx: OpContext, i: int) -> np.ndarray | None:
+    t = ctx.input(i)
+    if t is None or t.numel == 0:
+        return None
+    return ctx.const(i).reshape(-1)
+
+
+@op("Resize")
+def resize_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    if ctx.opset < 11:
+        return resize(ctx, x, _maybe(ctx, 1), None, None, legacy=True)
+    return resize(ctx, x, _maybe(ctx, 2), _maybe(ctx, 3), _maybe(ctx, 1), legacy=False)
+
+
+@op("Upsample")
+def upsample_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    scales = ctx.attr("scales") if ctx.opset < 9 else _maybe(ctx, 1)
+    if scales is None:
+        raise fail(ctx, "scales are required")
+    return resize(ctx, x, list(scales), None, None, legacy=True)

@@ -1,0 +1,173 @@
+"""Helpers shared by the neural-network ops: padding arithmetic, concatenation, activations."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import LuminalError
+from ..ir import DType, Tensor
+from .registry import OpContext
+
+
+def fail(ctx: OpContext, message: str) -> LuminalError:
+    name = ctx.node.name or ctx.node.op_type
+    return LuminalError(f"node {name!r} ({ctx.node.op_type}, opset {ctx.opset}): {message}")
+
+
+def need(ctx: OpContext, i: int) -> Tensor:
+    t = ctx.input(i)
+    if t is None:
+        raise fail(ctx, f"input {i} is required")
+    return t
+
+
+def ints(ctx: OpContext, i: int) -> list[int] | None:
+    """A constant integer input as a list, None when absent or empty."""
+    v = ctx.const(i)
+    if v is None or v.size == 0:
+        return None
+    return [int(x) for x in v.reshape(-1)]
+
+
+def wants(ctx: OpContext, k: int) -> bool:
+    """Whether the node asks for output k."""
+    return k < len(ctx.node.output) and bool(ctx.node.output[k])
+
+
+def spatial_pads(ctx: OpContext, in_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                 dilations: Sequence[int], ceil_mode: bool = False) -> tuple[list[tuple[int, int]], list[int]]:
+    """(pads per spatial dim as (begin, end), output sizes) from pads/auto_pad, for conv and pooling.
+
+    The end pad is grown so every output window fits (ceil_mode), never shrunk.
+    """
+    nd = len(in_sizes)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    pads: list[tuple[int, int]] = []
+    outs: list[int] = []
+    raw = ctx.attr("pads") or [0] * (2 * nd)
+    if len(raw) != 2 * nd:
+        raise fail(ctx, f"pads has {len(raw)} values, expected {2 * nd}")
+    for d in range(nd):
+        n, k, s, dl = in_sizes[d], kernel[d], strides[d], dilations[d]
+        ek = (k - 1) * dl + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-n // s)
+            total = max(0, (out - 1) * s + ek - n)
+            small = total // 2
+            pb, pe = (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+        elif auto == "VALID":
+            pb = pe = 0
+            out = (n - ek) // s + 1
+        elif auto in ("NOTSET", ""):
+            pb, pe = int(raw[d]), int(raw[d + nd])
+            span = n + pb + pe - ek
+            out = (-(-span // s) if ceil_mode else span // s) + 1
+            if ceil_mode and (out - 1) * s >= n + pb:
+                out -= 1
+        else:
+            raise fail(ctx, f"unknown auto_pad {auto!r}")
+        if out <= 0:
+            raise fail(ctx, f"spatial dim {d} of size {n} is too small for the kernel")
+        pe = max(pe, (out - 1) * s + ek - n - pb)
+        pads.append((pb, pe))
+        outs.append(out)
+    return pads, outs
+
+
+def windows(x: Tensor, first: int, pads: Sequence[tuple[int, int]], outs: Sequence[int], kernel: Sequence[int],
+            strides: Sequence[int], dilations: Sequence[int], value=0.0) -> Tensor:
+    """Pad the spatial dims starting at ``first`` and replace each by (out, k) window dims.
+
+    Returns the view with dims ``x.shape[:first] + (o1, k1, o2, k2, ...)``.
+    """
+    nd = len(kernel)
+    full = [(0, 0)] * first + list(pads)
+    x = x.pad(full, value=value) if any(p != (0, 0) for p in pads) else x
+    # trim the tail windows never reach so window views stay in bounds
+    for d in range(nd):
+        dim = first + 2 * d
+        need_len = (outs[d] - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1
+        if x.shape[dim] > need_len:
+            x = x.shrink([(0, s) if j != dim else (0, need_len) for j, s in enumerate(x.shape)])
+        x = x.window(dim, outs[d], kernel[d], strides[d], dilations[d])
+    return x
+
+
+def concat(ts: Sequence[Tensor], axis: int) -> Tensor:
+    """Concatenate along ``axis`` as a balanced sum of zero-padded views."""
+    ts = [t for t in ts if t.shape[axis] != 0] or list(ts[:1])
+    if len(ts) == 1:
+        return ts[0]
+    half = len(ts) // 2
+    a, b = concat(ts[:half], axis), concat(ts[half:], axis)
+    if a.dtype != b.dtype:
+        raise ValueError("concat of mixed dtypes")
+    na, nb = a.shape[axis], b.shape[axis]
+    pa = [(0, 0)] * a.ndim
+    pb = [(0, 0)] * b.ndim
+    pa[axis] = (0, nb)
+    pb[axis] = (na, 0)
+    return a.pad(pa).add(b.pad(pb))
+
+
+def take(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
+    """x indexed along ``axis`` by the constant 1-D integer array ``idx`` (a gather, or a view when affine)."""
+    axis %= x.ndim
+    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+    n = len(idx)
+    if n == 0:
+        return x.shrink([(0, 0) if k == axis else (0, s) for k, s in enumerate(x.shape)])
+    step = int(idx[1] - idx[0]) if n > 1 else 1
+    if (idx == idx[0] + step * np.arange(n)).all() and step != 0:
+        starts = [int(idx[0]) if k == axis else 0 for k in range(x.ndim)]
+        steps = [step if k == axis else 1 for k in range(x.ndim)]
+        sizes = [n if k == axis else s for k, s in enumerate(x.shape)]
+        return x.slice(starts, steps, sizes)
+    shape = [n if k == axis else 1 for k in range(x.ndim)]
+    out_shape = [n if k == axis else s for k, s in enumerate(x.shape)]
+    index = Tensor.const(idx.reshape(shape), DType.int64).expand(out_shape)
+    return x.gather(index, axis)
+
+
+def float_like(x: Tensor) -> DType:
+    return x.dtype if x.dtype.is_float else DType.float32
+
+
+def apply_activation(ctx: OpContext, name: str, x: Tensor, alpha: float | None, beta: float | None) -> Tensor:
+    """The activation functions RNN ops accept by name."""
+    key = name.decode() if isinstance(name, bytes) else name
+    key = key.lower()
+    if key == "sigmoid":
+        return x.sigmoid()
+    if key == "tanh":
+        return x.tanh()
+    if key == "relu":
+        return x.relu()
+    if key == "affine":
+        return x.mul(1.0 if alpha is None else alpha).add(0.0 if beta is None else beta)
+    if key == "leakyrelu":
+        return x.lt(0).where(x.mul(0.01 if alpha is None else alpha), x)
+    if key == "thresholdedrelu":
+        return x.gt(1.0 if alpha is None else alpha).where(x, Tensor.full(x.shape, 0, x.dtype))
+    if key == "scaledtanh":
+        return x.mul(1.0 if beta is None else beta).tanh().mul(1.0 if alpha is None else alpha)
+    if key == "hardsigmoid":
+        a = 0.2 if alpha is None else alpha
+        b = 0.5 if beta is None else beta
+        return x.mul(a).add(b).maximum(0.0).minimum(1.0)
+    if key == "elu":
+        a = 1.0 if alpha is None else alpha
+        return x.lt(0).where(x.exp().sub(1).mul(a), x)
+    if key == "softsign":
+        return x.div(x.abs().add(1))
+    if key == "softplus":
+        return x.softplus()
+    raise fail(ctx, f"unsupported activation {key!r}")
+
+
+def prod(xs: Sequence[int]) -> int:
+    return math.prod(xs)

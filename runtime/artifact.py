@@ -1,0 +1,149 @@
+"""Compiled artifacts: ``compile -o DIR`` writes them, ``InferenceSession(DIR)`` loads them
+without importing or partitioning the model again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..codegen.backend import Backend
+from ..errors import LuminalError
+from ..ir.dtypes import DType
+from .compile import resolve_backend
+from .model import CompiledModel, TensorSpec
+from .plan import BufferPlan
+from .serialize import kernel_from_json, kernel_to_json
+
+FORMAT = "luminal-artifact"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fingerprints(backend: Backend) -> dict[str, Any]:
+    try:
+        from ..cache import device_fingerprint, toolchain_fingerprint
+
+        dev, tc = device_fingerprint(backend.name), toolchain_fingerprint(backend.name)
+        return {"device": dev.key, "toolchain": tc.key, "device_info": dev.info}
+    except Exception as e:  # fingerprints describe the artifact; their absence does not break it
+        return {"error": f"{type(e).__name__}"}
+
+
+def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | Path | None = None,
+                   shapes: dict | None = None) -> Path:
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise LuminalError(f"output path {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise LuminalError(f"output directory {out} is not empty and holds no luminal artifact")
+    (out / "kernels").mkdir(parents=True, exist_ok=True)
+    ext = "py" if model.backend.name in ("cuda", "interpret") else "c"
+    kernels = []
+    for i, (k, s, src) in enumerate(zip(model.kernels, model.schedules, model.sources)):
+        rel = f"kernels/k{i:03d}.{ext}"
+        (out / rel).write_text(src)
+        kernels.append({"signature": k.signature, "form": k.form, "schedule": s, "source": rel,
+                        "source_sha256": hashlib.sha256(src.encode()).hexdigest(), "ir": kernel_to_json(k)})
+    weights, wdtypes = {}, {}
+    for n, v in model.constants.items():
+        arr = np.ascontiguousarray(v)
+        wdtypes[str(n)] = DType.from_numpy(arr.dtype).value
+        weights[f"c{n}"] = arr.view(np.uint16) if arr.dtype == DType.bfloat16.np else arr
+    np.savez(out / "weights.npz", **weights)
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "luminal_version": __version__,
+        "model": {"sha256": file_sha256(model_path) if model_path else None,
+                  "path": str(Path(model_path).resolve()) if model_path else None,
+                  "shapes": {k: (list(v) if isinstance(v, tuple | list) else v) for k, v in (shapes or {}).items()}},
+        "backend": model.backend.name, "toolchain": model.backend.toolchain(),
+        "fingerprints": _fingerprints(model.backend),
+        "inputs": [s.to_json() for s in model.inputs], "outputs": [s.to_json() for s in model.outputs],
+        "kernels": kernels, "weights": {"file": "weights.npz", "dtypes": wdtypes},
+        "plan": model.plan.to_json(),
+        "stats": {"planned_bytes": model.planned_bytes, "intermediate_bytes": model.intermediate_bytes},
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
+    return out
+
+
+def read_manifest(path: str | Path) -> dict:
+    d = Path(path)
+    f = d / MANIFEST
+    if not f.is_file():
+        raise LuminalError(f"{d} is not a luminal artifact (no {MANIFEST})")
+    try:
+        m = json.loads(f.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise LuminalError(f"{f} is not valid JSON") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise LuminalError(f"{d} is not a luminal artifact (foreign manifest)")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise LuminalError(f"artifact format {m.get('format_version')!r} is not supported (expected "
+                           f"{FORMAT_VERSION}); recompile the model")
+    if m.get("luminal_version") != __version__:
+        raise LuminalError(f"artifact was compiled by luminal {m.get('luminal_version')}, this is {__version__}; "
+                           "recompile the model")
+    return m
+
+
+def load_artifact(path: str | Path, backend: str | Backend | None = None,
+                  model_path: str | Path | None = None) -> CompiledModel:
+    d = Path(path)
+    m = read_manifest(d)
+    try:
+        model_info = m["model"]
+        recorded = model_info.get("sha256")
+        check = model_path or model_info.get("path")
+        if recorded and check and Path(check).is_file() and file_sha256(check) != recorded:
+            raise LuminalError(f"artifact is stale: {Path(check).name} changed since it was compiled; recompile")
+        if model_path and not recorded:
+            raise LuminalError("artifact records no model hash; cannot check it against the model, recompile")
+        name = m["backend"] if backend in (None, "auto") else backend
+        be = resolve_backend(name)
+        if be.name == m["backend"]:
+            theirs, ours = m.get("toolchain", {}).get("codegen"), be.toolchain().get("codegen")
+            if theirs != ours:
+                raise LuminalError(f"artifact kernels come from codegen {theirs!r}, this is {ours!r}; recompile")
+        kernels, schedules = [], []
+        for rec in m["kernels"]:
+            k = kernel_from_json(rec["ir"])
+            if k.signature != rec["signature"]:
+                raise LuminalError("artifact kernel does not match its recorded signature (corrupt artifact)")
+            kernels.append(k)
+            schedules.append(dict(rec["schedule"]))
+            if be.name == m["backend"]:
+                src = be.source(k, rec["schedule"])
+                if hashlib.sha256(src.encode()).hexdigest() != rec["source_sha256"]:
+                    raise LuminalError("artifact kernel source differs from what this luminal generates; recompile")
+        inputs = [TensorSpec.from_json(s) for s in m["inputs"]]
+        outputs = [TensorSpec.from_json(s) for s in m["outputs"]]
+        plan = BufferPlan.from_json(m["plan"])
+        dtypes = m["weights"]["dtypes"]
+        constants = {}
+        with np.load(d / m["weights"]["file"], allow_pickle=False) as z:
+            for key, dt in dtypes.items():
+                arr = z[f"c{int(key)}"]
+                if dt == "bfloat16":
+                    arr = arr.view(DType.bfloat16.np)
+                constants[int(key)] = arr.astype(DType(dt).np, copy=False)
+    except LuminalError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, OSError) as e:
+        raise LuminalError(f"artifact {d} is malformed: {type(e).__name__}: {e}") from None
+    for k, s in zip(kernels, schedules):
+        if not be.valid(k, s):
+            raise LuminalError(f"artifact schedule for kernel {k.signature} is not valid on backend {be.name!r}")
+    return CompiledModel(be, kernels, schedules, inputs, outputs, constants, plan=plan)

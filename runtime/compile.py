@@ -1,0 +1,86 @@
+"""Graph or model file -> CompiledModel, with schedules from the tuning cache where it has them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..codegen.backend import Backend, Schedule, get_backend
+from ..codegen.kernel import Kernel
+from ..codegen.partition import partition
+from ..errors import LuminalError
+from ..ir.graph import Graph, Op
+from .model import CompiledModel, CompileStats, TensorSpec
+
+
+def resolve_backend(backend: str | Backend) -> Backend:
+    return get_backend(backend) if isinstance(backend, str) else backend
+
+
+def graph_specs(graph: Graph) -> tuple[list[TensorSpec], list[TensorSpec], dict[int, np.ndarray]]:
+    inputs = [TensorSpec(n.attrs["name"], n.id, n.shape, n.dtype) for n in graph.inputs]
+    outputs = [TensorSpec(name, n.id, n.shape, n.dtype) for name, n in zip(graph.output_names, graph.outputs)]
+    constants = {n.id: np.ascontiguousarray(n.attrs["value"]) for n in graph.toposort() if n.op is Op.Constant}
+    return inputs, outputs, constants
+
+
+def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[str, Schedule] | None,
+                     cache: Any = None, stats: CompileStats | None = None) -> list[Schedule]:
+    """Per kernel: an explicit schedule (by signature), else the cache's winner, else the default."""
+    stats = stats if stats is not None else CompileStats()
+    device = toolchain = None
+    if cache is not None:
+        from ..cache import device_fingerprint, toolchain_fingerprint
+
+        device, toolchain = device_fingerprint(backend.name), toolchain_fingerprint(backend.name)
+    out = []
+    for k in kernels:
+        sig = k.signature
+        chosen = (schedules or {}).get(sig)
+        if chosen is None and cache is not None:
+            winner = cache.best(sig, device, toolchain)
+            if winner is not None:
+                chosen = dict(winner.config)
+                stats.cache_hits += 1
+            else:
+                stats.cache_misses += 1
+        if chosen is not None and not backend.valid(k, chosen):
+            stats.invalid_schedules += 1
+            chosen = None
+        out.append(chosen if chosen is not None else backend.default_schedule(k))
+    return out
+
+
+def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict[str, Schedule] | None = None,
+                  decisions: dict | None = None, cache: Any = None) -> CompiledModel:
+    t0 = time.perf_counter()
+    be = resolve_backend(backend)
+    kernels = partition(graph, decisions)
+    stats = CompileStats(kernels=len(kernels))
+    for k in kernels:
+        stats.forms[k.form] = stats.forms.get(k.form, 0) + 1
+    chosen = choose_schedules(kernels, be, schedules, cache, stats)
+    inputs, outputs, constants = graph_specs(graph)
+    model = CompiledModel(be, kernels, chosen, inputs, outputs, constants, stats=stats)
+    stats.compile_s = time.perf_counter() - t0
+    return model
+
+
+def import_model(path: str | Path, shapes: dict | None = None) -> Graph:
+    from ..frontend_onnx import load
+
+    result = load(str(path), shapes or {})
+    if getattr(result, "unbound", None):
+        raise LuminalError(f"unbound symbolic dims {', '.join(result.unbound)}: pass --shape name=value")
+    return result.graph
+
+
+def compile_model(path: str | Path, shapes: dict | None = None, backend: str | Backend = "auto",
+                  cache: Any = None) -> CompiledModel:
+    if not Path(path).is_file():
+        raise LuminalError(f"model file not found: {path}")
+    graph = import_model(path, shapes)
+    return compile_graph(graph, backend, cache=cache)

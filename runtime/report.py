@@ -1,0 +1,24 @@
+"""Per-kernel facts for ``luminal inspect --kernels`` and benchmark reports."""
+
+from __future__ import annotations
+
+from ..codegen.kernel import Kernel
+from ..codegen.partition import partition
+from ..ir.graph import Graph
+
+_LEAVES = ("Load", "Const", "Iota")
+
+
+def kernel_row(k: Kernel) -> dict:
+    counts: dict[str, int] = {}
+    for o in k.ops:
+        if o.op not in _LEAVES:
+            counts[o.op] = counts.get(o.op, 0) + 1
+    return {"signature": k.signature, "form": k.form, "full": list(k.full), "reduce_axes": list(k.reduce_axes),
+            "inputs": len(k.inputs), "outputs": len(k.outputs), "primitives": dict(sorted(counts.items())),
+            "fused": sum(counts.values()), "bytes": k.bytes_moved, "flops": k.flops}
+
+
+def kernel_table(graph: Graph, decisions: dict | None = None) -> list[dict]:
+    """One row per kernel in launch order: form, fused primitive counts, bytes moved, FLOPs."""
+    return [kernel_row(k) for k in partition(graph, decisions)]

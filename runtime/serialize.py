@@ -1,0 +1,80 @@
+"""Kernels as JSON (for artifacts): plain data only, never pickle."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..codegen.kernel import FORMS, Buffer, Kernel, KOp
+from ..errors import LuminalError
+from ..ir.dtypes import DType
+from ..ir.view import View
+
+
+def _val(v: Any) -> Any:
+    if isinstance(v, View):
+        return {"view": [list(v.shape), list(v.strides), v.offset, [[list(c), lo, hi] for c, lo, hi in v.mask]]}
+    if isinstance(v, bool):
+        return {"bool": v}
+    if isinstance(v, float):
+        return {"float": repr(v) if math.isfinite(v) else str(v)}
+    if isinstance(v, int):
+        return v
+    if isinstance(v, tuple | list):
+        return {"tuple": [_val(x) for x in v]}
+    raise TypeError(f"cannot serialise {type(v).__name__}")
+
+
+def _unval(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, int | dict):
+        raise ValueError("bad attribute value")
+    if isinstance(v, int):
+        return v
+    (kind, x), = v.items()
+    if kind == "view":
+        shape, strides, offset, mask = x
+        return View(tuple(int(s) for s in shape), tuple(int(s) for s in strides), int(offset),
+                    tuple((tuple(int(c) for c in cs), int(lo), int(hi)) for cs, lo, hi in mask))
+    if kind == "bool":
+        return bool(x)
+    if kind == "float":
+        return float(x)
+    if kind == "tuple":
+        return tuple(_unval(e) for e in x)
+    raise ValueError(f"unknown attribute kind {kind!r}")
+
+
+def kernel_to_json(k: Kernel) -> dict:
+    return {
+        "form": k.form, "full": list(k.full), "reduce_axes": list(k.reduce_axes),
+        "inputs": [[list(b.shape), b.dtype.value] for b in k.inputs],
+        "ops": [[o.op, list(o.args), o.dtype.value, o.space, [[n, _val(v)] for n, v in o.attrs]] for o in k.ops],
+        "outputs": [[i, list(b.shape), b.dtype.value] for i, b in k.outputs],
+        "input_nodes": list(k.input_nodes), "output_nodes": list(k.output_nodes),
+    }
+
+
+_OPS = {"Load", "Const", "Iota", "Exp2", "Log2", "Sin", "Sqrt", "Recip", "Cast", "Add", "Mul", "Mod", "LessThan",
+        "Where", "SumReduce", "MaxReduce", "Gather", "Contiguous"}
+
+
+def kernel_from_json(d: dict) -> Kernel:
+    """Rebuild a kernel; anything malformed is a LuminalError."""
+    try:
+        ops = []
+        for op, args, dt, space, attrs in d["ops"]:
+            if op not in _OPS or space not in ("full", "row"):
+                raise ValueError(f"unknown op {op!r}")
+            ops.append(KOp(op, tuple(int(a) for a in args), DType(dt), space,
+                           tuple((str(n), _unval(v)) for n, v in attrs)))
+        k = Kernel(d["form"], tuple(int(s) for s in d["full"]), tuple(int(a) for a in d["reduce_axes"]),
+                   [Buffer(tuple(int(s) for s in sh), DType(dt)) for sh, dt in d["inputs"]], ops,
+                   [(int(i), Buffer(tuple(int(s) for s in sh), DType(dt))) for i, sh, dt in d["outputs"]],
+                   [int(n) for n in d["input_nodes"]], [int(n) for n in d["output_nodes"]])
+        if k.form not in FORMS or any(not 0 <= a < i for i, o in enumerate(ops) for a in o.args):
+            raise ValueError("bad kernel structure")
+        return k
+    except LuminalError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise LuminalError(f"artifact kernel is malformed: {e}") from None

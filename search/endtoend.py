@@ -1,0 +1,54 @@
+"""Run a whole graph as a sequence of compiled kernels, to time fusion decisions end to end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..codegen.kernel import Kernel
+from ..codegen.partition import Edge, partition
+from ..ir.graph import Graph, Op
+
+
+class ModelRunner:
+    """The graph partitioned by ``decisions``, each kernel compiled with its schedule (by signature)."""
+
+    def __init__(self, graph: Graph, backend: Any, decisions: dict[Edge, bool],
+                 schedules: dict[str, dict[str, Any]], compile_one: Callable[[Kernel, dict], Any] | None = None):
+        self.graph = graph
+        self.backend = backend
+        self.kernels = partition(graph, decisions)
+        items = [(k, schedules.get(k.signature) or backend.default_schedule(k)) for k in self.kernels]
+        self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
+        self.bufs: dict[int, Any] = {}
+        nodes = {n.id: n for n in graph.toposort()}
+        for k in self.kernels:
+            for nid in k.input_nodes:
+                n = nodes[nid]
+                if n.op is Op.Constant and nid not in self.bufs:
+                    value = np.broadcast_to(n.attrs["value"], n.shape)
+                    self.bufs[nid] = backend.from_numpy(np.ascontiguousarray(value))
+            for nid, (_, b) in zip(k.output_nodes, k.outputs):
+                self.bufs[nid] = backend.empty(b.shape, b.dtype.np)
+        self.args: list[list[Any]] = []
+
+    def feed(self, arrays: Sequence[np.ndarray]) -> None:
+        for n, a in zip(self.graph.inputs, arrays):
+            self.bufs[n.id] = self.backend.from_numpy(np.ascontiguousarray(a.astype(n.dtype.np).reshape(n.shape)))
+        self.args = [[self.bufs[i] for i in k.input_nodes] + [self.bufs[i] for i in k.output_nodes]
+                     for k in self.kernels]
+
+    def __call__(self) -> None:
+        for fn, args in zip(self.compiled, self.args):
+            fn(args)
+
+    def outputs(self) -> list[np.ndarray]:
+        out = []
+        for n in self.graph.outputs:
+            if n.op is Op.Constant:
+                out.append(np.broadcast_to(n.attrs["value"], n.shape))
+            else:
+                out.append(self.backend.to_numpy(self.bufs[n.id]).reshape(n.shape))
+        return out

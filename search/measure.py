@@ -1,0 +1,162 @@
+"""Measure candidates: compile in a pool of worker processes, verify and time in one isolated worker.
+
+Statuses: ok, compile_error, crash, timeout, wrong_result. A bad candidate costs its
+worker (which is replaced), never the tuning run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..codegen.kernel import Kernel
+from ..codegen.partition import Edge
+from ..ir.graph import Graph
+from .jobs import CompileJob, KernelJob, ModelJob, Outcome
+from .stats import Summary
+from .timing import TimingPlan
+from .worker import Cancelled, Worker, WorkerContext, WorkerLost, start_method
+
+PAIRED_MIN_REPS = 15
+
+
+@dataclass
+class Measurement:
+    status: str
+    samples_ns: list[int] = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and bool(self.samples_ns)
+
+    @property
+    def summary(self) -> Summary | None:
+        return Summary.of(self.samples_ns) if self.samples_ns else None
+
+    @property
+    def median_ns(self) -> float:
+        return Summary.of(self.samples_ns).median_ns if self.samples_ns else float("inf")
+
+    @classmethod
+    def of(cls, o: Outcome) -> Measurement:
+        return cls(o.status, list(o.samples_ns), o.message)
+
+
+class Measurer:
+    def __init__(self, backend: Any, graph: Graph | None = None, workers: int = 1, plan: TimingPlan | None = None,
+                 timeout_s: float = 10.0, seed: int = 0, threads: int | None = None,
+                 stop: Callable[[], bool] | None = None):
+        if getattr(backend, "name", None) == "interpret":
+            from ..errors import LuminalError
+
+            raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
+                               "tune with --backend cuda on a GPU or --backend cpu")
+        self.backend = backend
+        self.plan = plan or TimingPlan()
+        self.timeout_s = timeout_s
+        self.seed = seed
+        self.stop = stop
+        method = start_method(backend)
+        ctx = WorkerContext(backend, graph, threads)
+        self.timer = Worker(ctx, method)
+        self.pool = [Worker(WorkerContext(backend, None, threads), method) for _ in range(max(0, workers))]
+
+    # -- compile pool -------------------------------------------------------
+    def compile_many(self, kernel: Kernel, schedules: list[dict[str, Any]]) -> list[Outcome | None]:
+        """Compile candidates in parallel (fills the backend's build cache); None where no pool exists."""
+        if not self.pool or len(schedules) < 2:
+            return [None] * len(schedules)
+        results: list[Outcome | None] = [None] * len(schedules)
+        todo = list(enumerate(schedules))
+        busy: dict[int, tuple[int, float]] = {}  # pool slot -> (candidate, deadline)
+        while todo or busy:
+            for w, worker in enumerate(self.pool):
+                if w not in busy and todo:
+                    i, s = todo.pop(0)
+                    worker.submit(CompileJob(kernel, s))
+                    busy[w] = (i, time.monotonic() + self.timeout_s * 3)
+            for w in list(busy):
+                i, deadline = busy[w]
+                try:
+                    reply = self.pool[w].try_recv(0.01)
+                except WorkerLost as e:
+                    results[i] = Outcome("compile_error", message=f"compiler {e}")
+                    del busy[w]
+                    continue
+                if reply is not None:
+                    results[i] = reply.outcomes[0]
+                    del busy[w]
+                elif time.monotonic() > deadline:
+                    self.pool[w].kill()
+                    results[i] = Outcome("timeout", message="compile timed out")
+                    del busy[w]
+                elif self.stop is not None and self.stop():
+                    for w2 in busy:
+                        self.pool[w2].kill()
+                    raise Cancelled()
+        return results
+
+    # -- timing -------------------------------------------------------------
+    def _budget(self, n: int, prep_s: float) -> float:
+        p = self.plan
+        per = p.warmup_s + p.cap_s * 1.5
+        return self.timeout_s + prep_s + n * per
+
+    def _run(self, job: Any, n: int, prep_s: float) -> list[Measurement]:
+        try:
+            reply = self.timer.call(job, self._budget(n, prep_s), self.stop)
+        except WorkerLost as e:
+            return [Measurement(e.status, message=str(e)) for _ in range(n)]
+        if reply.poisoned:
+            self.timer.kill()
+        return [Measurement.of(o) for o in reply.outcomes]
+
+    def _paired(self, n: int) -> TimingPlan:
+        """Paired comparisons need enough rounds for the sign test to speak."""
+        if n < 2 or self.plan.min_reps >= PAIRED_MIN_REPS:
+            return self.plan
+        return replace(self.plan, min_reps=PAIRED_MIN_REPS)
+
+    def _late(self, deadline: float | None, n: int = 1) -> bool:
+        est = n * (self.plan.warmup_s + self.plan.cap_s * 1.2)
+        return deadline is not None and time.monotonic() + est > deadline
+
+    def measure(self, kernel: Kernel, schedules: list[dict[str, Any]],
+                deadline: float | None = None) -> list[Measurement]:
+        """Each candidate verified and timed on its own (a bad one only fails itself); candidates that
+        would start past ``deadline`` come back ``skipped``."""
+        if self._late(deadline):
+            return [Measurement("skipped") for _ in schedules]
+        compiled = self.compile_many(kernel, schedules)
+        out = []
+        for s, c in zip(schedules, compiled):
+            if c is not None and c.status != "ok":
+                out.append(Measurement.of(c))
+            elif self._late(deadline):
+                out.append(Measurement("skipped"))
+            else:
+                out.extend(self.compare(kernel, [s]))
+        return out
+
+    def compare(self, kernel: Kernel, schedules: list[dict[str, Any]]) -> list[Measurement]:
+        """Candidates that ran before, verified again and timed together, interleaved round by round."""
+        job = KernelJob(kernel, schedules, self.seed, self._paired(len(schedules)))
+        return self._run(job, len(schedules), _prep_seconds(kernel))
+
+    def measure_model(self, variants: list[tuple[dict[Edge, bool], dict[str, dict[str, Any]]]],
+                      prep_s: float = 5.0, deadline: float | None = None) -> list[Measurement]:
+        if self._late(deadline, len(variants)):
+            return [Measurement("skipped") for _ in variants]
+        return self._run(ModelJob(variants, self.seed, self._paired(len(variants))), len(variants), prep_s)
+
+    def close(self) -> None:
+        for w in [self.timer, *self.pool]:
+            w.close()
+
+
+def _prep_seconds(kernel: Kernel) -> float:
+    """Time allowed for the numpy reference of a kernel, on top of the candidate's timeout."""
+    return 1.0 + kernel.flops / 5e7

@@ -1,0 +1,151 @@
+"""The two layers of the search space as Optuna parameters: fusion edges and schedule knobs.
+
+Ordered numeric knobs (block sizes, unroll, threads) are sampled as an index into their sorted
+choices, so TPE and CMA-ES can exploit their order; other knobs are categorical.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from ..codegen.backend import Knob
+from ..codegen.kernel import Kernel
+from ..codegen.partition import Edge
+
+_PRIMITIVE = (type(None), bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    choices: tuple[Any, ...]
+    ordinal: bool
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        if self.ordinal:
+            return self.choices[trial.suggest_int(self.name, 0, len(self.choices) - 1)]
+        if all(isinstance(c, _PRIMITIVE) for c in self.choices):
+            return trial.suggest_categorical(self.name, list(self.choices))
+        return self.choices[trial.suggest_categorical(self.name, list(range(len(self.choices))))]
+
+    def encode(self, value: Any) -> Any:
+        """The value as Optuna stores it."""
+        if self.ordinal or not all(isinstance(c, _PRIMITIVE) for c in self.choices):
+            return self.choices.index(value)
+        return value
+
+    def grid(self) -> list[Any]:
+        return [self.encode(c) for c in self.choices]
+
+    def decode(self, stored: Any) -> Any:
+        if self.ordinal or not all(isinstance(c, _PRIMITIVE) for c in self.choices):
+            return self.choices[int(stored)]
+        return stored
+
+
+def _param(knob: Knob, default: Any) -> Param:
+    choices = tuple(knob.choices)
+    if default is not None and default not in choices:
+        choices += (default,)
+    numeric = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+    if numeric and len(choices) > 2:
+        return Param(knob.name, tuple(sorted(choices)), True)
+    return Param(knob.name, choices, False)
+
+
+def schedule_key(schedule: dict[str, Any]) -> str:
+    return json.dumps(schedule, sort_keys=True, default=str)
+
+
+class ScheduleSpace:
+    """One kernel's schedule knobs on one backend."""
+
+    def __init__(self, backend: Any, kernel: Kernel):
+        self.backend = backend
+        self.kernel = kernel
+        self.default = dict(backend.default_schedule(kernel))
+        self.params = [_param(k, self.default.get(k.name)) for k in backend.space(kernel) if len(k.choices) > 0]
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(p.choices) for p in self.params)
+
+    @property
+    def numeric(self) -> bool:
+        return bool(self.params) and all(p.ordinal for p in self.params)
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        sched = dict(self.default)
+        for p in self.params:
+            sched[p.name] = p.suggest(trial)
+        return sched
+
+    def encode(self, schedule: dict[str, Any]) -> dict[str, Any] | None:
+        """Optuna params for a schedule; None when a value lies outside the space."""
+        try:
+            return {p.name: p.encode(schedule[p.name]) for p in self.params}
+        except (KeyError, ValueError):
+            return None
+
+    def decode(self, params: dict[str, Any]) -> dict[str, Any]:
+        sched = dict(self.default)
+        for p in self.params:
+            if p.name in params:
+                sched[p.name] = p.decode(params[p.name])
+        return sched
+
+    def grid(self) -> dict[str, list[Any]]:
+        return {p.name: p.grid() for p in self.params}
+
+    def valid(self, schedule: dict[str, Any]) -> bool:
+        try:
+            return bool(self.backend.valid(self.kernel, schedule))
+        except Exception:
+            return False
+
+
+def edge_name(e: Edge) -> str:
+    return f"fuse_{e[0]}_{e[1]}_{e[2]}"
+
+
+class FusionSpace:
+    """One yes/no per fusible edge; all yes is the default partition."""
+
+    def __init__(self, edges: list[Edge]):
+        self.edges = list(edges)
+
+    @property
+    def size(self) -> int:
+        return 2 ** len(self.edges)
+
+    @property
+    def numeric(self) -> bool:
+        return False
+
+    @property
+    def default(self) -> dict[Edge, bool]:
+        return {e: True for e in self.edges}
+
+    def suggest(self, trial: optuna.Trial) -> dict[Edge, bool]:
+        return {e: trial.suggest_categorical(edge_name(e), [True, False]) for e in self.edges}
+
+    def encode(self, decisions: dict[Edge, bool]) -> dict[str, Any]:
+        return {edge_name(e): bool(decisions.get(e, True)) for e in self.edges}
+
+    def decode(self, params: dict[str, Any]) -> dict[Edge, bool]:
+        return {e: bool(params.get(edge_name(e), True)) for e in self.edges}
+
+    def grid(self) -> dict[str, list[Any]]:
+        return {edge_name(e): [True, False] for e in self.edges}
+
+    def valid(self, decisions: dict[Edge, bool]) -> bool:
+        return True
+
+
+def decisions_key(decisions: dict[Edge, bool]) -> str:
+    return json.dumps(sorted([list(e) for e, v in decisions.items() if not v]))

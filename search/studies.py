@@ -1,0 +1,84 @@
+"""Optuna studies in an RDB storage: opened by name (so a rerun resumes), with stale trials failed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from ..errors import LuminalError
+
+HOST = socket.gethostname()
+
+
+def default_storage(cache_path: Path) -> str:
+    return f"sqlite:///{cache_path.expanduser().resolve().parent / 'studies.db'}"
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    kwargs = {}
+    if url.startswith("sqlite:"):
+        path = url.split(":///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        kwargs = {"connect_args": {"timeout": 60}}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except Exception as e:
+        raise LuminalError(f"cannot open the study storage {url}: {str(e).splitlines()[0]}") from None
+    if url.startswith("sqlite:"):
+        _fast_sqlite(storage)
+    return storage
+
+
+def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
+    """WAL with normal sync: a commit no longer waits for the disk (a crash loses at most the last trial)."""
+    from sqlalchemy import event
+
+    def on_connect(conn, _record) -> None:
+        cur = conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    event.listen(storage.engine, "connect", on_connect)
+    storage.engine.dispose()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def open_study(storage: optuna.storages.BaseStorage, name: str,
+               sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
+                                load_if_exists=True)
+    # trials left running by a tuning process on this host that was killed: fail them
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
+        if host == HOST and isinstance(pid, int) and pid != os.getpid() and not _alive(pid):
+            try:
+                study.tell(t.number, state=TrialState.FAIL)
+            except Exception:  # another process got there first
+                pass
+    return study
+
+
+def claim(trial: optuna.Trial) -> None:
+    trial.set_user_attr("host", HOST)
+    trial.set_user_attr("pid", os.getpid())

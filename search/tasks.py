@@ -1,0 +1,185 @@
+"""Tuning tasks: one per distinct kernel (its schedule study) and one for the model's fusion decisions.
+
+A task asks its study for new points (invalid ones are pruned before any compile, repeats are
+answered from earlier measurements), keeps every measured point, and an incumbent that a
+challenger replaces only by winning paired, interleaved runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from ..codegen.kernel import Kernel
+from ..codegen.partition import Edge
+from .measure import Measurement
+from .report import FusionReport, KernelReport
+from .scheduler import TaskState
+from .space import FusionSpace, ScheduleSpace, decisions_key, schedule_key
+from .stats import MIN_GAIN, beats
+from .studies import claim
+
+MAX_ASK = 40  # proposals tried per slot before the space counts as exhausted
+
+
+class StudyTask:
+    def __init__(self, name: str, study: optuna.Study, space: Any, weight: float):
+        self.study = study
+        self.space = space
+        self.state = TaskState(name, weight)
+        self.seen: dict[str, tuple[Any, Measurement]] = {}
+        self.invalid: set[str] = set()
+        self.incumbent: Any = None
+        self.inc: Measurement | None = None
+        self.default_m: Measurement | None = None
+        self.statuses: dict[str, int] = {}
+        self.cached = 0
+        self.pruned = 0
+        self.trials = 0
+
+    def key(self, point: Any) -> str:
+        raise NotImplementedError
+
+    def enqueue_default(self) -> None:
+        if not self.study.get_trials(deepcopy=False):
+            self.study.enqueue_trial(self.space.encode(self.space.default), skip_if_exists=True)
+
+    def previous_best(self) -> Any:
+        """The best point a previous run of this study measured (resuming), or None."""
+        try:
+            return self.space.decode(self.study.best_trial.params)
+        except ValueError:
+            return None
+
+    def ask(self, n: int) -> list[tuple[optuna.Trial, Any]]:
+        pending: list[tuple[optuna.Trial, Any]] = []
+        keys: set[str] = set()
+        for _ in range(n):
+            for _attempt in range(MAX_ASK):
+                trial = self.study.ask()
+                point = self.space.suggest(trial)
+                k = self.key(point)
+                if k in self.invalid or not self.space.valid(point):
+                    self.invalid.add(k)
+                    self.pruned += 1
+                    self.study.tell(trial, state=TrialState.PRUNED)
+                    continue
+                if k in self.seen or k in keys:
+                    self.cached += 1
+                    m = self.seen[k][1] if k in self.seen else None
+                    if m is not None and m.ok:
+                        self.study.tell(trial, m.median_ns)
+                    else:
+                        self.study.tell(trial, state=TrialState.FAIL)
+                    continue
+                claim(trial)
+                pending.append((trial, point))
+                keys.add(k)
+                break
+            else:
+                self.state.done = True
+                break
+        if len(self.seen) + len(keys) + len(self.invalid) >= self.space.size:
+            self.state.done = True
+        return pending
+
+    def tell(self, trial: optuna.Trial | None, point: Any, m: Measurement) -> None:
+        """Record a measured point (trial None: measured outside the study)."""
+        self.seen[self.key(point)] = (point, m)
+        if m.status != "skipped":
+            self.statuses[m.status] = self.statuses.get(m.status, 0) + 1
+            self.trials += 1
+        if trial is None:
+            return
+        trial.set_user_attr("status", m.status)
+        if m.ok:
+            self.study.tell(trial, m.median_ns)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def consider(self, point: Any, m: Measurement, compare: Callable[[list[Any]], list[Measurement]]) -> bool:
+        """Make ``point`` the incumbent if it beats it in paired, interleaved runs."""
+        if not m.ok:
+            return False
+        if self.inc is None:
+            self.incumbent, self.inc = point, m
+            return True
+        if m.median_ns >= self.inc.median_ns * (1 - MIN_GAIN / 2):
+            return False
+        both = compare([self.incumbent, point])
+        if len(both) == 2 and all(x.ok for x in both) and beats(both[1].samples_ns, both[0].samples_ns):
+            self.incumbent, self.inc = point, both[1]
+            return True
+        if len(both) == 2 and both[0].ok:
+            self.inc = both[0]  # a fresher measurement of the incumbent
+        return False
+
+    def finalists(self, k: int = 3) -> list[Any]:
+        ok = sorted((m.median_ns, key) for key, (_, m) in self.seen.items() if m.ok)
+        keys = [key for _, key in ok[:k]]
+        pts = [self.seen[key][0] for key in keys]
+        for extra in (self.incumbent, self.space.default):
+            if extra is not None and self.key(extra) not in keys and self.key(extra) in self.seen \
+                    and self.seen[self.key(extra)][1].ok:
+                pts.append(extra)
+                keys.append(self.key(extra))
+        return pts
+
+    def settle(self, points: list[Any], ms: list[Measurement]) -> None:
+        """After the finalists ran together: the fastest replaces the incumbent if it beats it there."""
+        got = {self.key(p): m for p, m in zip(points, ms) if m.ok}
+        inc_key = self.key(self.incumbent) if self.incumbent is not None else None
+        if self.key(self.space.default) in got:
+            self.default_m = got[self.key(self.space.default)]
+        if not got:
+            return
+        best_key = min(got, key=lambda k: got[k].median_ns)
+        best = next(p for p in points if self.key(p) == best_key)
+        if inc_key not in got:
+            self.incumbent, self.inc = best, got[best_key]
+            return
+        self.inc = got[inc_key]
+        if best_key != inc_key and beats(got[best_key].samples_ns, got[inc_key].samples_ns):
+            self.incumbent, self.inc = best, got[best_key]
+
+    @property
+    def best_ns(self) -> float:
+        return self.inc.median_ns if self.inc is not None else math.inf
+
+
+class KernelTask(StudyTask):
+    def __init__(self, kernel: Kernel, signature: str, study: optuna.Study, space: ScheduleSpace, count: int,
+                 note: str | None):
+        super().__init__(signature, study, space, count)
+        self.kernel = kernel
+        self.signature = signature
+        self.count = count
+        self.note = note
+
+    def key(self, point: dict[str, Any]) -> str:
+        return schedule_key(point)
+
+    def report(self) -> KernelReport:
+        d = self.default_m
+        return KernelReport(self.signature, self.kernel.form, self.count, self.trials, dict(self.statuses),
+                            d.median_ns if d and d.ok else None, self.inc.median_ns if self.inc else None,
+                            self.incumbent, self.note, self.cached, self.pruned)
+
+
+class FusionTask(StudyTask):
+    def __init__(self, study: optuna.Study, space: FusionSpace, note: str | None):
+        super().__init__("fusion", study, space, 1.0)
+        self.note = note
+
+    def key(self, point: dict[Edge, bool]) -> str:
+        return decisions_key(point)
+
+    def report(self) -> FusionReport:
+        d = self.default_m
+        off = [list(e) for e, v in (self.incumbent or {}).items() if not v]
+        return FusionReport(len(self.space.edges), self.trials, dict(self.statuses),
+                            d.median_ns if d and d.ok else None, self.inc.median_ns if self.inc else None, off)

@@ -1,0 +1,75 @@
+"""Timers that run inside the timing worker: wall clock on the CPU, CUDA events with an L2 flush on the GPU."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+L2_FLUSH_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """Warm up by time, then repeat until ``cap_s`` per candidate (within [min_reps, max_reps] rounds)."""
+
+    warmup_s: float = 0.05
+    cap_s: float = 0.25
+    min_reps: int = 5
+    max_reps: int = 2000
+
+
+class CpuTimer:
+    def __init__(self, backend: Any):
+        self.backend = backend
+
+    def __call__(self, fn: Callable[[], None]) -> int:
+        t0 = time.perf_counter_ns()
+        fn()
+        self.backend.synchronize()
+        return time.perf_counter_ns() - t0
+
+
+class CudaTimer:
+    """CUDA events around the launch only; a 256 MB write before each run evicts L2."""
+
+    def __init__(self, backend: Any):
+        import torch
+
+        self.torch = torch
+        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def __call__(self, fn: Callable[[], None]) -> int:
+        self.flush.zero_()
+        self.start.record()
+        fn()
+        self.end.record()
+        self.end.synchronize()
+        return int(self.start.elapsed_time(self.end) * 1e6)
+
+
+def make_timer(backend: Any) -> Callable[[Callable[[], None]], int]:
+    return CudaTimer(backend) if backend.name == "cuda" else CpuTimer(backend)
+
+
+def interleaved(timer: Callable[[Callable[[], None]], int], fns: list[Callable[[], None]],
+                plan: TimingPlan, sync: Callable[[], None]) -> list[list[int]]:
+    """Warm every candidate up by time, then time them in rounds (one run of each per round)."""
+    for fn in fns:
+        t_end = time.perf_counter() + plan.warmup_s
+        fn()
+        sync()
+        while time.perf_counter() < t_end:
+            fn()
+            sync()
+    samples: list[list[int]] = [[] for _ in fns]
+    t_end = time.perf_counter() + plan.cap_s * len(fns)
+    rounds = 0
+    while rounds < plan.max_reps and (rounds < plan.min_reps or time.perf_counter() < t_end):
+        for k, fn in enumerate(fns):
+            samples[k].append(timer(fn))
+        rounds += 1
+    return samples

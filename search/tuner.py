@@ -1,0 +1,351 @@
+"""``tune``: search fusion decisions and kernel schedules on the device within a time budget.
+
+Trial 0 of every study is the default. The budget goes to whichever task promises the largest
+drop in model time per second (see scheduler.py); fusion plans are timed end to end with the
+best schedules known so far. At the end the top finalists of each kernel are re-timed together,
+winners go to the tuning cache, and the model is timed before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..codegen.partition import Edge, fusible_edges, partition
+from ..errors import LuminalError
+from ..ir.graph import Graph
+from .measure import Measurement, Measurer
+from .report import TuneReport
+from .samplers import make_sampler
+from .scheduler import pick
+from .space import FusionSpace, ScheduleSpace
+from .studies import default_storage, open_storage, open_study
+from .tasks import FusionTask, KernelTask
+from .timing import TimingPlan
+from .worker import Cancelled
+
+FINAL_SHARE = 0.15  # at most this share of the budget is kept for the final re-timing
+
+
+@dataclass
+class _Clock:
+    start: float
+    budget_s: float
+
+    @property
+    def deadline(self) -> float:
+        return self.start + self.budget_s
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+class _Stop:
+    """Set by Ctrl-C / SIGTERM: the run ends cleanly and keeps what it found."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self.old: dict[int, Any] = {}
+
+    def __call__(self) -> bool:
+        return self.flag
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.flag and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.flag = True
+
+    def restore(self) -> None:
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+
+
+def graph_signature(graph: Graph) -> str:
+    text = "\n".join(k.canonical() for k in partition(graph))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _fingerprints(backend: Any) -> tuple[Any, Any]:
+    from ..cache.fingerprint import Fingerprint, cpu_info, device_fingerprint, toolchain_fingerprint
+
+    try:
+        dev = device_fingerprint(backend.name)
+    except LuminalError:
+        dev = Fingerprint.of(backend.name, {"backend": backend.name, **cpu_info()})
+    return dev, toolchain_fingerprint(backend.name, backend.toolchain())
+
+
+def _plan_for(budget_s: float) -> TimingPlan:
+    # short budgets time each candidate for less; the warm-up and repeat floor stay
+    cap = min(0.25, max(0.02, budget_s / 400))
+    return TimingPlan(warmup_s=min(0.05, cap), cap_s=cap)
+
+
+class Tuner:
+    def __init__(self, graph: Graph, backend: Any, budget_s: float, *, model_name: str = "model",
+                 sampler: str = "tpe", seed: int = 0, storage: str | None = None, cache: Any = None,
+                 workers: int | None = None, timeout_s: float | None = None, plan: TimingPlan | None = None,
+                 fusion: bool = True, threads: int | None = None,
+                 progress: Callable[[TuneReport], None] | None = None):
+        from ..cache import TuningCache
+
+        if getattr(backend, "name", None) == "interpret":
+            raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
+                               "tune with --backend cuda on a GPU or --backend cpu")
+        if budget_s <= 0:
+            raise LuminalError("the tuning budget must be positive")
+        self.clock = _Clock(time.monotonic(), budget_s)
+        self.graph = graph
+        self.backend = backend
+        self.seed = seed
+        self.progress = progress
+        self.stop = _Stop()
+        self.cache = cache if isinstance(cache, TuningCache) else TuningCache(cache)
+        self.storage_url = storage or default_storage(self.cache.path)
+        self.storage = open_storage(self.storage_url)
+        self.device, self.toolchain = _fingerprints(backend)
+        self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+        self.batch = max(1, self.workers)
+        self.plan = plan or _plan_for(budget_s)
+        self.timeout_s = timeout_s if timeout_s is not None else min(20.0, max(2.0, budget_s / 20))
+        self.report = TuneReport(model_name, backend.name, self.device.key, self.toolchain.key, sampler, seed,
+                                 budget_s, self.storage_url, str(self.cache.path))
+        self.sampler = sampler
+        self.threads = threads
+        self.model_name = model_name
+        self.tasks: dict[str, KernelTask] = {}
+        self.gsig = graph_signature(graph)
+        edges = fusible_edges(graph) if fusion else []
+        self.fusion: FusionTask | None = None
+        if edges:
+            space = FusionSpace(edges)
+            smp, note = make_sampler(sampler, seed, space, "fusion")
+            study = open_study(self.storage, f"luminal-fusion-{self.gsig}-{self.device.key}-{self.toolchain.key}",
+                               smp)
+            self.fusion = FusionTask(study, space, note)
+            if note:
+                self.report.notes.append(note)
+        self.decisions: dict[Edge, bool] = {}
+        self._plan_kernels(self.decisions)
+
+    # -- tasks ----------------------------------------------------------------
+    def _plan_kernels(self, decisions: dict[Edge, bool]) -> None:
+        """Kernel tasks for the partition under ``decisions``: weights are occurrence counts."""
+        counts: dict[str, int] = {}
+        kernels = {}
+        for k in partition(self.graph, decisions):
+            sig = k.signature
+            counts[sig] = counts.get(sig, 0) + 1
+            kernels.setdefault(sig, k)
+        for t in self.tasks.values():
+            t.state.weight = counts.get(t.signature, 0)
+        for sig, k in kernels.items():
+            if sig in self.tasks:
+                continue
+            space = ScheduleSpace(self.backend, k)
+            smp, note = make_sampler(self.sampler, self.seed + int(sig[:8], 16), space, f"kernel {sig[:8]}")
+            name = f"luminal-kernel-{sig}-{self.device.key}-{self.toolchain.key}"
+            self.tasks[sig] = KernelTask(k, sig, open_study(self.storage, name, smp), space, counts[sig], note)
+            self.cache.record_kernel(sig, k.form, k.canonical(), {"full": list(k.full)}, self.model_name)
+            if note:
+                self.report.notes.append(note)
+
+    def schedules(self) -> dict[str, dict[str, Any]]:
+        return {sig: t.incumbent for sig, t in self.tasks.items() if t.incumbent is not None}
+
+    # -- measuring ----------------------------------------------------------
+    def _record(self, task: KernelTask, schedule: dict[str, Any], m: Measurement) -> None:
+        if m.status in ("ok", "compile_error", "crash", "timeout", "wrong_result"):
+            self.cache.record_trial(task.signature, self.device, self.toolchain, schedule, m.status,
+                                    m.samples_ns or None)
+
+    def _kernel_step(self, task: KernelTask, m: Measurer) -> None:
+        t0 = time.monotonic()
+        compare = lambda pts: m.compare(task.kernel, pts)
+        if task.state.trials == 0:
+            task.enqueue_default()
+            initial = [task.space.default]
+            w = self.cache.best(task.signature, self.device, self.toolchain)
+            for extra in ([w.config] if w else []) + [task.previous_best()]:
+                if extra is not None and task.space.valid(extra) and extra not in initial:
+                    initial.append(extra)
+            results = m.measure(task.kernel, initial)
+            for sched, r in zip(initial, results):
+                self._record(task, sched, r)
+                task.tell(None, sched, r)
+                if sched is initial[0]:
+                    task.default_m = r
+                task.consider(sched, r, compare)
+            task.state.record(task.best_ns * task.count, time.monotonic() - t0, len(initial))
+            return
+        pending = task.ask(self.batch)
+        if not pending:
+            return
+        scheds = [p for _, p in pending]
+        results = m.measure(task.kernel, scheds, deadline=self.clock.deadline)
+        for (trial, sched), r in zip(pending, results):
+            self._record(task, sched, r)
+            task.tell(trial, sched, r)
+        for sched, r in zip(scheds, results):
+            task.consider(sched, r, compare)
+        task.state.record(task.best_ns * task.count, time.monotonic() - t0, len(pending))
+
+    def _fusion_step(self, task: FusionTask, m: Measurer) -> None:
+        t0 = time.monotonic()
+        scheds = self.schedules()
+        compare = lambda pts: m.measure_model([(d, scheds) for d in pts])
+        if task.state.trials == 0:
+            task.enqueue_default()
+            pending = [(None, task.space.default)]
+        else:
+            pending = task.ask(1)
+        if not pending:
+            return
+        for trial, dec in pending:
+            r = m.measure_model([(dec, scheds)], deadline=self.clock.deadline)[0]
+            task.tell(trial, dec, r)
+            if trial is None:
+                task.default_m = r
+            if task.consider(dec, r, compare) and task.incumbent is not None:
+                self.decisions = dict(task.incumbent)
+                self._plan_kernels(self.decisions)
+        task.state.record(task.best_ns, time.monotonic() - t0, len(pending))
+
+    def _finish(self, m: Measurer, final_deadline: float) -> None:
+        """Re-time each kernel's finalists together, then the whole model before and after."""
+        for task in sorted(self.tasks.values(), key=lambda t: -t.best_ns * t.count):
+            pts = task.finalists()
+            if len(pts) < 2 or task.state.weight == 0:
+                continue
+            need = len(pts) * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 0.2
+            if time.monotonic() + need > final_deadline or self.stop():
+                continue
+            task.settle(pts, m.compare(task.kernel, pts))
+        need = 2 * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 1.0
+        if self.fusion is not None or self.schedules():
+            if time.monotonic() + need <= self.clock.deadline and not self.stop():
+                before, after = m.measure_model([({}, {}), (self.decisions, self.schedules())])
+                self.report.e2e_default_ns = before.median_ns if before.ok else None
+                self.report.e2e_tuned_ns = after.median_ns if after.ok else None
+                if not after.ok:
+                    self.report.notes.append(f"the tuned model did not verify end to end ({after.status}: "
+                                             f"{after.message}); its kernels keep their own verified winners")
+
+    def _write_winners(self) -> None:
+        n = 0
+        for task in self.tasks.values():
+            if task.inc is None or not task.inc.ok:
+                continue
+            d = task.default_m
+            default_ns = int(d.median_ns) if d is not None and d.ok else None
+            self.cache.propose_winner(task.signature, self.device, self.toolchain, task.incumbent,
+                                      max(1, int(task.inc.median_ns)), default_ns)
+            n += 1
+        f = self.fusion
+        if f is not None and f.inc is not None and f.incumbent is not None:
+            off = sorted([list(e) for e, v in f.incumbent.items() if not v])
+            d = f.default_m
+            self.cache.propose_winner(f"fusion-{self.gsig}", self.device, self.toolchain, {"unfused": off},
+                                      max(1, int(f.inc.median_ns)),
+                                      int(d.median_ns) if d is not None and d.ok else None)
+            n += 1
+        self.report.winners_written = n
+
+    def _snapshot(self) -> TuneReport:
+        r = self.report
+        r.elapsed_s = time.monotonic() - self.clock.start
+        r.kernels = [t.report() for t in self.tasks.values() if t.state.weight > 0 or t.trials]
+        r.fusion = self.fusion.report() if self.fusion is not None else None
+        return r
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            self.progress(self._snapshot())
+
+    # -- the loop -------------------------------------------------------------
+    def run(self) -> TuneReport:
+        self.stop.install()
+        m = Measurer(self.backend, self.graph, workers=self.workers if self.workers > 1 else 0, plan=self.plan,
+                     timeout_s=self.timeout_s, seed=self.seed, threads=self.threads, stop=self.stop)
+        budget = self.clock.budget_s
+        loop_end = self.clock.deadline - min(FINAL_SHARE * budget, 2.0 + 0.05 * budget)
+        try:
+            self.report.stopped = "budget"
+            while True:
+                if self.stop():
+                    self.report.stopped = "interrupted"
+                    break
+                states = [t.state for t in self.tasks.values()]
+                if self.fusion is not None:
+                    states.append(self.fusion.state)
+                st = pick(states)
+                if st is None:
+                    self.report.stopped = "exhausted"
+                    break
+                est = st.seconds_per_trial * (self.batch if st.trials else 1)
+                if time.monotonic() + est > loop_end:
+                    break
+                try:
+                    if self.fusion is not None and st is self.fusion.state:
+                        self._fusion_step(self.fusion, m)
+                    else:
+                        self._kernel_step(self.tasks[st.name], m)
+                except Cancelled:
+                    self.report.stopped = "interrupted"
+                    break
+                self._tick()
+            if not self.stop():
+                try:
+                    self._finish(m, self.clock.deadline - 1.0)
+                except Cancelled:
+                    self.report.stopped = "interrupted"
+        finally:
+            m.close()
+            self.stop.restore()
+            self._write_winners()
+        self._tick()
+        return self._snapshot()
+
+
+def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.0, *, shapes: dict | None = None,
+         sampler: str = "tpe", seed: int = 0, storage: str | None = None, cache: Any = None,
+         workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
+         timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
+         threads: int | None = None) -> TuneReport:
+    """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds."""
+    start = time.monotonic()
+    if isinstance(backend, str):
+        if backend == "interpret":
+            raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
+                               "tune with --backend cuda on a GPU or --backend cpu")
+        from ..codegen.backend import get_backend
+
+        backend = get_backend(backend)
+    if isinstance(model, Graph):
+        graph, name = model, "graph"
+    else:
+        from ..frontend_onnx import load
+
+        graph, name = load(model, shapes or {}).graph, Path(model).name
+    spent = time.monotonic() - start
+    tuner = Tuner(graph, backend, max(budget_s - spent, 1e-3), model_name=name, sampler=sampler, seed=seed,
+                  storage=storage, cache=cache, workers=workers, timeout_s=timeout_s, plan=plan, fusion=fusion,
+                  threads=threads, progress=progress)
+    tuner.clock.start, tuner.clock.budget_s = start, budget_s
+    report = tuner.run()
+    report.elapsed_s = time.monotonic() - start
+    return report
+

@@ -1,0 +1,164 @@
+"""Worker processes that may die: a candidate that crashes, hangs or poisons the device takes only its worker.
+
+The parent sends one job at a time over a pipe and waits with a timeout; a dead or
+late worker is killed and started again on the next job.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..ir.graph import Graph
+
+
+class WorkerLost(Exception):
+    """The worker crashed or ran past its timeout; ``status`` says which."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class Cancelled(Exception):
+    """The tuning run was asked to stop while a job was in flight."""
+
+
+@dataclass
+class WorkerContext:
+    """What a worker needs to rebuild its state: the backend (an object under fork, a name under spawn),
+    the model graph for end-to-end jobs, and the thread count kernels are timed with."""
+
+    backend: Any
+    graph: Graph | None = None
+    threads: int | None = None
+
+
+def start_method(backend: Any) -> str:
+    # a CUDA context does not survive fork; everything else starts fastest by fork
+    return "spawn" if getattr(backend, "name", None) == "cuda" or "fork" not in mp.get_all_start_methods() else "fork"
+
+
+def _serve(conn: Any, ctx: WorkerContext) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    if not os.environ.get("LUMINAL_DEBUG"):
+        faulthandler.disable()  # a crashing candidate is expected here, not a bug to dump
+    if ctx.threads:
+        os.environ["OMP_NUM_THREADS"] = str(ctx.threads)
+        os.environ.setdefault("OMP_DYNAMIC", "false")
+    backend = ctx.backend
+    if isinstance(backend, str):
+        from ..codegen.backend import get_backend
+
+        backend = get_backend(backend)
+    from .jobs import JobRunner
+
+    runner = JobRunner(backend, ctx.graph)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        conn.send(runner.handle(job))
+
+
+class Worker:
+    POLL_S = 0.05
+
+    def __init__(self, ctx: WorkerContext, method: str):
+        self.ctx = ctx
+        self.mp = mp.get_context(method)
+        self.method = method
+        self.proc: Any = None
+        self.conn: Any = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self.mp.Pipe()
+        ctx = self.ctx
+        if self.method != "fork" and not isinstance(ctx.backend, str):
+            ctx = WorkerContext(ctx.backend.name, ctx.graph, ctx.threads)
+        self.proc = self.mp.Process(target=_serve, args=(child, ctx), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def submit(self, job: Any) -> None:
+        if not self.alive:
+            if self.proc is not None:
+                self.restarts += 1
+            self._start()
+        self.conn.send(job)
+
+    def try_recv(self, wait_s: float = 0.0) -> Any:
+        """The reply if one came within ``wait_s``, else None; WorkerLost if the worker died."""
+        try:
+            if self.conn.poll(wait_s):
+                return self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(1)
+            code = self.proc.exitcode
+            self.kill()
+            raise WorkerLost("crash", f"worker died ({_exit_reason(code)})") from None
+        if not self.proc.is_alive():
+            code = self.proc.exitcode
+            self.kill()
+            raise WorkerLost("crash", f"worker died ({_exit_reason(code)})")
+        return None
+
+    def wait(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reply = self.try_recv(self.POLL_S)
+            if reply is not None:
+                return reply
+            if stop is not None and stop():
+                self.kill()
+                raise Cancelled()
+            if time.monotonic() > deadline:
+                self.kill()
+                raise WorkerLost("timeout", f"no answer within {timeout_s:.1f} s")
+
+    def call(self, job: Any, timeout_s: float, stop: Callable[[], bool] | None = None) -> Any:
+        self.submit(job)
+        return self.wait(timeout_s, stop)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                self.conn.send(None)
+                self.proc.join(2)
+            except (OSError, ValueError):
+                pass
+        self.kill()
+        self.proc = None
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"

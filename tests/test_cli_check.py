@@ -1,0 +1,177 @@
+"""``luminal check`` and ``luminal inspect``: exit codes, tables, JSON, seeded inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import typer
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from luminal.cli import check_cmd, inspect_cmd, modelcheck
+from luminal.errors import LuminalError
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(pretty_exceptions_enable=False)
+
+    @app.callback()
+    def root() -> None:
+        pass
+
+    check_cmd.register(app)
+    inspect_cmd.register(app)
+    return app
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(_app(), list(args))
+
+
+@pytest.fixture(scope="module")
+def embed_model(tmp_path_factory) -> Path:
+    """ids[batch, seq] -> Gather from a 7-row table -> MatMul -> Softmax; the ids must stay < 7."""
+    rng = np.random.default_rng(1)
+    table = numpy_helper.from_array(rng.standard_normal((7, 4)).astype(np.float32), "table")
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("MatMul", ["e", "w"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["probs"], axis=-1),
+             helper.make_node("ArgMax", ["m"], ["best"], axis=-1, keepdims=0)]
+    g = helper.make_graph(nodes, "embed",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+                          [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", "seq", 3]),
+                           helper.make_tensor_value_info("best", TensorProto.INT64, ["batch", "seq"])],
+                          [table, w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path_factory.mktemp("models") / "embed.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_index_inputs_stay_inside_the_table(embed_model):
+    proto = onnx.load(str(embed_model))
+    assert modelcheck.index_bounds(proto) == {"ids": 7}
+
+    class IO:
+        name, dtype, shape = "ids", np.dtype(np.int64), (4, 50)
+
+    feeds = modelcheck.make_inputs([IO()], proto, seed=3)
+    assert feeds["ids"].min() >= 0 and feeds["ids"].max() == 6
+    again = modelcheck.make_inputs([IO()], proto, seed=3)
+    assert np.array_equal(feeds["ids"], again["ids"])
+
+
+def test_check_ok_prints_a_table(embed_model):
+    r = _invoke("check", str(embed_model), "--shape", "batch=2,seq=5")
+    assert r.exit_code == 0, r.output
+    assert "probs" in r.output and "best" in r.output and "pass" in r.output
+
+
+def test_check_json_report(embed_model, tmp_path):
+    out = tmp_path / "report.json"
+    r = _invoke("check", str(embed_model), "--shape", "batch=2,seq=5", "--seed", "4", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["ok"] is True and data["seed"] == 4 and data["backend"] == "reference"
+    assert data["inputs"]["ids"] == {"shape": [2, 5], "dtype": "int64"}
+    assert {o["name"] for o in data["outputs"]} == {"probs", "best"}
+    assert all(o["max_abs"] <= 1e-5 for o in data["outputs"])
+
+
+def test_check_exit_1_when_out_of_tolerance(embed_model, monkeypatch):
+    def perturbed(graph, feeds):
+        return [o + 1 if o.dtype.kind == "f" else o for o in modelcheck.run_reference(graph, dict(feeds))]
+
+    monkeypatch.setitem(modelcheck.BACKENDS, "perturbed", perturbed)
+    r = _invoke("check", str(embed_model), "--shape", "batch=1,seq=3", "--backend", "perturbed")
+    assert r.exit_code == 1, r.output
+    assert "FAIL" in r.output and "out of tolerance" in r.output
+
+
+def test_check_unknown_backend_is_exit_2_one_line(embed_model):
+    r = _invoke("check", str(embed_model), "--shape", "batch=1,seq=3", "--backend", "tpu")
+    assert r.exit_code == 2
+    assert "backend 'tpu' is not available" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_run_backend_dispatch(embed_model):
+    from luminal.frontend_onnx import load
+
+    res = load(str(embed_model), {"batch": 1, "seq": 2})
+    feeds = {"ids": np.array([[1, 6]], np.int64)}
+    out = modelcheck.run_backend(res.graph, feeds, "reference")
+    assert set(out) == {"probs", "best"} and out["probs"].shape == (1, 2, 3)
+    with pytest.raises(LuminalError, match="backend 'cuda' is not available"):
+        modelcheck.run_backend(res.graph, feeds, "cuda")
+
+
+@pytest.mark.parametrize("content", [None, b"", b"\x08\x07garbage that is not protobuf \xff\xff\xff"])
+def test_check_bad_files_exit_2(tmp_path, content):
+    path = tmp_path / "bad.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    r = _invoke("check", str(path))
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_check_bad_shape_exit_2(embed_model):
+    r = _invoke("check", str(embed_model), "--shape", "batch=two")
+    assert r.exit_code == 2 and "bad --shape" in r.output
+
+
+def test_inspect_table_and_ir(embed_model):
+    r = _invoke("inspect", str(embed_model), "--shape", "batch=2,seq=5", "--ir")
+    assert r.exit_code == 0, r.output
+    for word in ("Gather", "MatMul", "Softmax", "SumReduce", "MaxReduce", "ids", "probs", "2x5x3"):
+        assert word in r.output
+
+
+def test_inspect_json(embed_model):
+    r = _invoke("inspect", str(embed_model), "--shape", "batch=2,seq=5", "--json", "-")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["onnx_ops"] == {"ArgMax": 1, "Gather": 1, "MatMul": 1, "Softmax": 1}
+    assert data["inputs"] == [{"name": "ids", "dtype": "int64", "shape": [2, 5]}]
+    assert {o["name"]: o["shape"] for o in data["outputs"]} == {"probs": [2, 5, 3], "best": [2, 5]}
+    assert data["primitive_nodes_after"] == sum(data["primitives_after_passes"].values()) > 0
+    if data["primitives_before_passes"] is not None:
+        assert data["primitive_nodes_before"] >= data["primitive_nodes_after"]
+
+
+def test_luminal_entry_point_check(embed_model):
+    exe = shutil.which("luminal", path=str(Path(sys.executable).parent))
+    assert exe, "the luminal console script is not installed in this environment"
+    p = subprocess.run([exe, "check", str(embed_model), "--shape", "batch=1,seq=4", "--json", "-"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["ok"] is True
+    p = subprocess.run([exe, "check", str(embed_model) + ".missing"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_check_without_model_reads_the_project_config(embed_model, tmp_path, monkeypatch):
+    (tmp_path / "luminal.toml").write_text(
+        f'atol = 1e-4\n[[models]]\nname = "embed"\npath = "{embed_model}"\nshapes = {{ batch = 2, seq = 3 }}\n'
+        f'[[models]]\nname = "embed-whole"\npath = "{embed_model}"\nshapes = {{ ids = "1x4" }}\n')
+    monkeypatch.chdir(tmp_path)
+    r = _invoke("check", "--json", "-")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["ok"] is True and [m["inputs"]["ids"]["shape"] for m in data["models"]] == [[2, 3], [1, 4]]
+
+
+def test_check_without_model_or_config_is_exit_2(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    r = _invoke("check")
+    assert r.exit_code == 2 and "no MODEL given" in r.output

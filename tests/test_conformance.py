@@ -1,0 +1,164 @@
+"""The ONNX backend conformance harness, and the cases kept in tests/conformance/passing.txt."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from luminal.frontend_onnx import conformance as conf
+
+# ---------------------------------------------------------------- comparison
+
+
+def test_compare_uses_atol_plus_rtol_times_expected():
+    want = np.array([1.0, 100.0, 0.0], np.float32)
+    assert conf.compare(want * np.float32(1 + 5e-4) + np.float32(5e-6), want, rtol=1e-3, atol=1e-5).ok
+    bad = conf.compare(np.array([1.0, 100.0, 2e-5], np.float32), want, rtol=1e-3, atol=1e-5)
+    assert not bad.ok and "1/3 out of tolerance" in bad.reason
+    assert bad.max_abs == pytest.approx(2e-5, rel=1e-3)
+
+
+def test_compare_nan_and_inf_positions():
+    want = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    assert conf.compare(want.copy(), want, 1e-3, 1e-5).ok
+    assert not conf.compare(np.array([0.0, np.inf, -np.inf, 1.0], np.float32), want, 1e-3, 1e-5).ok
+    assert not conf.compare(np.array([np.nan, -np.inf, -np.inf, 1.0], np.float32), want, 1e-3, 1e-5).ok
+    assert not conf.compare(np.array([np.nan, np.inf, -np.inf, np.nan], np.float32), want, 1e-3, 1e-5).ok
+
+
+def test_compare_integers_bools_exact_and_shape_dtype_must_match():
+    assert conf.compare(np.array([1, 2], np.int64), np.array([1, 2], np.int64), 1, 1).ok
+    assert not conf.compare(np.array([1, 3], np.int64), np.array([1, 2], np.int64), 1, 1).ok
+    assert not conf.compare(np.array([True]), np.array([False]), 1, 1).ok
+    assert "dtype" in conf.compare(np.array([1], np.int32), np.array([1], np.int64), 1, 1).reason
+    assert "shape" in conf.compare(np.zeros((1,), np.float32), np.zeros((), np.float32), 1, 1).reason
+
+
+def test_half_precision_tolerances_are_wider():
+    assert conf.tolerances(np.dtype(np.float32), 1e-3, 1e-7) == (1e-3, 1e-5)
+    assert conf.tolerances(np.dtype(np.float16), 1e-3, 1e-7)[0] > 1e-3
+    import ml_dtypes
+
+    assert conf.tolerances(np.dtype(ml_dtypes.bfloat16), 1e-3, 1e-7)[0] == 2 ** -6
+
+
+# ---------------------------------------------------------------- classification and one case
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _vi(name, et, shape):
+    return helper.make_tensor_value_info(name, et, shape)
+
+
+def test_unsupported_reasons():
+    unknown_op = _model([helper.make_node("NoSuchOp", ["x"], ["y"])], [_vi("x", TensorProto.FLOAT, [2])],
+                        [_vi("y", TensorProto.FLOAT, [2])])
+    assert conf.unsupported_reason(unknown_op) == "ops NoSuchOp"
+    uint8 = _model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", TensorProto.UINT8, [2])],
+                   [_vi("y", TensorProto.UINT8, [2])])
+    assert conf.unsupported_reason(uint8) == "dtype uint8"
+    to_double = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.DOUBLE),
+                        helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)],
+                       [_vi("x", TensorProto.FLOAT, [2])], [_vi("z", TensorProto.FLOAT, [2])])
+    assert conf.unsupported_reason(to_double) == "dtype double"
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
+    seq_model = _model([helper.make_node("SequenceConstruct", ["x"], ["s"])], [_vi("x", TensorProto.FLOAT, [2])],
+                       [seq])
+    assert conf.unsupported_reason(seq_model) is not None
+    ok = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", TensorProto.FLOAT, [2])],
+                [_vi("y", TensorProto.FLOAT, [2])])
+    assert conf.unsupported_reason(ok) is None
+
+
+def _write_case(root: Path, name: str, model: onnx.ModelProto, inputs, outputs) -> conf.Case:
+    d = root / name
+    ds = d / "test_data_set_0"
+    ds.mkdir(parents=True)
+    onnx.save(model, str(d / "model.onnx"))
+    for i, x in enumerate(inputs):
+        (ds / f"input_{i}.pb").write_bytes(numpy_helper.from_array(x).SerializeToString())
+    for i, x in enumerate(outputs):
+        (ds / f"output_{i}.pb").write_bytes(numpy_helper.from_array(x).SerializeToString())
+    return conf.Case(f"local/{name}", str(d))
+
+
+def _reshape_relu():
+    return _model([helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+                  [_vi("x", TensorProto.FLOAT, [2, 3]), _vi("shape", TensorProto.INT64, [2])],
+                  [_vi("y", TensorProto.FLOAT, [3, 2])])
+
+
+def test_run_case_passes_and_bakes_shape_inputs(tmp_path):
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    case = _write_case(tmp_path, "reshape", _reshape_relu(), [x, np.array([3, 2], np.int64)],
+                       [np.maximum(x.reshape(3, 2), 0)])
+    r = conf.run_case(case)
+    assert r.status == "passed", r.reason
+    assert r.baked == ["shape"]
+    assert r.ops == ["Relu", "Reshape"]
+
+
+def test_run_case_fails_on_wrong_expected_output(tmp_path):
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    case = _write_case(tmp_path, "wrong", _reshape_relu(), [x, np.array([3, 2], np.int64)],
+                       [np.maximum(x.reshape(3, 2), 0) + 0.5])
+    r = conf.run_case(case)
+    assert r.status == "failed" and "out of tolerance" in r.reason
+
+
+def test_pool_times_out_a_hanging_case(tmp_path):
+    # reading model.onnx from a FIFO with no writer blocks forever
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    os.mkfifo(hang / "model.onnx")
+    x = np.ones((2, 3), np.float32)
+    good = _write_case(tmp_path, "good", _reshape_relu(), [x, np.array([3, 2], np.int64)], [x.reshape(3, 2)])
+    results = conf.run_cases([conf.Case("local/hang", str(hang)), good], workers=1, timeout=3)
+    assert [r.status for r in results] == ["failed", "passed"]
+    assert "timeout" in results[0].reason
+
+
+def test_main_writes_json(tmp_path):
+    out = tmp_path / "r.json"
+    assert conf.main(["--kinds", "node", "--filter", "test_relu", "--json", str(out), "--workers", "1"]) == 0
+    data = json.loads(out.read_text())
+    names = {r["name"] for r in data["results"]}
+    assert "node/test_relu" in names
+    assert data["totals"]["passed"] >= 1 and data["by_op"]["Relu"]["passed"] >= 1
+
+
+# ---------------------------------------------------------------- the kept list
+
+PASSING = conf.read_passing()
+
+
+def _check_passing(names: list[str]) -> None:
+    cases = conf.select(conf.collect_cases(), names=names)
+    missing = sorted(set(names) - {c.name for c in cases})
+    assert not missing, f"cases in passing.txt that this onnx does not ship: {missing[:10]}"
+    results = conf.run_cases(cases, workers=2, timeout=120)
+    broken = [f"{r.name}: {r.status} {r.reason}" for r in results if r.status != "passed"]
+    assert not broken, f"{len(broken)} kept cases stopped passing:\n" + "\n".join(broken[:40])
+
+
+def test_passing_list_is_substantial():
+    assert len(PASSING) >= 1000
+
+
+def test_kept_cases_still_pass_subset():
+    """A deterministic third of passing.txt (every third case)."""
+    _check_passing(PASSING[::3])
+
+
+@pytest.mark.slow
+def test_kept_cases_still_pass_all():
+    _check_passing(PASSING)

@@ -1,0 +1,189 @@
+"""Elementwise ONNX ops through load + the reference executor, against onnxruntime."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_frontend_util import assert_matches, make_model, run_ours  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def f32(*shape, lo=-3.0, hi=3.0):
+    return RNG.uniform(lo, hi, shape).astype(np.float32)
+
+
+def node(op, n_in=1, **attrs):
+    return helper.make_node(op, [f"x{k}" for k in range(n_in)], ["y"], **attrs)
+
+
+UNARY = {
+    "Abs": f32(3, 4), "Neg": f32(3, 4), "Exp": f32(3, 4), "Log": f32(3, 4, lo=0.01, hi=50),
+    "Sqrt": f32(3, 4, lo=0, hi=50), "Reciprocal": f32(3, 4, lo=0.2, hi=4), "Sin": f32(3, 4, lo=-8, hi=8),
+    "Cos": f32(3, 4, lo=-8, hi=8), "Tan": f32(3, 4, lo=-1.4, hi=1.4), "Asin": f32(3, 4, lo=-1, hi=1),
+    "Acos": f32(3, 4, lo=-1, hi=1), "Atan": f32(3, 4, lo=-10, hi=10), "Sinh": f32(3, 4),
+    "Cosh": f32(3, 4), "Asinh": f32(3, 4, lo=-10, hi=10), "Acosh": f32(3, 4, lo=1, hi=10),
+    "Atanh": f32(3, 4, lo=-0.95, hi=0.95), "Tanh": f32(3, 4, lo=-6, hi=6), "Erf": f32(3, 4),
+    "Sigmoid": f32(3, 4, lo=-10, hi=10), "Relu": f32(3, 4), "Sign": np.array([-2, 0, 3.5, -0.0], np.float32),
+    "Floor": f32(3, 4), "Ceil": f32(3, 4), "Round": np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, 2.6], np.float32),
+    "Softplus": f32(3, 4, lo=-30, hi=30), "Softsign": f32(3, 4), "Elu": f32(3, 4), "Selu": f32(3, 4),
+    "Celu": f32(3, 4), "LeakyRelu": f32(3, 4), "ThresholdedRelu": f32(3, 4), "HardSigmoid": f32(3, 4),
+    "HardSwish": f32(3, 4, lo=-5, hi=5), "Identity": f32(3, 4), "Shrink": f32(3, 4),
+    "IsNaN": np.array([1.0, np.nan, np.inf, -np.inf, 0], np.float32),
+    "IsInf": np.array([1.0, np.nan, np.inf, -np.inf, 0], np.float32),
+    "Not": np.array([True, False, True]),
+}
+
+
+@pytest.mark.parametrize("op_type", sorted(UNARY))
+def test_unary(op_type):
+    x = UNARY[op_type]
+    opset = 20 if op_type == "IsNaN" else 17
+    assert_matches(make_model(node(op_type), {"x0": x}, opset=opset), {"x0": x}, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("op_type,attrs", [
+    ("Elu", {"alpha": 0.5}), ("Selu", {"alpha": 2.0, "gamma": 3.0}), ("Celu", {"alpha": 2.0}),
+    ("LeakyRelu", {"alpha": 0.2}), ("ThresholdedRelu", {"alpha": 0.5}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}),
+    ("IsInf", {"detect_negative": 0}), ("IsInf", {"detect_positive": 0}), ("Shrink", {"lambd": 1.0, "bias": 0.5}),
+])
+def test_unary_attrs(op_type, attrs):
+    x = np.array([1.0, np.inf, -np.inf, 0, -2, 0.3, -0.7], np.float32)
+    if op_type != "IsInf":
+        x = x[np.isfinite(x)]
+    assert_matches(make_model(node(op_type, **attrs), {"x0": x}), {"x0": x})
+
+
+@pytest.mark.parametrize("op_type", ["Abs", "Neg", "Sign", "Relu"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_unary_int(op_type, dtype):
+    x = np.array([[-5, 0, 7], [3, -1, 2]], dtype)
+    m = make_model(node(op_type), {"x0": x}, opset=17)
+    if op_type == "Relu" and dtype == np.int64:  # onnxruntime has no int64 Relu kernel
+        (y,) = run_ours(m, {"x0": x})
+        assert y.dtype == np.int64
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+        return
+    assert_matches(m, {"x0": x})
+
+
+BINARY_F = ["Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"]
+
+
+@pytest.mark.parametrize("op_type", BINARY_F)
+def test_binary_float_broadcast(op_type):
+    a, b = f32(2, 3, 4, lo=0.1, hi=3), f32(3, 1, lo=0.1, hi=3)
+    b[0, 0] = a[0, 0, 0]
+    assert_matches(make_model(node(op_type, 2), {"x0": a, "x1": b}), {"x0": a, "x1": b}, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "Max", "Min"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_binary_int(op_type, dtype):
+    a = np.array([[7, -7, 9, 0, -12, 100]], dtype)
+    b = np.array([[2], [-3], [5]], dtype)
+    assert_matches(make_model(node(op_type, 2), {"x0": a, "x1": b}), {"x0": a, "x1": b})
+
+
+@pytest.mark.parametrize("op_type", ["And", "Or", "Xor"])
+def test_logic(op_type):
+    a = np.array([[True, False, True, False]])
+    b = np.array([[True], [False]])
+    assert_matches(make_model(node(op_type, 2), {"x0": a, "x1": b}), {"x0": a, "x1": b})
+
+
+def test_equal_bool_and_nan():
+    a = np.array([1.0, np.nan, 2.0, np.inf], np.float32)
+    b = np.array([1.0, np.nan, 3.0, np.inf], np.float32)
+    assert_matches(make_model(node("Equal", 2), {"x0": a, "x1": b}), {"x0": a, "x1": b})
+    p, q = np.array([True, False, True]), np.array([True, True, False])
+    assert_matches(make_model(node("Equal", 2), {"x0": p, "x1": q}, opset=19), {"x0": p, "x1": q})
+
+
+@pytest.mark.parametrize("fmod,dtype", [(0, np.int32), (0, np.int64), (1, np.int32), (1, np.int64), (1, np.float32)])
+def test_mod(fmod, dtype):
+    a = np.array([-7, 7, -7, 7, 5, -5, 0, 13], dtype)
+    b = np.array([3, -3, -3, 3, 5, 2, 4, -4], dtype)
+    if dtype == np.float32:
+        a, b = a * 1.5, b * 0.7
+    assert_matches(make_model(node("Mod", 2, fmod=fmod), {"x0": a, "x1": b}), {"x0": a, "x1": b}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("base,exp", [
+    (np.array([1.5, 2, 3, 0.5], np.float32), np.array([2, 0.5, -1, 3.3], np.float32)),
+    (np.array([-2, -3, 2, 4], np.float32), np.array([2, 3, -2, 0.5], np.float32)),
+    (np.array([2, 3, 4], np.int64), np.array([3, 2, 0], np.int64)),
+    (np.array([1.5, -2, 3], np.float32), np.array([2, 3, 1], np.int64)),
+    (np.array([2, 3, 5], np.int32), np.array([2.0, 3.0, 1.0], np.float32)),
+])
+def test_pow(base, exp):
+    assert_matches(make_model(node("Pow", 2), {"x0": base, "x1": exp}, opset=15), {"x0": base, "x1": exp}, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["Max", "Min", "Sum", "Mean"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_variadic(op_type, n):
+    feeds = {f"x{k}": f32(*([2, 3] if k % 2 else [3])) for k in range(n)}
+    assert_matches(make_model(node(op_type, n), feeds), feeds)
+
+
+@pytest.mark.parametrize("opset", [11, 12, 13])
+def test_clip(opset):
+    x = f32(4, 5)
+    m = make_model(helper.make_node("Clip", ["x", "lo", "hi"], ["y"]), {"x": x},
+                   {"lo": np.float32(-1.0), "hi": np.float32(0.5)}, opset=opset)
+    assert_matches(m, {"x": x})
+    m = make_model(helper.make_node("Clip", ["x", "", "hi"], ["y"]), {"x": x}, {"hi": np.float32(0.5)}, opset=opset)
+    assert_matches(m, {"x": x})
+    m = make_model(helper.make_node("Clip", ["x"], ["y"]), {"x": x}, opset=opset)
+    assert_matches(m, {"x": x})
+
+
+def test_clip_int_and_old_opset():
+    x = np.array([-5, 0, 3, 9], np.int64)
+    m = make_model(helper.make_node("Clip", ["x", "lo", "hi"], ["y"]), {"x": x},
+                   {"lo": np.int64(-2), "hi": np.int64(4)}, opset=13)
+    assert_matches(m, {"x": x})
+    xf = f32(3, 3)
+    m = make_model(helper.make_node("Clip", ["x"], ["y"], min=-0.5, max=0.25), {"x": xf}, opset=6)
+    assert_matches(m, {"x": xf})
+
+
+def test_prelu_broadcast():
+    x, slope = f32(2, 3, 4), f32(3, 1)
+    assert_matches(make_model(node("PRelu", 2), {"x0": x, "x1": slope}), {"x0": x, "x1": slope})
+
+
+def test_where():
+    c = RNG.uniform(size=(3, 1)) > 0.5
+    a, b = f32(1, 4), f32(3, 4)
+    assert_matches(make_model(node("Where", 3), {"x0": c, "x1": a, "x2": b}), {"x0": c, "x1": a, "x2": b})
+
+
+@pytest.mark.parametrize("src,to", [
+    (np.float32, TensorProto.INT64), (np.float32, TensorProto.INT32), (np.float32, TensorProto.BOOL),
+    (np.float32, TensorProto.FLOAT16), (np.int64, TensorProto.FLOAT), (np.bool_, TensorProto.FLOAT),
+    (np.int32, TensorProto.INT64), (np.float16, TensorProto.FLOAT), (np.float32, TensorProto.DOUBLE),
+])
+def test_cast(src, to):
+    x = (np.array([[-2.7, -0.5, 0, 0.5, 3.9, 100.25]]) if src != np.bool_ else np.array([[True, False]])).astype(src)
+    m = make_model(helper.make_node("Cast", ["x"], ["y"], to=to), {"x": x})
+    assert_matches(m, {"x": x})
+
+
+def test_castlike():
+    x, like = f32(2, 3), np.array([1], np.int32)
+    m = make_model(helper.make_node("CastLike", ["x", "like"], ["y"]), {"x": x, "like": like}, opset=15)
+    assert_matches(m, {"x": x, "like": like})
+
+
+def test_half_precision_chain():
+    x = f32(4, 4).astype(np.float16)
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Add", ["e", "x"], ["y"])]
+    assert_matches(make_model(nodes, {"x": x}), {"x": x}, rtol=2e-3, atol=2e-3)

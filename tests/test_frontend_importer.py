@@ -1,0 +1,291 @@
+"""The importer: reading files safely, binding shapes, listing unsupported ops, graph order."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_frontend_util import assert_matches, make_model, run_ort  # noqa: E402
+
+from luminal import ir  # noqa: E402
+from luminal.errors import LuminalError  # noqa: E402
+from luminal.frontend_onnx import ImportResult, check_supported, load  # noqa: E402
+
+RNG = np.random.default_rng(4)
+
+
+def sym_model(dims_x, dims_y=None):
+    """y = x + b, b an initializer; x has the given dims (ints, names or None for unknown)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims_x)
+    inputs = [x]
+    nodes = [helper.make_node("Add", ["x", "b"], ["y"])]
+    if dims_y is not None:
+        inputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, dims_y))
+        nodes.append(helper.make_node("Mul", ["y", "z"], ["w"]))
+    b = numpy_helper.from_array(np.float32(0.5).reshape(()), "b")
+    out = "w" if dims_y is not None else "y"
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], [b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_result_fields():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    m = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])], {"x": x})
+    r = load(m)
+    assert isinstance(r, ImportResult)
+    assert r.opset == 17
+    assert r.onnx_op_counts == {"Relu": 2}
+    assert [(i.name, i.dtype, i.shape) for i in r.inputs] == [("x", ir.DType.float32, (2, 3))]
+    assert [(o.name, o.dtype, o.shape) for o in r.outputs] == [("y", ir.DType.float32, (2, 3))]
+    assert r.unbound == []
+    assert r.graph.output_names == ["y"]
+
+
+def test_symbolic_dims_bound_by_name():
+    m = sym_model(["batch", "seq", 4], ["batch", 1, 4])
+    r = load(m, {"batch": 2, "seq": 5})
+    assert r.graph.bindings == {"batch": 2, "seq": 5}
+    assert [i.shape for i in r.inputs] == [(2, 5, 4), (2, 1, 4)]
+    assert r.outputs[0].shape == (2, 5, 4)
+    assert not r.warnings or all("unbound" not in w for w in r.warnings)
+    x, z = RNG.standard_normal((2, 5, 4)).astype(np.float32), RNG.standard_normal((2, 1, 4)).astype(np.float32)
+    (got,) = ir.run_reference(r.graph, {"x": x, "z": z})
+    np.testing.assert_allclose(got, run_ort(m, {"x": x, "z": z})[0], rtol=1e-6)
+
+
+def test_whole_shape_by_input_name_binds_its_symbols():
+    m = sym_model(["batch", None, 4], ["batch", 1, 4])
+    r = load(m, {"x": (3, 7, 4)})
+    assert r.inputs[0].shape == (3, 7, 4) and r.inputs[1].shape == (3, 1, 4)
+    assert r.graph.bindings == {"batch": 3}
+    assert r.unbound == []
+
+
+def test_unbound_dims_default_to_one_with_warning():
+    m = sym_model(["batch", None, 4])
+    r = load(m)
+    assert r.inputs[0].shape == (1, 1, 4)
+    assert sorted(r.unbound) == ["batch", "x[1]"]
+    assert any("unbound" in w and "batch" in w and "x[1]" in w for w in r.warnings)
+
+
+def test_input_without_rank_needs_whole_shape():
+    m = sym_model(None)
+    m.graph.input[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(LuminalError, match="no known rank"):
+        load(m)
+    assert load(m, {"x": (2, 2)}).inputs[0].shape == (2, 2)
+
+
+@pytest.mark.parametrize("shapes,match", [
+    ({"x": (2, 3)}, "rank 3"),
+    ({"x": (2, 3, 5)}, "fixed to 4"),
+    ({"nope": 3}, "neither inputs nor dimension names"),
+    ({"batch": 2, "x": (3, 1, 4)}, "batch"),
+    ({"batch": (2, 3)}, "one integer"),
+    ({"x": (2, -1, 4)}, "non-negative"),
+])
+def test_wrong_shapes_are_refused(shapes, match):
+    with pytest.raises(LuminalError, match=match):
+        load(sym_model(["batch", "seq", 4]), shapes)
+
+
+def test_conflicting_symbol_between_inputs():
+    with pytest.raises(LuminalError, match="batch"):
+        load(sym_model(["batch", 2, 4], ["batch", 1, 4]), {"x": (2, 2, 4), "z": (3, 1, 4)})
+
+
+def test_initializer_listed_as_input_is_a_constant():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    m = make_model(helper.make_node("Add", ["x", "w"], ["y"]), {"x": x}, {"w": np.ones((2, 3), np.float32)})
+    m.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 3]))
+    r = load(m)
+    assert r.graph.input_names == ["x"]
+    assert_matches(m, {"x": x})
+
+
+# -- files ------------------------------------------------------------------------
+
+def test_missing_file(tmp_path):
+    with pytest.raises(LuminalError, match="not found"):
+        load(tmp_path / "nope.onnx")
+
+
+def test_directory_is_not_a_model(tmp_path):
+    with pytest.raises(LuminalError, match="not a file"):
+        load(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, this is plain text\n", bytes(range(256)) * 4])
+def test_not_onnx_file(tmp_path, content):
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(content)
+    with pytest.raises(LuminalError, match="not a valid ONNX model") as e:
+        load(p)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.6, 0.95])
+def test_truncated_file(tmp_path, keep):
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    m = make_model(helper.make_node("MatMul", ["x", "w"], ["y"]), {"x": x},
+                   {"w": RNG.standard_normal((3, 64)).astype(np.float32)})
+    data = m.SerializeToString()
+    p = tmp_path / "t.onnx"
+    p.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(LuminalError) as e:
+        load(p)
+    assert "\n" not in str(e.value)
+
+
+def _external_model(tmp_path: Path, location: str = "weights.bin") -> tuple[Path, np.ndarray]:
+    w = RNG.standard_normal((64, 32)).astype(np.float32)
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    m = make_model(helper.make_node("MatMul", ["x", "w"], ["y"]), {"x": x}, {"w": w})
+    p = tmp_path / "m.onnx"
+    onnx.save_model(m, str(p), save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
+                    size_threshold=0)
+    if location != "weights.bin":
+        mp = onnx.load(str(p), load_external_data=False)
+        for t in mp.graph.initializer:
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = location
+        p.write_bytes(mp.SerializeToString())
+    return p, x @ w
+
+
+def test_external_data_inside_folder(tmp_path):
+    p, expected = _external_model(tmp_path)
+    r = load(p)
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    w = np.fromfile(tmp_path / "weights.bin", dtype=np.float32).reshape(64, 32)
+    (got,) = ir.run_reference(r.graph, {"x": x})
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_external_data_in_subfolder(tmp_path):
+    (tmp_path / "data").mkdir()
+    p, _ = _external_model(tmp_path, "data/weights.bin")
+    os.rename(tmp_path / "weights.bin", tmp_path / "data" / "weights.bin")
+    assert load(p).outputs[0].shape == (2, 32)
+
+
+@pytest.mark.parametrize("location", ["../weights.bin", "data/../../weights.bin", "/etc/passwd"])
+def test_external_data_escaping_folder_is_refused(tmp_path, location):
+    inner = tmp_path / "model"
+    inner.mkdir()
+    p, _ = _external_model(inner, location)
+    (tmp_path / "weights.bin").write_bytes((inner / "weights.bin").read_bytes())
+    with pytest.raises(LuminalError, match="model's folder"):
+        load(p)
+
+
+def test_external_data_symlink_escaping_is_refused(tmp_path):
+    inner = tmp_path / "model"
+    inner.mkdir()
+    p, _ = _external_model(inner, "link.bin")
+    (tmp_path / "outside.bin").write_bytes((inner / "weights.bin").read_bytes())
+    os.symlink(tmp_path / "outside.bin", inner / "link.bin")
+    with pytest.raises(LuminalError, match="model's folder"):
+        load(p)
+
+
+def test_external_data_missing_file(tmp_path):
+    p, _ = _external_model(tmp_path)
+    os.remove(tmp_path / "weights.bin")
+    with pytest.raises(LuminalError, match="missing"):
+        load(p)
+
+
+# -- ops and graph structure -------------------------------------------------------
+
+def test_unsupported_ops_listed_all_at_once():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("FancyOp", ["x"], ["a"], name="first"),
+             helper.make_node("FancyOp", ["a"], ["b"], name="second"),
+             helper.make_node("Relu", ["b"], ["c"]),
+             helper.make_node("MadeUp", ["c"], ["y"], name="third", domain="com.example")]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 3)])
+    with pytest.raises(LuminalError) as e:
+        check_supported(m)
+    msg = str(e.value)
+    assert "\n" not in msg
+    for part in ("FancyOp", "first", "second", "MadeUp", "com.example", "third", "opset 17", "opset 3"):
+        assert part in msg
+    assert "Relu" not in msg
+    # checked before any other work: a bad --shape does not hide it
+    with pytest.raises(LuminalError, match="FancyOp"):
+        load(m, {"nope": 1})
+
+
+def test_unsupported_op_inside_a_branch_is_listed():
+    sub = helper.make_graph([helper.make_node("Loop", [], ["o"], name="inner_loop")], "b", [],
+                            [helper.make_empty_tensor_value_info("o")])
+    x = RNG.standard_normal(2).astype(np.float32)
+    m = make_model([helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL, [], [1])),
+                    helper.make_node("If", ["c"], ["y"], then_branch=sub, else_branch=sub)], {"x": x})
+    with pytest.raises(LuminalError, match="Loop.*inner_loop"):
+        load(m)
+
+
+def test_unsorted_graph_is_ordered():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    nodes = [helper.make_node("Neg", ["a"], ["y"]), helper.make_node("Relu", ["x"], ["a"])]
+    m = make_model(nodes, {"x": x}, outputs=["y"])
+    assert_matches(m, {"x": x})
+
+
+def test_cycle_and_undefined_values_are_refused():
+    x = RNG.standard_normal(2).astype(np.float32)
+    cyc = make_model([helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Neg", ["a"], ["b"])], {"x": x},
+                     outputs=["a"])
+    with pytest.raises(LuminalError, match="cycle"):
+        load(cyc)
+    undef = make_model([helper.make_node("Add", ["x", "ghost"], ["y"])], {"x": x})
+    with pytest.raises(LuminalError, match="ghost.*not defined"):
+        load(undef)
+
+
+def test_op_errors_name_the_node():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    m = make_model(helper.make_node("Reshape", ["x", "s"], ["y"], name="bad_reshape"), {"x": x},
+                   {"s": np.array([4, 4], np.int64)})
+    with pytest.raises(LuminalError, match="bad_reshape.*Reshape.*cannot reshape"):
+        load(m)
+
+
+def test_unsupported_input_dtype():
+    x = helper.make_tensor_value_info("x", TensorProto.STRING, [2])
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.STRING, None)])
+    with pytest.raises(LuminalError, match="STRING"):
+        load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_double_input_computes_in_float32():
+    x = RNG.standard_normal((2, 2))
+    m = make_model(helper.make_node("Sigmoid", ["x"], ["y"]), {"x": x})
+    r = load(m)
+    assert r.inputs[0].dtype is ir.DType.float32 and any("double" in w for w in r.warnings)
+    (got,) = ir.run_reference(r.graph, {"x": x.astype(np.float32)})
+    np.testing.assert_allclose(got, run_ort(m, {"x": x})[0], rtol=1e-6)
+
+
+def test_no_default_opset():
+    x = RNG.standard_normal(2).astype(np.float32)
+    m = make_model(helper.make_node("Relu", ["x"], ["y"]), {"x": x})
+    del m.opset_import[:]
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(LuminalError):
+        load(m)

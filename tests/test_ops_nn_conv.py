@@ -1,0 +1,147 @@
+"""Conv, ConvTranspose and pooling against onnxruntime, and the shape of their primitive graphs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from luminal.ir import Op
+
+
+def _harness():
+    name = "luminal_ops_nn_harness"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("test_ops_nn_harness.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+h = _harness()
+rand = h.rand
+
+
+CONV_CASES = [
+    ((2, 4, 7, 8), (6, 2, 3, 3), dict(group=2, strides=[2, 1], pads=[1, 0, 1, 2], dilations=[1, 2])),
+    ((2, 4, 7, 8), (6, 2, 3, 2), dict(group=2, auto_pad="SAME_LOWER", strides=[2, 3])),
+    ((2, 4, 7, 8), (6, 4, 3, 2), dict(auto_pad="SAME_UPPER", strides=[2, 3])),
+    ((1, 3, 9), (4, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2])),
+    ((1, 3, 9), (4, 3, 3), dict(pads=[2, 1], dilations=[3])),
+    ((1, 2, 5, 4, 6), (4, 2, 3, 2, 3), dict(auto_pad="VALID")),
+    ((1, 2, 5, 4, 6), (4, 1, 2, 2, 2), dict(group=2, pads=[1, 0, 1, 0, 1, 1], strides=[2, 1, 2])),
+    ((1, 6, 6, 6), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),  # depthwise
+    ((1, 3, 5, 5), (8, 3, 1, 1), dict()),  # pointwise
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
+def test_conv(xs, ws, attrs, bias):
+    inputs = [rand(*xs), rand(*ws, seed=1)] + ([rand(ws[0], seed=2)] if bias else [])
+    h.check("Conv", inputs, attrs, consts={1, 2})
+
+
+def test_conv_is_one_contraction():
+    g = h.check("Conv", [rand(2, 4, 9, 9), rand(8, 2, 3, 3, seed=1), rand(8, seed=2)],
+                dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1]), consts={1, 2})
+    counts = h.op_counts(g)
+    assert counts.get(Op.Mul) == 1 and counts.get(Op.SumReduce) == 1
+    assert Op.Contiguous not in counts and Op.Gather not in counts
+    red = next(n for n in g.toposort() if n.op is Op.SumReduce)
+    assert len(red.attrs["axes"]) == 3  # (C/group, kh, kw) in one reduction
+
+
+def test_conv_weight_as_input():
+    h.check("Conv", [rand(1, 2, 6, 6), rand(3, 2, 3, 3, seed=1)], dict(pads=[1, 1, 1, 1]))
+
+
+CONVT_CASES = [
+    ((2, 4, 5, 6), (4, 3, 3, 2), dict(group=2, strides=[2, 3], pads=[1, 0, 0, 1], output_padding=[1, 0])),
+    ((2, 4, 5, 6), (4, 3, 3, 2), dict(strides=[2, 2], output_shape=[11, 13])),
+    ((2, 4, 5, 6), (4, 3, 3, 2), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ((2, 4, 5, 6), (4, 3, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+    ((1, 2, 5), (2, 3, 3), dict(dilations=[2], strides=[3])),
+    ((1, 2, 3, 4, 3), (2, 2, 2, 3, 2), dict(strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0])),
+    ((1, 3, 4, 4), (3, 2, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("xs,ws,attrs", CONVT_CASES)
+def test_conv_transpose(xs, ws, attrs, bias):
+    m = ws[1] * attrs.get("group", 1)
+    inputs = [rand(*xs), rand(*ws, seed=1)] + ([rand(m, seed=2)] if bias else [])
+    h.check("ConvTranspose", inputs, attrs, consts={1, 2})
+
+
+POOL_CASES = [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1),
+    dict(kernel_shape=[2, 3], strides=[2, 1], dilations=[2, 1]),
+    dict(kernel_shape=[3, 2], auto_pad="SAME_UPPER", strides=[2, 2]),
+    dict(kernel_shape=[3, 2], auto_pad="SAME_LOWER", strides=[2, 2]),
+    dict(kernel_shape=[2, 2], auto_pad="VALID", strides=[3, 3]),
+    dict(kernel_shape=[2, 2], strides=[3, 2], ceil_mode=1),
+]
+
+
+@pytest.mark.parametrize("attrs", POOL_CASES)
+def test_max_pool(attrs):
+    x = rand(2, 3, 7, 8)
+    h.check("MaxPool", [x], attrs, opset=12)
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("attrs", POOL_CASES[:3])
+def test_max_pool_indices(attrs, storage_order):
+    h.check("MaxPool", [rand(2, 3, 7, 8)], dict(attrs, storage_order=storage_order), n_out=2, opset=12)
+
+
+def test_max_pool_1d_3d():
+    h.check("MaxPool", [rand(2, 3, 9)], dict(kernel_shape=[3], strides=[2], pads=[1, 1]))
+    h.check("MaxPool", [rand(1, 2, 5, 4, 6)], dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2]))
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("attrs", POOL_CASES)
+def test_average_pool(attrs, count_include_pad):
+    h.check("AveragePool", [rand(2, 3, 7, 8)], dict(attrs, count_include_pad=count_include_pad), opset=19)
+
+
+def test_average_pool_1d_3d():
+    h.check("AveragePool", [rand(2, 3, 9)], dict(kernel_shape=[3], strides=[2], pads=[1, 1]))
+    h.check("AveragePool", [rand(1, 2, 5, 4, 6)], dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2], pads=[0, 1, 1, 1, 0, 1],
+                                                        count_include_pad=1))
+
+
+def test_max_pool_graph_has_no_contraction():
+    _, g = h.luminal_run("MaxPool", [rand(1, 2, 8, 8)], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    counts = h.op_counts(g)
+    assert counts.get(Op.MaxReduce) == 1 and Op.Mul not in counts
+    red = next(n for n in g.toposort() if n.op is Op.MaxReduce)
+    assert red.srcs[0][0].op is not Op.Contiguous  # windows are views of the padded input
+
+
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 2)])
+def test_global_pool(op_type, shape):
+    h.check(op_type, [rand(*shape)])
+
+
+def test_bad_conv_is_a_luminal_error():
+    from luminal.errors import LuminalError
+
+    with pytest.raises(LuminalError, match="group"):
+        h.luminal_run("Conv", [rand(1, 3, 5, 5), rand(4, 2, 3, 3)], dict(group=2))
+    with pytest.raises(LuminalError, match="too small"):
+        h.luminal_run("Conv", [rand(1, 2, 2, 2), rand(4, 2, 3, 3)], dict())
+
+
+def test_conv_float16():
+    x, w = rand(1, 2, 6, 6).astype(np.float16), rand(3, 2, 3, 3, seed=1).astype(np.float16)
+    h.check("Conv", [x, w], dict(pads=[1, 1, 1, 1]), consts={1}, rtol=2e-2, atol=2e-2)

@@ -1,0 +1,115 @@
+"""Run one ONNX node through luminal's op function and through onnxruntime, and compare."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from luminal.frontend_onnx import ops_nn  # noqa: F401  (registers the ops)
+from luminal.frontend_onnx.registry import OpContext, lookup
+from luminal.ir import DType, Graph, Node, Op, Tensor, optimize, run_reference
+
+_ONNX_TYPE = {
+    DType.float32: onnx.TensorProto.FLOAT, DType.float16: onnx.TensorProto.FLOAT16,
+    DType.int64: onnx.TensorProto.INT64, DType.int32: onnx.TensorProto.INT32, DType.bool: onnx.TensorProto.BOOL,
+}
+
+
+def _onnx_type(arr: np.ndarray) -> int:
+    return _ONNX_TYPE[DType.from_numpy(arr.dtype)]
+
+
+def luminal_run(op_type: str, inputs: list, attrs: dict, n_out: int = 1, opset: int = 17,
+                consts: set[int] | frozenset = frozenset(), out_names: list[str] | None = None):
+    """Returns (outputs, optimised graph). ``inputs`` entries may be None (absent)."""
+    in_names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    out_names = out_names or [f"o{k}" for k in range(n_out)]
+    node = helper.make_node(op_type, in_names, out_names, **attrs)
+    tensors, graph_inputs, feeds = [], [], {}
+    for k, a in enumerate(inputs):
+        if a is None:
+            tensors.append(None)
+        elif k in consts:
+            # Tensor.const makes a 0-d array shape [1]; view it back as 0-d
+            tensors.append(Tensor.const(a, DType.from_numpy(a.dtype)).reshape(a.shape))
+        else:
+            t = Tensor.input(in_names[k], a.shape, DType.from_numpy(a.dtype))
+            tensors.append(t)
+            graph_inputs.append(t.node)
+            feeds[in_names[k]] = a
+    fn = lookup("", op_type)
+    assert fn is not None, op_type
+    ctx = OpContext(node, opset, tensors, dict(attrs))
+    outs = fn(ctx)
+    if not isinstance(outs, list | tuple):
+        outs = [outs]
+    got = [(name, t) for name, t in zip(out_names, outs) if name and t is not None]
+    g = Graph(graph_inputs, [_materialise(t).node for _, t in got], [name for name, _ in got])
+    g = optimize(g)
+    # np.ascontiguousarray in the reference executor turns 0-d results into shape (1,)
+    vals = [v.reshape(n.shape) for v, n in zip(run_reference(g, feeds), g.outputs)]
+    return {name: v for (name, _), v in zip(got, vals)}, g
+
+
+def _materialise(t: Tensor) -> Tensor:
+    if t.view.is_contiguous and t.node.shape == t.shape:
+        return t
+    # a Node, not Tensor.contiguous(): that folds a broadcast constant back into a view
+    return Tensor(Node(Op.Contiguous, ((t.node, t.view),), t.shape, t.dtype, {}))
+
+
+def ort_run(op_type: str, inputs: list, attrs: dict, out_types: dict, opset: int = 17,
+            consts: set[int] | frozenset = frozenset(), out_names: list[str] | None = None):
+    in_names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    out_names = out_names or list(out_types)
+    node = helper.make_node(op_type, in_names, out_names, **attrs)
+    g_in, inits, feeds = [], [], {}
+    for k, a in enumerate(inputs):
+        if a is None:
+            continue
+        if k in consts:
+            inits.append(onnx.numpy_helper.from_array(a, in_names[k]))
+        else:
+            g_in.append(helper.make_tensor_value_info(in_names[k], _onnx_type(a), a.shape))
+            feeds[in_names[k]] = a
+    g_out = [helper.make_tensor_value_info(n, _onnx_type(out_types[n]), None) for n in out_names if n]
+    graph = helper.make_graph([node], "t", g_in, g_out, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [n for n in out_names if n]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def check(op_type: str, inputs: list, attrs: dict | None = None, n_out: int = 1, opset: int = 17,
+          consts=frozenset(), rtol: float = 1e-4, atol: float = 1e-5, out_names: list[str] | None = None):
+    attrs = attrs or {}
+    inputs = [None if a is None else np.asarray(a) for a in inputs]
+    got, g = luminal_run(op_type, inputs, attrs, n_out, opset, consts, out_names)
+    want = ort_run(op_type, inputs, attrs, got, opset, consts, out_names or list(got))
+    assert set(want) == set(got)
+    for name in want:
+        w, r = want[name], got[name]
+        assert r.shape == w.shape, (name, r.shape, w.shape)
+        assert r.dtype == w.dtype, (name, r.dtype, w.dtype)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
+                                       err_msg=name)
+        else:
+            np.testing.assert_array_equal(r, w, err_msg=name)
+    return g
+
+
+def op_counts(g: Graph) -> dict[Op, int]:
+    out: dict[Op, int] = {}
+    for n in g.toposort():
+        out[n.op] = out.get(n.op, 0) + 1
+    return out
+
+
+def rand(*shape, seed: int = 0, dtype=np.float32) -> np.ndarray:
+    return np.random.default_rng(seed + 7 * len(shape) + sum(shape)).standard_normal(shape).astype(dtype)

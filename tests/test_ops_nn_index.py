@@ -1,0 +1,129 @@
+"""Gathers, OneHot, Tile, Trilu, Pad, DepthToSpace/SpaceToDepth and CumSum against onnxruntime."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from luminal.errors import LuminalError
+from luminal.ir import Op
+
+
+def _harness():
+    name = "luminal_ops_nn_harness"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("test_ops_nn_harness.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+h = _harness()
+rand = h.rand
+
+
+D = rand(5, 4, 3)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("idx", [np.array(2), np.array([[0, -1], [2, 1]]), np.array([3, 0, 1, -2]), np.array([[[1]]])])
+@pytest.mark.parametrize("const", [False, True])
+def test_gather(axis, idx, const):
+    idx = (idx % 3 if axis == -1 else idx).astype(np.int64)
+    h.check("Gather", [D, idx], dict(axis=axis), consts={1} if const else set())
+
+
+def test_gather_int32_indices_and_int_data():
+    h.check("Gather", [D, np.array([[1, 2]], np.int32)], dict(axis=1), consts={1})
+    h.check("Gather", [np.arange(20, dtype=np.int64).reshape(4, 5), np.array([3, -1])], dict(axis=0))
+
+
+@pytest.mark.parametrize("axis,ishape", [(1, (3, 4, 2)), (0, (2, 4, 3)), (2, (5, 4, 6)), (-1, (2, 2, 2))])
+def test_gather_elements(axis, ishape):
+    n = D.shape[axis]
+    idx = np.random.default_rng(0).integers(-n, n, ishape)
+    h.check("GatherElements", [D, idx], dict(axis=axis))
+
+
+@pytest.mark.parametrize("data,idx,b", [
+    ((5, 4, 3), [[0, 1], [4, 3], [-1, 0]], 0),
+    ((5, 4, 3), [[[1], [2]], [[0], [1]]], 0),
+    ((5, 4, 3), [[0, 1, 2], [4, 3, 0]], 0),
+    ((5, 4, 3), [[1, 2], [3, 0], [0, 0], [1, 1], [2, 2]], 1),
+    ((2, 3, 4), [[[1], [2]], [[0], [1]]], 1),
+    ((2, 3, 4), [[[0, 1]], [[2, 3]]], 1),
+])
+def test_gather_nd(data, idx, b):
+    h.check("GatherND", [rand(*data), np.array(idx, np.int64)], dict(batch_dims=b))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_one_hot(axis):
+    idx = np.array([[0, 3], [-1, 5]])
+    h.check("OneHot", [idx, np.array(4), np.array([0.5, 2.0], np.float32)], dict(axis=axis), consts={1})
+    h.check("OneHot", [np.array([1, 2]), np.array([3]), np.array([0, 1])], dict(axis=axis), consts={1})
+
+
+@pytest.mark.parametrize("reps", [[2, 1, 3], [1, 1, 1], [1, 3, 1]])
+def test_tile(reps):
+    h.check("Tile", [D, np.array(reps)], consts={1})
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [None, 1, -2, 7])
+@pytest.mark.parametrize("shape", [(2, 4, 5), (5, 3)])
+def test_trilu(upper, k, shape):
+    h.check("Trilu", [rand(*shape), None if k is None else np.array(k)], dict(upper=upper), consts={1}, opset=14)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad(mode):
+    h.check("Pad", [D, np.array([1, 0, 2, 2, 1, 1])], dict(mode=mode), consts={1}, opset=19)
+    h.check("Pad", [D, np.array([2, -1, 0, 1]), None, np.array([1, 2])], dict(mode=mode), consts={1, 3}, opset=19)
+    h.check("Pad", [D, np.array([-1, 0, 0, 0, 3, -1])], dict(mode=mode), consts={1}, opset=19)
+
+
+def test_pad_values_and_old_opset():
+    h.check("Pad", [D, np.array([1, 0, 2, 2, 1, 1]), np.array(1.5, np.float32)], consts={1, 2}, opset=13)
+    h.check("Pad", [np.arange(6, dtype=np.int64).reshape(2, 3), np.array([1, 1, 0, 2]), np.array(-7)],
+            consts={1, 2}, opset=13)
+    h.check("Pad", [D], dict(pads=[1, 0, 2, 2, 1, 1], value=2.0), opset=2)
+    h.check("Pad", [D], dict(pads=[1, 0, 2, 2, 1, 1], mode="reflect"), opset=2)
+
+
+def test_pad_reflect_uses_gathers_not_contiguous_copies():
+    _, g = h.luminal_run("Pad", [D, np.array([1, 1, 1, 1, 1, 1])], dict(mode="reflect"), opset=19, consts={1})
+    counts = h.op_counts(g)
+    assert counts.get(Op.Gather) == 3
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space(mode):
+    h.check("DepthToSpace", [rand(2, 8, 3, 2)], dict(blocksize=2, mode=mode))
+    h.check("DepthToSpace", [rand(1, 18, 2, 2)], dict(blocksize=3, mode=mode))
+
+
+def test_space_to_depth():
+    h.check("SpaceToDepth", [rand(2, 3, 4, 6)], dict(blocksize=2))
+    h.check("SpaceToDepth", [rand(1, 2, 6, 3)], dict(blocksize=3))
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumsum(exclusive, reverse):
+    attrs = dict(exclusive=exclusive, reverse=reverse)
+    h.check("CumSum", [D, np.array(1)], attrs, consts={1})
+    h.check("CumSum", [D, np.array(-1, np.int32)], attrs, consts={1})
+    h.check("CumSum", [np.arange(10, dtype=np.int64).reshape(2, 5), np.array(1)], attrs, consts={1})
+    h.check("CumSum", [rand(7), np.array(0)], attrs, consts={1})
+
+
+def test_cumsum_is_a_contraction():
+    _, g = h.luminal_run("CumSum", [rand(3, 6), np.array(1)], {}, consts={1})
+    counts = h.op_counts(g)
+    assert counts.get(Op.Mul) == 1 and counts.get(Op.SumReduce) == 1

@@ -1,0 +1,161 @@
+"""InferenceSession, artifacts, buffer plan and the compile command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from luminal.errors import LuminalError
+from luminal.runtime.artifact import load_artifact, write_artifact
+from luminal.runtime.compile import compile_graph, compile_model
+from luminal.runtime.plan import plan_buffers
+from luminal.runtime.sample_graphs import small_cnn, transformer_layer
+from luminal.runtime.session import InferenceSession
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+BACKENDS = ["interpret", pytest.param("cuda", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here"))]
+
+
+def make_model(path, seed=0, hidden=12):
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal((8, hidden)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal((hidden,)).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("Softmax", ["r"], ["probs"], axis=-1),
+             helper.make_node("ReduceMax", ["r"], ["peak"], keepdims=0, axes=[1])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                          [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", hidden]),
+                           helper.make_tensor_value_info("peak", TensorProto.FLOAT, ["batch"])], [w, b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    return make_model(tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_session_matches_onnxruntime(model_path, backend):
+    sess = InferenceSession(model_path, backend=backend, shapes={"batch": 3})
+    ins, outs = sess.get_inputs(), sess.get_outputs()
+    assert [(i.name, i.shape, i.type) for i in ins] == [("x", [3, 8], "tensor(float)")]
+    assert [o.name for o in outs] == ["probs", "peak"]
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    ref = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = sess.run(None, {"x": x})
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    peak, = sess.run(["peak"], {"x": x})
+    np.testing.assert_allclose(peak, ref[1], rtol=1e-5, atol=1e-5)
+
+
+def test_bad_inputs_refused(model_path):
+    sess = InferenceSession(model_path, backend="interpret", shapes={"batch": 2})
+    x = np.zeros((2, 8), np.float32)
+    for feed, msg in [({"y": x}, "unknown input"), ({}, "missing input"), ({"x": x.astype(np.float64)}, "float32"),
+                      ({"x": np.zeros((3, 8), np.float32)}, "shape"), ({"x": x.astype(np.int64)}, "float32")]:
+        with pytest.raises(LuminalError, match=msg):
+            sess.run(None, feed)
+    with pytest.raises(LuminalError, match="unknown output"):
+        sess.run(["nope"], {"x": x})
+
+
+def test_artifact_round_trip(model_path, tmp_path, monkeypatch):
+    compiled = compile_model(model_path, {"batch": 2}, "interpret")
+    out = write_artifact(compiled, tmp_path / "art", model_path, {"batch": 2})
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["sha256"] and manifest["backend"] == "interpret"
+    assert all((out / k["source"]).is_file() and k["signature"] and k["schedule"] for k in manifest["kernels"])
+    # loading must not import or partition the model again
+    import luminal.codegen.partition as part
+    import luminal.frontend_onnx as fe
+
+    monkeypatch.setattr(part, "partition", lambda *a, **k: pytest.fail("re-partitioned"))
+    monkeypatch.setattr(fe, "load", lambda *a, **k: pytest.fail("re-imported"))
+    sess = InferenceSession(out)
+    x = np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)
+    for a, b in zip(sess.run(None, {"x": x}), compiled.run({"x": x})):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_stale_and_foreign_artifacts_refused(model_path, tmp_path):
+    compiled = compile_model(model_path, {"batch": 2}, "interpret")
+    out = write_artifact(compiled, tmp_path / "art", model_path, {"batch": 2})
+    make_model(model_path, seed=5)  # the model changed after compiling
+    with pytest.raises(LuminalError, match="stale"):
+        InferenceSession(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for patch, msg in [({"luminal_version": "0.0.1"}, "recompile"), ({"format": "other"}, "not a luminal artifact")]:
+        (out / "manifest.json").write_text(json.dumps({**manifest, **patch, "model": {"sha256": None}}))
+        with pytest.raises(LuminalError, match=msg):
+            InferenceSession(out)
+    bad = json.loads(json.dumps(manifest))
+    bad["model"] = {"sha256": None}
+    bad["kernels"][0]["ir"]["full"][0] += 1
+    (out / "manifest.json").write_text(json.dumps(bad))
+    with pytest.raises(LuminalError, match="signature|malformed"):
+        InferenceSession(out)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LuminalError, match="not a luminal artifact"):
+        InferenceSession(tmp_path / "empty")
+
+
+def test_buffer_plan_reuses_memory():
+    # a chain a -> b -> c -> d: a and c can share, b and d can share
+    launches = [([], [(1, 1000)]), ([1], [(2, 1000)]), ([2], [(3, 1000)]), ([3], [(4, 1000)]), ([4], [(5, 4)])]
+    p = plan_buffers(launches, keep={5})
+    assert p.naive_bytes == 4000 and p.arena_bytes == 2 * 1024
+    for a in p.slots.values():
+        for b in p.slots.values():
+            if a is not b and not (a.last < b.first or b.last < a.first):
+                assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset
+
+
+@pytest.mark.parametrize("build", [transformer_layer, small_cnn])
+def test_sample_graphs_end_to_end(build):
+    from luminal.ir import run_reference
+
+    g = build()
+    m = compile_graph(g, "interpret")
+    x = np.random.default_rng(0).standard_normal(g.inputs[0].shape).astype(np.float32)
+    got, = m.run({g.inputs[0].attrs["name"]: x})
+    want, = run_reference(g, {g.inputs[0].attrs["name"]: x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert m.planned_bytes <= m.intermediate_bytes + 256 * len(m.plan.slots)
+    if build is transformer_layer:
+        assert len(m.kernels) <= 10
+
+
+def test_compile_cli(model_path, tmp_path):
+    from luminal.cli.main import _register, app
+
+    _register()
+    r = CliRunner().invoke(app, ["compile", str(model_path), "--backend", "interpret", "--shape", "batch=2",
+                                 "-o", str(tmp_path / "art"), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["kernels"] >= 1 and data["artifact"] and data["cache"]["used"] in (True, False)
+    assert (tmp_path / "art" / "manifest.json").is_file()
+    for args in (["compile", str(tmp_path / "missing.onnx")],
+                 ["compile", str(model_path), "--backend", "nope"],
+                 ["compile", str(model_path), "--shape", "batch=x"]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "Traceback" not in r.output

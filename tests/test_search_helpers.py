@@ -1,0 +1,93 @@
+"""A numpy backend for the search tests: one knob changes speed, others crash, hang, answer wrong
+or fail to compile. Loaded by path from the other test_search files (no tests of its own)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from luminal.codegen.backend import Knob
+from luminal.codegen.kernel_eval import run_kernel
+from luminal.ir.dtypes import DType
+from luminal.ir.graph import Graph
+from luminal.ir.tensor import Tensor
+
+UNIT_S = 100e-6
+
+
+class FakeKernel:
+    def __init__(self, kernel, schedule):
+        self.kernel = kernel
+        self.schedule = schedule
+
+    def __call__(self, buffers):
+        k, s = self.kernel, self.schedule
+        n_in = len(k.inputs)
+        mode = s.get("mode", "ok")
+        if mode == "crash":
+            os.abort()
+        if mode == "hang":
+            time.sleep(3600)
+        outs = run_kernel(k, [np.asarray(b) for b in buffers[:n_in]])
+        for dst, val in zip(buffers[n_in:], outs):
+            dst[...] = val + (1 if mode == "wrong" else 0)
+        t_end = time.perf_counter() + s.get("speed", 1) * UNIT_S
+        while time.perf_counter() < t_end:
+            pass
+
+
+class FakeBackend:
+    name = "fake"
+
+    def __init__(self, modes=("ok", "crash", "hang", "wrong", "bad"), speeds=(1, 2, 3, 4, 5, 6, 7, 8)):
+        self.modes = tuple(modes)
+        self.speeds = tuple(speeds)
+
+    def available(self):
+        return None
+
+    def space(self, kernel):
+        return [Knob("speed", self.speeds), Knob("mode", self.modes)]
+
+    def default_schedule(self, kernel):
+        return {"speed": max(self.speeds), "mode": "ok"}
+
+    def valid(self, kernel, schedule):
+        return not (schedule["speed"] == 2 and schedule["mode"] == "wrong")
+
+    def source(self, kernel, schedule):
+        return repr(schedule)
+
+    def compile(self, items):
+        out = []
+        for k, s in items:
+            if s.get("mode") == "bad":
+                raise RuntimeError("does not compile")
+            out.append(FakeKernel(k, s))
+        return out
+
+    def from_numpy(self, a):
+        return np.array(a, copy=True)
+
+    def to_numpy(self, b):
+        return np.array(b, copy=True)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def synchronize(self):
+        pass
+
+    def toolchain(self):
+        return {"fake": 1}
+
+
+def small_graph() -> Graph:
+    """x -> exp -> *y -> sum over the last axis, plus a softmax-like second output."""
+    x = Tensor.input("x", (4, 8), DType.float32)
+    y = Tensor.input("y", (4, 8), DType.float32)
+    s = x.exp().mul(y).sum(axes=(1,), keepdim=True)
+    t = x.mul(s.recip()).add(y).contiguous()
+    return Graph([x.node, y.node], [s.node, t.node], ["s", "t"])

@@ -1,0 +1,95 @@
+"""Measurement in isolated workers: every failure kind gets its status and the worker comes back."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from luminal.codegen.partition import fusible_edges, partition
+from luminal.ir.dtypes import DType
+from luminal.search.measure import Measurer
+from luminal.search.stats import Summary, beats
+from luminal.search.timing import TimingPlan
+from luminal.search.verify import mismatch
+
+_spec = importlib.util.spec_from_file_location("search_helpers", Path(__file__).with_name("test_search_helpers.py"))
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+
+PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5)
+
+
+@pytest.fixture
+def measurer():
+    m = Measurer(helpers.FakeBackend(), helpers.small_graph(), workers=2, plan=PLAN, timeout_s=0.8)
+    yield m
+    m.close()
+
+
+def test_statuses_of_bad_candidates_and_recovery(measurer):
+    kernel = partition(helpers.small_graph())[0]
+    modes = ["ok", "crash", "ok", "hang", "wrong", "bad", "ok"]
+    res = measurer.measure(kernel, [{"speed": 1, "mode": m} for m in modes])
+    assert [r.status for r in res] == ["ok", "crash", "ok", "timeout", "wrong_result", "compile_error", "ok"]
+    assert "SIGABRT" in res[1].message
+    assert "does not compile" in res[5].message
+    for r in (res[0], res[2], res[6]):
+        assert len(r.samples_ns) >= PLAN.min_reps and r.median_ns > 0
+    assert measurer.timer.restarts >= 2  # replaced after the crash and after the hang
+
+
+def test_speed_knob_is_measured(measurer):
+    kernel = partition(helpers.small_graph())[0]
+    fast, slow = measurer.compare(kernel, [{"speed": 1, "mode": "ok"}, {"speed": 8, "mode": "ok"}])
+    assert fast.ok and slow.ok
+    assert len(fast.samples_ns) == len(slow.samples_ns)  # interleaved rounds
+    assert beats(fast.samples_ns, slow.samples_ns)
+    assert not beats(slow.samples_ns, fast.samples_ns)
+
+
+def test_whole_model_verified_and_timed(measurer):
+    g = helpers.small_graph()
+    unfused = {e: False for e in fusible_edges(g)}
+    fused, split = measurer.measure_model([({}, {}), (unfused, {})])
+    assert fused.ok and split.ok
+    # each kernel launch of the fake backend costs 8 units: more kernels, more time
+    assert split.median_ns > fused.median_ns
+
+
+def test_wrong_model_variant_is_caught(measurer):
+    g = helpers.small_graph()
+    sig = partition(g)[0].signature
+    (r,) = measurer.measure_model([({}, {sig: {"speed": 1, "mode": "wrong"}})])
+    assert r.status == "wrong_result"
+
+
+def test_interpret_is_never_timed():
+    from luminal.errors import LuminalError
+
+    class Interp(helpers.FakeBackend):
+        name = "interpret"
+
+    with pytest.raises(LuminalError, match="never timed"):
+        Measurer(Interp())
+
+
+def test_beats_needs_margin_and_consistency():
+    base = [1000, 1010, 990, 1005, 995, 1000, 1002, 998] * 2
+    assert not beats([b * 0.99 for b in base], base)  # 1% is inside the 2% margin
+    assert beats([b * 0.9 for b in base], base)
+    noisy = [b * (0.7 if k % 2 else 1.3) for k, b in enumerate(base * 2)]
+    assert not beats(noisy, base * 2)  # faster on median but loses half the rounds
+    s = Summary.of(base)
+    assert s.p10_ns <= s.median_ns <= s.p90_ns and s.n == len(base)
+
+
+def test_mismatch_tolerances():
+    e = np.linspace(-1, 1, 50, dtype=np.float32)
+    assert mismatch(e + 1e-7, e, DType.float32) is None
+    assert mismatch(e + 1e-2, e, DType.float32) is not None
+    assert mismatch(e.astype(np.float16) + np.float16(1e-3), e.astype(np.float16), DType.float16) is None
+    assert mismatch(np.array([1, 2]), np.array([1, 3]), DType.int64) == "1 of 2 values differ"
+    assert mismatch(np.array([np.nan, 1.0]), np.array([0.0, 1.0]), DType.float32) is not None

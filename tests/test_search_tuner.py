@@ -1,0 +1,226 @@
+"""The tuning loop on a numpy backend whose knobs change speed, crash, hang, answer wrong or fail to build."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from luminal.cache import TuningCache
+from luminal.codegen.backend import Knob
+from luminal.codegen.partition import partition
+from luminal.errors import LuminalError
+from luminal.search.samplers import make_sampler
+from luminal.search.scheduler import TaskState, pick
+from luminal.search.space import ScheduleSpace
+from luminal.search.timing import TimingPlan
+from luminal.search.tuner import tune
+
+HELPERS = Path(__file__).with_name("test_search_helpers.py")
+_spec = importlib.util.spec_from_file_location("search_helpers", HELPERS)
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+
+PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5)
+
+
+def _tune(tmp_path, backend, budget, **kw):
+    kw.setdefault("timeout_s", 0.5)
+    kw.setdefault("plan", PLAN)
+    return tune(helpers.small_graph(), backend, budget, cache=tmp_path / "tuning.db",
+                storage=f"sqlite:///{tmp_path / 'studies.db'}", **kw)
+
+
+def _sig():
+    return partition(helpers.small_graph())[0].signature
+
+
+def test_bad_candidates_are_recorded_and_the_winner_is_correct(tmp_path):
+    backend = helpers.FakeBackend(modes=("ok", "crash", "hang", "wrong", "bad"), speeds=(1, 8))
+    report = _tune(tmp_path, backend, 14, sampler="grid", workers=2, fusion=False)
+    cache = TuningCache(tmp_path / "tuning.db")
+    trials = cache.trials(_sig(), report.device, report.toolchain)
+    seen = {t.status for t in trials}
+    assert {"ok", "crash", "timeout", "wrong_result", "compile_error"} <= seen, seen
+    for t in trials:
+        if t.status != "ok":
+            assert t.median_ns is None
+    best = cache.best(_sig(), report.device, report.toolchain)
+    assert best is not None and best.config == {"speed": 1, "mode": "ok"}
+    k = next(k for k in report.kernels if k.signature == _sig())
+    assert k.best_config == {"speed": 1, "mode": "ok"} and k.speedup > 1.5
+    assert report.stopped == "exhausted" and report.e2e_tuned_ns < report.e2e_default_ns
+
+
+def test_budget_is_kept(tmp_path):
+    budget, timeout = 10.0, 0.5
+    t0 = time.monotonic()
+    report = _tune(tmp_path, helpers.FakeBackend(), budget, sampler="random", timeout_s=timeout)
+    elapsed = time.monotonic() - t0
+    # 5% of the budget, plus one candidate's timeout (its own limit, the reference's allowance, the timing cap)
+    assert elapsed <= budget * 1.05 + timeout + 1.2, elapsed
+    assert report.stopped in ("budget", "exhausted")
+    assert report.trials > 5
+    assert all(k.best_ns for k in report.kernels)  # a best-so-far for every kernel
+
+
+def _script(tmp_path, budget):
+    code = f"""
+        import importlib.util, json, sys
+        spec = importlib.util.spec_from_file_location("h", {str(HELPERS)!r})
+        h = importlib.util.module_from_spec(spec); spec.loader.exec_module(h)
+        from luminal.search.timing import TimingPlan
+        from luminal.search.tuner import tune
+        r = tune(h.small_graph(), h.FakeBackend(modes=("ok", "wrong")), {budget}, sampler="random", seed=3,
+                 cache={str(tmp_path / 'tuning.db')!r}, storage="sqlite:///{tmp_path / 'studies.db'}",
+                 timeout_s=0.5, plan=TimingPlan(0.005, 0.02, 5), workers=1)
+        print(json.dumps(r.to_json()))
+    """
+    path = tmp_path / "run.py"
+    path.write_text(textwrap.dedent(code))
+    return [sys.executable, str(path)]
+
+
+def _kernel_study(tmp_path):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    names = [s.study_name for s in optuna.get_all_study_summaries(url) if "-kernel-" in s.study_name]
+    return optuna.load_study(study_name=names[0], storage=url) if names else None
+
+
+def _wait_for_trials(tmp_path, proc, n, limit_s=60):
+    t_end = time.monotonic() + limit_s
+    while time.monotonic() < t_end and proc.poll() is None:
+        time.sleep(0.3)
+        try:
+            study = _kernel_study(tmp_path)
+        except Exception:  # the storage is still being created
+            continue
+        if study is not None and len(study.get_trials(states=(TrialState.COMPLETE,))) >= n:
+            return study
+    raise AssertionError("the tuning process made no progress")
+
+
+def test_resume_after_kill(tmp_path):
+    proc = subprocess.Popen(_script(tmp_path, 120), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_trials(tmp_path, proc, 4)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    before = _kernel_study(tmp_path).get_trials()
+    assert len(before) >= 4
+    _tune(tmp_path, helpers.FakeBackend(modes=("ok", "wrong")), 6, sampler="random", seed=3, workers=1)
+    after = _kernel_study(tmp_path).get_trials()
+    assert len(after) > len(before)
+    # the earlier trials are still there, unchanged, and none is left running
+    for old, new in zip(before, after):
+        assert (old.number, old.params) == (new.number, new.params)
+        if old.state is TrialState.COMPLETE:
+            assert new.state is TrialState.COMPLETE and new.value == old.value
+    assert not [t for t in after if t.state is TrialState.RUNNING]
+
+
+def test_sigterm_stops_cleanly_and_keeps_the_winners(tmp_path):
+    proc = subprocess.Popen(_script(tmp_path, 120), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_trials(tmp_path, proc, 3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert time.monotonic() - t0 < 10
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    assert report["stopped"] == "interrupted"
+    cache = TuningCache(tmp_path / "tuning.db")
+    best = cache.best(_sig(), report["device"], report["toolchain"])
+    assert best is not None and best.config["mode"] == "ok"
+
+
+def test_seed_makes_random_search_reproducible(tmp_path):
+    runs = []
+    for k in range(2):
+        d = tmp_path / str(k)
+        d.mkdir()
+        _tune(d, helpers.FakeBackend(modes=("ok",)), 4, sampler="random", seed=11, workers=1, fusion=False)
+        runs.append([t.params for t in _kernel_study(d).get_trials()])
+    n = min(len(r) for r in runs)
+    assert n >= 3 and runs[0][:n] == runs[1][:n]
+
+
+class TwoNumeric(helpers.FakeBackend):
+    def space(self, kernel):
+        return [Knob("speed", self.speeds), Knob("unroll", (1, 2, 4, 8))]
+
+    def default_schedule(self, kernel):
+        return {"speed": max(self.speeds), "unroll": 1}
+
+    def valid(self, kernel, schedule):
+        return schedule["unroll"] != 8 or schedule["speed"] < 4
+
+
+def test_samplers_and_their_fallbacks():
+    k = partition(helpers.small_graph())[0]
+    numeric = ScheduleSpace(TwoNumeric(), k)
+    assert numeric.numeric and numeric.size == 32
+    assert numeric.valid({"speed": 8, "unroll": 4}) and not numeric.valid({"speed": 8, "unroll": 8})
+    s, note = make_sampler("cmaes", 0, numeric, "k")
+    assert isinstance(s, optuna.samplers.CmaEsSampler) and note is None
+    s, note = make_sampler("cmaes", 0, ScheduleSpace(helpers.FakeBackend(), k), "k")
+    assert isinstance(s, optuna.samplers.TPESampler) and "categorical" in note
+    s, note = make_sampler("grid", 0, numeric, "k")
+    assert isinstance(s, optuna.samplers.GridSampler)
+    with pytest.raises(LuminalError, match="unknown sampler"):
+        make_sampler("annealing", 0, numeric, "k")
+
+
+def test_cmaes_tunes_a_numeric_space(tmp_path):
+    report = _tune(tmp_path, TwoNumeric(speeds=(1, 2, 3, 4, 5, 6, 7, 8)), 6, sampler="cmaes", workers=1,
+                   fusion=False)
+    (k,) = report.kernels
+    assert k.best_config["speed"] <= 3 and k.pruned + k.trials > 5 and not report.notes
+
+
+def test_scheduler_spends_where_time_and_improvement_are():
+    big = TaskState("big", 1)
+    small = TaskState("small", 1)
+    for t, ns in ((big, 1000.0), (small, 10.0)):
+        t.record(ns, 1.0)
+    assert pick([small, big]).name == "big"
+    stuck = TaskState("stuck", 1)
+    moving = TaskState("moving", 1)
+    for v in (600, 600, 600, 600, 600):
+        stuck.record(v, 1.0)
+    for v in (1000, 900, 800, 700, 600):
+        moving.record(v, 1.0)
+    assert pick([stuck, moving]).name == "moving"
+    new = TaskState("new", 1)
+    assert pick([stuck, moving, new]).name == "new"  # every task gets its first trial
+    assert pick([TaskState("done", 1, done=True)]) is None
+
+
+def test_interpret_is_refused(tmp_path):
+    class Interp(helpers.FakeBackend):
+        name = "interpret"
+
+    with pytest.raises(LuminalError, match="never timed"):
+        _tune(tmp_path, Interp(), 5)
+
+
+def test_fusion_decisions_are_searched(tmp_path):
+    report = _tune(tmp_path, helpers.FakeBackend(modes=("ok",)), 6, sampler="tpe", workers=1)
+    assert report.fusion is not None and report.fusion.edges == 6 and report.fusion.trials >= 2
+    assert report.fusion.statuses.get("ok", 0) >= 2
+    assert os.path.exists(tmp_path / "studies.db")
