@@ -16,9 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
-import numpy as np
+if __name__ == "__main__":  # thread counts of numpy's BLAS are read when numpy loads
+    _t = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
+               if a.startswith("--threads")), "0")
+    if _t != "0":
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", _t)
+        os.environ.setdefault("OMP_NUM_THREADS", _t)
+
+import numpy as np  # noqa: E402
 
 GEMMS = [  # (name, batch, M, K, N)
     ("gemm 1024^3", 1, 1024, 1024, 1024),
@@ -81,10 +89,15 @@ def _runner(graph, feeds: dict[str, np.ndarray], overrides: dict | None = None):
     return run, [vals[o.id] for o in graph.outputs], len(kernels)
 
 
+ORT_SPIN = False
+
+
 def _ort_session(model, threads: int):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    # idle workers sleep, like the OpenMP passive wait policy of the generated kernels (--ort-spin to change)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if ORT_SPIN else "0")
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -126,10 +139,10 @@ def bench_gemms(threads: int, rounds: int, reps: int, impls: list[str]) -> list[
             assert err < 1e-4, (name, impl, err)
             contenders[f"luminal-{impl}"] = run
         sess = _ort_session(_onnx_matmul(batch, m, k, n), threads)
-        contenders["onnxruntime"] = lambda s=sess: s.run(None, feeds)
+        contenders["onnxruntime"] = lambda s=sess, f=feeds: s.run(None, f)
         flops = 2.0 * batch * m * n * k
         times: dict[str, list[float]] = {c: [] for c in contenders}
-        for c, f in contenders.items():
+        for f in contenders.values():
             _time(f, 3)
         for _ in range(rounds):
             for c, f in contenders.items():
@@ -198,12 +211,15 @@ def main() -> None:
     ap.add_argument("--only", choices=["gemm", "memory"], default=None)
     ap.add_argument("--impl", default="generated,blas", help="contraction schedules to time")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--ort-spin", action="store_true", help="let onnxruntime's idle threads spin (its default)")
     args = ap.parse_args()
+    global ORT_SPIN
+    ORT_SPIN = args.ort_spin
     from luminal.codegen.c.schedule import cores
 
     threads = args.threads or cores()
     os.environ["LUMINAL_NUM_THREADS"] = str(threads)
-    print(f"threads={threads}")
+    print(f"threads={threads} load average={os.getloadavg()[0]:.1f} ort_spin={ORT_SPIN}")
     res = {"threads": threads}
     if args.only in (None, "gemm"):
         res["gemm"] = bench_gemms(threads, args.rounds, args.reps, args.impl.split(","))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import operator
 import os
 import sqlite3
 import uuid
@@ -237,15 +238,25 @@ class TuningCache:
 
     @contextlib.contextmanager
     def transaction(self, _internal: bool = False) -> Iterator[TuningCache]:
-        """One write transaction; nested calls join the outer one. All or nothing."""
+        """One write transaction, all or nothing; a nested call is a savepoint inside the outer one."""
         if self.conn is None:
             raise LuminalError("the tuning cache is closed")
         if self.readonly and not _internal:
             raise LuminalError(f"tuning cache {self.path} is open read-only")
         if self._depth:
+            name = f"luminal_{self._depth}"
+            self.conn.execute(f"SAVEPOINT {name}")
             self._depth += 1
             try:
                 yield self
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute(f"ROLLBACK TO {name}")
+                    self.conn.execute(f"RELEASE {name}")
+                self._fp_pending = set()  # unsure which were rolled back: store them again next time
+                raise
+            else:
+                self.conn.execute(f"RELEASE {name}")
             finally:
                 self._depth -= 1
             return
@@ -258,7 +269,12 @@ class TuningCache:
                 self.conn.execute("ROLLBACK")
             raise
         else:
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:  # e.g. disk full: leave the connection usable
+                    self.conn.execute("ROLLBACK")
+                raise
             self._fp_known |= self._fp_pending
         finally:
             self._depth = 0
@@ -509,7 +525,8 @@ class TuningCache:
         All or nothing: a bad line anywhere leaves the cache as it was.
         """
         counts = dict.fromkeys(ImportReport.__dataclass_fields__, 0)
-        trials: list[dict[str, Any]] = []
+        trials: list[tuple] = []
+        trial_row = operator.itemgetter(*_TRIAL_COLS)
         touched: set[tuple[str, str, str]] = set()
 
         def flush() -> None:
@@ -517,36 +534,41 @@ class TuningCache:
             # plain executemany: sqlite-utils' per-value conversion costs more than the insert here
             self.conn.executemany(
                 f"INSERT OR IGNORE INTO trials ({', '.join(_TRIAL_COLS)}) VALUES ({', '.join('?' * len(_TRIAL_COLS))})",
-                [tuple(t[c] for c in _TRIAL_COLS) for t in trials])
+                trials)
             added = self.conn.total_changes - before
             counts["trials_added"] += added
             counts["trials_duplicate"] += len(trials) - added
             trials.clear()
 
-        with self.transaction():
-            for kind, rec in export_file.read(path):
-                if kind == "trial":
-                    rec["config"] = dumps(rec["config"])
-                    rec["samples"] = dumps(rec["samples"]) if rec["samples"] else None
-                    trials.append(rec)
-                    touched.add((rec["signature"], rec["device"], rec["toolchain"]))
-                    if len(trials) >= BATCH:
-                        flush()
-                elif kind in ("device", "toolchain"):
-                    before = self.conn.total_changes
-                    self.conn.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
-                                      (rec["key"], rec["kind"], dumps(rec["info"])))
-                    counts["fingerprints_added"] += self.conn.total_changes - before
-                elif kind == "kernel":
-                    counts["kernels_added" if self._merge_kernel(rec) else "kernels_merged"] += 1
-                else:
-                    counts[f"winners_{self._merge_winner(rec)}"] += 1
-                    touched.add((rec["signature"], rec["device"], rec["toolchain"]))
-            flush()
-            self.conn.executemany(
-                "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = ?1"
-                " AND t.device = ?2 AND t.toolchain = ?3) WHERE signature = ?1 AND device = ?2 AND toolchain = ?3",
-                sorted(touched))
+        self.conn.execute("PRAGMA cache_size = -65536")  # 64 MB while merging: the uid index is written at random
+        try:
+            with self.transaction():
+                for kind, rec in export_file.read(path):
+                    if kind == "trial":
+                        rec["config"] = dumps(rec["config"])
+                        rec["samples"] = dumps(rec["samples"]) if rec.get("samples") else None
+                        row = trial_row(rec)
+                        trials.append(row)
+                        touched.add(row[1:4])
+                        if len(trials) >= BATCH:
+                            flush()
+                    elif kind in ("device", "toolchain"):
+                        before = self.conn.total_changes
+                        self.conn.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
+                                          (rec["key"], rec["kind"], dumps(rec["info"])))
+                        counts["fingerprints_added"] += self.conn.total_changes - before
+                    elif kind == "kernel":
+                        counts["kernels_added" if self._merge_kernel(rec) else "kernels_merged"] += 1
+                    else:
+                        counts[f"winners_{self._merge_winner(rec)}"] += 1
+                        touched.add((rec["signature"], rec["device"], rec["toolchain"]))
+                flush()
+                self.conn.executemany(
+                    "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = ?1"
+                    " AND t.device = ?2 AND t.toolchain = ?3) WHERE signature = ?1 AND device = ?2 AND toolchain = ?3",
+                    sorted(touched))
+        finally:
+            self.conn.execute("PRAGMA cache_size = -2000")
         return ImportReport(**counts)
 
     def _merge_kernel(self, rec: dict[str, Any]) -> bool:

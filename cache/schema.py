@@ -45,8 +45,6 @@ def create(db: Database) -> None:
 def _indexes(db: Database) -> None:
     db["trials"].create_index(["uid"], index_name="trials_uid", unique=True, if_not_exists=True)
     db["trials"].create_index(["signature", "device", "toolchain"], index_name="trials_key", if_not_exists=True)
-    db["trials"].create_index(["created_at"], index_name="trials_created", if_not_exists=True)
-    db["trials"].create_index(["toolchain"], index_name="trials_toolchain", if_not_exists=True)
     db["winners"].create_index(["toolchain"], index_name="winners_toolchain", if_not_exists=True)
 
 

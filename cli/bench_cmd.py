@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -19,22 +20,34 @@ DEFAULT_MAX_REGRESSION = 0.05
 
 def _models(model: str | None, shape: list[str] | None, atol: float | None, rtol: float | None,
             config_path: str | None, config):
-    from ..config import configured_models
+    """What to bench: MODEL (taking name, shapes and tolerances from the configuration when it lists the
+    same file), else every configured model. Command-line options win."""
+    from ..config import ModelConfig, configured_models
     from .benchlib import DEFAULT_ATOL, DEFAULT_RTOL, BenchModel
 
     if model:
         path = Path(model)
-        return [BenchModel(path.stem, path, parse_shapes(shape),
-                           atol if atol is not None else (config.atol if config and config.atol is not None
-                                                          else DEFAULT_ATOL),
-                           rtol if rtol is not None else (config.rtol if config and config.rtol is not None
-                                                          else DEFAULT_RTOL))]
-    if shape:
+        known = {m.path: m for m in config.models} if config else {}
+        found = known.get(path.resolve()) if path.is_file() else None
+        m = found or ModelConfig(path.stem, path, {}, config.atol if config else None,
+                                 config.rtol if config else None)
+        configured = [ModelConfig(m.name, path, parse_shapes(shape) if shape else m.shapes, m.atol, m.rtol)]
+    elif shape:
         raise LuminalError("--shape needs a MODEL; configured models take their shapes from the config")
+    else:
+        configured = configured_models(path=config_path)
     return [BenchModel(m.name, m.path, dict(m.shapes),
                        atol if atol is not None else (m.atol if m.atol is not None else DEFAULT_ATOL),
                        rtol if rtol is not None else (m.rtol if m.rtol is not None else DEFAULT_RTOL))
-            for m in configured_models(path=config_path)]
+            for m in configured]
+
+
+def _default_storage(cache: str | None) -> str | None:
+    """The studies.db that `luminal tune` keeps next to the cache, when it exists."""
+    from ..cache import default_cache_path
+
+    path = (Path(cache).expanduser() if cache else default_cache_path()).parent / "studies.db"
+    return str(path) if path.is_file() else None
 
 
 def _table(doc: dict) -> Table:
@@ -45,12 +58,12 @@ def _table(doc: dict) -> Table:
         table.add_column(col, justify="left" if col in ("model", "runtime") else "right")
     for m in doc["models"]:
         if m["status"] != "ok":
-            table.add_row(m["name"], "-", "[red]wrong outputs[/]", "", "", "", "")
+            table.add_row(escape(m["name"]), "-", "[red]wrong outputs[/]", "", "", "", "")
             continue
         for name, r in m["runtimes"].items():
             s = m["speedup"].get(name)
-            speed = f"{s['ratio']:.2f}x [{s['low']:.2f},{s['high']:.2f}]" if s else ""
-            table.add_row(m["name"], name, f"{r['median_s'] * 1e3:.4g}",
+            speed = f"{s['ratio']:.3g}x [{s['low']:.3g},{s['high']:.3g}]" if s else ""
+            table.add_row(escape(m["name"]), name, f"{r['median_s'] * 1e3:.4g}",
                           f"{r['p10_s'] * 1e3:.3g}-{r['p90_s'] * 1e3:.3g}", f"{r['throughput_per_s']:.4g}",
                           str(r["runs"]), speed)
     return table
@@ -60,7 +73,7 @@ def register(app: typer.Typer) -> None:
     @app.command("bench")
     @handle_errors
     def bench(
-        model: str = typer.Argument(None, help="The ONNX model; without it, every model in [tool.luminal]."),
+        model: str = typer.Argument(None, help="The ONNX model; without it, every model of the project configuration."),
         shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
         backend: str = typer.Option(None, "--backend",
                                     help="auto, cuda, cpu, interpret or reference (default: config, else auto)."),
@@ -87,7 +100,8 @@ def register(app: typer.Typer) -> None:
         max_regression: str = typer.Option(None, "--max-regression",
                                            help="Allowed slowdown, e.g. 5% (default: config, else 5%)."),
         storage: str = typer.Option(None, "--storage", help="Optuna storage of `luminal tune` (URL or SQLite "
-                                                            "file): tuning progress goes into the report."),
+                                                            "file) for the tuning progress in the report "
+                                                            "(default with --html: studies.db by the cache)."),
         config_path: str = typer.Option(None, "--config", help="Use this pyproject.toml or luminal.toml."),
     ) -> None:
         """Time luminal against onnxruntime on the same seeded inputs, after checking that the outputs agree.
@@ -114,17 +128,19 @@ def register(app: typer.Typer) -> None:
             raise LuminalError("--confidence must be between 0 and 1")
         if warmup < 0:
             raise LuminalError("--warmup must not be negative")
-        threads = threads or (config.threads if config and config.threads else os.cpu_count() or 1)
-        if threads < 1:
+        if threads is not None and threads < 1:
             raise LuminalError("--threads must be at least 1")
+        if threads is not None:
+            os.environ["OMP_NUM_THREADS"] = str(threads)  # read by OpenMP when luminal's kernels load
+        threads = threads or (config.threads if config and config.threads else os.cpu_count() or 1)
         allowed = parse_fraction(max_regression, "--max-regression") if max_regression is not None else (
             config.max_regression if config and config.max_regression is not None else DEFAULT_MAX_REGRESSION)
         if baseline is None and config and config.baseline:
             if config.baseline.is_file():
                 baseline = str(config.baseline)
             else:
-                err_console.print(f"[yellow]note:[/] configured baseline {config.baseline} does not exist yet; "
-                                  f"not gated (write it with --json)", soft_wrap=True)
+                note = f"configured baseline {config.baseline} does not exist yet; not gated (write it with --json)"
+                err_console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
         base_doc = read_bench_json(baseline) if baseline else None
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
@@ -134,6 +150,12 @@ def register(app: typer.Typer) -> None:
                             cache=cache or (str(config.cache) if config and config.cache else None),
                             confidence=confidence)
         doc = new_document(settings)
+        if storage is None and html_path:
+            storage = _default_storage(settings.cache)
+        if storage:
+            from .bench_tuning import tuning_progress
+
+            doc["tuning"] = tuning_progress(storage)  # before the timings: a bad storage fails fast
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=True) as progress:
             for m in models:
@@ -146,10 +168,6 @@ def register(app: typer.Typer) -> None:
             results = gate(doc, base_doc, allowed, confidence=confidence, seed=seed)
             doc["regression"] = {"baseline": str(baseline), "max_regression": allowed,
                                  "results": [asdict(r) for r in results]}
-        if storage:
-            from .bench_tuning import tuning_progress
-
-            doc["tuning"] = tuning_progress(storage)
         doc = sanitize(doc)
         if json_path:
             emit_json(doc, json_path)
@@ -161,14 +179,17 @@ def register(app: typer.Typer) -> None:
         out.print(_table(doc))
         failed = False
         for m in doc["models"]:
+            for w in m["warnings"]:
+                err_console.print(f"[yellow]warning:[/] {escape(m['name'] + ': ' + w)}", soft_wrap=True,
+                                  highlight=False)
             if m["status"] != "ok":
-                err_console.print(f"[bold red]error:[/] {m['message']}", soft_wrap=True, highlight=False)
+                err_console.print(f"[bold red]error:[/] {escape(m['message'])}", soft_wrap=True, highlight=False)
                 failed = True
         for r in (doc.get("regression") or {}).get("results", []):
             if r["failed"]:
-                err_console.print(f"[bold red]regression:[/] {r['message']}", soft_wrap=True, highlight=False)
+                err_console.print(f"[bold red]regression:[/] {escape(r['message'])}", soft_wrap=True, highlight=False)
                 failed = True
             else:
-                out.print(f"baseline: {r['message']}", soft_wrap=True, highlight=False)
+                out.print(f"baseline: {escape(r['message'])}", soft_wrap=True, highlight=False)
         if failed:
             raise typer.Exit(1)

@@ -6,6 +6,8 @@ import json
 from html import escape
 from typing import Any
 
+import numpy as np
+
 from .bench_svg import bar_plot, distribution_plot, line_plot
 
 CSS = """
@@ -17,6 +19,15 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 details pre { background: #f6f6f6; padding: .5em; overflow-x: auto; font-size: 12px; }
 h2 { border-bottom: 2px solid #4c72b0; padding-bottom: 2px; }
 """
+
+
+def _binned(samples: list[float], bins: int = 600) -> list[tuple[float, float]]:
+    """(round, latency in ms) with runs of rounds merged into their median, to keep the SVG small."""
+    x = np.asarray(samples, dtype=np.float64) * 1e3
+    if x.size <= bins:
+        return list(enumerate(x.tolist()))
+    edges = np.linspace(0, x.size, bins + 1).astype(int)
+    return [(float((a + b - 1) / 2), float(np.median(x[a:b]))) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def _ms(seconds: float | None) -> str:
@@ -70,8 +81,7 @@ def _model_section(m: dict[str, Any]) -> str:
         out.append("<h3>Latency distribution</h3>")
         out.append(distribution_plot({name: r["samples_s"] for name, r in rt.items()}))
         out.append("<h3>Latency per round (drift)</h3>")
-        out.append(line_plot({name: list(enumerate(v * 1e3 for v in r["samples_s"])) for name, r in rt.items()},
-                             "round", "latency (ms)"))
+        out.append(line_plot({name: _binned(r["samples_s"]) for name, r in rt.items()}, "round", "latency (ms)"))
     if m.get("kernels"):
         out.append("<h3>Time per kernel (luminal)</h3>")
         out.append(bar_plot([(k["name"], k["seconds"]) for k in m["kernels"]]))

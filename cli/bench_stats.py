@@ -76,7 +76,7 @@ def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *,
 
 def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, warmup_s: float = 1.0,
                         runs: int | None = None, time_s: float | None = None, min_runs: int = 5,
-                        max_runs: int = 100_000, seed: int = 0,
+                        max_runs: int = 20_000, seed: int = 0,
                         clock: Callable[[], int] = time.perf_counter_ns,
                         progress: Callable[[int], None] | None = None) -> dict[str, list[float]]:
     """Seconds per call of every runner, measured in rounds: each round calls every runner once, in a

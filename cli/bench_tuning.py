@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..errors import LuminalError
@@ -16,6 +17,8 @@ def tuning_progress(storage: str, max_studies: int = MAX_STUDIES) -> list[dict[s
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if "://" not in storage:
+        if not Path(storage).is_file():
+            raise LuminalError(f"Optuna storage {storage!r} not found")
         storage = f"sqlite:///{storage}"
     try:
         summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)

@@ -61,6 +61,7 @@ class Runner:
     outputs: Callable[[], dict[str, np.ndarray]]
     info: dict[str, Any] = field(default_factory=dict)
     kernel_times: Callable[[], list[dict[str, Any]]] | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def parse_against(text: str | None) -> tuple[str, ...]:
@@ -172,8 +173,12 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
     # idle worker threads that spin would steal the cores from the runtime timed next in the round
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = ["CPUExecutionProvider"]
+    warnings = []
     if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
         providers.insert(0, "CUDAExecutionProvider")
+    elif gpu:
+        warnings.append("onnxruntime has no CUDA execution provider here (install onnxruntime-gpu); "
+                        "it runs on the CPU")
     try:
         sess = ort.InferenceSession(str(model.path), opts, providers=providers)
     except Exception as e:
@@ -181,7 +186,7 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
     names = [o.name for o in sess.get_outputs()]
     call = lambda: sess.run(names, feeds)  # noqa: E731
     info = {"version": ort.__version__, "providers": sess.get_providers(), "threads": settings.threads}
-    return Runner("onnxruntime", call, lambda: dict(zip(names, call())), info)
+    return Runner("onnxruntime", call, lambda: dict(zip(names, call())), info, warnings=warnings)
 
 
 def torch_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings, gpu: bool = False) -> Runner:
@@ -280,7 +285,12 @@ def bench_model(model: BenchModel, settings: Settings,
         "warnings": [str(w) for w in getattr(imported, "warnings", []) or []],
         "seconds": {"import": round(t1 - t0, 4), "compile": round(t2 - t1, 4)},
     }
-    entry["parity"] = parity_entry(subject.outputs(), reference.outputs(), model.atol, model.rtol)
+    entry["warnings"] += [w for r in (subject, *peers) for w in r.warnings]
+    try:
+        want = reference.outputs()
+    except Exception as e:
+        raise LuminalError(f"onnxruntime cannot run {model.name}: {' '.join(str(e).split())[:300]}") from None
+    entry["parity"] = parity_entry(subject.outputs(), want, model.atol, model.rtol)
     if not entry["parity"]["ok"]:
         entry.update(status="wrong-outputs", message=parity_message(model.name, entry["parity"]))
         return entry
@@ -317,6 +327,7 @@ def environment(backend: str, threads: int) -> dict[str, Any]:
         "executable": sys.executable,
         "cpu_count": os.cpu_count() or 1,
         "threads": threads,
+        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "LUMINAL_CACHE")},
         "versions": {n: _version(n) for n in ("numpy", "onnx", "onnxruntime", "torch", "triton", "optuna")},
         "device": {"key": device.key, "info": device.info},
         "toolchain": {"key": toolchain.key, "info": toolchain.info},

@@ -61,12 +61,13 @@ def _ls(cache: str | None, as_json: bool, limit: int) -> None:
             {k: v for k, v in _plain(k).items() if k != "ir_text"} for k in kernels]})
         return
     table = Table(title=f"{len(kernels)} kernels in {escape(str(path))}", title_justify="left")
-    for col in ("signature", "form", "models", "trials", "winners", "best speedup", "last seen"):
-        table.add_column(col, justify="right" if col in ("trials", "winners", "best speedup") else "left")
+    for col in ("signature", "form", "models", "trials", "winners", "speedup", "last seen"):
+        table.add_column(col, justify="right" if col in ("trials", "winners", "speedup") else "left",
+                         no_wrap=col in ("signature", "last seen"), min_width=12 if col == "signature" else None)
     for k in kernels[:limit]:
         models = ", ".join(k.models[:3]) + (f" +{len(k.models) - 3}" if len(k.models) > 3 else "")
         _row(table, k.signature[:16], k.form or "-", models or "-", str(k.n_trials), str(k.n_winners),
-                      _x(k.best_speedup), (k.last_seen or "-")[:19])
+                      _x(k.best_speedup), (k.last_seen or "-")[:10])
     console.print(table)
     if len(kernels) > limit:
         console.print(f"... {len(kernels) - limit} more (--limit)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect as pyinspect
 import time
 
 import typer
@@ -12,24 +11,18 @@ from .common import console, emit_json, handle_errors, parse_shapes
 
 
 def _io(items) -> list[dict]:
-    return [{"name": i.name, "dtype": getattr(i.dtype, "value", str(i.dtype)), "shape": list(i.shape)} for i in items]
+    return [{"name": i.name, "dtype": i.dtype.value, "shape": list(i.shape)} for i in items]
 
 
 def inspect_model(model: str, shapes: dict) -> tuple[dict, object]:
     """The report as plain data, and the optimised graph."""
-    from ..frontend_onnx.importer import load
+    from ..frontend_onnx import load
     from ..ir import optimize
 
     t0 = time.perf_counter()
-    if "optimize" in pyinspect.signature(load).parameters:
-        raw = load(model, shapes, optimize=False)
-        before = raw.graph.primitive_counts()
-        graph = optimize(raw.graph)
-        res = raw
-    else:
-        res = load(model, shapes)
-        before = None
-        graph = res.graph
+    res = load(model, shapes, optimize=False)
+    before = res.graph.primitive_counts()
+    graph = optimize(res.graph)
     seconds = time.perf_counter() - t0
     after = graph.primitive_counts()
     data = {
@@ -39,10 +32,10 @@ def inspect_model(model: str, shapes: dict) -> tuple[dict, object]:
         "onnx_nodes": sum(res.onnx_op_counts.values()),
         "primitives_before_passes": before,
         "primitives_after_passes": after,
-        "primitive_nodes_before": sum(before.values()) if before is not None else None,
+        "primitive_nodes_before": sum(before.values()),
         "primitive_nodes_after": sum(after.values()),
         "inputs": _io(res.inputs),
-        "outputs": _io(getattr(res, "outputs", [])),
+        "outputs": _io(res.outputs),
         "bindings": dict(graph.bindings),
         "unbound": list(res.unbound),
         "warnings": list(res.warnings),
@@ -89,15 +82,12 @@ def register(app: typer.Typer) -> None:
             ops.add_row(k, str(v))
         console.print(ops)
         prims = Table(title="primitives")
-        prims.add_column("primitive")
-        before = data["primitives_before_passes"]
-        if before is not None:
-            prims.add_column("before passes", justify="right")
-        prims.add_column("after passes", justify="right")
-        after = data["primitives_after_passes"]
-        for k in sorted(set(after) | set(before or {})):
-            row = [k] + ([str(before.get(k, 0))] if before is not None else []) + [str(after.get(k, 0))]
-            prims.add_row(*row)
+        for col in ("primitive", "before passes", "after passes"):
+            prims.add_column(col, justify="left" if col == "primitive" else "right")
+        before, after = data["primitives_before_passes"], data["primitives_after_passes"]
+        for k in sorted(set(after) | set(before)):
+            prims.add_row(k, str(before.get(k, 0)), str(after.get(k, 0)))
+        prims.add_row("[bold]total[/]", str(data["primitive_nodes_before"]), str(data["primitive_nodes_after"]))
         console.print(prims)
         for w in data["warnings"]:
             console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)

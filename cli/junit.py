@@ -54,5 +54,20 @@ def junit_xml(suite_name: str, cases: list[JUnitCase]) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def check_cases(reports: list) -> list[JUnitCase]:
+    """One case per `luminal check` report (modelcheck.CheckReport): a failure lists the outputs out of
+    tolerance."""
+    cases = []
+    for rep in reports:
+        bad = [o for o in rep.outputs if not o.ok]
+        lines = [f"output {o.name!r}: {o.reason or f'max abs err {o.max_abs:.3g}, max rel err {o.max_rel:.3g}'}"
+                 for o in bad]
+        failure = None if rep.ok else ("\n".join(lines) or "the model has no outputs to compare")
+        cases.append(JUnitCase(name=Path(rep.model).name, classname=f"luminal.check.{rep.backend}",
+                               time_s=float(sum(rep.seconds.values())), failure=failure,
+                               output="\n".join(str(w) for w in rep.warnings)))
+    return cases
+
+
 def write_junit(path: str | Path, suite_name: str, cases: list[JUnitCase]) -> None:
     Path(path).write_text(junit_xml(suite_name, cases), encoding="utf-8")

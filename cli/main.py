@@ -35,6 +35,7 @@ COMMANDS: list[str] = [
     "inspect_cmd",
     "bench_cmd",
     "compile_cmd",
+    "tune_cmd",
 ]
 
 

@@ -275,6 +275,13 @@ def export(spec: Spec, exporter: str, path: Path) -> None:
             prog.save(str(path))
 
 
+def light_models() -> list[Path]:
+    """The model-zoo graphs shipped in the onnx wheel (weights filled by ConstantOfShape)."""
+    import onnx
+
+    return sorted((Path(onnx.__file__).parent / "backend" / "test" / "data" / "light").glob("*.onnx"))
+
+
 def main(argv=None) -> int:
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -283,7 +290,11 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="comma-separated model names (bert,gpt2,vit,resnet)")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")
     p.add_argument("--force", action="store_true", help="re-export files that exist")
+    p.add_argument("--list-light", action="store_true", help="print the light model-zoo graphs shipped with onnx")
     a = p.parse_args(argv)
+    if a.list_light:
+        print("\n".join(str(x) for x in light_models()))
+        return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     only = {x for x in a.only.split(",") if x}

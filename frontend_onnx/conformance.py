@@ -182,30 +182,16 @@ def _type_problem(tp: onnx.TypeProto) -> str | None:
 
 
 def _unsupported_ops(model: onnx.ModelProto) -> list[str]:
+    # importing the package (as importing this module does) registers every op function
     from . import registry
 
-    local = {(f.domain, f.name): f for f in model.functions}
-    missing: set[str] = set()
-
-    def visit(nodes, seen: frozenset) -> None:
-        for n in nodes:
-            if registry.lookup(n.domain, n.op_type) is not None:
-                pass
-            elif (n.domain, n.op_type) in local and (n.domain, n.op_type) not in seen:
-                visit(local[(n.domain, n.op_type)].node, seen | {(n.domain, n.op_type)})
-            else:
-                missing.add(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}")
-            for a in n.attribute:
-                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    visit(g.node, seen)
-
-    visit(model.graph.node, frozenset())
+    missing = {n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+               for g in _graphs(model.graph) for n in g.node if registry.lookup(n.domain, n.op_type) is None}
     return sorted(missing)
 
 
 def unsupported_reason(model: onnx.ModelProto) -> str | None:
     """Why luminal cannot run this model (ops, dtypes, non-tensor types), or None."""
-    _ensure_ops_registered()
     missing = _unsupported_ops(model)
     if missing:
         return "ops " + ", ".join(missing)
@@ -231,14 +217,6 @@ def unsupported_reason(model: onnx.ModelProto) -> str | None:
                 if a.type == onnx.AttributeProto.SPARSE_TENSOR:
                     problems.add("sparse tensor")
     return ", ".join(sorted(problems)) if problems else None
-
-
-def _ensure_ops_registered() -> None:
-    # importing the frontend registers every op function
-    import importlib
-
-    importer = importlib.import_module(f"{__package__}.importer")
-    importer._register_ops()
 
 
 # ---------------------------------------------------------------- comparing
@@ -323,7 +301,7 @@ def _one_line(msg: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-_NOT_CONSTANT = re.compile(r"node '(?P<node>.*)' \((?P<op>[\w.]+)\): input (?P<idx>\d+) must be constant")
+_NOT_CONSTANT = re.compile(r"node '(?P<node>.*)' \((?P<op>[^)]*)\): input (?P<idx>\d+) must be constant")
 
 
 def _inputs_to_bake(model: onnx.ModelProto, message: str) -> set[str]:
@@ -333,9 +311,9 @@ def _inputs_to_bake(model: onnx.ModelProto, message: str) -> set[str]:
     if not m:
         return set()
     label, idx = m["node"], int(m["idx"])
-    nodes = [n for n in model.graph.node if n.name == label] or \
-            [n for n in model.graph.node if not n.name and n.op_type == label]
-    producer = {o: n for n in model.graph.node for o in n.output}
+    all_nodes = [n for g in _graphs(model.graph) for n in g.node]
+    nodes = [n for n in all_nodes if n.name == label] or [n for n in all_nodes if not n.name and n.op_type == label]
+    producer = {o: n for n in all_nodes for o in n.output}
     graph_inputs = {i.name for i in model.graph.input}
     found: set[str] = set()
     stack = [n.input[idx] for n in nodes if idx < len(n.input) and n.input[idx]]
@@ -349,6 +327,10 @@ def _inputs_to_bake(model: onnx.ModelProto, message: str) -> set[str]:
             found.add(v)
         elif v in producer:
             stack.extend(x for x in producer[v].input if x)
+    if not found:
+        # the value comes through a subgraph's captured names: every integer input may be a shape
+        found = {i.name for i in model.graph.input
+                 if i.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
     return found
 
 
@@ -617,8 +599,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.json != "-":
         _print_report(results, summary, a.show_failures)
     if a.update:
+        passed = {r.name for r in results if r.status == "passed"}
+        lost = sorted(set(read_passing(passing_file)) - passed)
         write_passing(results, passing_file)
-        print(f"wrote {passing_file} ({summary['totals']['passed']} cases)")
+        print(f"wrote {passing_file} ({len(passed)} cases)")
+        if lost:
+            print(f"{len(lost)} previously kept cases no longer pass and were dropped: {', '.join(lost[:20])}"
+                  + (" ..." if len(lost) > 20 else ""))
     return 0
 
 

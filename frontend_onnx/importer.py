@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
 from .. import ir
@@ -41,7 +40,8 @@ class ImportResult:
     unbound: list[str] = field(default_factory=list)
 
 
-# ONNX element types we compute in a wider or equal IR dtype; anything else is refused
+# ONNX element types and the IR dtype each computes in (double narrows to float32,
+# small ints widen to int32); anything else is refused
 _ELEM = {
     TensorProto.FLOAT: DType.float32,
     TensorProto.FLOAT16: DType.float16,
@@ -77,6 +77,24 @@ def tensor_value(t: TensorProto) -> np.ndarray:
         return numpy_helper.to_array(t)
     except (ValueError, TypeError) as e:
         raise LuminalError(f"tensor {t.name!r} is malformed: {e}") from None
+
+
+def sparse_value(sp: onnx.SparseTensorProto) -> np.ndarray:
+    """A sparse tensor (COO, linear or per-dim indices) as a dense numpy array."""
+    values = tensor_value(sp.values).reshape(-1)
+    indices = tensor_value(sp.indices).astype(np.int64)
+    dims = tuple(int(d) for d in sp.dims)
+    size = math.prod(dims)
+    if indices.ndim == 2:
+        if indices.shape[1] != len(dims) or (indices < 0).any() or (indices >= np.array(dims)).any():
+            raise LuminalError("sparse tensor indices out of range")
+        indices = np.ravel_multi_index(tuple(indices.T), dims) if size else indices[:, 0]
+    indices = indices.reshape(-1)
+    if indices.size != values.size or (indices < 0).any() or (indices >= size).any():
+        raise LuminalError("sparse tensor indices out of range")
+    dense = np.zeros(size, dtype=values.dtype)
+    dense[indices] = values
+    return dense.reshape(dims)
 
 
 def array_dtype(dt: np.dtype) -> DType:
@@ -134,11 +152,13 @@ def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, Pa
         raise LuminalError(f"not a file: {path}")
     try:
         proto = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): {first}") from None
     except OSError as e:
         raise LuminalError(f"cannot read {path}: {e.strerror or e}") from None
+    except MemoryError:
+        raise
+    except Exception as e:  # protobuf, text and json parsers each raise their own error types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): {first[:200]}") from None
     if not proto.HasField("graph") or not proto.opset_import:
         raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): no graph or opset import")
     return proto, path.parent
@@ -192,10 +212,14 @@ def load_external_data(model: onnx.ModelProto, base: Path | None) -> None:
         try:
             offset = int(info.get("offset", 0) or 0)
             length = int(info["length"]) if info.get("length") else -1
+            if info.get("length") and length < 0:
+                length = -2
         except ValueError:
             raise LuminalError(f"tensor {t.name!r}: bad external data offset or length") from None
         if not path.is_file():
             raise LuminalError(f"tensor {t.name!r}: external data file missing")
+        if offset < 0 or length < -1:
+            raise LuminalError(f"tensor {t.name!r}: bad external data offset or length")
         with open(path, "rb") as f:
             f.seek(offset)
             data = f.read(length) if length >= 0 else f.read()
@@ -206,7 +230,13 @@ def load_external_data(model: onnx.ModelProto, base: Path | None) -> None:
         t.raw_data = data
 
 
-def _check(model: onnx.ModelProto, warnings: list[str]) -> None:
+CHECKER_LIMIT = 64 << 20
+
+
+def _check(model: onnx.ModelProto, warnings: list[str], size: int) -> None:
+    """onnx.checker, only where cheap: it serializes the whole model, weights included."""
+    if size > CHECKER_LIMIT:
+        return
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
@@ -233,12 +263,19 @@ def check_supported(model: onnx.ModelProto) -> None:
     """Raise one LuminalError listing every op type the frontend does not know."""
     _register_ops()
     opsets = _opsets(model)
+    local = {(f.domain, f.name) for f in model.functions}
+    bodies = [n for g in _graphs(model.graph) for n in g.node]
+    for f in model.functions:
+        for n in f.node:
+            bodies.append(n)
+            for a in n.attribute:
+                subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+                bodies.extend(m for sub in subs for g in _graphs(sub) for m in g.node)
     missing: dict[tuple[str, str], list[str]] = {}
-    for g in _graphs(model.graph):
-        for i, n in enumerate(g.node):
-            if registry.lookup(n.domain, n.op_type) is None:
-                key = ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
-                missing.setdefault(key, []).append(_clean(n.name) or f"#{i}")
+    for i, n in enumerate(bodies):
+        if registry.lookup(n.domain, n.op_type) is None and (n.domain, n.op_type) not in local:
+            key = ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
+            missing.setdefault(key, []).append(_clean(n.name or (n.output[0] if n.output else "")) or f"#{i}")
     if not missing:
         return
     parts = []
@@ -247,6 +284,18 @@ def check_supported(model: onnx.ModelProto) -> None:
         parts.append(f"{_clean(op_type)} (domain {_clean(dom) or 'ai.onnx'!r}, opset {opsets.get(dom, '?')}; "
                      f"nodes: {shown})")
     raise LuminalError(f"unsupported ONNX ops ({len(missing)}): " + "; ".join(parts))
+
+
+def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Model-local functions (some exporters emit them) become plain nodes."""
+    import onnx.inliner
+
+    try:
+        return onnx.inliner.inline_local_functions(model)
+    except Exception as e:  # the inliner reports malformed functions with its own error types
+        msg = str(e).strip().splitlines()
+        raise LuminalError(f"cannot inline the model's local functions: {msg[0][:200] if msg else type(e).__name__}") \
+            from None
 
 
 def _register_ops() -> None:
@@ -274,14 +323,14 @@ class _Binder:
         whole = self.shapes.get(name)
         if whole is not None:
             self.used.add(name)
-            whole = (whole,) if isinstance(whole, int) else tuple(whole)
+            whole = (whole,) if isinstance(whole, int | np.integer) else tuple(whole)
             if not all(isinstance(d, int | np.integer) and d >= 0 for d in whole):
                 raise LuminalError(f"shape for input {name!r} must be non-negative integers")
             if dims is not None and len(dims) != len(whole):
                 raise LuminalError(f"input {name!r} has rank {len(dims)}, but the shape given has rank {len(whole)}")
             if dims is not None:
                 for k, (d, v) in enumerate(zip(dims, whole)):
-                    if d.HasField("dim_value") and d.dim_value != v:
+                    if d.HasField("dim_value") and d.dim_value >= 0 and d.dim_value != v:
                         raise LuminalError(f"input {name!r} dim {k} is fixed to {d.dim_value}, but {v} was given")
                     if d.HasField("dim_param") and d.dim_param:
                         given = self.shapes.get(d.dim_param)
@@ -296,7 +345,7 @@ class _Binder:
             raise LuminalError(f"input {name!r} has no known rank; give its whole shape, e.g. {name}=1x3x224x224")
         out: list[int | str] = []
         for k, d in enumerate(dims):
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 out.append(int(d.dim_value))
             elif d.HasField("dim_param") and d.dim_param:
                 out.append(d.dim_param)
@@ -343,12 +392,19 @@ class _Binder:
 class Importer:
     opsets: dict[str, int]
     warnings: list[str]
-    op_counts: dict[str, int] = field(default_factory=dict)
 
-    def run_graph(self, g: onnx.GraphProto, scope: ChainMap) -> list[Tensor | None]:
-        """Import the nodes of ``g`` into ``scope``; returns the tensors of its outputs."""
+    def run_graph(self, g: onnx.GraphProto, scope: ChainMap, inputs: list | None = None) -> list[Tensor | None]:
+        """Import the nodes of ``g`` into ``scope``; returns the tensors of its outputs.
+        ``inputs`` bind a subgraph's declared inputs (a Loop body's) by position."""
+        if inputs is not None:
+            if len(inputs) != len(g.input):
+                raise LuminalError(f"subgraph {_clean(g.name)!r} takes {len(g.input)} inputs, got {len(inputs)}")
+            for vi, t in zip(g.input, inputs):
+                scope[vi.name] = t
         for t in g.initializer:
             scope[t.name] = const_tensor(tensor_value(t))
+        for sp in g.sparse_initializer:
+            scope[sp.values.name] = const_tensor(sparse_value(sp))
         for n in _toposort(g, scope):
             self.run_node(n, scope)
         outs = []
@@ -374,7 +430,6 @@ class Importer:
         attrs = {a.name: _attr_value(a) for a in n.attribute}
         dom = "" if n.domain == "ai.onnx" else n.domain
         ctx = registry.OpContext(n, self.opsets.get(dom, 1), inputs, attrs, scope, self)
-        self.op_counts[n.op_type] = self.op_counts.get(n.op_type, 0) + 1
         try:
             out = fn(ctx)
         except LuminalError as e:
@@ -383,7 +438,7 @@ class Importer:
                 raise
             raise LuminalError(f"{label}: {msg}") from None
         except (ValueError, TypeError, IndexError, KeyError, AssertionError, NotImplementedError,
-                ZeroDivisionError, OverflowError) as e:
+                ZeroDivisionError, OverflowError, AttributeError) as e:
             raise LuminalError(f"{label}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
         outs = [out] if isinstance(out, Tensor) else list(out)
         for k, name in enumerate(n.output):
@@ -412,7 +467,8 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
 
 def _free_names(g: onnx.GraphProto) -> set[str]:
     """Names a (sub)graph reads from its enclosing scope."""
-    defined = {t.name for t in g.initializer} | {i.name for i in g.input}
+    defined = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer} | \
+        {i.name for i in g.input}
     free: set[str] = set()
     for n in g.node:
         for name in n.input:
@@ -471,12 +527,15 @@ def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodePro
     return order
 
 
-def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None) -> ImportResult:
-    """Import an ONNX model (a path or a ModelProto) into an optimised primitive Graph."""
+def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True) -> ImportResult:
+    """Import an ONNX model (a path or a ModelProto) into a primitive Graph, optimised
+    with ``ir.optimize`` unless ``optimize`` is False."""
     proto, base = read_model(model)
     check_supported(proto)
     warnings: list[str] = []
-    _check(proto, warnings)
+    _check(proto, warnings, proto.ByteSize() if base is None else (Path(model).stat().st_size))
+    if proto.functions:
+        proto = _inline_functions(proto)
     load_external_data(proto, base)
     opsets = _opsets(proto)
     if "" not in opsets:
@@ -487,9 +546,9 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None) -> I
         warnings.append(f"model opset {opset} is newer than this onnx ({newest}); ops are read as opset {newest}")
 
     g = proto.graph
-    init_names = {t.name for t in g.initializer}
+    init_names = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
     real_inputs = [vi for vi in g.input if vi.name not in init_names]
-    shapes = dict(shapes or {})
+    shapes = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in (shapes or {}).items()}
     binder = _Binder(shapes, {vi.name for vi in real_inputs})
     raw = []
     for vi in real_inputs:
@@ -507,8 +566,8 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None) -> I
     unknown = sorted(set(shapes) - binder.used - binder.symbols.keys())
     if unknown:
         known = sorted({vi.name for vi in real_inputs} | set(binder.symbols))
-        raise LuminalError(f"--shape names {', '.join(map(repr, unknown))} are neither inputs nor dimension names "
-                           f"of this model (known: {', '.join(known) or 'none'})")
+        raise LuminalError(f"shape given for {', '.join(map(repr, unknown))}, which is neither an input nor a "
+                           f"dimension name of this model (known: {', '.join(_clean(k) for k in known) or 'none'})")
     unbound = unnamed + binder.unbound
     if unbound:
         warnings.append(f"unbound dimensions default to 1: {', '.join(_clean(u) for u in unbound)}")
@@ -526,10 +585,13 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None) -> I
     for o, t in zip(g.output, outs):
         if t is None:
             raise LuminalError(f"graph output {_clean(o.name)!r} is never produced")
+        if not isinstance(t, Tensor):
+            raise LuminalError(f"graph output {_clean(o.name)!r} is a sequence; only tensor outputs are supported")
         out_tensors.append(materialise(t))
         names.append(o.name)
     graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(binder.symbols))
-    graph = ir.optimize(graph)
+    if optimize:
+        graph = ir.optimize(graph)
     outputs = [IOInfo(nm, n.dtype, tuple(n.shape)) for nm, n in zip(names, graph.outputs)]
     counts = {}
     for sub in _graphs(g):

@@ -6,11 +6,11 @@ import functools
 from functools import reduce
 
 import numpy as np
+from onnx import TensorProto
 
-from ..errors import LuminalError
 from ..ir import DType, Tensor, broadcast_shape
 from . import registry
-from .importer import onnx_dtype, with_shape
+from .importer import const_tensor, onnx_dtype, with_shape
 from .registry import OpContext
 
 
@@ -106,6 +106,17 @@ def equal(a: Tensor, b: Tensor) -> Tensor:
     return eq
 
 
+def less_equal(a: Tensor, b: Tensor) -> Tensor:
+    """a <= b, false where either side is NaN."""
+    if a.dtype.is_float or b.dtype.is_float:
+        return a.lt(b) | equal(a, b)
+    return a.le(b)
+
+
+def greater_equal(a: Tensor, b: Tensor) -> Tensor:
+    return less_equal(b, a)
+
+
 def int_div(a: Tensor, b: Tensor) -> Tensor:
     """Integer division truncating toward zero; exact while |a| < 2**24."""
     a, b = Tensor._broadcast(a, b)
@@ -115,7 +126,18 @@ def int_div(a: Tensor, b: Tensor) -> Tensor:
     return f.add(f.lt(0).where(half.neg(), half)).cast(a.dtype)
 
 
+def _both_const_ints(a: Tensor, b: Tensor) -> bool:
+    return a.is_const and b.is_const and a.dtype.is_int and b.dtype.is_int
+
+
 def divide(a: Tensor, b: Tensor) -> Tensor:
+    if _both_const_ints(a, b):
+        # shape arithmetic: exact in int64 (the primitive form is exact only below 2**24)
+        x, y = a.numpy().astype(np.int64), b.numpy().astype(np.int64)
+        if (y == 0).any():
+            raise ValueError("integer division by zero")
+        q = np.abs(x) // np.abs(y) * np.sign(x) * np.sign(y)
+        return const_tensor(q, a.dtype if a.dtype == b.dtype else DType.int64)
     if a.dtype.is_int and b.dtype.is_int:
         return int_div(a, b)
     return a.div(b)
@@ -214,8 +236,9 @@ def _mod(a: Tensor, b: Tensor, fmod: bool) -> Tensor:
 
 
 _BINARY = {
-    "Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Div": divide, "Equal": equal, "Less": Tensor.lt, "LessOrEqual": Tensor.le, "Greater": Tensor.gt,
-    "GreaterOrEqual": Tensor.ge, "And": Tensor.__and__, "Or": Tensor.__or__, "Xor": Tensor.__xor__,
+    "Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Div": divide, "Equal": equal,
+    "Less": Tensor.lt, "LessOrEqual": less_equal, "Greater": Tensor.gt,
+    "GreaterOrEqual": greater_equal, "And": Tensor.__and__, "Or": Tensor.__or__, "Xor": Tensor.__xor__,
 }
 
 
@@ -228,6 +251,8 @@ def binary(ctx: OpContext) -> Tensor:
 @op("Pow")
 def power(ctx: OpContext) -> Tensor:
     a, b = ctx.inputs[0], ctx.inputs[1]
+    if _both_const_ints(a, b) and (b.numpy() >= 0).all():
+        return const_tensor(np.power(a.numpy().astype(np.int64), b.numpy().astype(np.int64)), a.dtype)
     return a.pow(b).cast(a.dtype)
 
 
@@ -274,10 +299,59 @@ def where(ctx: OpContext) -> Tensor:
 def cast(ctx: OpContext) -> Tensor:
     to = ctx.attr("to")
     if to is None:
-        raise LuminalError(f"node {ctx.node.name!r} (Cast): missing 'to'")
+        raise ValueError("missing 'to'")
+    if isinstance(to, str):  # opset 1-5 named the type
+        if to.upper() not in TensorProto.DataType.keys():
+            raise ValueError(f"unknown type {to[:20]!r}")
+        to = TensorProto.DataType.Value(to.upper())
     return _x(ctx).cast(onnx_dtype(int(to)))
 
 
 @registry.op("CastLike")
 def cast_like(ctx: OpContext) -> Tensor:
     return _x(ctx).cast(ctx.inputs[1].dtype)
+
+
+# -- com.microsoft activations (onnxruntime's fused forms) ------------------------------------
+
+MS = "com.microsoft"
+
+
+def gelu_erf(x: Tensor) -> Tensor:
+    return x.mul(x.mul(0.7071067811865476).erf().add(1)).mul(0.5)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    inner = x.add(x.mul(x).mul(x).mul(0.044715)).mul(0.7978845608028654)
+    return x.mul(inner.tanh().add(1)).mul(0.5)
+
+
+def _biased(ctx: OpContext) -> Tensor:
+    x, bias = ctx.inputs[0], ctx.input(1)
+    return x if bias is None else x.add(bias)
+
+
+@registry.op("Gelu", domain=MS)
+def ms_gelu(ctx: OpContext) -> Tensor:
+    return gelu_erf(ctx.inputs[0])
+
+
+@registry.op("BiasGelu", domain=MS)
+def ms_bias_gelu(ctx: OpContext) -> Tensor:
+    return gelu_erf(_biased(ctx))
+
+
+@registry.op("FastGelu", domain=MS)
+def ms_fast_gelu(ctx: OpContext) -> Tensor:
+    return gelu_tanh(_biased(ctx))
+
+
+@registry.op("QuickGelu", domain=MS)
+def ms_quick_gelu(ctx: OpContext) -> Tensor:
+    x = ctx.inputs[0]
+    return x.mul(x.mul(float(ctx.attr("alpha", 1.702))).sigmoid())
+
+
+@registry.op("BiasAdd", domain=MS)
+def ms_bias_add(ctx: OpContext) -> Tensor:
+    return ctx.inputs[0].add(ctx.inputs[1]).add(ctx.inputs[2])

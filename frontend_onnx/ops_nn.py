@@ -1,3 +1,11 @@
 """Neural-network ONNX ops; importing this module registers them all."""
 
-from . import ops_nn_conv, ops_nn_index, ops_nn_linalg, ops_nn_norm, ops_nn_resize, ops_nn_rnn  # noqa: F401
+from . import (  # noqa: F401
+    ops_nn_attention,
+    ops_nn_conv,
+    ops_nn_index,
+    ops_nn_linalg,
+    ops_nn_norm,
+    ops_nn_resize,
+    ops_nn_rnn,
+)

@@ -230,3 +230,83 @@ def global_average_pool_op(ctx: OpContext) -> Tensor:
 def global_max_pool_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
     return x.max(tuple(range(2, x.ndim)), keepdim=True)
+
+
+def _lp(t: Tensor, p: float, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    if p == 1:
+        return t.abs().sum(axes, keepdim)
+    if p == 2:
+        return t.mul(t).sum(axes, keepdim).sqrt()
+    return t.abs().pow(float(p)).sum(axes, keepdim).pow(1.0 / p)
+
+
+@op("LpPool")
+def lp_pool_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    p = float(ctx.attr("p", 2))
+    if p <= 0:
+        raise fail(ctx, f"p must be positive, got {p}")
+    xw, (kernel, *_rest) = _pool_windows(ctx, x, 0.0)
+    nd = len(kernel)
+    return _lp(xw, p, tuple(range(2 + nd, 2 + 2 * nd)), False)
+
+
+@op("GlobalLpPool")
+def global_lp_pool_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    return _lp(x, float(ctx.attr("p", 2)), tuple(range(2, x.ndim)), True)
+
+
+@op("DeformConv")
+def deform_conv_op(ctx: OpContext) -> Tensor:
+    """2-D deformable convolution: bilinear samples at offset kernel positions, then the conv contraction."""
+    x, w, off, b, mask = need(ctx, 0), need(ctx, 1), need(ctx, 2), ctx.input(3), ctx.input(4)
+    if x.ndim != 4 or w.ndim != 4:
+        raise fail(ctx, "only 2-D deformable convolution is supported")
+    n, c, ih, iw = x.shape
+    m, cg = w.shape[:2]
+    kh, kw = ctx.attr("kernel_shape") or w.shape[2:]
+    group = int(ctx.attr("group", 1))
+    og = int(ctx.attr("offset_group", 1))
+    sh, sw = ctx.attr("strides") or [1, 1]
+    dh, dw = ctx.attr("dilations") or [1, 1]
+    pt, pl, pb, pr = ctx.attr("pads") or [0, 0, 0, 0]
+    oh, ow = off.shape[2:]
+    if (oh, ow) != ((ih + pt + pb - (kh - 1) * dh - 1) // sh + 1, (iw + pl + pr - (kw - 1) * dw - 1) // sw + 1):
+        raise fail(ctx, "offset's spatial shape does not match the convolution's output")
+    k, p = kh * kw, oh * ow
+    if c != cg * group or m % group or c % og or off.shape[:2] != (n, og * k * 2):
+        raise fail(ctx, "X, W and offset shapes do not fit group, offset_group and the kernel")
+    f32 = DType.float32
+    off = off.cast(f32).reshape((n, og, k, 2, p))
+    # base sampling position of kernel element (a, b) for output (i, j)
+    base_h = (np.arange(kh)[:, None, None, None] * dh + np.arange(oh)[None, None, :, None] * sh - pt)
+    base_w = (np.arange(kw)[None, :, None, None] * dw + np.arange(ow)[None, None, None, :] * sw - pl)
+    base_h = np.broadcast_to(base_h, (kh, kw, oh, ow)).reshape(1, 1, k, p).astype(np.float32)
+    base_w = np.broadcast_to(base_w, (kh, kw, oh, ow)).reshape(1, 1, k, p).astype(np.float32)
+    shape = (n, og, k, p)
+    hpos = off.shrink([(0, n), (0, og), (0, k), (0, 1), (0, p)]).reshape(shape).add(Tensor.const(base_h).expand(shape))
+    wpos = off.shrink([(0, n), (0, og), (0, k), (1, 2), (0, p)]).reshape(shape).add(Tensor.const(base_w).expand(shape))
+    weight_mask = None if mask is None else mask.cast(f32).reshape(shape)
+    cpo = c // og
+    flat = x.reshape((n, og, cpo, ih * iw))
+    h0, w0 = hpos.floor(), wpos.floor()
+    th, tw = hpos.sub(h0), wpos.sub(w0)
+    cols = None
+    for hh, wh in ((h0, th.neg().add(1)), (h0.add(1), th)):
+        for ww, wwt in ((w0, tw.neg().add(1)), (w0.add(1), tw)):
+            ok = hh.ge(0) & hh.lt(ih) & ww.ge(0) & ww.lt(iw)
+            wt = ok.where(wh.mul(wwt), Tensor.full(shape, 0.0, f32))
+            if weight_mask is not None:
+                wt = wt.mul(weight_mask)
+            lin = hh.maximum(0.0).minimum(ih - 1.0).mul(iw).add(ww.maximum(0.0).minimum(iw - 1.0)).cast(DType.int64)
+            idx = lin.reshape((n, og, 1, k * p)).expand((n, og, cpo, k * p))
+            s = flat.gather(idx, 3).mul(wt.cast(x.dtype).reshape((n, og, 1, k * p)).expand((n, og, cpo, k * p)))
+            cols = s if cols is None else cols.add(s)
+    # columns (N, C, K, P) -> grouped contraction with W (M, C/g, K)
+    mg = m // group
+    cols = cols.reshape((n, group, 1, cg, k, p)).permute([0, 1, 2, 5, 3, 4])
+    full = (n, group, mg, p, cg, k)
+    wg = w.cast(x.dtype).reshape((1, group, mg, 1, cg, k))
+    y = cols.expand(full).mul(wg.expand(full)).sum((4, 5)).reshape((n, m, oh, ow))
+    return _bias(y, b)

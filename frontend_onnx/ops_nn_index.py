@@ -197,15 +197,35 @@ def space_to_depth_op(ctx: OpContext) -> Tensor:
     return t.reshape((n, c * b * b, h // b, w // b))
 
 
-@op("CumSum")
-def cumsum_op(ctx: OpContext) -> Tensor:
-    x = need(ctx, 0)
+def _scan_axis(ctx: OpContext, x: Tensor) -> int:
     ax = ints(ctx, 1)
     if not ax:
         raise fail(ctx, "axis is required")
-    axis = ax[0] % x.ndim
-    exclusive = bool(ctx.attr("exclusive", 0))
-    reverse = bool(ctx.attr("reverse", 0))
+    return ax[0] % x.ndim
+
+
+@op("CumSum")
+def cumsum_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    return cumsum(x, _scan_axis(ctx, x), bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
+
+
+@op("CumProd")
+def cumprod_op(ctx: OpContext) -> Tensor:
+    """A running product as running sums in the log domain: of log|x|, of negatives (sign), of zeros."""
+    x = need(ctx, 0)
+    axis = _scan_axis(ctx, x)
+    exclusive, reverse = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
+    f = x if x.dtype.is_float else x.cast(DType.float32)
+    zeros = cumsum(f.eq(0).cast(DType.float32), axis, exclusive, reverse).gt(0.5)
+    odd = cumsum(f.lt(0).cast(DType.float32), axis, exclusive, reverse).mod(2.0).gt(0.5)
+    safe = f.eq(0).where(Tensor.full(f.shape, 1.0, f.dtype), f.abs())
+    mag = cumsum(safe.log(), axis, exclusive, reverse).exp()
+    out = zeros.where(Tensor.full(f.shape, 0.0, f.dtype), odd.where(mag.neg(), mag))
+    return out if x.dtype.is_float else out.round().cast(x.dtype)
+
+
+def cumsum(x: Tensor, axis: int, exclusive: bool, reverse: bool) -> Tensor:
     n = x.shape[axis]
     # out[i] = sum_j x[j] * M[i, j], with M the (strict) lower or upper triangle
     i = Tensor.iota((n, n), 0)
@@ -224,3 +244,93 @@ def cumsum_op(ctx: OpContext) -> Tensor:
     for k, o in enumerate(order):
         back[o] = k
     return out.permute(back)
+
+
+def _scatter(ctx: OpContext, data: Tensor, onehot: Tensor, upd: Tensor, hit_axes: tuple[int, ...]) -> Tensor:
+    """Combine ``data`` with updates routed by ``onehot`` (bool, broadcast against ``upd``), summed over
+    ``hit_axes``; the result has ``data``'s shape."""
+    reduction = ctx.attr("reduction", "none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    full = onehot.shape
+    hits = onehot.cast(DType.int64).sum(hit_axes)
+    hit = hits.gt(0)
+    if reduction in ("none", "add"):
+        routed = onehot.cast(upd.dtype).mul(upd.expand(full)).sum(hit_axes)
+        if reduction == "add":
+            return data.add(routed)
+        return hit.where(routed, data)
+    if reduction in ("max", "min"):
+        sign = 1 if reduction == "max" else -1
+        lowest = float("-inf") if data.dtype.is_float else int(np.iinfo(data.dtype.np).min)
+        cand = onehot.where(upd.expand(full).mul(sign), Tensor.full(full, lowest, upd.dtype)).max(hit_axes).mul(sign)
+        best = data.maximum(cand) if reduction == "max" else data.minimum(cand)
+        return hit.where(best, data)
+    if reduction == "mul":
+        # a product over the hits, in the log domain: sign from the count of negatives, zero if any zero
+        u = upd.expand(full)
+        u = u if u.dtype.is_float else u.cast(DType.float32)
+        zero = (onehot & u.eq(0)).cast(DType.int64).sum(hit_axes).gt(0)
+        odd = (onehot & u.lt(0)).cast(DType.int64).sum(hit_axes).mod(2).eq(1)
+        logs = onehot.where(u.abs().log(), Tensor.full(full, 0.0, u.dtype)).sum(hit_axes)
+        mag = logs.exp()
+        prod = zero.where(Tensor.full(mag.shape, 0.0, mag.dtype), odd.where(mag.neg(), mag))
+        if not data.dtype.is_float:
+            return data.cast(DType.float32).mul(prod).round().cast(data.dtype)
+        return data.mul(prod.cast(data.dtype))
+    raise fail(ctx, f"reduction {reduction!r} is not supported")
+
+
+@op("ScatterElements", "Scatter")
+def scatter_elements_op(ctx: OpContext) -> Tensor:
+    data, idx, upd = need(ctx, 0), _index(need(ctx, 1)), need(ctx, 2)
+    r = data.ndim
+    axis = int(ctx.attr("axis", 0)) % r
+    if idx.shape != upd.shape or idx.ndim != r:
+        raise fail(ctx, "indices and updates must have data's rank and one shape")
+    n = data.shape[axis]
+    idx = idx.lt(0).where(idx.add(n), idx)
+    # move the scatter axis last, then route each update k to output j where idx[.., k] == j
+    order = [k for k in range(r) if k != axis] + [axis]
+    back = [0] * r
+    for k, o in enumerate(order):
+        back[o] = k
+    it, ut = idx.permute(order), upd.permute(order).cast(data.dtype)
+    full = it.shape + (n,)
+    onehot = it.unsqueeze([r]).expand(full).eq(Tensor.iota(full, r, it.dtype))
+    lead = it.shape[:-1]
+    dt = data.permute(order)
+    pad = [(0, b - a) for a, b in zip(lead, dt.shape[:-1])] + [(0, 0)]
+    corner = dt.shrink([(0, s) for s in lead] + [(0, n)])
+    out = _scatter(ctx, corner, onehot, ut.unsqueeze([r]), (r - 1,)).reshape(lead + (n,))
+    if any(p != (0, 0) for p in pad):
+        # updates cover only a corner of data on the other axes
+        inside = Tensor.full(lead + (n,), True, DType.bool).pad(pad)
+        out = inside.where(out.pad(pad), dt)
+    return out.permute(back)
+
+
+@op("ScatterND")
+def scatter_nd_op(ctx: OpContext) -> Tensor:
+    data, idx, upd = need(ctx, 0), _index(need(ctx, 1)), need(ctx, 2)
+    m = idx.shape[-1]
+    if m > data.ndim or upd.shape != idx.shape[:-1] + data.shape[m:]:
+        raise fail(ctx, "indices and updates do not fit data")
+    dims = data.shape[:m]
+    lin = None
+    for j in range(m):
+        part = idx.shrink([(0, s) for s in idx.shape[:-1]] + [(j, j + 1)])
+        part = part.lt(0).where(part.add(dims[j]), part).mul(int(math.prod(dims[j + 1:])))
+        lin = part if lin is None else lin.add(part)
+    p = int(math.prod(dims))
+    k = int(math.prod(idx.shape[:-1]))
+    rest = data.shape[m:]
+    if lin is None:
+        lin = Tensor.full((k, 1), 0, idx.dtype)
+    lin = lin.reshape((1, k) + (1,) * len(rest))
+    full = (p, k) + (1,) * len(rest)
+    onehot = lin.expand(full).eq(Tensor.iota(full, 0, lin.dtype))
+    u = upd.cast(data.dtype).reshape((1, k) + rest)
+    onehot = onehot.expand((p, k) + rest) if rest else onehot
+    flat = data.reshape((p,) + rest)
+    out = _scatter(ctx, flat, onehot, u, (1,))
+    return out.reshape(data.shape)

@@ -42,22 +42,24 @@ def _batch_norm_training(ctx: OpContext, x: Tensor, scale, bias, mean, var, eps:
     """Normalise with the batch statistics; also the momentum-updated running mean and variance."""
     momentum = float(ctx.attr("momentum", 0.9))
     axes = (0,) + tuple(range(2, x.ndim))
-    y, bmean, inv = _normalise(x, axes, eps)
+    y, bmean, inv, bvar = _normalise(x, axes, eps, with_var=True)
     y = y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
         _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
     c = x.shape[1]
-    bvar = inv.mul(inv).recip().sub(eps)
-    run_mean = mean.cast(x.dtype).mul(momentum).add(bmean.reshape((c,)).mul(1 - momentum))
-    run_var = var.cast(x.dtype).mul(momentum).add(bvar.reshape((c,)).mul(1 - momentum))
+    keep = (1, c) + (1,) * (x.ndim - 2)
+    run_mean = mean.cast(x.dtype).reshape(keep).mul(momentum).add(bmean.mul(1 - momentum)).reshape((c,))
+    run_var = var.cast(x.dtype).reshape(keep).mul(momentum).add(bvar.mul(1 - momentum)).reshape((c,))
     return [y, run_mean if wants(ctx, 1) else None, run_var if wants(ctx, 2) else None]
 
 
-def _normalise(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(x - mean) * inv_std over ``axes``; also returns mean and inv_std (kept dims)."""
+def _normalise(x: Tensor, axes: tuple[int, ...], eps: float, with_var: bool = False):
+    """(x - mean) * inv_std over ``axes``; also returns mean and inv_std (kept dims), and var if asked."""
     mean = x.mean(axes, keepdim=True)
     d = x.sub(mean.expand(x.shape))
     var = d.mul(d).mean(axes, keepdim=True)
     inv = var.add(eps).rsqrt()
+    if with_var:
+        return d.mul(inv.expand(x.shape)), mean, inv, var
     return d.mul(inv.expand(x.shape)), mean, inv
 
 
@@ -160,3 +162,106 @@ def dropout_op(ctx: OpContext) -> list[Tensor | None]:
             raise fail(ctx, "training-mode Dropout is random and not supported")
     mask = Tensor.full(x.shape, True, DType.bool) if wants(ctx, 1) else None
     return [x, mask]
+
+
+@op("RMSNormalization")
+def rms_norm_op(ctx: OpContext) -> Tensor:
+    x, scale = need(ctx, 0), need(ctx, 1)
+    axis = int(ctx.attr("axis", -1)) % x.ndim
+    eps = float(ctx.attr("epsilon", 1e-5))
+    work = x.cast(DType.float32) if int(ctx.attr("stash_type", 1)) == 1 and x.dtype.is_float else x
+    axes = tuple(range(axis, x.ndim))
+    inv = work.mul(work).mean(axes, keepdim=True).add(eps).rsqrt()
+    y = work.mul(inv.expand(x.shape)).cast(x.dtype)
+    return y.mul(scale.cast(x.dtype).expand(x.shape))
+
+
+@op("GroupNormalization")
+def group_norm_op(ctx: OpContext) -> Tensor:
+    x, scale, bias = need(ctx, 0), need(ctx, 1), need(ctx, 2)
+    g = int(ctx.attr("num_groups", 0))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    n, c = x.shape[:2]
+    if g <= 0 or c % g:
+        raise fail(ctx, f"num_groups {g} does not divide {c} channels")
+    work = x.cast(DType.float32) if int(ctx.attr("stash_type", 1)) == 1 and x.dtype.is_float else x
+    grouped = work.reshape((n, g, -1))
+    y, _, _ = _normalise(grouped, (2,), eps)
+    y = y.reshape(x.shape).cast(x.dtype)
+    if scale.numel == g and g != c:  # opset 18: one scale and bias per group
+        scale = scale.reshape((g, 1)).expand((g, c // g)).reshape((c,))
+        bias = bias.reshape((g, 1)).expand((g, c // g)).reshape((c,))
+    return y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
+        _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
+
+
+@op("MeanVarianceNormalization")
+def mean_variance_norm_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    axes = tuple(a % x.ndim for a in (ctx.attr("axes") or [0, 2, 3]))
+    mean = x.mean(axes, keepdim=True)
+    var = x.mul(x).mean(axes, keepdim=True).sub(mean.mul(mean))
+    std = var.relu().sqrt().add(1e-9)
+    return x.sub(mean.expand(x.shape)).div(std.expand(x.shape))
+
+
+@op("LpNormalization")
+def lp_norm_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    axis = int(ctx.attr("axis", -1)) % x.ndim
+    p = int(ctx.attr("p", 2))
+    if p == 1:
+        norm = x.abs().sum((axis,), keepdim=True)
+    elif p == 2:
+        norm = x.mul(x).sum((axis,), keepdim=True).sqrt()
+    else:
+        raise fail(ctx, f"p must be 1 or 2, got {p}")
+    norm = norm.expand(x.shape)
+    zero = norm.eq(0)
+    return zero.where(Tensor.full(x.shape, 0, x.dtype), x.div(zero.where(Tensor.full(x.shape, 1, x.dtype), norm)))
+
+
+def _nll(ctx: OpContext, logp: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
+    """-logp[n, target[n, ...], ...] * weight[target], reduced as the node asks; ignore_index counts nothing."""
+    from .ops_nn_index import gather_axis
+
+    if logp.ndim < 2 or target.shape != (logp.shape[0],) + logp.shape[2:]:
+        raise fail(ctx, "target must have the input's shape without the class dim")
+    reduction = ctx.attr("reduction", "mean")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "sum", "mean"):
+        raise fail(ctx, f"unknown reduction {reduction!r}")
+    t = target if target.dtype in (DType.int64, DType.int32) else target.cast(DType.int64)
+    ignore = ctx.attr("ignore_index")
+    keep = None
+    if ignore is not None:
+        keep = t.ne(int(ignore))
+        t = keep.where(t, Tensor.full(t.shape, 0, t.dtype))
+    picked = logp.gather(t.unsqueeze([1]), 1).squeeze([1]).neg()
+    w = None
+    if weight is not None:
+        w = gather_axis(weight.cast(logp.dtype), t, 0)
+    if keep is not None:
+        k = keep.cast(logp.dtype)
+        w = k if w is None else w.mul(k)
+    loss = picked if w is None else picked.mul(w)
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    if w is None:
+        return total.mul(1.0 / loss.numel)
+    return total.div(w.sum())
+
+
+@op("NegativeLogLikelihoodLoss")
+def nll_loss_op(ctx: OpContext) -> Tensor:
+    return _nll(ctx, need(ctx, 0), need(ctx, 1), ctx.input(2))
+
+
+@op("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy_op(ctx: OpContext) -> list[Tensor | None]:
+    scores = need(ctx, 0)
+    logp = scores.log_softmax(1)
+    return [_nll(ctx, logp, need(ctx, 1), ctx.input(2)), logp if wants(ctx, 1) else None]

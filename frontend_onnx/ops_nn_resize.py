@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -76,13 +77,44 @@ def _cubic_coeffs(s: np.ndarray, a: float) -> list[np.ndarray]:
             ((a * (2 - s) - 5 * a) * (2 - s) + 8 * a) * (2 - s) - 4 * a]
 
 
+def _antialias_taps(mode: str, xo: np.ndarray, n_in: int, scale: float, a: float, exclude: bool):
+    """Downsampling taps whose kernel is stretched by 1/scale, normalised to sum 1."""
+    support = 1 if mode == "linear" else 2
+    start = int(np.floor(-support / scale) + 1)
+    n = 2 - 2 * start
+    x = xo.astype(np.float64)
+    base = np.floor(x)
+    integer = x == base
+    ratio = np.where(integer, 1.0, x - base)
+    base = np.where(integer, base - 1, base).astype(np.int64)
+    idxs, weights = [], []
+    for k in range(n):
+        t = np.abs((start + k - ratio) * scale)
+        if mode == "linear":
+            w = np.clip(1 - t, 0, 1)
+        else:
+            w = np.where(t <= 1, (a + 2) * t ** 3 - (a + 3) * t ** 2 + 1,
+                         np.where(t < 2, a * t ** 3 - 5 * a * t ** 2 + 8 * a * t - 4 * a, 0.0))
+        i = base + start + k
+        if exclude:
+            w = np.where((i >= 0) & (i < n_in), w, 0.0)
+        idxs.append(np.clip(i, 0, n_in - 1))
+        weights.append(w)
+    total = sum(weights)
+    total = np.where(total == 0, 1.0, total)
+    return [(i, (w / total).astype(F32)) for i, w in zip(idxs, weights)]
+
+
 def axis_taps(mode: str, ctm: str, nearest: str, n_in: int, n_out: int, scale: float, roi, a: float,
-              exclude_outside: bool) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
+              exclude_outside: bool, antialias: bool = False
+              ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
     """[(input index per output, weight per output)] and, for tf_crop_and_resize, the outside mask."""
     xo = _source_coords(ctm, n_in, n_out, scale, roi)
     outside = None
     if ctm == "tf_crop_and_resize":
         outside = (xo < 0) | (xo > F32(n_in - 1))
+    if antialias and mode != "nearest" and scale < 1:
+        return _antialias_taps(mode, xo, n_in, scale, a, exclude_outside), outside
     if mode == "nearest":
         idx = np.clip(_nearest(xo, nearest, scale < 1), 0, n_in - 1).astype(np.int64)
         return [(idx, np.ones(n_out, F32))], outside
@@ -169,8 +201,7 @@ def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tenso
         outs = [int(math.floor(float(F32(n) * F32(s)))) for n, s in zip(in_sizes, sc)]
     else:
         raise fail(ctx, "one of scales and sizes is required")
-    if ctx.attr("antialias", 0) and mode != "nearest" and any(s < 1 for s in sc):
-        raise fail(ctx, "antialiased downsampling is not supported")
+    antialias = bool(ctx.attr("antialias", 0))
     a = float(ctx.attr("cubic_coeff_a", -0.75))
     exclude = bool(ctx.attr("exclude_outside", 0))
     extrapolation = float(ctx.attr("extrapolation_value", 0.0))
@@ -184,7 +215,7 @@ def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tenso
             rj = (float(roi[j]), float(roi[j + len(axes)]))
         if n_out == n_in and sc[j] == 1 and ctm != "tf_crop_and_resize":
             continue
-        taps, outside = axis_taps(mode, ctm, nearest, n_in, n_out, sc[j], rj, a, exclude)
+        taps, outside = axis_taps(mode, ctm, nearest, n_in, n_out, sc[j], rj, a, exclude, antialias)
         work = _apply(work, axis, taps, outside, extrapolation)
     if work.dtype != x.dtype:
         work = work.round().cast(x.dtype)
@@ -213,3 +244,132 @@ def upsample_op(ctx: OpContext) -> Tensor:
     if scales is None:
         raise fail(ctx, "scales are required")
     return resize(ctx, x, list(scales), None, None, legacy=True)
+
+
+# -- GridSample: sampling positions come from a runtime tensor, so indices are computed in the graph --------
+
+def _reflect(x: Tensor, lo: float, hi: float) -> Tensor:
+    """Fold x into [lo, hi] by reflecting at the borders as often as needed."""
+    span = hi - lo
+    below, above = x.lt(lo), x.gt(hi)
+    dx = below.where(x.neg().add(lo), x.sub(hi))
+    n = dx.mul(1.0 / span).floor() if span > 0 else dx.mul(0.0)
+    r = dx.sub(n.mul(span))
+    even = n.mod(2.0).eq(0)
+    from_lo, from_hi = r.add(lo), r.neg().add(hi)
+    folded = below.where(even.where(from_lo, from_hi), even.where(from_hi, from_lo))
+    return (below | above).where(folded, x)
+
+
+def _grid_taps(mode: str, xi: Tensor) -> list[tuple[Tensor, Tensor | None]]:
+    """(float position of each tap, its weight) along one axis."""
+    if mode == "nearest":
+        return [(xi, None)]
+    x0 = xi.floor()
+    t = xi.sub(x0)
+    if mode == "linear":
+        return [(x0, t.neg().add(1)), (x0.add(1), t)]
+    a = -0.75
+    t1, t2, u, u1 = t.add(1), t.neg().add(2), t.neg().add(1), t
+    c0 = t1.mul(a).sub(5 * a).mul(t1).add(8 * a).mul(t1).sub(4 * a)
+    c1 = u1.mul(a + 2).sub(a + 3).mul(u1).mul(u1).add(1)
+    c2 = u.mul(a + 2).sub(a + 3).mul(u).mul(u).add(1)
+    c3 = t2.mul(a).sub(5 * a).mul(t2).add(8 * a).mul(t2).sub(4 * a)
+    return [(x0.sub(1), c0), (x0, c1), (x0.add(1), c2), (x0.add(2), c3)]
+
+
+@op("GridSample")
+def grid_sample_op(ctx: OpContext) -> Tensor:
+    x, grid = need(ctx, 0), need(ctx, 1)
+    r = x.ndim - 2
+    if r < 1 or grid.ndim != x.ndim or grid.shape[-1] != r or grid.shape[0] != x.shape[0]:
+        raise fail(ctx, "grid must be (N, *out_spatial, spatial_rank) for X (N, C, *spatial)")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(_str(ctx, "mode", "linear"), _str(ctx, "mode", "linear"))
+    padding = _str(ctx, "padding_mode", "zeros")
+    if mode not in ("linear", "nearest", "cubic") or padding not in ("zeros", "border", "reflection"):
+        raise fail(ctx, f"unsupported mode {mode!r} / padding_mode {padding!r}")
+    align = bool(ctx.attr("align_corners", 0))
+    n, c = x.shape[:2]
+    dims = x.shape[2:]
+    outs = grid.shape[1:-1]
+    q = math.prod(outs)
+    g = grid.cast(DType.float32).reshape((n, q, r))
+    per_dim = []
+    for i, d in enumerate(dims):
+        gi = g.shrink([(0, n), (0, q), (r - 1 - i, r - i)]).reshape((n, q))
+        xi = gi.add(1).mul((d - 1) / 2) if align else gi.add(1).mul(d / 2).sub(0.5)
+        lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
+        if mode == "nearest":
+            xi = xi.round()
+        outside = xi.lt(lo) | xi.gt(hi)
+        if padding == "border":
+            xi = outside.where(xi.maximum(0.0).minimum(d - 1.0), xi)
+        elif padding == "reflection":
+            xi = outside.where(_reflect(xi, lo, hi), xi)
+        taps = []
+        for pos, w in _grid_taps(mode, xi):
+            if padding == "zeros":
+                ok = pos.ge(0) & pos.lt(d)
+                w = ok.cast(DType.float32) if w is None else ok.where(w, Tensor.full(w.shape, 0.0, w.dtype))
+            elif padding == "reflection":
+                pos = _reflect(pos, lo, hi).cast(DType.int64).cast(DType.float32)
+            idx = pos.maximum(0.0).minimum(d - 1.0).cast(DType.int64)
+            taps.append((idx, w))
+        per_dim.append(taps)
+    strides = [math.prod(dims[i + 1:]) for i in range(r)]
+    flat = x.reshape((n, c, math.prod(dims)))
+    out = None
+    for combo in itertools.product(*per_dim):
+        lin, w = None, None
+        for (idx, wi), s in zip(combo, strides):
+            term = idx.mul(s) if s != 1 else idx
+            lin = term if lin is None else lin.add(term)
+            if wi is not None:
+                w = wi if w is None else w.mul(wi)
+        sample = flat.gather(lin.reshape((n, 1, q)).expand((n, c, q)), 2)
+        if w is not None:
+            sample = sample.mul(w.cast(x.dtype).reshape((n, 1, q)).expand((n, c, q)))
+        out = sample if out is None else out.add(sample)
+    return out.reshape((n, c) + tuple(outs))
+
+
+@op("AffineGrid")
+def affine_grid_op(ctx: OpContext) -> Tensor:
+    theta = need(ctx, 0)
+    size = ctx.const(1)
+    if size is None or size.size not in (4, 5):
+        raise fail(ctx, "size must be a constant (N, C, H, W) or (N, C, D, H, W)")
+    size = [int(v) for v in size.reshape(-1)]
+    r = len(size) - 2
+    n, spatial = size[0], size[2:]
+    if theta.shape != (n, r, r + 1):
+        raise fail(ctx, f"theta must be ({n}, {r}, {r + 1})")
+    align = bool(ctx.attr("align_corners", 0))
+    axes = [np.linspace(-1, 1, d) if align else (2 * np.arange(d) + 1) / d - 1 for d in spatial]
+    # homogeneous positions (x, y[, z], 1) with x along the last spatial dim
+    mesh = np.meshgrid(*axes, indexing="ij")
+    base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(math.prod(spatial))], axis=1)
+    pts = Tensor.const(base.astype(np.float32)).cast(theta.dtype)
+    grid = pts.reshape((1,) + pts.shape).expand((n,) + pts.shape).matmul(theta.transpose())
+    return grid.reshape((n,) + tuple(spatial) + (r,))
+
+
+@op("CenterCropPad")
+def center_crop_pad_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    shape = ctx.const(1)
+    if shape is None:
+        raise fail(ctx, "shape must be constant")
+    axes = [a % x.ndim for a in (ctx.attr("axes") or range(x.ndim))]
+    target = [int(v) for v in shape.reshape(-1)]
+    if len(target) != len(axes):
+        raise fail(ctx, "shape must have one value per axis")
+    pads = [(0, 0)] * x.ndim
+    for a, t in zip(axes, target):
+        diff = t - x.shape[a]
+        if diff >= 0:
+            pads[a] = (diff // 2, diff - diff // 2)
+        else:
+            start = -diff // 2
+            pads[a] = (-start, -(-diff - start))
+    return x.pad(pads)

@@ -1,8 +1,14 @@
-"""LSTM with a fixed sequence length, unrolled over time steps."""
+"""Recurrent ops (LSTM, GRU, RNN) with a fixed sequence length, unrolled over time steps.
+
+The input projection of all steps is one matmul per direction; each step adds
+one recurrent matmul and the gate arithmetic.
+"""
 
 from __future__ import annotations
 
-from ..ir import Tensor
+from dataclasses import dataclass
+
+from ..ir import DType, Tensor
 from .ops_nn_util import apply_activation, concat, fail, need, wants
 from .registry import OpContext, op
 
@@ -31,24 +37,32 @@ def activations(ctx: OpContext, defaults: list[str], dirs: int):
     return [fns[d * k:(d + 1) * k] for d in range(dirs)]
 
 
-def _rows(t: Tensor, lo: int, hi: int) -> Tensor:
+def _cols(t: Tensor, lo: int, hi: int) -> Tensor:
     """Columns [lo, hi) of the last dim."""
     return t.shrink([(0, s) for s in t.shape[:-1]] + [(lo, hi)])
 
 
-def _state(ctx: OpContext, i: int, layout: int, dirs: int, batch: int, hidden: int, dtype) -> list[Tensor]:
-    t = ctx.input(i)
-    if t is None:
-        return [Tensor.full((batch, hidden), 0, dtype)] * dirs
-    if layout == 1:
-        t = t.permute([1, 0, 2])
-    return [t.shrink([(d, d + 1), (0, batch), (0, hidden)]).reshape((batch, hidden)).cast(dtype)
-            for d in range(dirs)]
+def _clip(t: Tensor, v: float | None) -> Tensor:
+    return t if v is None else t.maximum(-v).minimum(v)
 
 
-@op("LSTM")
-def lstm_op(ctx: OpContext) -> list[Tensor | None]:
+@dataclass
+class _Rnn:
+    x: Tensor  # (seq, batch, input), layout 0
+    seq: int
+    batch: int
+    hidden: int
+    dirs: int
+    direction: str
+    layout: int
+    dtype: DType
+    clip: float | None
+
+
+def _setup(ctx: OpContext, gates: int) -> _Rnn:
     x, w, r = need(ctx, 0), need(ctx, 1), need(ctx, 2)
+    if x.ndim != 3:
+        raise fail(ctx, "X must be 3-D")
     layout = int(ctx.attr("layout", 0))
     if layout == 1:
         x = x.permute([1, 0, 2])
@@ -59,72 +73,161 @@ def lstm_op(ctx: OpContext) -> list[Tensor | None]:
         raise fail(ctx, f"unknown direction {direction!r}")
     dirs = 2 if direction == "bidirectional" else 1
     hidden = int(ctx.attr("hidden_size", r.shape[-1]))
-    if w.shape[:2] != (dirs, 4 * hidden) or r.shape != (dirs, 4 * hidden, hidden):
-        raise fail(ctx, "W/R shapes do not match hidden_size and direction")
-    lens = ctx.input(4)
-    if lens is not None:
+    if w.shape != (dirs, gates * hidden, x.shape[2]) or r.shape != (dirs, gates * hidden, hidden):
+        raise fail(ctx, "W/R shapes do not match hidden_size, direction and the input size")
+    if ctx.input(4) is not None:
         v = ctx.const(4)
         if v.size and not (v == seq).all():
             raise fail(ctx, "sequence_lens shorter than the sequence are not supported")
-    dt = x.dtype
-    h0 = _state(ctx, 5, layout, dirs, batch, hidden, dt)
-    c0 = _state(ctx, 6, layout, dirs, batch, hidden, dt)
-    b, p = ctx.input(3), ctx.input(7)
     clip = ctx.attr("clip")
+    return _Rnn(x, seq, batch, hidden, dirs, direction, layout, x.dtype, None if clip is None else float(clip))
+
+
+def _state(ctx: OpContext, i: int, s: _Rnn) -> list[Tensor]:
+    t = ctx.input(i)
+    if t is None:
+        return [Tensor.full((s.batch, s.hidden), 0, s.dtype)] * s.dirs
+    if s.layout == 1:
+        t = t.permute([1, 0, 2])
+    return [t.shrink([(d, d + 1), (0, s.batch), (0, s.hidden)]).reshape((s.batch, s.hidden)).cast(s.dtype)
+            for d in range(s.dirs)]
+
+
+def _direction(ctx: OpContext, s: _Rnn, d: int, gates: int, recurrent_bias_cols: int):
+    """(x @ W^T + biases for every step as (seq, batch, G*H), R^T, the recurrent bias columns left out)."""
+    w, r, b = need(ctx, 1), need(ctx, 2), ctx.input(3)
+    gh = gates * s.hidden
+    wd = w.shrink([(d, d + 1), (0, gh), (0, w.shape[2])]).reshape((gh, w.shape[2])).cast(s.dtype)
+    rd = r.shrink([(d, d + 1), (0, gh), (0, s.hidden)]).reshape((gh, s.hidden)).cast(s.dtype)
+    xw = s.x.reshape((s.seq * s.batch, s.x.shape[2])).matmul(wd.transpose()).reshape((s.seq, s.batch, gh))
+    rest = None
+    if b is not None:
+        bd = b.shrink([(d, d + 1), (0, 2 * gh)]).reshape((2 * gh,)).cast(s.dtype)
+        wb, rb = _cols(bd, 0, gh), _cols(bd, gh, 2 * gh)
+        # recurrent bias columns past ``recurrent_bias_cols`` stay with the recurrent term (GRU)
+        if recurrent_bias_cols < gh:
+            rest = _cols(rb, recurrent_bias_cols, gh).reshape((1, gh - recurrent_bias_cols))
+            rb = _cols(rb, 0, recurrent_bias_cols).pad([(0, gh - recurrent_bias_cols)])
+        xw = xw.add(wb.add(rb).reshape((1, 1, gh)).expand(xw.shape))
+    return xw, rd.transpose(), rest
+
+
+def _steps(s: _Rnn, d: int) -> range:
+    forward = s.direction == "forward" or (s.direction == "bidirectional" and d == 0)
+    return range(s.seq) if forward else range(s.seq - 1, -1, -1)
+
+
+def _step_input(xw: Tensor, t: int) -> Tensor:
+    _, batch, gh = xw.shape
+    return xw.shrink([(t, t + 1), (0, batch), (0, gh)]).reshape((batch, gh))
+
+
+def _outputs(ctx: OpContext, s: _Rnn, ys: list[list[Tensor]], finals: list[list[Tensor]]) -> list[Tensor | None]:
+    """Y (seq, dirs, batch, H) and each final state (dirs, batch, H), in the node's layout."""
+    y = None
+    if wants(ctx, 0):
+        per_dir = [concat([v.unsqueeze([0]) for v in out], 0) for out in ys]
+        y = concat([v.unsqueeze([1]) for v in per_dir], 1)
+        if s.layout == 1:
+            y = y.permute([2, 0, 1, 3])
+    outs: list[Tensor | None] = [y]
+    for k, states in enumerate(finals, start=1):
+        if not wants(ctx, k):
+            outs.append(None)
+            continue
+        t = concat([v.unsqueeze([0]) for v in states], 0)
+        outs.append(t.permute([1, 0, 2]) if s.layout == 1 else t)
+    return outs
+
+
+@op("LSTM")
+def lstm_op(ctx: OpContext) -> list[Tensor | None]:
+    s = _setup(ctx, 4)
+    hid, dt = s.hidden, s.dtype
+    h0, c0 = _state(ctx, 5, s), _state(ctx, 6, s)
+    p = ctx.input(7)
     input_forget = bool(ctx.attr("input_forget", 0))
-    acts = activations(ctx, ["Sigmoid", "Tanh", "Tanh"], dirs)
+    acts = activations(ctx, ["Sigmoid", "Tanh", "Tanh"], s.dirs)
     ys, hs, cs = [], [], []
-    for d in range(dirs):
+    for d in range(s.dirs):
         f, g, hact = acts[d]
-        wd = w.shrink([(d, d + 1), (0, 4 * hidden), (0, w.shape[2])]).reshape(w.shape[1:]).cast(dt)
-        rd = r.shrink([(d, d + 1), (0, 4 * hidden), (0, hidden)]).reshape(r.shape[1:]).cast(dt)
-        # the input projection of every step at once: (seq*batch, I) @ (I, 4H)
-        xw = x.reshape((seq * batch, x.shape[2])).matmul(wd.transpose()).reshape((seq, batch, 4 * hidden))
-        if b is not None:
-            bd = b.shrink([(d, d + 1), (0, 8 * hidden)]).reshape((8 * hidden,)).cast(dt)
-            bias = _rows(bd, 0, 4 * hidden).add(_rows(bd, 4 * hidden, 8 * hidden))
-            xw = xw.add(bias.reshape((1, 1, 4 * hidden)).expand(xw.shape))
+        xw, rt, _ = _direction(ctx, s, d, 4, 4 * hid)
         peep = None
         if p is not None:
-            pd = p.shrink([(d, d + 1), (0, 3 * hidden)]).reshape((3 * hidden,)).cast(dt)
-            peep = [_rows(pd, k * hidden, (k + 1) * hidden).reshape((1, hidden)).expand((batch, hidden))
-                    for k in range(3)]
-        rt = rd.transpose()
+            pd = p.shrink([(d, d + 1), (0, 3 * hid)]).reshape((3 * hid,)).cast(dt)
+            peep = [_cols(pd, k * hid, (k + 1) * hid).reshape((1, hid)).expand((s.batch, hid)) for k in range(3)]
         h, c = h0[d], c0[d]
-        steps = range(seq) if (direction == "forward" or (direction == "bidirectional" and d == 0)) \
-            else range(seq - 1, -1, -1)
-        out = [None] * seq
-        for t in steps:
-            xt = xw.shrink([(t, t + 1), (0, batch), (0, 4 * hidden)]).reshape((batch, 4 * hidden))
-            gates = xt.add(h.matmul(rt))
-            gi, go, gf, gc = (_rows(gates, k * hidden, (k + 1) * hidden) for k in range(4))
+        out: list[Tensor] = [None] * s.seq
+        for t in _steps(s, d):
+            gates = _step_input(xw, t).add(h.matmul(rt))
+            gi, go, gf, gc = (_cols(gates, k * hid, (k + 1) * hid) for k in range(4))
             if peep is not None:
                 gi = gi.add(peep[0].mul(c))
                 gf = gf.add(peep[2].mul(c))
-            if clip is not None:
-                gi, gf, gc = (_clip(v, float(clip)) for v in (gi, gf, gc))
-            i_t = f(gi)
-            f_t = i_t.neg().add(1) if input_forget else f(gf)
-            c = f_t.mul(c).add(i_t.mul(g(gc)))
+            i_t = f(_clip(gi, s.clip))
+            f_t = i_t.neg().add(1) if input_forget else f(_clip(gf, s.clip))
+            c = f_t.mul(c).add(i_t.mul(g(_clip(gc, s.clip))))
             if peep is not None:
                 go = go.add(peep[1].mul(c))
-            if clip is not None:
-                go = _clip(go, float(clip))
-            h = f(go).mul(hact(c))
+            h = f(_clip(go, s.clip)).mul(hact(c))
             out[t] = h
-        ys.append(concat([v.unsqueeze([0]) for v in out], 0))
+        ys.append(out)
         hs.append(h)
         cs.append(c)
-    y = concat([v.unsqueeze([1]) for v in ys], 1) if wants(ctx, 0) else None
-    yh = concat([v.unsqueeze([0]) for v in hs], 0) if wants(ctx, 1) else None
-    yc = concat([v.unsqueeze([0]) for v in cs], 0) if wants(ctx, 2) else None
-    if layout == 1:
-        y = y.permute([2, 0, 1, 3]) if y is not None else None
-        yh = yh.permute([1, 0, 2]) if yh is not None else None
-        yc = yc.permute([1, 0, 2]) if yc is not None else None
-    return [y, yh, yc]
+    return _outputs(ctx, s, ys, [hs, cs])
 
 
-def _clip(t: Tensor, v: float) -> Tensor:
-    return t.maximum(-v).minimum(v)
+@op("GRU")
+def gru_op(ctx: OpContext) -> list[Tensor | None]:
+    s = _setup(ctx, 3)
+    hid = s.hidden
+    h0 = _state(ctx, 5, s)
+    linear_before_reset = bool(ctx.attr("linear_before_reset", 0))
+    acts = activations(ctx, ["Sigmoid", "Tanh"], s.dirs)
+    ys, hs = [], []
+    for d in range(s.dirs):
+        f, g = acts[d]
+        xw, rt, rbh = _direction(ctx, s, d, 3, 2 * hid)
+        rzr, rh = _cols(rt, 0, 2 * hid), _cols(rt, 2 * hid, 3 * hid)
+        h = h0[d]
+        out: list[Tensor] = [None] * s.seq
+        for t in _steps(s, d):
+            xt = _step_input(xw, t)
+            zr = _cols(xt, 0, 2 * hid).add(h.matmul(rzr))
+            z = f(_clip(_cols(zr, 0, hid), s.clip))
+            r = f(_clip(_cols(zr, hid, 2 * hid), s.clip))
+            if linear_before_reset:
+                rec = h.matmul(rh)
+                if rbh is not None:
+                    rec = rec.add(rbh.expand(rec.shape))
+                pre = _cols(xt, 2 * hid, 3 * hid).add(r.mul(rec))
+            else:
+                rec = r.mul(h).matmul(rh)
+                if rbh is not None:
+                    rec = rec.add(rbh.expand(rec.shape))
+                pre = _cols(xt, 2 * hid, 3 * hid).add(rec)
+            hh = g(_clip(pre, s.clip))
+            h = z.neg().add(1).mul(hh).add(z.mul(h))
+            out[t] = h
+        ys.append(out)
+        hs.append(h)
+    return _outputs(ctx, s, ys, [hs])
 
+
+@op("RNN")
+def rnn_op(ctx: OpContext) -> list[Tensor | None]:
+    s = _setup(ctx, 1)
+    h0 = _state(ctx, 5, s)
+    acts = activations(ctx, ["Tanh"], s.dirs)
+    ys, hs = [], []
+    for d in range(s.dirs):
+        (f,) = acts[d]
+        xw, rt, _ = _direction(ctx, s, d, 1, s.hidden)
+        h = h0[d]
+        out: list[Tensor] = [None] * s.seq
+        for t in _steps(s, d):
+            h = f(_clip(_step_input(xw, t).add(h.matmul(rt)), s.clip))
+            out[t] = h
+        ys.append(out)
+        hs.append(h)
+    return _outputs(ctx, s, ys, [hs])

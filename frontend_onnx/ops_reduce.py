@@ -1,4 +1,4 @@
-"""Reduce* and ArgMax/ArgMin."""
+"""Reductions: Reduce*, ArgMax/ArgMin, and onnxruntime's fused normalisations and matmuls."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
+from . import registry
 from .importer import with_shape
-from .ops_shape import _axes, _norm_axis
+from .ops_shape import axes_arg, norm_axis
 from .registry import OpContext, op
 
 # the opset where each op's axes moved from an attribute to an input
@@ -65,13 +66,13 @@ _REDUCE = {
 def reduce_op(ctx: OpContext) -> Tensor:
     kind = ctx.node.op_type
     x = ctx.inputs[0]
-    axes = _axes(ctx, _AXES_INPUT_SINCE.get(kind, 18))
+    axes = axes_arg(ctx, _AXES_INPUT_SINCE.get(kind, 18))
     keepdim = bool(ctx.attr("keepdims", 1))
     if not axes:
         if ctx.attr("noop_with_empty_axes", 0):
             return x
         axes = list(range(x.ndim))
-    axes = tuple(sorted({_norm_axis(a, x.ndim) for a in axes}))
+    axes = tuple(sorted({norm_axis(a, x.ndim) for a in axes}))
     shape = [1 if k in axes else s for k, s in enumerate(x.shape)] if keepdim else \
         [s for k, s in enumerate(x.shape) if k not in axes]
     if any(x.shape[a] == 0 for a in axes):
@@ -86,7 +87,7 @@ def reduce_op(ctx: OpContext) -> Tensor:
 @op("ArgMax", "ArgMin")
 def arg_op(ctx: OpContext) -> Tensor:
     x = ctx.inputs[0]
-    axis = _norm_axis(int(ctx.attr("axis", 0)), x.ndim)
+    axis = norm_axis(int(ctx.attr("axis", 0)), x.ndim)
     keepdim = bool(ctx.attr("keepdims", 1))
     last = bool(ctx.attr("select_last_index", 0))
     if x.dtype is DType.bool:
@@ -96,3 +97,85 @@ def arg_op(ctx: OpContext) -> Tensor:
     shape = [1 if k == axis else s for k, s in enumerate(x.shape)] if keepdim else \
         [s for k, s in enumerate(x.shape) if k != axis]
     return with_shape(x.argmax(axis, keepdim, last), shape)
+
+
+# -- com.microsoft fused normalisations and FusedMatMul (onnxruntime's optimised graphs) -------
+
+MS = "com.microsoft"
+
+
+def _norm_last(x: Tensor, eps: float, gamma: Tensor, beta: Tensor | None, rms: bool):
+    """Normalise over the last axis; returns (y, mean or None, inverse std)."""
+    n = x.shape[-1]
+    xc = x.cast(DType.float32)
+    mean = None if rms else xc.sum((-1,), keepdim=True).mul(1.0 / n)
+    centred = xc if rms else xc.sub(mean.expand(x.shape))
+    inv = centred.mul(centred).sum((-1,), keepdim=True).mul(1.0 / n).add(eps).sqrt().recip()
+    y = centred.mul(inv.expand(x.shape)).cast(x.dtype).mul(gamma)
+    if beta is not None:
+        y = y.add(beta)
+    return y, mean, inv
+
+
+@op("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", domain=MS)
+def skip_layer_norm(ctx: OpContext) -> list[Tensor | None]:
+    rms = ctx.node.op_type == "SkipSimplifiedLayerNormalization"
+    x, skip, gamma = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    beta, bias = (None, ctx.input(3)) if rms else (ctx.input(3), ctx.input(4))
+    s = x.add(skip)
+    if bias is not None:
+        s = s.add(bias)
+    y, mean, inv = _norm_last(s, float(ctx.attr("epsilon", 1e-12)), gamma, beta, rms)
+    return [y, mean, inv, s]
+
+
+@op("SimplifiedLayerNormalization")
+def simplified_layer_norm(ctx: OpContext) -> list[Tensor | None]:
+    x, scale = ctx.inputs[0], ctx.inputs[1]
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
+    if axis != x.ndim - 1:
+        lead, n = x.shape[:axis], math.prod(x.shape[axis:])
+        y, _, inv = _norm_last(x.reshape(lead + (n,)), float(ctx.attr("epsilon", 1e-5)),
+                               Tensor.full((n,), 1, x.dtype), None, True)
+        return [y.reshape(x.shape).mul(scale), inv.reshape(lead + (1,) * (x.ndim - axis))]
+    y, _, inv = _norm_last(x, float(ctx.attr("epsilon", 1e-5)), scale, None, True)
+    return [y, inv]
+
+
+@op("FusedMatMul", domain=MS)
+def fused_matmul(ctx: OpContext) -> Tensor:
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    if ctx.attr("transBatchA", 0) or ctx.attr("transBatchB", 0):
+        raise NotImplementedError("FusedMatMul with transBatchA/transBatchB")
+    if ctx.attr("transA", 0):
+        a = a.transpose(-1, -2)
+    if ctx.attr("transB", 0):
+        b = b.transpose(-1, -2)
+    y = a.matmul(b)
+    alpha = float(ctx.attr("alpha", 1.0))
+    return y if alpha == 1.0 else y.mul(alpha)
+
+
+def _activation(x: Tensor, name: str, alpha: float | None, beta: float | None) -> Tensor:
+    if name in ("", "Identity"):
+        return x
+    if name == "Relu":
+        return x.relu()
+    if name == "Tanh":
+        return x.tanh()
+    if name == "Sigmoid":
+        return x.sigmoid()
+    if name == "LeakyRelu":
+        return x.lt(0).where(x.mul(0.01 if alpha is None else alpha), x)
+    if name == "HardSigmoid":
+        return x.mul(0.2 if alpha is None else alpha).add(0.5 if beta is None else beta).maximum(0).minimum(1)
+    raise NotImplementedError(f"activation {name[:40]!r}")
+
+
+@op("FusedGemm", domain=MS)
+def fused_gemm(ctx: OpContext) -> Tensor:
+    gemm = registry.lookup("", "Gemm")
+    if gemm is None:
+        raise NotImplementedError("Gemm")
+    return _activation(gemm(ctx), str(ctx.attr("activation", "")), ctx.attr("activation_alpha"),
+                       ctx.attr("activation_beta"))

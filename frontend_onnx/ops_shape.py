@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor, broadcast_shape
-from .importer import array_dtype, const_tensor
+from .importer import array_dtype, const_tensor, onnx_dtype, sparse_value
 from .registry import OpContext, op
 
 
@@ -16,7 +16,7 @@ def _ints(ctx: OpContext, i: int) -> list[int] | None:
     return None if v is None else [int(x) for x in np.asarray(v).reshape(-1)]
 
 
-def _axes(ctx: OpContext, since: int, index: int = 1) -> list[int] | None:
+def axes_arg(ctx: OpContext, since: int, index: int = 1) -> list[int] | None:
     """``axes`` from the attribute before opset ``since``, from input ``index`` from it on."""
     if ctx.opset < since:
         a = ctx.attr("axes")
@@ -24,7 +24,7 @@ def _axes(ctx: OpContext, since: int, index: int = 1) -> list[int] | None:
     return _ints(ctx, index)
 
 
-def _norm_axis(a: int, rank: int) -> int:
+def norm_axis(a: int, rank: int) -> int:
     if not -rank <= a < rank:
         raise ValueError(f"axis {a} out of range for rank {rank}")
     return a % rank
@@ -43,21 +43,8 @@ def constant(ctx: OpContext) -> Tensor:
     if "value_ints" in ctx.attrs:
         return const_tensor(np.asarray(ctx.attrs["value_ints"], np.int64))
     if "sparse_value" in ctx.attrs:
-        return const_tensor(_sparse_to_dense(ctx.attrs["sparse_value"]))
+        return const_tensor(sparse_value(ctx.attrs["sparse_value"]))
     raise ValueError("Constant without a supported value attribute (string constants are not supported)")
-
-
-def _sparse_to_dense(sp) -> np.ndarray:
-    from onnx import numpy_helper
-
-    values = numpy_helper.to_array(sp.values)
-    indices = numpy_helper.to_array(sp.indices).astype(np.int64)
-    dims = tuple(int(d) for d in sp.dims)
-    dense = np.zeros(math.prod(dims), dtype=values.dtype)
-    if indices.ndim == 2:
-        indices = np.ravel_multi_index(tuple(indices.T), dims)
-    dense[indices.reshape(-1)] = values.reshape(-1)
-    return dense.reshape(dims)
 
 
 @op("ConstantOfShape")
@@ -126,10 +113,10 @@ def flatten(ctx: OpContext) -> Tensor:
 @op("Squeeze")
 def squeeze(ctx: OpContext) -> Tensor:
     x = ctx.inputs[0]
-    axes = _axes(ctx, 13)
+    axes = axes_arg(ctx, 13)
     if axes is None:
         axes = [k for k, s in enumerate(x.shape) if s == 1]
-    axes = [_norm_axis(a, x.ndim) for a in axes]
+    axes = [norm_axis(a, x.ndim) for a in axes]
     for a in axes:
         if x.shape[a] != 1:
             raise ValueError(f"cannot squeeze axis {a} of size {x.shape[a]}")
@@ -139,9 +126,9 @@ def squeeze(ctx: OpContext) -> Tensor:
 @op("Unsqueeze")
 def unsqueeze(ctx: OpContext) -> Tensor:
     x = ctx.inputs[0]
-    axes = _axes(ctx, 13) or []
+    axes = axes_arg(ctx, 13) or []
     n = x.ndim + len(axes)
-    axes = [_norm_axis(a, n) for a in axes]
+    axes = [norm_axis(a, n) for a in axes]
     if len(set(axes)) != len(axes):
         raise ValueError(f"repeated axes {axes}")
     return x.unsqueeze(axes)
@@ -151,7 +138,7 @@ def unsqueeze(ctx: OpContext) -> Tensor:
 def transpose(ctx: OpContext) -> Tensor:
     x = ctx.inputs[0]
     perm = ctx.attr("perm")
-    perm = list(reversed(range(x.ndim))) if perm is None else [_norm_axis(int(p), x.ndim) for p in perm]
+    perm = list(reversed(range(x.ndim))) if perm is None else [norm_axis(int(p), x.ndim) for p in perm]
     if sorted(perm) != list(range(x.ndim)):
         raise ValueError(f"perm {perm} is not a permutation of {x.ndim} axes")
     return x.permute(perm)
@@ -167,7 +154,7 @@ def expand(ctx: OpContext) -> Tensor:
 def concat(xs: list[Tensor], axis: int) -> Tensor:
     """Concatenate along ``axis`` as a sum of zero-padded views (padded areas read 0)."""
     rank = xs[0].ndim
-    axis = _norm_axis(axis, rank)
+    axis = norm_axis(axis, rank)
     for t in xs[1:]:
         if t.ndim != rank or any(a != b for k, (a, b) in enumerate(zip(t.shape, xs[0].shape)) if k != axis):
             raise ValueError(f"concat shapes {[list(t.shape) for t in xs]} differ off axis {axis}")
@@ -194,13 +181,16 @@ def concat(xs: list[Tensor], axis: int) -> Tensor:
 @op("Concat")
 def concat_op(ctx: OpContext) -> Tensor:
     xs = [t for t in ctx.inputs if t is not None]
-    return concat(xs, int(ctx.attr("axis")))
+    axis = ctx.attr("axis", 1 if ctx.opset < 4 else None)
+    if axis is None:
+        raise ValueError("Concat without an axis")
+    return concat(xs, int(axis))
 
 
 @op("Split")
 def split(ctx: OpContext) -> list[Tensor]:
     x = ctx.inputs[0]
-    axis = _norm_axis(int(ctx.attr("axis", 0)), x.ndim)
+    axis = norm_axis(int(ctx.attr("axis", 0)), x.ndim)
     d = x.shape[axis]
     n_out = len(ctx.node.output)
     sizes = [int(s) for s in ctx.attr("split")] if ctx.opset < 13 and ctx.attr("split") is not None else None
@@ -229,7 +219,10 @@ def _slice_params(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
         raise ValueError("slice step 0")
     if start < 0:
         start += dim
-    if end < 0:
+    if end in (2 ** 31 - 1, 2 ** 63 - 1):
+        # INT_MAX means "to the end" in the slicing direction (numpy's None), as onnxruntime reads it
+        end = dim if step > 0 else -1
+    elif end < 0:
         end += dim
     if step > 0:
         start, end = min(max(start, 0), dim), min(max(end, 0), dim)
@@ -250,7 +243,7 @@ def slice_op(ctx: OpContext) -> Tensor:
         starts, ends, axes, steps = _ints(ctx, 1), _ints(ctx, 2), _ints(ctx, 3), _ints(ctx, 4)
     if len(starts) != len(ends):
         raise ValueError("starts and ends differ in length")
-    axes = list(range(len(starts))) if axes is None else [_norm_axis(int(a), x.ndim) for a in axes]
+    axes = list(range(len(starts))) if axes is None else [norm_axis(int(a), x.ndim) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
     if len(set(axes)) != len(axes) or len(axes) != len(starts) or len(steps) != len(starts):
         raise ValueError("bad slice axes or steps")
@@ -277,3 +270,19 @@ def range_op(ctx: OpContext) -> Tensor:
     else:
         vals = start.astype(np.float32) + np.arange(n, dtype=np.float32) * delta.astype(np.float32)
     return const_tensor(vals.astype(dt.np), dt)
+
+
+@op("EyeLike")
+def eye_like(ctx: OpContext) -> Tensor:
+    x = ctx.inputs[0]
+    if x.ndim != 2:
+        raise ValueError(f"EyeLike needs a 2-D input, got rank {x.ndim}")
+    dtype = onnx_dtype(int(ctx.attr("dtype"))) if ctx.attr("dtype") is not None else x.dtype
+    return const_tensor(np.eye(x.shape[0], x.shape[1], int(ctx.attr("k", 0))).astype(dtype.np), dtype)
+
+
+@op("NonZero")
+def nonzero(ctx: OpContext) -> Tensor:
+    """Its output shape depends on the data, so only a constant input is supported."""
+    x = np.asarray(ctx.const(0))
+    return const_tensor(np.array(np.nonzero(x.reshape(x.shape or (1,))), dtype=np.int64).reshape(max(x.ndim, 1), -1))

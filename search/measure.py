@@ -159,4 +159,4 @@ class Measurer:
 
 def _prep_seconds(kernel: Kernel) -> float:
     """Time allowed for the numpy reference of a kernel, on top of the candidate's timeout."""
-    return 1.0 + kernel.flops / 5e7
+    return 0.5 + kernel.flops / 5e7

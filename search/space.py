@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,11 @@ class ScheduleSpace:
     def grid(self) -> dict[str, list[Any]]:
         return {p.name: p.grid() for p in self.params}
 
+    def random(self, rng: random.Random) -> dict[str, Any]:
+        sched = dict(self.default)
+        sched.update({p.name: rng.choice(p.choices) for p in self.params})
+        return sched
+
     def valid(self, schedule: dict[str, Any]) -> bool:
         try:
             return bool(self.backend.valid(self.kernel, schedule))
@@ -142,6 +148,9 @@ class FusionSpace:
 
     def grid(self) -> dict[str, list[Any]]:
         return {edge_name(e): [True, False] for e in self.edges}
+
+    def random(self, rng: random.Random) -> dict[Edge, bool]:
+        return {e: rng.random() < 0.5 for e in self.edges}
 
     def valid(self, decisions: dict[Edge, bool]) -> bool:
         return True

@@ -21,7 +21,7 @@ def default_storage(cache_path: Path) -> str:
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     kwargs = {}
     if url.startswith("sqlite:"):
@@ -70,8 +70,8 @@ def open_study(storage: optuna.storages.BaseStorage, name: str,
                                 load_if_exists=True)
     # trials left running by a tuning process on this host that was killed: fail them
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
-        if host == HOST and isinstance(pid, int) and pid != os.getpid() and not _alive(pid):
+        host, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
+        if host == HOST and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             try:
                 study.tell(t.number, state=TrialState.FAIL)
             except Exception:  # another process got there first
@@ -80,5 +80,5 @@ def open_study(storage: optuna.storages.BaseStorage, name: str,
 
 
 def claim(trial: optuna.Trial) -> None:
-    trial.set_user_attr("host", HOST)
-    trial.set_user_attr("pid", os.getpid())
+    """Mark the trial as this process's, so a rerun can tell a dead owner's trial from a live one."""
+    trial.set_user_attr("owner", f"{HOST}:{os.getpid()}")

@@ -8,6 +8,8 @@ challenger replaces only by winning paired, interleaved runs.
 from __future__ import annotations
 
 import math
+import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,12 +26,14 @@ from .stats import MIN_GAIN, beats
 from .studies import claim
 
 MAX_ASK = 40  # proposals tried per slot before the space counts as exhausted
+ASK_S = 2.0  # and the time they may take
 
 
 class StudyTask:
     def __init__(self, name: str, study: optuna.Study, space: Any, weight: float):
         self.study = study
         self.space = space
+        self.rng = random.Random(name)
         self.state = TaskState(name, weight)
         self.seen: dict[str, tuple[Any, Measurement]] = {}
         self.invalid: set[str] = set()
@@ -45,7 +49,9 @@ class StudyTask:
         raise NotImplementedError
 
     def enqueue_default(self) -> None:
-        if not self.study.get_trials(deepcopy=False):
+        # a grid covers the default anyway (and Optuna's grid would spend a grid point on it)
+        grid = isinstance(self.study.sampler, optuna.samplers.GridSampler)
+        if not grid and not self.study.get_trials(deepcopy=False):
             self.study.enqueue_trial(self.space.encode(self.space.default), skip_if_exists=True)
 
     def previous_best(self) -> Any:
@@ -55,11 +61,19 @@ class StudyTask:
         except ValueError:
             return None
 
+    def _exhausted(self, extra: int = 0) -> bool:
+        return len(self.seen) + len(self.invalid) + extra >= self.space.size
+
     def ask(self, n: int) -> list[tuple[optuna.Trial, Any]]:
+        """Up to ``n`` new valid points; invalid ones are pruned and repeats answered from memory."""
         pending: list[tuple[optuna.Trial, Any]] = []
         keys: set[str] = set()
+        t_end = time.monotonic() + ASK_S
         for _ in range(n):
+            found = False
             for _attempt in range(MAX_ASK):
+                if self._exhausted(len(keys)) or time.monotonic() > t_end:
+                    break
                 trial = self.study.ask()
                 point = self.space.suggest(trial)
                 k = self.key(point)
@@ -74,32 +88,61 @@ class StudyTask:
                     if m is not None and m.ok:
                         self.study.tell(trial, m.median_ns)
                     else:
-                        self.study.tell(trial, state=TrialState.FAIL)
+                        self.study.tell(trial, state=TrialState.PRUNED)
                     continue
                 claim(trial)
                 pending.append((trial, point))
                 keys.add(k)
+                found = True
                 break
-            else:
-                self.state.done = True
+            if not found and not self._exhausted(len(keys)) and time.monotonic() <= t_end:
+                found = self._explore(pending, keys)
+            if not found:
                 break
-        if len(self.seen) + len(keys) + len(self.invalid) >= self.space.size:
+        if not pending:
+            self.state.done = True  # the sampler only proposes what it has seen
+        if self._exhausted(len(keys)):
             self.state.done = True
         return pending
 
+    def _explore(self, pending: list, keys: set[str]) -> bool:
+        """The sampler only proposes points it has seen: hand it a random unseen one instead."""
+        for _ in range(200):
+            point = self.space.random(self.rng)
+            k = self.key(point)
+            if k in self.seen or k in keys or k in self.invalid:
+                continue
+            if not self.space.valid(point):
+                self.invalid.add(k)
+                continue
+            self.study.enqueue_trial(self.space.encode(point))
+            trial = self.study.ask()
+            point = self.space.suggest(trial)
+            claim(trial)
+            pending.append((trial, point))
+            keys.add(self.key(point))
+            return True
+        return False
+
     def tell(self, trial: optuna.Trial | None, point: Any, m: Measurement) -> None:
         """Record a measured point (trial None: measured outside the study)."""
-        self.seen[self.key(point)] = (point, m)
         if m.status != "skipped":
+            self.seen[self.key(point)] = (point, m)
             self.statuses[m.status] = self.statuses.get(m.status, 0) + 1
             self.trials += 1
         if trial is None:
             return
         trial.set_user_attr("status", m.status)
+        if m.message:
+            trial.set_user_attr("message", m.message[:300])
         if m.ok:
             self.study.tell(trial, m.median_ns)
-        else:
+        elif m.status == "skipped":
             self.study.tell(trial, state=TrialState.FAIL)
+        else:
+            # a broken point is told as pruned: TPE ranks pruned trials below every complete one and so
+            # learns to avoid the region, where failed trials would teach it nothing
+            self.study.tell(trial, state=TrialState.PRUNED)
 
     def consider(self, point: Any, m: Measurement, compare: Callable[[list[Any]], list[Measurement]]) -> bool:
         """Make ``point`` the incumbent if it beats it in paired, interleaved runs."""

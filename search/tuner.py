@@ -81,10 +81,10 @@ def graph_signature(graph: Graph) -> str:
 def _fingerprints(backend: Any) -> tuple[Any, Any]:
     from ..cache.fingerprint import Fingerprint, cpu_info, device_fingerprint, toolchain_fingerprint
 
-    try:
-        dev = device_fingerprint(backend.name)
-    except LuminalError:
-        dev = Fingerprint.of(backend.name, {"backend": backend.name, **cpu_info()})
+    # the same keys runtime.compile looks winners up by
+    if backend.name in ("cpu", "cuda"):
+        return device_fingerprint(backend.name), toolchain_fingerprint(backend.name)
+    dev = Fingerprint.of(backend.name, {"backend": backend.name, **cpu_info()})
     return dev, toolchain_fingerprint(backend.name, backend.toolchain())
 
 
@@ -140,6 +140,8 @@ class Tuner:
                 self.report.notes.append(note)
         self.decisions: dict[Edge, bool] = {}
         self._plan_kernels(self.decisions)
+        # seconds the numpy reference of the whole model may take, on top of a candidate's timeout
+        self.model_prep_s = 2.0 + sum(t.kernel.flops * t.count for t in self.tasks.values()) / 2e7
 
     # -- tasks ----------------------------------------------------------------
     def _plan_kernels(self, decisions: dict[Edge, bool]) -> None:
@@ -206,7 +208,7 @@ class Tuner:
     def _fusion_step(self, task: FusionTask, m: Measurer) -> None:
         t0 = time.monotonic()
         scheds = self.schedules()
-        compare = lambda pts: m.measure_model([(d, scheds) for d in pts])
+        compare = lambda pts: m.measure_model([(d, scheds) for d in pts], self.model_prep_s)
         if task.state.trials == 0:
             task.enqueue_default()
             pending = [(None, task.space.default)]
@@ -215,7 +217,7 @@ class Tuner:
         if not pending:
             return
         for trial, dec in pending:
-            r = m.measure_model([(dec, scheds)], deadline=self.clock.deadline)[0]
+            r = m.measure_model([(dec, scheds)], self.model_prep_s, deadline=self.clock.deadline)[0]
             task.tell(trial, dec, r)
             if trial is None:
                 task.default_m = r
@@ -237,7 +239,7 @@ class Tuner:
         need = 2 * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 1.0
         if self.fusion is not None or self.schedules():
             if time.monotonic() + need <= self.clock.deadline and not self.stop():
-                before, after = m.measure_model([({}, {}), (self.decisions, self.schedules())])
+                before, after = m.measure_model([({}, {}), (self.decisions, self.schedules())], self.model_prep_s)
                 self.report.e2e_default_ns = before.median_ns if before.ok else None
                 self.report.e2e_tuned_ns = after.median_ns if after.ok else None
                 if not after.ok:
@@ -349,3 +351,17 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
     report.elapsed_s = time.monotonic() - start
     return report
 
+
+
+def tuned_decisions(graph: Graph, backend: Any, cache: Any) -> dict[Edge, bool]:
+    """The fusion decisions a tuning run found for this graph on this device (empty: the default)."""
+    if isinstance(backend, str):
+        from ..codegen.backend import get_backend
+
+        backend = get_backend(backend)
+    dev, tc = _fingerprints(backend)
+    w = cache.best(f"fusion-{graph_signature(graph)}", dev, tc)
+    if w is None:
+        return {}
+    edges = set(fusible_edges(graph))
+    return {e: False for e in (tuple(x) for x in w.config.get("unfused", [])) if e in edges}

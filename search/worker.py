@@ -9,7 +9,10 @@ from __future__ import annotations
 import faulthandler
 import multiprocessing as mp
 import os
+import pickle
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,11 +36,29 @@ class Cancelled(Exception):
 @dataclass
 class WorkerContext:
     """What a worker needs to rebuild its state: the backend (an object under fork, a name under spawn),
-    the model graph for end-to-end jobs, and the thread count kernels are timed with."""
+    the model graph for end-to-end jobs (pickled bytes under spawn), and the thread count."""
 
     backend: Any
-    graph: Graph | None = None
+    graph: Graph | bytes | None = None
     threads: int | None = None
+
+
+def _deep(fn: Callable[[], Any]) -> Any:
+    """Run fn in a thread with a large stack: pickling a long chain of IR nodes recurses deeply."""
+    out: list[Any] = []
+    old_size = threading.stack_size(512 << 20)
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 200_000))
+    try:
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old_size)
+        sys.setrecursionlimit(old_limit)
+    if not out:
+        raise RuntimeError("could not (un)pickle the model graph")
+    return out[0]
 
 
 def start_method(backend: Any) -> str:
@@ -53,13 +74,16 @@ def _serve(conn: Any, ctx: WorkerContext) -> None:
         os.environ["OMP_NUM_THREADS"] = str(ctx.threads)
         os.environ.setdefault("OMP_DYNAMIC", "false")
     backend = ctx.backend
+    graph = ctx.graph
+    if isinstance(graph, bytes):
+        graph = _deep(lambda: pickle.loads(graph))
     if isinstance(backend, str):
         from ..codegen.backend import get_backend
 
         backend = get_backend(backend)
     from .jobs import JobRunner
 
-    runner = JobRunner(backend, ctx.graph)
+    runner = JobRunner(backend, graph)
     while True:
         try:
             job = conn.recv()
@@ -85,7 +109,10 @@ class Worker:
         parent, child = self.mp.Pipe()
         ctx = self.ctx
         if self.method != "fork" and not isinstance(ctx.backend, str):
-            ctx = WorkerContext(ctx.backend.name, ctx.graph, ctx.threads)
+            graph = ctx.graph
+            if graph is not None and not isinstance(graph, bytes):
+                graph = _deep(lambda: pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
+            ctx = self.ctx = WorkerContext(ctx.backend.name, graph, ctx.threads)
         self.proc = self.mp.Process(target=_serve, args=(child, ctx), daemon=True)
         self.proc.start()
         child.close()

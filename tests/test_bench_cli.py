@@ -225,6 +225,12 @@ shapes = { x = "4x8" }
     assert doc["models"][1]["inputs"]["x"]["shape"] == [4, 8]
     assert doc["settings"]["threads"] == 1 and doc["settings"]["backend"] == "reference"
 
+    # a MODEL that the configuration lists keeps its configured name and shapes
+    res = invoke("bench", "b.onnx", "--runs", "2", "--warmup", "0", "--json", "one.json")
+    assert res.exit_code == 0, res.output
+    (model,) = json.loads((tmp_path / "one.json").read_text())["models"]
+    assert model["name"] == "bee" and model["inputs"]["x"]["shape"] == [4, 8]
+
 
 @pytest.mark.parametrize("args, message", [
     (["missing.onnx", "--backend", "reference"], "model 'missing.onnx' not found"),
@@ -245,6 +251,15 @@ def test_bad_input_is_one_line_and_exit_2(tiny, tmp_path, monkeypatch, args, mes
     assert "Traceback" not in res.output
 
 
+def test_torch_peer_needs_onnx2torch(tiny, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnx2torch", None)  # as if not installed
+    res = invoke("bench", tiny, "--backend", "reference", "--against", "onnxruntime,torch", "--runs", "2")
+    assert res.exit_code == 2
+    assert "--against torch needs the onnx2torch converter, which is not installed" in " ".join(res.output.split())
+
+
 def test_no_model_and_no_config(tmp_path, monkeypatch):
     (tmp_path / ".git").mkdir()
     monkeypatch.chdir(tmp_path)
@@ -257,12 +272,12 @@ def test_cpu_backend_with_kernel_profile_and_tuning_progress(tiny, tmp_path):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = f"sqlite:///{tmp_path / 'studies.db'}"
-    study = optuna.create_study(study_name="k0", storage=storage)
+    # `luminal tune` keeps its studies next to the cache: --html finds them without --storage
+    study = optuna.create_study(study_name="k0", storage=f"sqlite:///{tmp_path / 'studies.db'}")
     study.optimize(lambda t: t.suggest_float("x", 1, 2), n_trials=3)
     out, html = tmp_path / "cpu.json", tmp_path / "cpu.html"
     res = invoke("bench", tiny, "--shape", "batch=4", "--backend", "cpu", "--runs", "4", "--warmup", "0",
-                 "--threads", "1", "--cache", tmp_path / "tuning.db", "--storage", storage, "--json", out,
+                 "--threads", "1", "--cache", tmp_path / "tuning.db", "--json", out,
                  "--html", html)
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())

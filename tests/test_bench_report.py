@@ -12,7 +12,7 @@ from luminal.cli.bench_report import render_html
 from luminal.cli.bench_svg import bar_plot, distribution_plot, line_plot, nice_ticks
 from luminal.cli.bench_tuning import tuning_progress
 from luminal.cli.benchlib import normalize_kernel_times, profile_kernels, sanitize
-from luminal.cli.junit import JUnitCase, junit_xml, write_junit
+from luminal.cli.junit import JUnitCase, check_cases, junit_xml, write_junit
 from luminal.errors import LuminalError
 
 
@@ -38,6 +38,22 @@ def test_junit_counts_and_escaping(tmp_path):
     assert got["vit"].find("error").text == "cannot import: \ufffdbad byte"
     assert got["resnet"].find("skipped") is not None
     assert junit_xml("s", []).count("<testsuite ") == 1
+
+
+def test_junit_cases_from_check_reports():
+    from luminal.cli.modelcheck import CheckReport, OutputCheck
+
+    good = CheckReport("m/a.onnx", "cpu", 1e-4, 1e-3, 0, {}, [OutputCheck("y", [2], "float32", 0.0, 0.0, True)],
+                       {"import": 0.5, "cpu": 0.25}, ["opset 99 is new"])
+    bad = CheckReport("m/b.onnx", "cpu", 1e-4, 1e-3, 0, {},
+                      [OutputCheck("y", [2], "float32", 0.5, 0.1, False),
+                       OutputCheck("z", [2], "int64", 1.0, 0.0, False, "1 elements differ (max 1)")])
+    a, b = check_cases([good, bad])
+    assert (a.name, a.classname, a.time_s, a.failure, a.output) == ("a.onnx", "luminal.check.cpu", 0.75, None,
+                                                                      "opset 99 is new")
+    assert b.failure == "output 'y': max abs err 0.5, max rel err 0.1\noutput 'z': 1 elements differ (max 1)"
+    root = ET.fromstring(junit_xml("luminal check", [a, b]))
+    assert root.attrib["failures"] == "1"
 
 
 def test_svg_plots_are_well_formed_and_escape_labels():
@@ -72,6 +88,8 @@ def test_tuning_progress_from_optuna_storage(tmp_path):
     assert progress[0]["best"] == [[0, 5.0], [1, 3.0], [2, 3.0], [3, 1.0]]
     assert progress[0]["trials"][2] == [2, 4.0]
     assert tuning_progress(str(tmp_path / "studies.db"))[1]["best"] == [[0, 2.0]]  # a bare file path works
+    with pytest.raises(LuminalError, match="not found"):
+        tuning_progress(str(tmp_path / "typo.db"))
     (tmp_path / "junk.db").write_text("not a database")
     with pytest.raises(LuminalError, match="cannot read the Optuna storage"):
         tuning_progress(str(tmp_path / "junk.db"))

@@ -189,3 +189,17 @@ def test_closed_cache_errors_cleanly(tmp_path: Path):
         c.best("k", DEV, TC)
     with pytest.raises(LuminalError, match="closed"):
         c.record_trial("k", DEV, TC, {}, "ok")
+
+
+def test_nested_failure_rolls_back_only_itself(cache: TuningCache):
+    with cache.transaction():
+        cache.record_trial("k", DEV, TC, {"i": 1}, "ok", [10])
+        try:
+            with cache.transaction():
+                cache.record_trial("k", DEV, TC, {"i": 2}, "ok", [20])
+                raise RuntimeError("inner")
+        except RuntimeError:
+            pass
+        assert cache.prune(failed=False, other_toolchains="none", dry_run=True).trials == 1
+    assert [t.config for t in cache.trials("k")] == [{"i": 1}]
+    assert cache.fingerprints()[DEV.key]["kind"] == "device"

@@ -96,6 +96,9 @@ def _lines(path: Path) -> list[str]:
     (lambda ls: ['{"format": "something-else", "version": 1}'] + ls[1:], "line 1: not a luminal tuning cache export"),
     (lambda ls: [json.dumps({"format": FORMAT, "version": 99})] + ls[1:], "line 1: export format version 99"),
     (lambda ls: [], "empty"),
+    (lambda ls: ls[:5] + [ls[5].replace('"config":{', '"config":{"x":NaN,')] + ls[6:], "line 6: NaN is not"),
+    (lambda ls: ls + ['{"type": "trial", "n": ' + "9" * 5000 + "}"], "line 12: not JSON"),
+    (lambda ls: ls + ["[" * 100_000 + "]" * 100_000], "line 12: not JSON"),
 ])
 def test_bad_file_changes_nothing(tmp_path: Path, damage, match):
     with TuningCache(tmp_path / "a.db") as a:
@@ -126,3 +129,25 @@ def test_missing_and_binary_files(tmp_path: Path):
             b.import_(tmp_path / "broken.gz")
         with pytest.raises(LuminalError, match="cannot write"):
             b.export(tmp_path / "no" / "such" / "dir" / "x.jsonl")
+
+
+def test_hand_written_minimal_file(tmp_path: Path):
+    """Optional fields may be left out; the format is documented, not just whatever export writes."""
+    lines = [
+        {"format": FORMAT, "version": FORMAT_VERSION},
+        {"type": "trial", "uid": "u1", "signature": "s", "device": "d", "toolchain": "t", "config": {"b": 1},
+         "status": "ok", "median_ns": 50, "n_samples": 1, "created_at": "2026-03-01T10:00:00.000000Z"},
+        {"type": "trial", "uid": "u2", "signature": "s", "device": "d", "toolchain": "t", "config": {"b": 2},
+         "status": "timeout", "n_samples": 0, "created_at": "2026-03-01T10:00:01.000000Z"},
+        {"type": "winner", "signature": "s", "device": "d", "toolchain": "t", "config": {"b": 1}, "median_ns": 50,
+         "updated_at": "2026-03-01T10:00:02.000000Z"},
+    ]
+    f = tmp_path / "hand.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    with TuningCache(tmp_path / "c.db") as c:
+        r = c.import_(f)
+        assert (r.trials_added, r.winners_added) == (2, 1)
+        w = c.best("s", "d", "t")
+        assert w.config == {"b": 1} and w.n_trials == 2 and w.speedup is None
+        t1, t2 = c.trials("s")
+        assert (t1.median_ns, t1.p10_ns, t1.samples) == (50, None, None) and t2.status == "timeout"

@@ -85,6 +85,14 @@ def test_four_writers_lose_nothing(tmp_path: Path):
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w), "200"], env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(4)]
     for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    lookups = 0
+    while any(p.poll() is None for p in procs) or not lookups:  # a reader meanwhile: never blocked, never wrong
+        with TuningCache(path, readonly=True) as c:
+            w = c.best("sig0", "dev", "tc")
+            assert w is None or w.median_ns <= 1_000_000
+            lookups += 1
+    for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     assert _consistent(path) == 800

@@ -144,8 +144,8 @@ def test_inspect_json(embed_model):
     assert data["inputs"] == [{"name": "ids", "dtype": "int64", "shape": [2, 5]}]
     assert {o["name"]: o["shape"] for o in data["outputs"]} == {"probs": [2, 5, 3], "best": [2, 5]}
     assert data["primitive_nodes_after"] == sum(data["primitives_after_passes"].values()) > 0
-    if data["primitives_before_passes"] is not None:
-        assert data["primitive_nodes_before"] >= data["primitive_nodes_after"]
+    assert data["primitive_nodes_before"] == sum(data["primitives_before_passes"].values())
+    assert data["primitive_nodes_before"] >= data["primitive_nodes_after"]
 
 
 def test_luminal_entry_point_check(embed_model):

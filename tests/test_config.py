@@ -158,3 +158,33 @@ def test_value_parsers():
     for bad in ("-5%", "x%", None, False):
         with pytest.raises(LuminalError):
             parse_fraction(bad)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/ci.md"])
+def test_documented_examples_parse(tmp_path, doc):
+    import re
+    import tomllib
+
+    from luminal.config import parse_config
+
+    text = (Path(__file__).resolve().parent.parent / doc).read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert blocks
+    for block in blocks:
+        table = tomllib.loads(block)["tool"]["luminal"]
+        for m in table.get("models", []):
+            _touch(tmp_path / m["path"])
+        cfg = parse_config(table, tmp_path / "pyproject.toml")
+        assert cfg.models and cfg.max_regression == pytest.approx(0.05)
+
+
+def test_ci_example_configuration(small_models):
+    """.ci/luminal.toml, which .ci/run checks, names example models that exist (small_models exports them)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    models = configured_models(path=repo / ".ci" / "luminal.toml")
+    assert {m.path.name for m in models} <= set(small_models)
+    assert all(m.shapes for m in models)
+    assert find_config_file(repo / ".ci") == repo / ".ci" / "luminal.toml"
+    assert subprocess.run(["bash", "-n", str(repo / ".ci" / "run")]).returncode == 0

@@ -21,7 +21,10 @@ from luminal.errors import LuminalError
 from luminal.frontend_onnx import load, registry
 
 MODULES = ("ops_elementwise", "ops_shape", "ops_reduce", "ops_control")
-MINE = sorted({n for (_, n), fn in registry.REGISTRY.items() if fn.__module__.rsplit(".", 1)[-1] in MODULES})
+MINE = sorted({n for (d, n), fn in registry.REGISTRY.items() if fn.__module__.rsplit(".", 1)[-1] in MODULES and not d})
+# ops the suite tests only inside multi-node cases ("expanded" here; test_frontend_control.py covers them)
+NO_OWN_CASE = {"ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+               "SequenceLength", "SimplifiedLayerNormalization"}
 
 
 @functools.cache
@@ -74,24 +77,25 @@ def _array(v) -> np.ndarray:
 
 def _import(model: onnx.ModelProto, ins: list[np.ndarray]):
     """Node tests feed axes/shapes as inputs; real models carry them as initializers, so
-    bake the inputs the importer needs constant into initializers."""
+    bake the inputs the importer needs constant into initializers: integer inputs first,
+    then all of them (Range, NonZero)."""
     names = [vi.name for vi in model.graph.input]
     feeds = dict(zip(names, ins))
-    try:
-        return load(model), feeds
-    except LuminalError as e:
-        if "must be constant" not in str(e):
-            raise
-    baked = onnx.ModelProto()
-    baked.CopyFrom(model)
-    kinds = "iu" if not any(n.op_type == "Range" for n in model.graph.node) else "iufV"
-    fixed = {k: v for k, v in feeds.items() if v.dtype.kind in kinds}
-    keep = [vi for vi in baked.graph.input if vi.name not in fixed]
-    del baked.graph.input[:]
-    baked.graph.input.extend(keep)
-    for k, v in fixed.items():
-        baked.graph.initializer.append(numpy_helper.from_array(v, k))
-    return load(baked), {k: v for k, v in feeds.items() if k not in fixed}
+    for kinds in ("", "iu", "iufbV"):
+        fixed = {k: v for k, v in feeds.items() if isinstance(v, np.ndarray) and v.dtype.kind in kinds}
+        baked = onnx.ModelProto()
+        baked.CopyFrom(model)
+        keep = [vi for vi in baked.graph.input if vi.name not in fixed]
+        del baked.graph.input[:]
+        baked.graph.input.extend(keep)
+        for k, v in fixed.items():
+            baked.graph.initializer.append(numpy_helper.from_array(v, k))
+        try:
+            return load(baked), {k: v for k, v in feeds.items() if k not in fixed}
+        except LuminalError as e:
+            if "must be constant" not in str(e) or kinds == "iufbV":
+                raise
+    raise AssertionError("unreachable")
 
 
 def _close(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> None:
@@ -107,12 +111,12 @@ def _close(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> None:
 
 def _run(case) -> None:
     ins, outs = case.data_sets[0]
-    ins, outs = [_array(v) for v in ins], [_array(v) for v in outs]
     if _unsupported(case.model):
         with pytest.raises(LuminalError) as e:
-            _import(case.model, ins)
+            _import(case.model, [v if isinstance(v, list) else _array(v) for v in ins])
         assert "\n" not in str(e.value)
         return
+    ins, outs = [_array(v) for v in ins], [_array(v) for v in outs]
     r, feeds = _import(case.model, ins)
     got = ir.run_reference(r.graph, {k: v for k, v in feeds.items() if k in r.graph.input_names})
     assert len(got) == len(outs)
@@ -121,19 +125,15 @@ def _run(case) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", MINE + ["expanded"])
+@pytest.mark.parametrize("group", [op for op in MINE if op not in NO_OWN_CASE] + ["expanded"])
 def test_backend_node(group):
+    cases = _cases().get(group, [])
+    assert cases, f"the backend suite has no case for {group}"
     failures = []
-    for case in _cases().get(group, []):
+    for case in cases:
         try:
             _run(case)
         except Exception as e:  # collect them all: one line per failing case
             failures.append(f"{case.name}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}")
     assert not failures, "\n".join(failures)
 
-
-@pytest.mark.slow
-def test_every_op_has_backend_cases():
-    """Ops the backend suite has no single-node case for, so the tests above cover them only indirectly."""
-    untested = {op for op in MINE if op not in _cases()}
-    assert untested <= {"Shrink", "If", "Celu", "Identity"} | untested & {"CastLike"}, sorted(untested)

@@ -75,3 +75,107 @@ def test_if_runtime_condition_with_different_shapes_is_refused():
                  extra_inputs={"flag": np.array(True)})
     with pytest.raises(LuminalError, match="If.*different shapes"):
         load(m)
+
+
+def _loop_model(trip, cond_init, body_nodes, body_outputs, carried_init, opset=17, feeds=None):
+    body_inputs = [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                   helper.make_tensor_value_info("c_in", TensorProto.BOOL, [])]
+    body_inputs += [helper.make_empty_tensor_value_info(f"v{k}_in") for k in range(len(carried_init))]
+    body = helper.make_graph(body_nodes, "body", body_inputs,
+                             [helper.make_empty_tensor_value_info(o) for o in body_outputs])
+    inits = {"trip": np.array(trip, np.int64), "cond": np.array(cond_init)}
+    inits.update({f"init{k}": v for k, v in enumerate(carried_init) if k})
+    names = ["trip", "cond", "x"] + [f"init{k}" for k in range(1, len(carried_init))]
+    outs = [f"out{k}" for k in range(len(body_outputs) - 1)]
+    node = helper.make_node("Loop", names, outs, body=body)
+    return make_model([node], feeds or {"x": carried_init[0]}, inits, outputs=outs, opset=opset)
+
+
+def test_loop_with_trip_count_and_scan_output():
+    x = X.copy()
+    body = [helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["v0_in", "fi"], ["v0_out"]),
+            helper.make_node("Mul", ["v0_out", "v0_out"], ["scan"])]
+    m = _loop_model(4, True, body, ["c_out", "v0_out", "scan"], [x])
+    assert_matches(m, {"x": x}, rtol=1e-5)
+
+
+def test_loop_stopped_by_condition():
+    x = np.array([1.0, 2.0], np.float32)
+    body = [helper.make_node("Less", ["i", "k"], ["c_out"]),
+            helper.make_node("Mul", ["v0_in", "two"], ["v0_out"]),
+            helper.make_node("Add", ["v1_in", "one"], ["v1_out"])]
+    m = _loop_model(100, True, body, ["c_out", "v0_out", "v1_out"], [x, np.array(0, np.int64)])
+    m.graph.initializer.extend([helper.make_tensor("k", TensorProto.INT64, [], [3]),
+                                helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+                                helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    assert_matches(m, {"x": x})
+
+
+def test_loop_with_runtime_condition_is_refused():
+    x = np.array([1.0, -2.0], np.float32)
+    body = [helper.make_node("ReduceSum", ["v0_in"], ["s"], keepdims=0),
+            helper.make_node("Less", ["s", "zero"], ["c_out"]),
+            helper.make_node("Neg", ["v0_in"], ["v0_out"])]
+    m = _loop_model(5, True, body, ["c_out", "v0_out"], [x])
+    m.graph.initializer.append(helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]))
+    with pytest.raises(LuminalError, match="Loop condition .computed by its body. must be known"):
+        load(m)
+
+
+def test_sequence_ops():
+    x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=1, keepdims=0),
+             helper.make_node("SequenceLength", ["seq"], ["n"]),
+             helper.make_node("SequenceErase", ["seq", "zero"], ["seq2"]),
+             helper.make_node("SequenceInsert", ["seq2", "x0"], ["seq3"]),
+             helper.make_node("SequenceAt", ["seq3", "minus1"], ["last"]),
+             helper.make_node("ConcatFromSequence", ["seq3"], ["stacked"], axis=1, new_axis=1),
+             helper.make_node("SplitToSequence", ["x", "two"], ["chunks"], axis=0),
+             helper.make_node("ConcatFromSequence", ["chunks"], ["back"], axis=0),
+             helper.make_node("SequenceConstruct", ["x", "back"], ["pair"]),
+             helper.make_node("ConcatFromSequence", ["pair"], ["cat"], axis=-1)]
+    inits = {"zero": np.array(0, np.int64), "minus1": np.array(-1, np.int64), "two": np.array(3, np.int64),
+             "x0": np.ones(4, np.float32)}
+    m = make_model(nodes, {"x": x}, inits, outputs=["n", "last", "stacked", "back", "cat"])
+    assert_matches(m, {"x": x})
+
+
+def test_sequence_graph_output_is_refused():
+    x = np.ones((2, 2), np.float32)
+    m = make_model([helper.make_node("SequenceConstruct", ["x", "x"], ["s"])], {"x": x})
+    with pytest.raises(LuminalError, match="sequence"):
+        load(m)
+
+
+@pytest.mark.parametrize("in_axis,in_dir,out_axis,out_dir", [(0, 0, 0, 0), (1, 1, 1, 0), (0, 0, -1, 1)])
+def test_scan_cumulative_sum(in_axis, in_dir, out_axis, out_dir):
+    rng = np.random.default_rng(7)
+    seq = rng.standard_normal((4, 5, 3) if in_axis == 0 else (5, 4, 3)).astype(np.float32)
+    state0 = np.zeros((5, 3) if in_axis == 0 else (5, 3), np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Mul", ["s_out", "x_t"], ["y_t"])],
+        "body", [helper.make_empty_tensor_value_info("s_in"), helper.make_empty_tensor_value_info("x_t")],
+        [helper.make_empty_tensor_value_info("s_out"), helper.make_empty_tensor_value_info("y_t")])
+    node = helper.make_node("Scan", ["s0", "seq"], ["s_final", "ys"], body=body, num_scan_inputs=1,
+                            scan_input_axes=[in_axis], scan_input_directions=[in_dir],
+                            scan_output_axes=[out_axis], scan_output_directions=[out_dir])
+    m = make_model([node], {"s0": state0, "seq": seq}, outputs=["s_final", "ys"], opset=16)
+    assert_matches(m, {"s0": state0, "seq": seq}, rtol=1e-5, atol=1e-5)
+
+
+def test_scan_opset8_batched():
+    rng = np.random.default_rng(8)
+    seq = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    state0 = rng.standard_normal((2, 4)).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "body", [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [4]),
+                 helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [4])])
+    node = helper.make_node("Scan", ["", "s0", "seq"], ["s_final", "ys"], body=body, num_scan_inputs=1,
+                            directions=[1])
+    m = make_model([node], {"s0": state0, "seq": seq}, outputs=["s_final", "ys"], opset=8)
+    assert_matches(m, {"s0": state0, "seq": seq}, rtol=1e-5, atol=1e-5)

@@ -98,10 +98,14 @@ def test_logic(op_type):
     assert_matches(make_model(node(op_type, 2), {"x0": a, "x1": b}), {"x0": a, "x1": b})
 
 
-def test_equal_bool_and_nan():
-    a = np.array([1.0, np.nan, 2.0, np.inf], np.float32)
-    b = np.array([1.0, np.nan, 3.0, np.inf], np.float32)
-    assert_matches(make_model(node("Equal", 2), {"x0": a, "x1": b}), {"x0": a, "x1": b})
+@pytest.mark.parametrize("op_type", ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"])
+def test_compare_nan(op_type):
+    a = np.array([1.0, np.nan, 2.0, np.inf, np.nan, 1.0], np.float32)
+    b = np.array([1.0, np.nan, 3.0, np.inf, 0.0, np.nan], np.float32)
+    assert_matches(make_model(node(op_type, 2), {"x0": a, "x1": b}, opset=16), {"x0": a, "x1": b})
+
+
+def test_equal_bool():
     p, q = np.array([True, False, True]), np.array([True, True, False])
     assert_matches(make_model(node("Equal", 2), {"x0": p, "x1": q}, opset=19), {"x0": p, "x1": q})
 
@@ -187,3 +191,27 @@ def test_half_precision_chain():
     x = f32(4, 4).astype(np.float16)
     nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Add", ["e", "x"], ["y"])]
     assert_matches(make_model(nodes, {"x": x}), {"x": x}, rtol=2e-3, atol=2e-3)
+
+
+def test_integer_shape_arithmetic_is_exact_beyond_float32():
+    big = np.array([2 ** 40 + 7, -(2 ** 35) - 3, 9], np.int64)
+    d = np.array([3, 7, -2], np.int64)
+    nodes = [helper.make_node("Div", ["a", "d"], ["q"]), helper.make_node("Pow", ["d", "two"], ["p"]),
+             helper.make_node("Add", ["q", "x"], ["y"])]
+    x = np.zeros(3, np.int64)
+    m = make_model(nodes, {"x": x}, {"a": big, "d": d, "two": np.array(2, np.int64)}, outputs=["y", "p"])
+    y, p = run_ours(m, {"x": x})
+    np.testing.assert_array_equal(y, [(2 ** 40 + 7) // 3, -((2 ** 35 + 3) // 7), -4])
+    np.testing.assert_array_equal(p, [9, 49, 4])
+    assert_matches(m, {"x": x})
+
+
+def test_cast_opset1_named_type():
+    from luminal.frontend_onnx import load
+
+    x = f32(2, 2)
+    m = make_model(helper.make_node("Cast", ["x"], ["y"], to="INT32"), {"x": x}, opset=5)
+    r = load(m)
+    assert r.outputs[0].dtype.value == "int32"
+    (y,) = run_ours(m, {"x": x})
+    np.testing.assert_array_equal(y, x.astype(np.int32))

@@ -89,7 +89,7 @@ def test_input_without_rank_needs_whole_shape():
 @pytest.mark.parametrize("shapes,match", [
     ({"x": (2, 3)}, "rank 3"),
     ({"x": (2, 3, 5)}, "fixed to 4"),
-    ({"nope": 3}, "neither inputs nor dimension names"),
+    ({"nope": 3}, "'nope', which is neither an input nor a dimension name"),
     ({"batch": 2, "x": (3, 1, 4)}, "batch"),
     ({"batch": (2, 3)}, "one integer"),
     ({"x": (2, -1, 4)}, "non-negative"),
@@ -230,12 +230,12 @@ def test_unsupported_ops_listed_all_at_once():
 
 
 def test_unsupported_op_inside_a_branch_is_listed():
-    sub = helper.make_graph([helper.make_node("Loop", [], ["o"], name="inner_loop")], "b", [],
+    sub = helper.make_graph([helper.make_node("NotARealOp", [], ["o"], name="inner_node")], "b", [],
                             [helper.make_empty_tensor_value_info("o")])
     x = RNG.standard_normal(2).astype(np.float32)
     m = make_model([helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL, [], [1])),
                     helper.make_node("If", ["c"], ["y"], then_branch=sub, else_branch=sub)], {"x": x})
-    with pytest.raises(LuminalError, match="Loop.*inner_loop"):
+    with pytest.raises(LuminalError, match="NotARealOp.*inner_node"):
         load(m)
 
 
@@ -289,3 +289,96 @@ def test_no_default_opset():
     m.opset_import.append(helper.make_opsetid("com.example", 1))
     with pytest.raises(LuminalError):
         load(m)
+
+
+@pytest.mark.parametrize("name", ["bad.json", "bad.txt", "bad.textproto"])
+def test_garbage_with_other_extensions(tmp_path, name):
+    p = tmp_path / name
+    p.write_bytes(b"{ this is : not [ a model")
+    with pytest.raises(LuminalError, match="not a valid ONNX model"):
+        load(p)
+
+
+def test_external_data_bad_offset(tmp_path):
+    p, _ = _external_model(tmp_path)
+    mp = onnx.load(str(p), load_external_data=False)
+    for t in mp.graph.initializer:
+        for e in t.external_data:
+            if e.key == "offset":
+                e.value = "-5"
+        if not any(e.key == "offset" for e in t.external_data):
+            t.external_data.add(key="offset", value="-5")
+    p.write_bytes(mp.SerializeToString())
+    with pytest.raises(LuminalError, match="offset"):
+        load(p)
+
+
+def test_external_data_shorter_than_declared(tmp_path):
+    p, _ = _external_model(tmp_path)
+    data = (tmp_path / "weights.bin").read_bytes()
+    (tmp_path / "weights.bin").write_bytes(data[: len(data) // 2])
+    with pytest.raises(LuminalError, match="shorter"):
+        load(p)
+
+
+def test_optimize_flag():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["r"]),
+             helper.make_node("Mul", ["r", "one"], ["y"])]
+    m = make_model(nodes, {"x": x}, {"one": np.ones((2, 3), np.float32)})
+    raw, opt = load(m, optimize=False), load(m)
+    assert sum(raw.graph.primitive_counts().values()) > sum(opt.graph.primitive_counts().values())
+    (a,), (b,) = ir.run_reference(raw.graph, {"x": x}), ir.run_reference(opt.graph, {"x": x})
+    np.testing.assert_array_equal(a, b)
+
+
+def test_model_local_functions_are_inlined():
+    from onnx import helper as h
+
+    # f(a, b) = Relu(a) * b + alpha, alpha an attribute of the call
+    fn = h.make_function(
+        "custom", "ScaledReluMul", ["a", "b"], ["out"],
+        [h.make_node("Relu", ["a"], ["r"]), h.make_node("Mul", ["r", "b"], ["m"]),
+         h.make_node("Constant", [], ["k"], value_float=0.0),
+         h.make_node("CastLike", ["k", "m"], ["kk"])],
+        [h.make_opsetid("", 17)], attributes=[])
+    fn.node[2].attribute[0].ref_attr_name = "alpha"
+    fn.node.append(h.make_node("Add", ["m", "kk"], ["out"]))
+    fn.attribute.append("alpha")
+    x, y = RNG.standard_normal((2, 3)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
+    nodes = [h.make_node("ScaledReluMul", ["x", "y"], ["t"], domain="custom", alpha=2.5),
+             h.make_node("ScaledReluMul", ["t", "y"], ["o"], domain="custom", alpha=-1.0)]
+    m = make_model(nodes, {"x": x, "y": y}, outputs=["o"])
+    m.opset_import.append(h.make_opsetid("custom", 1))
+    m.functions.append(fn)
+    r = load(m)
+    assert r.onnx_op_counts.get("ScaledReluMul") is None and r.onnx_op_counts["Relu"] == 2
+    (got,) = ir.run_reference(r.graph, {"x": x, "y": y})
+    t = np.maximum(x, 0) * y + 2.5
+    np.testing.assert_allclose(got, np.maximum(t, 0) * y - 1.0, rtol=1e-6)
+    assert_matches(m, {"x": x, "y": y})
+
+
+def test_unsupported_op_inside_a_local_function_is_listed():
+    from onnx import helper as h
+
+    fn = h.make_function("custom", "F", ["a"], ["out"], [h.make_node("NoSuchOp", ["a"], ["out"], name="deep")],
+                         [h.make_opsetid("", 17)])
+    x = RNG.standard_normal(3).astype(np.float32)
+    m = make_model([h.make_node("F", ["x"], ["y"], domain="custom")], {"x": x})
+    m.opset_import.append(h.make_opsetid("custom", 1))
+    m.functions.append(fn)
+    with pytest.raises(LuminalError, match="NoSuchOp.*deep") as e:
+        load(m)
+    assert "'F'" not in str(e.value)
+
+
+def test_sparse_initializer():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    sp = helper.make_sparse_tensor(numpy_helper.from_array(np.array([4.0, -1.0], np.float32), "w"),
+                                   numpy_helper.from_array(np.array([[0, 2], [1, 0]], np.int64)), [2, 3])
+    m = make_model(helper.make_node("Add", ["x", "w"], ["y"]), {"x": x})
+    m.graph.sparse_initializer.append(sp)
+    r = load(m)
+    (got,) = ir.run_reference(r.graph, {"x": x})
+    np.testing.assert_allclose(got, x + np.array([[0, 0, 4.0], [-1.0, 0, 0]], np.float32))

@@ -89,10 +89,10 @@ def test_concat(axis):
 
 
 def test_concat_int_bool_and_all_empty():
-    a, b = np.array([[1, 2]], I64), np.array([[3, 4], [5, 6]], I64)
-    assert_matches(make_model(helper.make_node("Concat", ["a", "b"], ["y"], axis=0), {"a": a, "b": b}), {"a": a, "b": b})
-    p, q = np.array([True, False]), np.array([False, True, True])
-    assert_matches(make_model(helper.make_node("Concat", ["p", "q"], ["y"], axis=0), {"p": p, "q": q}), {"p": p, "q": q})
+    for a, b in [(np.array([[1, 2]], I64), np.array([[3, 4], [5, 6]], I64)),
+                 (np.array([True, False]), np.array([False, True, True]))]:
+        m = make_model(helper.make_node("Concat", ["a", "b"], ["y"], axis=0), {"a": a, "b": b})
+        assert_matches(m, {"a": a, "b": b})
     e = np.zeros((0, 3), np.float32)
     m = make_model(helper.make_node("Concat", ["e", "e"], ["y"], axis=0), {"e": e})
     assert_matches(m, {"e": e})
@@ -110,6 +110,7 @@ def test_concat_is_view_level():
     ([0], [2], [1], [1]), ([1, -3], [1000, -1], [0, 2], None), ([-1], [-2 ** 63], [3], [-1]),
     ([4], [0], [3], [-2]), ([0, 0], [2 ** 63 - 1, 3], [-1, 1], [2, 2]), ([10], [20], [2], [1]),
     ([3], [1], [3], [1]), ([0, 1, 0, 0], [2, 3, 4, 5], None, [1, 1, 3, 2]), ([-100], [100], [0], [-1]),
+    ([2], [2 ** 63 - 1], [3], [-1]), ([-1], [2 ** 31 - 1], [2], [-2]), ([-2], [-2 ** 63], [1], [-1]),
 ])
 @pytest.mark.parametrize("opset", [10, 13])
 def test_slice(starts, ends, axes, steps, opset):
@@ -226,3 +227,25 @@ def test_cast_of_shape_folds_to_constant():
              helper.make_node("Gather", ["f", "i"], ["g"], axis=0), helper.make_node("Mul", ["x", "g"], ["y"])]
     m = make_model(nodes, {"x": X}, {"i": np.array(3, I64)})
     assert_matches(m, {"x": X})
+
+
+@pytest.mark.parametrize("k,dtype", [(0, None), (1, TensorProto.INT64), (-2, TensorProto.FLOAT)])
+def test_eye_like(k, dtype):
+    x = np.zeros((4, 5), np.float32)
+    attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
+    assert_matches(make_model(helper.make_node("EyeLike", ["x"], ["y"], **attrs), {"x": x}), {"x": x})
+
+
+def test_nonzero_of_constant():
+    c = np.array([[0, 2, 0], [1, 0, 3]], np.int64)
+    nodes = [helper.make_node("NonZero", ["c"], ["nz"]), helper.make_node("Shape", ["nz"], ["s"]),
+             helper.make_node("Add", ["nz", "x"], ["y"])]
+    x = np.array([[10]], I64)
+    m = make_model(nodes, {"x": x}, {"c": c}, outputs=["y", "s"])
+    assert_matches(m, {"x": x})
+
+
+def test_nonzero_of_runtime_data_is_refused():
+    x = np.array([1.0, 0.0], np.float32)
+    with pytest.raises(LuminalError, match="NonZero.*must be constant"):
+        load(make_model(helper.make_node("NonZero", ["x"], ["y"]), {"x": x}))

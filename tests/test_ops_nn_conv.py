@@ -115,8 +115,8 @@ def test_average_pool(attrs, count_include_pad):
 
 def test_average_pool_1d_3d():
     h.check("AveragePool", [rand(2, 3, 9)], dict(kernel_shape=[3], strides=[2], pads=[1, 1]))
-    h.check("AveragePool", [rand(1, 2, 5, 4, 6)], dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2], pads=[0, 1, 1, 1, 0, 1],
-                                                        count_include_pad=1))
+    attrs = dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2], pads=[0, 1, 1, 1, 0, 1], count_include_pad=1)
+    h.check("AveragePool", [rand(1, 2, 5, 4, 6)], attrs)
 
 
 def test_max_pool_graph_has_no_contraction():
@@ -145,3 +145,38 @@ def test_bad_conv_is_a_luminal_error():
 def test_conv_float16():
     x, w = rand(1, 2, 6, 6).astype(np.float16), rand(3, 2, 3, 3, seed=1).astype(np.float16)
     h.check("Conv", [x, w], dict(pads=[1, 1, 1, 1]), consts={1}, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool(p):
+    x = rand(2, 3, 7, 8)
+    h.check("LpPool", [x], dict(p=p, kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1]), opset=18)
+    h.check("GlobalLpPool", [x], dict(p=p), opset=2)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("attrs", [
+    dict(),
+    dict(pads=[1, 1, 1, 1], strides=[2, 1]),
+    dict(group=2, offset_group=2, dilations=[2, 1], pads=[1, 0, 2, 1]),
+])
+def test_deform_conv(attrs, with_mask):
+    group, og = attrs.get("group", 1), attrs.get("offset_group", 1)
+    x, w = rand(2, 4, 6, 7), rand(6, 4 // group, 3, 2, seed=1)
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    st, dl = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    oh = (6 + pads[0] + pads[2] - (2 * dl[0] + 1)) // st[0] + 1
+    ow = (7 + pads[1] + pads[3] - (1 * dl[1] + 1)) // st[1] + 1
+    offset = rand(2, og * 6 * 2, oh, ow, seed=2) * 1.5
+    inputs = [x, w, offset, rand(6, seed=3)]
+    if with_mask:
+        inputs.append(np.abs(rand(2, og * 6, oh, ow, seed=4)))
+    h.check("DeformConv", inputs, attrs, opset=22, atol=1e-4)
+
+
+def test_deform_conv_against_onnx_reference():
+    # onnx's reference loops in Python: a small case
+    x, w = rand(1, 2, 4, 4), rand(2, 1, 2, 2, seed=1)
+    offset, mask = rand(1, 2 * 4 * 2, 4, 4, seed=2), np.abs(rand(1, 2 * 4, 4, 4, seed=3))
+    attrs = dict(group=2, offset_group=2, pads=[1, 0, 0, 1], strides=[1, 1])
+    h.check_against_onnx_reference("DeformConv", [x, w, offset, None, mask], attrs, opset=22, rtol=1e-4, atol=1e-5)

@@ -113,3 +113,17 @@ def op_counts(g: Graph) -> dict[Op, int]:
 
 def rand(*shape, seed: int = 0, dtype=np.float32) -> np.ndarray:
     return np.random.default_rng(seed + 7 * len(shape) + sum(shape)).standard_normal(shape).astype(dtype)
+
+
+def check_against_onnx_reference(op_type: str, inputs: list, attrs: dict, opset: int = 19,
+                                 consts=frozenset(), rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Like ``check`` but against onnx's own reference implementation (for where onnxruntime deviates)."""
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [None if a is None else np.asarray(a) for a in inputs]
+    got, _ = luminal_run(op_type, inputs, attrs, 1, opset, consts)
+    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    node = helper.make_node(op_type, names, ["o0"], **attrs)
+    feeds = {n: a for n, a in zip(names, inputs) if a is not None}
+    want = ReferenceEvaluator(node).run(None, feeds)[0]
+    np.testing.assert_allclose(got["o0"], want, rtol=rtol, atol=atol)

@@ -127,3 +127,59 @@ def test_cumsum_is_a_contraction():
     _, g = h.luminal_run("CumSum", [rand(3, 6), np.array(1)], {}, consts={1})
     counts = h.op_counts(g)
     assert counts.get(Op.Mul) == 1 and counts.get(Op.SumReduce) == 1
+
+
+def _unique_indices(n: int, ishape: tuple[int, ...], axis: int, seed: int = 0) -> np.ndarray:
+    """Indices along ``axis`` without repeats in any line (so reduction 'none' is well defined)."""
+    rng = np.random.default_rng(seed)
+    lines = int(np.prod(ishape)) // ishape[axis]
+    idx = np.stack([rng.permutation(n)[:ishape[axis]] for _ in range(lines)])
+    rest = [s for k, s in enumerate(ishape) if k != axis]
+    idx = np.moveaxis(idx.reshape(rest + [ishape[axis]]), -1, axis)
+    return np.where(rng.random(idx.shape) < 0.3, idx - n, idx).astype(np.int64)  # some negative
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max", "min", "mul"])
+@pytest.mark.parametrize("axis,ishape", [(0, (2, 4, 3)), (1, (5, 2, 3)), (2, (3, 2, 2)), (-1, (5, 4, 3))])
+def test_scatter_elements(reduction, axis, ishape):
+    idx = _unique_indices(D.shape[axis], ishape, axis % 3)
+    h.check("ScatterElements", [D, idx, rand(*ishape, seed=3)], dict(axis=axis, reduction=reduction), opset=18)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max", "min", "mul"])
+@pytest.mark.parametrize("idx", [[[0], [3]], [[1, 2], [4, 0], [-1, 1]], [[0, 1, 2], [4, 3, 0]]])
+def test_scatter_nd(reduction, idx):
+    idx = np.array(idx)
+    upd = rand(*(idx.shape[:-1] + D.shape[idx.shape[-1]:]), seed=4)
+    h.check("ScatterND", [D, idx, upd], dict(reduction=reduction), opset=18)
+
+
+def test_scatter_int_and_legacy():
+    data = np.arange(12, dtype=np.int64).reshape(3, 4)
+    h.check("ScatterND", [data, np.array([[1], [2]]), np.array([[9, 9, 9, 9], [7, 7, 7, 7]])], opset=13)
+    h.check("ScatterElements", [data, np.array([[1, 0]]), np.array([[-5, -6]])], dict(axis=1), opset=13)
+    h.check("Scatter", [data, np.array([[1, 0]]), np.array([[-5, -6]])], dict(axis=1), opset=9)
+
+
+def test_scatter_mul_with_zeros_and_signs():
+    upd = np.array([[[2.0, -3.0, 0.0], [-1.5, -2.0, 4.0]]], np.float32)
+    h.check("ScatterND", [D, np.array([[1], [1]]), upd.reshape(2, 3)[:, None, :].repeat(4, 1)],
+            dict(reduction="mul"), opset=18)
+
+
+def test_scatter_unknown_reduction_refused():
+    with pytest.raises(LuminalError, match="reduction"):
+        h.luminal_run("ScatterND", [D, np.array([[0]]), rand(1, 4, 3)], dict(reduction="xor"), opset=18)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumprod(exclusive, reverse):
+    x = rand(3, 6)
+    x[1, 2] = 0.0
+    x[2, :] = np.abs(x[2, :]) + 0.5
+    attrs = dict(exclusive=exclusive, reverse=reverse)
+    h.check_against_onnx_reference("CumProd", [x, np.array(1)], attrs, opset=26, consts={1}, rtol=1e-5, atol=1e-6)
+    h.check_against_onnx_reference("CumProd", [x, np.array(0)], attrs, opset=26, consts={1}, rtol=1e-5, atol=1e-6)
+    ints = np.array([[1, -2, 3, 0, 2], [2, 2, -1, 3, 1]], np.int64)
+    h.check_against_onnx_reference("CumProd", [ints, np.array(-1)], attrs, opset=26, consts={1})

@@ -46,8 +46,8 @@ def test_matmul_int():
     h.check("MatMul", [a, a.T.copy()])
 
 
-@pytest.mark.parametrize("attrs", [dict(), dict(transA=1), dict(transB=1), dict(transA=1, transB=1, alpha=0.5, beta=2.0),
-                                   dict(beta=0.0)])
+@pytest.mark.parametrize("attrs", [dict(), dict(transA=1), dict(transB=1), dict(beta=0.0),
+                                   dict(transA=1, transB=1, alpha=0.5, beta=2.0)])
 @pytest.mark.parametrize("cshape", [None, (5,), (3, 1), (1, 5), (3, 5), ()])
 def test_gemm(attrs, cshape):
     a = rand(4, 3) if attrs.get("transA") else rand(3, 4)

@@ -113,3 +113,42 @@ def test_dropout_inference():
 def test_dropout_training_refused():
     with pytest.raises(LuminalError, match="training"):
         h.luminal_run("Dropout", [X, np.array(0.3, np.float32), np.array(True)], {}, 2, opset=13, consts={1, 2})
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 2])
+def test_rms_norm(axis):
+    h.check("RMSNormalization", [X, rand(*X.shape[axis:], seed=1)], dict(axis=axis, epsilon=1e-3), opset=23)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm(groups):
+    h.check("GroupNormalization", [X, rand(4, seed=1), rand(4, seed=2)], dict(num_groups=groups), opset=21)
+
+
+@pytest.mark.parametrize("axes", [None, [1, 3], [0, 1, 2, 3]])
+def test_mean_variance_norm(axes):
+    h.check("MeanVarianceNormalization", [X], {} if axes is None else dict(axes=axes), opset=13)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_lp_norm(p, axis):
+    x = X.copy()
+    x[0, 0, 0, :] = 0
+    x[:, 0, 0, 0] = 0  # zero norms give zeros, not NaN
+    h.check("LpNormalization", [x], dict(p=p, axis=axis), opset=22)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore", [None, 2, -1])
+@pytest.mark.parametrize("op_type", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])
+def test_losses(op_type, reduction, weighted, ignore):
+    x = rand(3, 5, 2, 4)
+    target = np.random.default_rng(1).integers(0, 5, (3, 2, 4))
+    if ignore is not None:
+        target[0, 0, :2] = ignore
+    inputs = [x, target] + ([np.abs(rand(5, seed=2)) + 0.1] if weighted else [])
+    attrs = dict(reduction=reduction) | ({} if ignore is None else dict(ignore_index=ignore))
+    n_out = 2 if op_type == "SoftmaxCrossEntropyLoss" else 1
+    h.check(op_type, inputs, attrs, n_out=n_out, opset=13)

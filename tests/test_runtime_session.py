@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from luminal.errors import LuminalError
-from luminal.runtime.artifact import load_artifact, write_artifact
+from luminal.runtime.artifact import write_artifact
 from luminal.runtime.compile import compile_graph, compile_model
 from luminal.runtime.plan import plan_buffers
 from luminal.runtime.sample_graphs import small_cnn, transformer_layer
@@ -159,3 +159,41 @@ def test_compile_cli(model_path, tmp_path):
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 2, (args, r.output)
         assert "Traceback" not in r.output
+
+
+def test_cache_schedules_used(tmp_path):
+    from luminal.cache import TuningCache, device_fingerprint, toolchain_fingerprint
+    from luminal.codegen.partition import partition
+    from luminal.ir import DType, Graph, Tensor, optimize
+
+    a = Tensor.input("a", (20, 48), DType.float32)
+    b = Tensor.input("b", (48, 24), DType.float32)
+    g = optimize(Graph([a.node, b.node], [a.matmul(b).contiguous().node, a.softmax(-1).contiguous().node],
+                       ["y", "s"]))
+    kernels = partition(g)
+    mm = next(k for k in kernels if k.form == "contraction")
+    tuned = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 2, "num_stages": 2,
+             "SPLIT_K": 2, "PRECISION": "ieee"}
+    with TuningCache(tmp_path / "t.db") as c:
+        c.set_winner(mm.signature, device_fingerprint("interpret"), toolchain_fingerprint("interpret"), tuned, 1000)
+    with TuningCache(tmp_path / "t.db", readonly=True) as c:
+        m = compile_graph(g, "interpret", cache=c)
+    assert (m.stats.cache_hits, m.stats.cache_misses) == (1, len(kernels) - 1)
+    assert m.schedules[m.kernels.index(next(k for k in m.kernels if k.form == "contraction"))] == tuned
+    feeds = {"a": np.random.default_rng(0).standard_normal((20, 48)).astype(np.float32),
+             "b": np.random.default_rng(1).standard_normal((48, 24)).astype(np.float32)}
+    from luminal.ir import run_reference
+
+    for x, y in zip(m.run(feeds), run_reference(g, feeds)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_table_transformer_layer():
+    from luminal.runtime.report import kernel_table
+
+    rows = kernel_table(transformer_layer())
+    assert 1 <= len(rows) <= 10
+    assert {r["form"] for r in rows} >= {"contraction", "reduction"}
+    assert all(r["bytes"] > 0 and r["flops"] > 0 and r["fused"] >= 1 for r in rows)
+    mm = next(r for r in rows if r["form"] == "contraction")
+    assert mm["primitives"]["SumReduce"] == 1 and mm["primitives"]["Mul"] >= 1

@@ -47,7 +47,7 @@ def _sig():
 
 def test_bad_candidates_are_recorded_and_the_winner_is_correct(tmp_path):
     backend = helpers.FakeBackend(modes=("ok", "crash", "hang", "wrong", "bad"), speeds=(1, 8))
-    report = _tune(tmp_path, backend, 14, sampler="grid", workers=2, fusion=False)
+    report = _tune(tmp_path, backend, 25, sampler="grid", workers=2, fusion=False)
     cache = TuningCache(tmp_path / "tuning.db")
     trials = cache.trials(_sig(), report.device, report.toolchain)
     seen = {t.status for t in trials}

@@ -45,3 +45,17 @@ def test_aot_big_tiles_exceed_sm80_but_not_sm90():
     s = {**sched.default(k), "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3, "num_warps": 8}
     assert sched.shared_memory(k, s) == (128 * 64 * 2) * 4 * 3
     assert not sched.valid(k, s, 80) and sched.valid(k, s, 90)
+
+
+def test_aot_split_k_and_half_contraction():
+    from luminal.ir import DType, Graph, Tensor, optimize
+
+    for dt in (DType.float32, DType.float16, DType.bfloat16):
+        a = Tensor.input("a", (64, 256), dt)
+        b = Tensor.input("b", (256, 48), dt)
+        k, = partition(optimize(Graph([a.node, b.node], [a.matmul(b).contiguous().node], ["y"])))
+        s = sched.default(k)
+        if dt is DType.float32:
+            s = {**s, "SPLIT_K": 4, "PRECISION": "tf32"}
+        assert sched.valid(k, s, 90)
+        assert compile_aot(k, s, 90).fits

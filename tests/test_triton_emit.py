@@ -68,7 +68,7 @@ def check(g: Graph, backend: str, feeds=None, schedules=None, decisions=None, rt
 
 
 # -- elementwise ----------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", [DType.float32, DType.float16])
+@pytest.mark.parametrize("dtype", [DType.float32, DType.float16, DType.bfloat16])
 def test_unary_chain_odd_size(backend, dtype):
     x = Tensor.input("x", (3, 37), dtype)
     y = x.mul(x).add(1.0)
@@ -142,7 +142,7 @@ def _norms(dtype):
     return x, {"softmax": softmax, "layernorm": ln, "rmsnorm": rms}
 
 
-@pytest.mark.parametrize("dtype", [DType.float32, DType.float16])
+@pytest.mark.parametrize("dtype", [DType.float32, DType.float16, DType.bfloat16])
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
 @pytest.mark.parametrize("block", [None, 16])
 def test_norms_in_one_kernel(backend, dtype, name, block):
@@ -171,7 +171,7 @@ def _contraction(model) -> list:
     return [k for k in model.kernels if k.form == "contraction" and sched.is_contraction_plan(k)]
 
 
-@pytest.mark.parametrize("dtype", [DType.float32, DType.float16])
+@pytest.mark.parametrize("dtype", [DType.float32, DType.float16, DType.bfloat16])
 def test_matmul_shapes(backend, dtype):
     rng = np.random.default_rng(3)
     a = Tensor.input("a", (33, 20), dtype)
@@ -281,3 +281,16 @@ def test_sources_hold_no_model_strings():
     for k in partition(g):
         src = emit(k, sched.default(k))
         assert "evil" not in src and "os.system" not in src
+
+
+def test_random_fusion_transformer_layer(backend):
+    import random
+
+    from luminal.codegen.partition import fusible_edges
+    from luminal.runtime.sample_graphs import transformer_layer
+
+    g = transformer_layer(seq=8, dim=16)
+    edges = fusible_edges(g)
+    rnd = random.Random(11)
+    for dec in [{e: False for e in edges}] + [{e: rnd.random() < 0.5 for e in edges} for _ in range(2)]:
+        check(g, backend, decisions=dec, rtol=1e-4)

@@ -21,6 +21,8 @@ ALIGN = 64
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if n == 0:
+        return np.empty(shape, dtype)
     raw = np.empty(n + ALIGN, np.uint8)
     start = (-raw.ctypes.data) % ALIGN
     return raw[start:start + n].view(dtype).reshape(shape)

@@ -144,6 +144,10 @@ def build(sources: list[str], jobs: int | None = None) -> list[ctypes._CFuncPtr]
     with _lock:
         handle = _loaded.get(str(lib))
         if handle is None:
+            # read by the OpenMP runtime when it loads with the first kernel library: waiting threads
+            # sleep instead of spinning, which measured up to 50x faster on a shared, loaded machine
+            # (a spinning waiter steals the core the straggler needs); set it yourself to override
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             handle = ctypes.CDLL(str(lib))
             _loaded[str(lib)] = handle
     fns = []

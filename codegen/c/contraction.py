@@ -22,6 +22,8 @@ from ...ir.view import View
 from ..kernel import Kernel
 from . import ctypes_map as ct
 
+PAR_MIN_MACS = 1 << 21
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -96,63 +98,80 @@ def plan_contraction(kernel: Kernel) -> Plan | None:
                 (size["batch"], size["m"], size["n"], size["k"]), b_direct)
 
 
-def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> tuple[list[str], dict]:
-    """C code filling per-group tables of the view's offset and mask expressions.
+def _chain(co, dims: tuple[int, ...], full) -> int | None:
+    """The coefficient of the flattened group index when ``co`` walks the group's dims as one, else None."""
+    for a, b in zip(dims, dims[1:]):
+        if co[a] != co[b] * full[b]:
+            return None
+    return co[dims[-1]]
 
-    Returns (fill statements, {(expr index, group): C array name}); expr 0 is the offset,
-    1.. the mask constraints (without their bounds)."""
+
+def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> tuple[list[str], dict, int]:
+    """Per-group terms of the view's offset (expr 0) and mask expressions (1..): an inline
+    multiple of the flattened group index where the group is affine, else a table filled at
+    call time. Returns (fill statements, {(expr, group): ("lin", coef) | ("tab", array)}, table length)."""
+    from .emit import unravel
+
     exprs = [view.strides] + [c for c, _, _ in view.mask]
-    names: dict[tuple[int, str], str] = {}
+    terms: dict[tuple[int, str], tuple[str, object]] = {}
     fill: list[str] = []
+    total = 0
     for g, dims in groups.items():
         used = [e for e, co in enumerate(exprs) if any(co[d] for d in dims)]
-        if not used:
+        tabs = []
+        for e in used:
+            c = _chain(exprs[e], dims, full)
+            if c is not None:
+                terms[(e, g)] = ("lin", c)
+            else:
+                tabs.append(e)
+        if not tabs:
             continue
         size = math.prod(full[d] for d in dims)
-        for e in used:
-            names[(e, g)] = f"{name}_{g}{e}"
+        for e in tabs:
+            terms[(e, g)] = ("tab", f"{name}_{g}{e}")
             fill.append(f"int64_t *{name}_{g}{e} = lum_ti; lum_ti += {size};")
+            total += size
         fill.append(f"for (int64_t x = 0; x < {size}; x++) {{")
-        from .emit import unravel
-
         idx = unravel("x", tuple(full[d] for d in dims))
-        for e in used:
-            terms = [f"{exprs[e][d]}*{ix}" for d, ix in zip(dims, idx) if exprs[e][d] and ix != "0"]
-            fill.append(f"    {names[(e, g)]}[x] = {' + '.join(terms) or '0'};")
+        for e in tabs:
+            parts = [f"{exprs[e][d]}*{ix}" for d, ix in zip(dims, idx) if exprs[e][d] and ix != "0"]
+            fill.append(f"    {name}_{g}{e}[x] = {' + '.join(parts) or '0'};")
         fill.append("}")
-    return fill, names
+    return fill, terms, total
 
 
-def _table_len(view: View, groups: dict[str, tuple[int, ...]], full) -> int:
-    exprs = [view.strides] + [c for c, _, _ in view.mask]
-    n = 0
-    for dims in groups.values():
-        used = sum(1 for co in exprs if any(co[d] for d in dims))
-        n += used * math.prod(full[d] for d in dims)
-    return n
+def _term(terms: dict, e: int, g: str, idx: str) -> str | None:
+    t = terms.get((e, g))
+    if t is None:
+        return None
+    kind, v = t
+    return f"{v}[{idx}]" if kind == "tab" else (idx if v == 1 else f"{v}*{idx}")
 
 
-def _operand(name: str, buf: int, dt: DType, view: View, names: dict, gidx: dict[str, str]) -> tuple[str, str]:
+def _operand(name: str, buf: int, dt: DType, view: View, terms: dict, gidx: dict[str, str]) -> tuple[str, str]:
     """(value expression, validity expression) of the operand at group indices ``gidx``."""
 
     def expr(e: int, const: int) -> str:
-        terms = [f"{names[(e, g)]}[{gidx[g]}]" for g in ("batch", "m", "n", "k") if (e, g) in names]
-        return "(" + " + ".join(terms + [str(const)]) + ")"
+        parts = [_term(terms, e, g, gidx[g]) for g in ("batch", "m", "n", "k") if g in gidx]
+        return "(" + " + ".join([p for p in parts if p] + [str(const)]) + ")"
 
     x = ct.load(dt, f"in{buf}[{expr(0, view.offset)}]")
     conds = [f"((uint64_t){expr(i + 1, -lo)} < {hi - lo}ULL)" for i, (_, lo, hi) in enumerate(view.mask)]
     return x, " && ".join(conds) if conds else "1"
 
 
-def _micro_kernel(mr: int, nr: int, vw: int, direct: bool) -> list[str]:
+def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool) -> list[str]:
+    """C[MR x NR] (+)= A panel (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table."""
     nv = nr // vw
-    L = ["static inline void lum_mk(int64_t kc, const float *restrict a, const float *restrict bp,",
-         "                          const int64_t *restrict bk, float *restrict c, int64_t ldc, int first) {"]
+    L = ["static inline void lum_mk(int64_t kc, const float *restrict a, const float *restrict bp, int64_t ldb,",
+         "                          const int64_t *restrict bk, float *restrict c, int64_t ldc, int first) {",
+         "    (void)ldb; (void)bk;"]
     for i in range(mr):
         for v in range(nv):
             L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
     L.append("    for (int64_t k = 0; k < kc; k++) {")
-    L.append("        const float *br = " + ("bp + bk[k];" if direct else f"bp + k*{nr};"))
+    L.append("        const float *br = " + ("bp + bk[k];" if table else "bp + k*ldb;"))
     vt = "lum_vu" if direct else "lum_v"
     for v in range(nv):
         L.append(f"        lum_v b{v} = *(const {vt} *)(br + {v * vw});")
@@ -184,36 +203,41 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
     oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
     va, vb = oa.attr("view"), ob.attr("view")
-    fill_a, names_a = _tables("ta", va, groups, full)
-    fill_b, names_b = _tables("tb", vb, groups, full)
-    ntab = _table_len(va, groups, full) + _table_len(vb, groups, full) + 1
+    fill_a, names_a, len_a = _tables("ta", va, groups, full)
+    fill_b, names_b, len_b = _tables("tb", vb, groups, full)
+    ntab = len_a + len_b + 1
     mt, nt_ = -(-M // mc), -(-N // nc)
     tiles = nb * mt * nt_
 
     L = [PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif",
          f"typedef float lum_v __attribute__((vector_size({vw * 4})));",
          f"typedef float lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));",
-         "static _Thread_local float *lum_ws = 0;", "static _Thread_local size_t lum_ws_n = 0;",
-         "static float *lum_workspace(size_t n) {",
+         "/* one workspace per calling thread, shared by all contraction kernels of a library (weak, hidden) */",
+         "#define LUM_SHARED __attribute__((weak, visibility(\"hidden\")))",
+         "LUM_SHARED _Thread_local float *lum_ws = 0;", "LUM_SHARED _Thread_local size_t lum_ws_n = 0;",
+         "LUM_SHARED float *lum_workspace(size_t n) {",
          "    if (n > lum_ws_n) { free(lum_ws); n = (n + 15) & ~(size_t)15;",
          "        lum_ws = (float *)aligned_alloc(64, n * sizeof(float)); lum_ws_n = lum_ws ? n : 0; }",
          "    return lum_ws;", "}"]
-    L += _micro_kernel(mr, nr, vw, direct)
+    table = direct and names_b[(0, "k")][0] == "tab"
+    L += _micro_kernel(mr, nr, vw, direct, table)
     L += _signature(kernel)
     L.append(f"    int64_t *lum_tab = (int64_t *)malloc({ntab} * sizeof(int64_t)), *lum_ti = lum_tab;")
     L.append("    if (!lum_tab) return;")
     L += _indent(fill_a + fill_b, 4)
-    size_a = nb * pm * K * mr
-    size_b = 0 if direct else nb * pn * K * nr
+    size_a = -(-nb * pm * K * mr // 16) * 16  # keep the packed B panels 64-byte aligned
+    size_b = 0 if direct else -(-nb * pn * K * nr // 16) * 16
     L.append(f"    float *ap = lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc});")
     L.append("    if (!ap) { free(lum_tab); return; }")
     L.append(f"    float *bpk = ap + {size_a}; float *ctiles = bpk + {size_b};")
-    L.append("    #pragma omp parallel num_threads(nt)")
+    # small contractions run on the calling thread: waking a team costs more than it saves
+    par = "" if nb * M * N * K >= PAR_MIN_MACS else " if(0)"
+    L.append(f"    #pragma omp parallel num_threads(nt){par}")
     L.append("    {")
     # pack A: panel (ib, p) holds K x MR
     ax, aok = _operand("a", kernel.ops[plan.a].attr("buf"), oa.dtype, va, names_a,
                        {"batch": "ib", "m": "m", "k": "k"})
-    L.append("        #pragma omp for schedule(static)")
+    L.append("        #pragma omp for schedule(dynamic, 1)" + (" nowait" if not direct else ""))
     L.append(f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{")
     L.append(f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;")
     L.append(f"            float *dst = ap + t * {K * mr};")
@@ -226,14 +250,24 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     if not direct:
         bx, bok = _operand("b", kernel.ops[plan.b].attr("buf"), ob.dtype, vb, names_b,
                            {"batch": "ib", "n": "n", "k": "k"})
-        L.append("        #pragma omp for schedule(static)")
+        L.append("        #pragma omp for schedule(dynamic, 1)")
         L.append(f"        for (int64_t t = 0; t < {nb * pn}LL; t++) {{")
         L.append(f"            int64_t ib = t / {pn}, q = t % {pn}; (void)ib;")
         L.append(f"            float *dst = bpk + t * {K * nr};")
-        L.append(f"            for (int64_t k = 0; k < {K}; k++) {{")
-        L.append(f"                for (int64_t j = 0; j < {nr}; j++) {{")
-        L.append(f"                    int64_t n = q * {nr} + j;")
-        L.append(f"                    dst[k*{nr} + j] = (n < {N} && ({bok})) ? {bx} : 0.0f;")
+        L.append(f"            if ((q + 1) * {nr} <= {N}) {{")
+        L.append(f"                for (int64_t k = 0; k < {K}; k++) {{")
+        L.append("                    #pragma omp simd")
+        L.append(f"                    for (int64_t j = 0; j < {nr}; j++) {{")
+        L.append(f"                        int64_t n = q * {nr} + j;")
+        L.append(f"                        dst[k*{nr} + j] = ({bok}) ? {bx} : 0.0f;")
+        L.append("                    }")
+        L.append("                }")
+        L.append("            } else {")
+        L.append(f"                for (int64_t k = 0; k < {K}; k++) {{")
+        L.append(f"                    for (int64_t j = 0; j < {nr}; j++) {{")
+        L.append(f"                        int64_t n = q * {nr} + j;")
+        L.append(f"                        dst[k*{nr} + j] = (n < {N} && ({bok})) ? {bx} : 0.0f;")
+        L.append("                    }")
         L.append("                }")
         L.append("            }")
         L.append("        }")
@@ -255,15 +289,19 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append(f"                int64_t kcur = lum_min64({kc}, {K} - pc);")
     L.append("                for (int64_t jr = 0; jr < np_; jr++) {")
     if direct:
-        boff = names_b.get((0, "batch"))
-        kt = names_b.get((0, "k"))
-        base = f"in{ob.attr('buf')} + {vb.offset}" + (f" + {boff}[ib]" if boff else "") + " + jc + jr*" + str(nr)
-        bk_expr = f"{kt} + pc" if kt else "lum_zero_k"
+        boff = _term(names_b, 0, "batch", "ib")
+        base = f"in{ob.attr('buf')} + {vb.offset}" + (f" + {boff}" if boff else "") + " + jc + jr*" + str(nr)
         L.append(f"                    const float *bsrc = {base};")
-        bptr, bkp = "bsrc", bk_expr
+        bptr = "bsrc"
+        kind, kv = names_b[(0, "k")]
+        if kind == "tab":
+            bkp = f"0, {kv} + pc"
+        else:
+            bptr = f"bsrc + pc*{kv}"
+            bkp = f"{kv}, 0"
     else:
         bptr = f"bpk + (ib * {pn} + jc / {nr} + jr) * {K * nr} + pc * {nr}"
-        bkp = "0"
+        bkp = f"{nr}, 0"
     L.append("                    for (int64_t ir = 0; ir < mp; ir++) {")
     L.append(f"                        lum_mk(kcur, ap + (ib * {pm} + ic / {mr} + ir) * {K * mr} + pc * {mr},")
     L.append(f"                               {bptr}, {bkp}, ct + ir * {mr * nc} + jr * {nr}, {nc}, pc == 0);")
@@ -303,6 +341,4 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append("    free(lum_tab);")
     L.append("}")
     src = "\n".join(L) + "\n"
-    if direct and "lum_zero_k" in src:
-        src = src.replace("void lum_kernel(", "static const int64_t lum_zero_k[1] = {0};\nvoid lum_kernel(", 1)
     return src

@@ -18,7 +18,7 @@ from . import ctypes_map as ct
 from .normalize import normalize
 from .prelude import PRELUDE
 
-PAR_MIN = 1 << 15  # elements below which a kernel runs on one thread
+PAR_MIN = 1 << 16  # elements below which a kernel runs on one thread
 
 
 def _cstrides(shape: tuple[int, ...]) -> list[int]:
@@ -176,8 +176,8 @@ class Body:
         fn = {"Exp2": "lum_exp2", "Log2": "log2f", "Sin": "sinf", "Sqrt": "sqrtf"}[name]
         return ct.cast(DType.float32, dt, f"{fn}((float){a[0]})")
 
-    def full_needed(self, targets: list[int]) -> list[int]:
-        """Full-space ops the targets depend on (through full-space ops only), in order."""
+    def full_needed(self, targets: list[int], stop: frozenset[int] = frozenset()) -> list[int]:
+        """Full-space ops the targets depend on (through full-space ops only, not past ``stop``), in order."""
         need: set[int] = set()
         stack = [t for t in targets if self.k.ops[t].space == "full"]
         while stack:
@@ -185,7 +185,8 @@ class Body:
             if n in need:
                 continue
             need.add(n)
-            stack += [a for a in self.k.ops[n].args if self.k.ops[a].space == "full"]
+            if n not in stop:
+                stack += [a for a in self.k.ops[n].args if self.k.ops[a].space == "full"]
         return sorted(need)
 
 
@@ -253,6 +254,23 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     return PRELUDE + "\n".join(lines) + "\n"
 
 
+def _stash(k: Kernel, body: Body, full_outs) -> tuple[int, int, int] | None:
+    """(output, op, reduction): the last reduction's argument is also needed by the full-space outputs;
+    its pass stores it in a float32 output, and the output pass reads it back instead of recomputing it."""
+    reds = [n for n, op in enumerate(k.ops) if op.op in ("SumReduce", "MaxReduce")]
+    if not reds or not full_outs:
+        return None
+    a = k.ops[reds[-1]].args[0]
+    if k.ops[a].space != "full" or ct.COMPUTE[k.ops[a].dtype] != "float":
+        return None
+    if a not in body.full_needed([o for _, o, _ in full_outs]):
+        return None
+    for j, _, b in full_outs:
+        if b.dtype is DType.float32:
+            return j, a, reds[-1]
+    return None
+
+
 def emit_reduction(kernel: Kernel, sched: dict) -> str:
     k = normalize(kernel)
     body = Body(k)
@@ -278,6 +296,9 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
                 out.append(f"    const int64_t i{d} = {e};")
         return out + _indent(stmts, 4) + ["}"]
 
+    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
+    lin = body.linear("full")
+    stash = _stash(k, body, full_outs) if sched.get("stash", True) else None
     for n, op in enumerate(k.ops):
         if op.space != "row":
             continue
@@ -289,6 +310,8 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
         stmts = []
         for i in body.full_needed([a]):
             stmts += body.value(i)
+        if stash and stash[2] == n:
+            stmts.append(f"out{stash[0]}[{lin}] = v{a};")
         if op.op == "SumReduce":
             row_stmts.append(f"{t} acc{n} = 0;")
             upd = f"acc{n} = acc{n} | v{a};" if op.dtype is DType.bool else f"acc{n} += v{a};"
@@ -303,12 +326,11 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
                 upd.append(f"nan{n} |= (v{a} != v{a});")
             row_stmts += red_loop(stmts + upd, f" reduction(max:acc{n}) reduction(|:nan{n})")
             row_stmts.append(f"{t} v{n} = nan{n} ? ({t})NAN : acc{n};" if t == "float" else f"{t} v{n} = acc{n};")
-    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
     if full_outs:
         stmts = []
-        for i in body.full_needed([o for _, o, _ in full_outs]):
-            stmts += body.value(i)
-        lin = body.linear("full")
+        stop = frozenset([stash[1]] if stash else [])
+        for i in body.full_needed([o for _, o, _ in full_outs], stop):
+            stmts += [f"float v{i} = out{stash[0]}[{lin}];"] if i in stop else body.value(i)
         stmts += [f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};" for j, o, b in full_outs]
         row_stmts += red_loop(stmts, "")
     for j, (o, b) in enumerate(k.outputs):

@@ -53,10 +53,9 @@ static inline float lum_exp2(float x) {
     p = p * f + 2.402264791363012e-1f;
     p = p * f + 6.931472028550421e-1f;
     p = p * f + 1.0f;
-    fi = fi == fi ? fi : 0.0f;
-    float f1 = floorf(fi * 0.5f), f2 = fi - f1;
-    int32_t e1 = (int32_t)(f1 * 8388608.0f) + (127 << 23), e2 = (int32_t)(f2 * 8388608.0f) + (127 << 23);
-    return p * lum_i2f(e1) * lum_i2f(e2);
+    int32_t i = (int32_t)(fi == fi ? fi : 0.0f);
+    int32_t i1 = i >> 1, i2 = i - i1;
+    return p * lum_i2f((i1 + 127) << 23) * lum_i2f((i2 + 127) << 23);
 }
 
 static inline int64_t lum_f2i64(float x) {

@@ -61,18 +61,28 @@ def space(kernel: Kernel) -> list[Knob]:
     knobs = [Knob("vec", (0, 4, 8, 16)), Knob("unroll", (1, 2, 4)), threads]
     if kernel.form == "reduction" or kernel.reduce_axes:
         knobs.append(Knob("rows_per_thread", (0, 1, 4, 16, 64)))
+        knobs.append(Knob("stash", (True, False)))
     else:
         knobs.append(Knob("block", (1024, 4096, 16384, 65536, 1 << 30)))
     return knobs
 
 
 def default_schedule(kernel: Kernel) -> Schedule:
-    if plan_contraction(kernel) is not None:
+    plan = plan_contraction(kernel)
+    if plan is not None:
         vw = simd_width()
-        return {"impl": "generated", "mr": 6, "nr": 2 * vw, "mc": 96, "nc": 256, "kc": 0,
+        nb, m, n, _ = plan.sizes
+        mc, nc = 96, 256
+        # enough MC x NC tiles to keep every thread busy
+        while nb * -(-m // mc) * -(-n // nc) < 2 * default_threads() and (nc > 64 or mc > 24):
+            if nc > 64:
+                nc //= 2
+            else:
+                mc //= 2
+        return {"impl": "generated", "mr": 6, "nr": 2 * vw, "mc": mc, "nc": nc, "kc": 256,
                 "order": "nm", "pack_b": True, "threads": 0}
     if kernel.form == "reduction" or kernel.reduce_axes:
-        return {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0}
+        return {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
     return {"vec": 0, "unroll": 1, "threads": 0, "block": 16384}
 
 
@@ -95,6 +105,6 @@ def valid(kernel: Kernel, sched: Schedule) -> bool:
         return False
     if sched["mc"] % mr or sched["nc"] % nr:
         return False
-    if not sched["pack_b"] and not plan.b_direct:
+    if not sched["pack_b"] and (not plan.b_direct or plan.sizes[2] % nr):
         return False
     return math.prod(kernel.full) > 0

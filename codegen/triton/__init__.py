@@ -1,0 +1,1 @@
+"""Triton code generation: emitter, schedule space, backends "cuda" and "interpret", AOT compile."""

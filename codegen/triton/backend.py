@@ -75,7 +75,10 @@ class TritonKernel:
 
             self.fn = InterpretedFunction(mod.kernel.fn)
         else:
-            self.fn = mod.kernel
+            from triton.runtime.jit import JITFunction
+
+            # TRITON_INTERPRET=1 in the environment makes @triton.jit interpret; the GPU wants the JIT
+            self.fn = mod.kernel if isinstance(mod.kernel, JITFunction) else JITFunction(mod.kernel.fn)
         self.grid = sched.grid(kernel, schedule)
         self.constexprs = sched.constexprs(kernel, schedule)
         self.options = {} if interpret else {k: schedule[k] for k in sched.LAUNCH_OPTIONS if k in schedule}
@@ -96,6 +99,27 @@ class TritonKernel:
                 b.zero_()
         with np.errstate(all="ignore"):  # the interpreter computes in numpy; inf/nan are results, not errors
             self.fn[self.grid](*args, **self.constexprs, **self.options)
+
+
+def _warm_up(pairs: list[tuple[TritonKernel, Kernel]]) -> None:
+    """JIT-compile on the GPU ahead of the first launch, several kernels at once (ptxas runs as a
+    subprocess). Arguments are dtypes: Triton specialises on them and on 16-byte alignment,
+    which every buffer we launch with has. A failure here resurfaces, with its message, at launch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(pair: tuple[TritonKernel, Kernel]) -> None:
+        tk, k = pair
+        import torch
+
+        dts = [torch.uint8 if b.dtype is DType.bool else torch_dtype(b.dtype)
+               for b in [*k.inputs, *(b for _, b in k.outputs)]]
+        try:
+            tk.fn.warmup(*dts, grid=tk.grid, **tk.constexprs, **tk.options)
+        except Exception:
+            pass
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) // 2))) as pool:
+        list(pool.map(one, pairs))
 
 
 class TritonBackend:
@@ -143,7 +167,10 @@ class TritonBackend:
         return emit(kernel, schedule)
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[TritonKernel]:
-        return [TritonKernel(k, s, emit(k, s), self.interpret) for k, s in items]
+        kernels = [TritonKernel(k, s, emit(k, s), self.interpret) for k, s in items]
+        if not self.interpret and kernels:
+            _warm_up([(tk, k) for tk, (k, _) in zip(kernels, items)])
+        return kernels
 
     def from_numpy(self, array: np.ndarray):
         import torch

@@ -107,12 +107,12 @@ class OpEmitter:
             lin = self.lin(space)
             cs = contiguous_strides(shape)
             out = []
-            for s, c in zip(shape, cs):
+            for d, (s, c) in enumerate(zip(shape, cs)):
                 if s == 1:
                     out.append("0")
                     continue
                 name = self.w.tmp("u")
-                self.w(f"{name} = {lin} // {c} % {s}" if c != 1 else f"{name} = {lin} % {s}")
+                self.w(f"{name} = {_digit(lin, c, s, _outer(shape, d))}")
                 out.append(name)
             self._unravel[key] = out
         return self._unravel[key]
@@ -132,7 +132,10 @@ class OpEmitter:
 
     def load(self, ptr: str, view: View, idx: list[str], space: str, dtype: DType) -> str:
         sp = self.spaces[space]
-        addr, valid = self.address(view, idx, sp.zero)
+        if view.shape == tuple(sp.dims) and view.is_contiguous and idx == list(sp.idx):
+            addr, valid = self.lin(space), None  # reads in the space's own order
+        else:
+            addr, valid = self.address(view, idx, sp.zero)
         m = sp.bound if valid is None else f"{sp.bound} & {valid}"
         x = f"tl.load({ptr} + ({addr}), mask={m}, other=0)"
         return f"({x} != 0)" if dtype is DType.bool else x
@@ -234,6 +237,17 @@ class OpEmitter:
         self.w(f"tl.store(out{o} + {self.lin(space)}, {v}, mask={sp.bound})")
 
 
+def _digit(src: str, c: int, s: int, outer: bool) -> str:
+    """Index of one dim in a row-major unravel of a flat index. Lanes past the end are masked,
+    so the outermost dim needs no modulo."""
+    q = f"{src} // {c}" if c != 1 else src
+    return q if outer else f"{q} % {s}"
+
+
+def _outer(shape, k: int) -> bool:
+    return all(s == 1 for s in shape[:k])
+
+
 def _is_big(k: Kernel) -> bool:
     n = max([math.prod(k.full)] + [b.numel for b in k.inputs] + [b.numel for _, b in k.outputs])
     return n >= 2**31 - 1
@@ -272,7 +286,7 @@ def emit_elementwise(k: Kernel) -> str:
         if s == 1:
             idx.append("0")
             continue
-        w(f"f{d} = offs // {c} % {s}" if c != 1 else f"f{d} = offs % {s}")
+        w(f"f{d} = {_digit('offs', c, s, _outer(k.full, d))}")
         idx.append(f"f{d}")
     sp = Space(k.full, idx, "offs", "fb", "zf", "[BLOCK]")
     e = OpEmitter(k, w, {"full": sp, "row": sp}, big)
@@ -321,25 +335,29 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
     w("jr = tl.arange(0, BLOCK)[None, :]" + (".to(tl.int64)" if big else ""))
     ridx = ["0"] * len(k.full)
     rshape = [k.full[d] for d in row_dims]
-    for d, s, c in zip(row_dims, rshape, contiguous_strides(tuple(rshape))):
+    for n, (d, s, c) in enumerate(zip(row_dims, rshape, contiguous_strides(tuple(rshape)))):
         if s > 1:
-            w(f"r{d} = rid // {c} % {s}" if c != 1 else f"r{d} = rid % {s}")
+            w(f"r{d} = {_digit('rid', c, s, _outer(rshape, n))}")
             ridx[d] = f"r{d}"
     row = Space(k.row, ridx, "rid", "rb", "zr", "[ROWS, 1]")
     fidx = list(ridx)
     for d in red_dims:
         fidx[d] = f"f{d}" if k.full[d] > 1 else "0"
-    full = Space(k.full, fidx, None, "fb", "zf", "[ROWS, BLOCK]")
+    # reduced dims last (size-1 dims aside): the full linear index is rid * rlen + j
+    trailing = all(k.full[d] == 1 for d in range(min(axes), len(k.full)) if d not in axes)
+    full = Space(k.full, fidx, "fl" if trailing else None, "fb", "zf", "[ROWS, BLOCK]")
     e = OpEmitter(k, w, {"full": full, "row": row}, big)
     single = rlen <= schedule["BLOCK"]
 
     def chunk_indices() -> None:
         w(f"fb = rb & (j < {rlen})")
         w("zf = zr + j * 0")
+        if trailing:
+            w(f"fl = rid * {rlen} + j")
         rs = [k.full[d] for d in red_dims]
-        for d, s, c in zip(red_dims, rs, contiguous_strides(tuple(rs))):
+        for n, (d, s, c) in enumerate(zip(red_dims, rs, contiguous_strides(tuple(rs)))):
             if s > 1:
-                w(f"f{d} = j // {c} % {s}" if c != 1 else f"f{d} = j % {s}")
+                w(f"f{d} = {_digit('j', c, s, _outer(rs, n))}")
         e._lin.pop("full", None)
         for key in [key for key in e._unravel if key[0] == "full"]:
             del e._unravel[key]
@@ -479,17 +497,32 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     kb = _unravel_group(w, plan.k, k.full, "rk[:, None]", "kb")
     dummy = Space(k.full, [], None, "", "", "")
     e = OpEmitter(k, w, {"full": dummy}, big)
-    for name, op, kidx, bound, zero in (
-        ("a", a_op, ka, f"(rm[:, None] < {M}) & (rk[None, :] < {K})", "(rm[:, None] * 0 + rk[None, :] * 0)"),
-        ("b", b_op, kb, f"(rk[:, None] < {K}) & (rn[None, :] < {N})", "(rk[:, None] * 0 + rn[None, :] * 0)"),
+    for name, op, kidx, ksrc, bound, zero in (
+        ("a", a_op, ka, "rk[None, :]", f"(rm[:, None] < {M}) & (rk[None, :] < {K})",
+         "(rm[:, None] * 0 + rk[None, :] * 0)"),
+        ("b", b_op, kb, "rk[:, None]", f"(rk[:, None] < {K}) & (rn[None, :] < {N})",
+         "(rk[:, None] * 0 + rn[None, :] * 0)"),
     ):
+        view = op.attr("view")
         idx = [mi.get(d) or ni.get(d) or bi.get(d) or kidx.get(d) or "0" for d in range(len(k.full))]
-        addr, valid = e.address(op.attr("view"), idx, zero)
+        flat = []
+        for dims, src in ((plan.m, "rm[:, None]"), (plan.n, "rn[None, :]"), (plan.b, "pid_b"), (plan.k, ksrc)):
+            stride = _flat_stride(view, dims, k.full)
+            if stride is not None:  # the group is one strided run for this operand: no div/mod per element
+                for d in dims:
+                    idx[d] = "0"
+                if stride:
+                    flat.append(f" + {src} * {stride}")
+        addr, valid = e.address(view, idx, zero)
+        addr += "".join(flat)
         m = bound if valid is None else f"{bound} & {valid}"
         w(f"{name} = tl.load(in{op.attr('buf')} + ({addr}), mask={m}, other=0)")
     dt = k.ops[plan.mul].dtype
     if dt is DType.float32:
         w('acc = tl.dot(a, b, acc, input_precision=PRECISION)')
+    elif dt is DType.bfloat16:
+        # bfloat16 values are exact in tf32: same products, and the interpreter has no bf16 dot
+        w('acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32")')
     else:
         w(f"acc = tl.dot(a.to({TL[dt]}), b.to({TL[dt]}), acc)")
     w.indent -= 1
@@ -518,13 +551,28 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     return _finish(_signature(k, knobs), w)
 
 
+def _flat_stride(view: View, dims: list[int], full: tuple[int, ...]) -> int | None:
+    """The stride of a group's flat index when the view reads the group as one strided run."""
+    real = [d for d in dims if full[d] > 1]
+    if not real or any(c[d] for c, _, _ in view.mask for d in real):
+        return None
+    for a, b in zip(real, real[1:]):
+        if view.strides[a] != view.strides[b] * full[b]:
+            return None
+    return view.strides[real[-1]]
+
+
 def _unravel_group(w: Writer, dims: list[int], full: tuple[int, ...], src: str, prefix: str) -> dict[int, str]:
     """Index per dim of a flattened group of dims (row-major over ``dims``)."""
     sizes = [full[d] for d in dims]
     out: dict[int, str] = {}
-    for d, s, c in zip(dims, sizes, contiguous_strides(tuple(sizes))):
+    if sum(s > 1 for s in sizes) == 1:  # one real dim: its index is the flat index (bounds are masked)
+        d = next(d for d, s in zip(dims, sizes) if s > 1)
+        w(f"{prefix}{d} = {src}")
+        return {d: f"{prefix}{d}"}
+    for n, (d, s, c) in enumerate(zip(dims, sizes, contiguous_strides(tuple(sizes)))):
         if s == 1:
             continue
-        w(f"{prefix}{d} = {src} // {c} % {s}" if c != 1 else f"{prefix}{d} = {src} % {s}")
+        w(f"{prefix}{d} = {_digit(src, c, s, _outer(sizes, n))}")
         out[d] = f"{prefix}{d}"
     return out

@@ -1,0 +1,123 @@
+"""End-to-end CPU latency: luminal's cpu backend (default schedules) against onnxruntime's CPU EP.
+
+Both sides use the same thread count; rounds are interleaved; outputs are
+checked against onnxruntime before timing. Models and shapes come from
+examples/models/manifest.json (export them with examples/export_models.py).
+
+    python benchmarks/cpu_models.py                     # the small models
+    python benchmarks/cpu_models.py --size full --only bert --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+if __name__ == "__main__":
+    _t = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
+               if a.startswith("--threads")), "0")
+    if _t != "0":
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", _t)
+
+import numpy as np  # noqa: E402
+
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+
+
+def _feeds(sess, rng) -> dict[str, np.ndarray]:
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [int(d) for d in i.shape]
+        if "int" in i.type:
+            # 0/1: valid token ids, token types and attention masks alike
+            feeds[i.name] = rng.integers(0, 2, shape).astype(np.int64 if "int64" in i.type else np.int32)
+        elif "bool" in i.type:
+            feeds[i.name] = np.ones(shape, bool)
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _median_time(fn, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
+    import onnxruntime as ort
+
+    from luminal.runtime.session import InferenceSession
+
+    path = MODELS / name
+    t0 = time.perf_counter()
+    ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {})
+    compile_s = time.perf_counter() - t0
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    feeds = _feeds(ours, np.random.default_rng(0))
+    ort_feeds = {i.name: feeds[i.name] for i in ref.get_inputs() if i.name in feeds}
+    got = ours.run(None, feeds)
+    want = ref.run(None, ort_feeds)
+    err = max(float(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max()
+                    / (np.abs(np.asarray(w, np.float64)).max() + 1e-30)) for g, w in zip(got, want))
+    tl, tr = [], []
+    for _ in range(rounds):
+        tl.append(_median_time(lambda: ours.run(None, feeds), reps))
+        tr.append(_median_time(lambda: ref.run(None, ort_feeds), reps))
+
+    def stats(ts):
+        return {"median_ms": 1e3 * float(np.median(ts)), "p10_ms": 1e3 * float(np.percentile(ts, 10)),
+                "p90_ms": 1e3 * float(np.percentile(ts, 90))}
+
+    row = {"model": name, "compile_s": compile_s, "max_rel_err": err, "kernels": len(ours.model.kernels),
+           "luminal": stats(tl), "onnxruntime": stats(tr)}
+    row["speedup_vs_ort"] = row["onnxruntime"]["median_ms"] / row["luminal"]["median_ms"]
+    lu, ox = row["luminal"], row["onnxruntime"]
+    print(f"{name:32s} kernels={row['kernels']:4d} err={err:.1e} compile={compile_s:.1f}s  "
+          f"luminal={lu['median_ms']:.2f}ms [{lu['p10_ms']:.2f},{lu['p90_ms']:.2f}]  "
+          f"onnxruntime={ox['median_ms']:.2f}ms [{ox['p10_ms']:.2f},{ox['p90_ms']:.2f}]  "
+          f"speedup={row['speedup_vs_ort']:.2f}x", flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--size", choices=["small", "full"], default="small")
+    ap.add_argument("--only", default="", help="substring of the model file names to run")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    from luminal.codegen.c.schedule import cores
+
+    threads = args.threads or cores()
+    os.environ["LUMINAL_NUM_THREADS"] = str(threads)
+    manifest = json.loads((MODELS / "manifest.json").read_text())
+    print(f"threads={threads} load average={os.getloadavg()[0]:.1f}")
+    rows = []
+    for name, info in sorted(manifest.items()):
+        if info.get("size") != args.size or args.only not in name:
+            continue
+        try:
+            rows.append(bench(name, info, threads, args.rounds, args.reps))
+        except Exception as e:  # one failing model does not stop the others
+            print(f"{name:32s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"threads": threads, "models": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

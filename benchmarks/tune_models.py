@@ -1,0 +1,125 @@
+"""Every example model's latency after `tune --budget` against the untuned default and onnxruntime (CPU).
+
+The three run interleaved, round by round, on the same seeded inputs and the same thread count;
+the tuned model is also checked against the untuned one.
+
+    python examples/export_models.py --small-only      # once
+    python benchmarks/tune_models.py --budget 10m [--size small|full|all] [--only NAME] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from luminal.cache import TuningCache
+from luminal.cli.modelcheck import load_model_proto, make_inputs
+from luminal.config import parse_duration
+from luminal.frontend_onnx import load
+from luminal.runtime.compile import compile_graph
+from luminal.search.tuner import tune, tuned_decisions
+
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+
+
+def _ort(path: Path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _stats(samples: list[int]) -> dict:
+    a = np.asarray(samples, dtype=np.float64) / 1e3
+    p10, med, p90 = np.percentile(a, [10, 50, 90])
+    return {"median_us": round(float(med), 1), "p10_us": round(float(p10), 1), "p90_us": round(float(p90), 1)}
+
+
+def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, threads: int, rounds: int,
+          seed: int) -> dict:
+    imported = load(str(path), shapes)
+    graph = imported.graph
+    feeds = make_inputs(imported.inputs, load_model_proto(str(path)), seed)
+    t0 = time.monotonic()
+    report = tune(graph, "cpu", budget_s, cache=cache, storage=storage, seed=seed, threads=threads)
+    tune_s = time.monotonic() - t0
+    default = compile_graph(graph, "cpu")
+    tc = TuningCache(cache)
+    tuned = compile_graph(graph, "cpu", cache=tc, decisions=tuned_decisions(graph, "cpu", tc))
+    sess = _ort(path, threads)
+    out_names = [o.name for o in sess.get_outputs()]
+    runners = {"luminal default": lambda: default.run(feeds), "luminal tuned": lambda: tuned.run(feeds),
+               "onnxruntime": lambda: sess.run(out_names, feeds)}
+    a, b = default.run(feeds), tuned.run(feeds)
+    agree = all(np.allclose(x, y, rtol=1e-3, atol=1e-4, equal_nan=True) for x, y in zip(a, b))
+    for fn in runners.values():  # warm-up
+        for _ in range(3):
+            fn()
+    samples: dict[str, list[int]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for name, fn in runners.items():
+            t = time.perf_counter_ns()
+            fn()
+            samples[name].append(time.perf_counter_ns() - t)
+    res = {k: _stats(v) for k, v in samples.items()}
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return {"model": path.name, "shapes": shapes, "budget_s": budget_s, "tune_s": round(tune_s, 1),
+            "trials": report.trials, "statuses": report.statuses, "kernels": len(report.kernels),
+            "stopped": report.stopped, "tuned_matches_default": agree, "latency": res,
+            "speedup_vs_default": med["luminal default"] / med["luminal tuned"],
+            "tuned_vs_onnxruntime": med["onnxruntime"] / med["luminal tuned"], "threads": threads}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", default="10m")
+    ap.add_argument("--size", default="small", choices=("small", "full", "all"))
+    ap.add_argument("--only", default="", help="substring of model file names")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default=None, help="tuning cache (default: a fresh one next to --json or in /tmp)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    manifest_path = MODELS / "manifest.json"
+    if not manifest_path.exists():
+        sys.exit("no example models: run python examples/export_models.py first")
+    manifest = json.loads(manifest_path.read_text())
+    budget = parse_duration(args.budget, "--budget")
+    cache = Path(args.cache or "/tmp/luminal-tune-models/tuning.db")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{cache.parent / 'studies.db'}"
+    rows = []
+    for name, info in sorted(manifest.items()):
+        if args.size != "all" and info["size"] != args.size or args.only not in name:
+            continue
+        try:
+            row = bench(MODELS / name, info["shapes"], budget, cache, storage, args.threads, args.rounds, args.seed)
+        except Exception as e:  # one model failing must not hide the others' numbers
+            row = {"model": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        rows.append(row)
+        if "error" in row:
+            print(f"{name:34s} ERROR {row['error']}", flush=True)
+            continue
+        lat = row["latency"]
+        print(f"{name:34s} default {lat['luminal default']['median_us']:9.1f} us  tuned "
+              f"{lat['luminal tuned']['median_us']:9.1f} us  onnxruntime {lat['onnxruntime']['median_us']:9.1f} us"
+              f"  | {row['speedup_vs_default']:.2f}x vs default, {row['tuned_vs_onnxruntime']:.2f}x vs ort"
+              f"  ({row['trials']} trials, {row['tune_s']:.0f} s, matches default: {row['tuned_matches_default']})",
+              flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

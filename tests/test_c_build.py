@@ -1,0 +1,150 @@
+"""Building C kernels: the disk cache, parallel compiles, the no-compiler message, random fusion decisions."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from luminal.codegen import backend as backend_mod
+from luminal.codegen.c import build
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.c.check import run_graph
+from luminal.codegen.partition import fusible_edges, partition
+from luminal.errors import LuminalError
+from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+
+RNG = np.random.default_rng(3)
+
+
+def _model():
+    x = Tensor.input("x", (4, 6, 8), DType.float32)
+    w = Tensor.const(RNG.standard_normal((8, 5)).astype(np.float32))
+    b = Tensor.const(RNG.standard_normal((5,)).astype(np.float32))
+    h = x.matmul(w).add(b).relu()
+    s = h.softmax(-1)
+    m = x.mean((-1,), keepdim=True)
+    v = x.sub(m).square().mean((-1,), keepdim=True)
+    ln = x.sub(m).mul(v.add(1e-5).rsqrt())
+    t = ln.permute((0, 2, 1)).exp().add(1.0)
+    idx = Tensor.const(np.array([3, 0, 7, 7, 1]))
+    gth = x.gather(idx.reshape((1, 1, 5)).expand((4, 6, 5)), 2).tanh()
+    outs = [s, ln, t, gth]
+    return optimize(Graph([x.node], [o.contiguous().node for o in outs], ["s", "ln", "t", "g"]))
+
+
+_CACHE_SCRIPT = """
+import json, sys
+import numpy as np
+from luminal.codegen.c import build
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.partition import partition
+from luminal.ir import DType, Graph, Tensor, optimize
+x = Tensor.input("x", (3, 7, 11), DType.float32)
+y = x.softmax(-1).mul(x.sum((0,), keepdim=True).expand((3, 7, 11)))
+g = optimize(Graph([x.node], [y.contiguous().node], ["y"]))
+be = CPUBackend()
+ks = partition(g, {})
+be.compile([(k, be.default_schedule(k)) for k in ks])
+print(json.dumps({"kernels": len(ks), **build.STATS}))
+"""
+
+
+def _compile_in_subprocess(env):
+    r = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_disk_cache_second_compile_compiles_nothing(tmp_path):
+    import os
+
+    env = {**os.environ, "LUMINAL_C_CACHE": str(tmp_path / "c")}
+    first = _compile_in_subprocess(env)
+    assert first["kernels"] >= 2 and first["compile"] == first["kernels"] and first["link"] == 1
+    second = _compile_in_subprocess(env)
+    assert second["compile"] == 0 and second["link"] == 0
+    assert len(list((tmp_path / "c").glob("*.so"))) == 1
+
+
+def test_cache_dir_respects_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("LUMINAL_C_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert build.cache_dir() == tmp_path / "xdg" / "luminal" / "c"
+    monkeypatch.setenv("LUMINAL_C_CACHE", str(tmp_path / "own"))
+    assert build.cache_dir() == tmp_path / "own"
+
+
+def test_in_process_recompile_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_C_CACHE", str(tmp_path))
+    g = _model()
+    be = CPUBackend()
+    items = [(k, be.default_schedule(k)) for k in partition(g, {})]
+    before = dict(build.STATS)
+    be.compile(items)
+    mid = dict(build.STATS)
+    assert mid["compile"] - before["compile"] == len({be.source(k, s) for k, s in items})
+    be.compile(items)
+    assert build.STATS == mid
+
+
+def test_no_compiler_gives_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    be = CPUBackend()
+    msg = be.available()
+    assert msg and "\n" not in msg and "install gcc or clang" in msg
+    with pytest.raises(LuminalError, match="install gcc or clang"):
+        backend_mod.get_backend("cpu")
+
+
+def test_generated_source_has_no_model_strings():
+    x = Tensor.input("secret_input_name", (5, 3), DType.float32)
+    g = optimize(Graph([x.node], [x.exp().contiguous().node], ["secret_output_name"]))
+    be = CPUBackend()
+    for k in partition(g, {}):
+        src = be.source(k, be.default_schedule(k))
+        assert "secret" not in src
+
+
+def test_random_fusion_decisions_are_correct():
+    g = _model()
+    xv = RNG.standard_normal((4, 6, 8)).astype(np.float32)
+    want = run_reference(g, {"x": xv})
+    edges = fusible_edges(g)
+    rnd = random.Random(1)
+    decisions = [{}, {e: False for e in edges}] + [{e: rnd.random() < 0.5 for e in edges} for _ in range(6)]
+    seen = set()
+    for dec in decisions:
+        ks = partition(g, dec)
+        seen.add(len(ks))
+        got = run_graph(g, {"x": xv}, dec)
+        for w, r in zip(want, got):
+            np.testing.assert_allclose(r, w, rtol=2e-5, atol=2e-6)
+    assert len(seen) >= 3
+
+
+def test_thread_count_from_env_and_schedule(monkeypatch):
+    monkeypatch.setenv("LUMINAL_NUM_THREADS", "3")
+    x = Tensor.input("x", (300, 200), DType.float32)
+    g = optimize(Graph([x.node], [x.softmax(-1).contiguous().node], ["y"]))
+    be = CPUBackend()
+    (k,) = partition(g, {})
+    s = be.default_schedule(k)
+    assert be.compile([(k, s)])[0].threads == 3
+    assert be.compile([(k, {**s, "threads": 1})])[0].threads == 1
+    xv = RNG.standard_normal((300, 200)).astype(np.float32)
+    for threads in (1, 2, 3):
+        got = run_graph(g, {"x": xv}, schedules=[{**s, "threads": threads}])
+        np.testing.assert_allclose(got[0], run_reference(g, {"x": xv})[0], rtol=1e-5, atol=1e-7)
+
+
+def test_buffers_are_aligned():
+    be = CPUBackend()
+    for shape in [(3,), (5, 7), (1,), (2, 1, 3)]:
+        assert be.empty(shape, np.float32).ctypes.data % 64 == 0
+        assert be.from_numpy(np.ones(shape, np.float16)).ctypes.data % 64 == 0

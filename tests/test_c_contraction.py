@@ -1,0 +1,148 @@
+"""Contraction kernels (packed GEMM micro-kernel with fused epilogue) against the reference executor."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.c.check import run_graph
+from luminal.codegen.c.contraction import plan_contraction
+from luminal.codegen.partition import partition
+from luminal.frontend_onnx.ops_nn_conv import conv
+from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+
+RNG = np.random.default_rng(5)
+
+
+def _graph(inputs, outs):
+    return optimize(Graph([t.node for t in inputs], [o.contiguous().node for o in outs],
+                          [f"o{i}" for i in range(len(outs))]))
+
+
+def _compare(g, feeds, rtol=2e-5, atol=2e-5, schedules=None, kernels=None):
+    want = run_reference(g, feeds)
+    got = run_graph(g, feeds, schedules=schedules, kernels=kernels)
+    for w, r, n in zip(want, got, g.output_names):
+        assert r.shape == w.shape and r.dtype == w.dtype, n
+        scale = max(1.0, float(np.abs(w.astype(np.float64)).max()))
+        np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol * scale,
+                                   err_msg=n)
+
+
+def _contractions(g):
+    ks = partition(g, {})
+    return ks, [k for k in ks if k.form == "contraction"]
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 2, 1), (1, 9, 40), (7, 13, 5), (33, 70, 49), (96, 64, 130), (5, 300, 17)])
+def test_matmul_sizes(m, k, n):
+    a = Tensor.input("a", (m, k), DType.float32)
+    b = Tensor.input("b", (k, n), DType.float32)
+    g = _graph([a, b], [a.matmul(b)])
+    ks, cs = _contractions(g)
+    assert len(ks) == 1
+    if m > 1 or n > 1:  # a dot product (1 x k x 1) is a plain reduction
+        assert plan_contraction(cs[0]) is not None
+    _compare(g, {"a": RNG.standard_normal((m, k)).astype(np.float32),
+                 "b": RNG.standard_normal((k, n)).astype(np.float32)})
+
+
+def test_bmm_broadcast_batch_and_transposes():
+    a = Tensor.input("a", (3, 1, 20, 17), DType.float32)
+    b = Tensor.input("b", (4, 23, 17), DType.float32)
+    c = Tensor.input("c", (17, 20), DType.float32)
+    outs = [a.matmul(b.transpose(-2, -1).reshape((1, 4, 17, 23)).expand((3, 4, 17, 23))),   # broadcast batch, B^T
+            c.transpose(0, 1).matmul(b.shrink(((1, 2), (0, 23), (0, 17))).reshape((23, 17)).transpose(0, 1)),  # A^T B^T
+            a.slice((2, 0, 19, 0), (-1, 1, -1, 1), (3, 1, 20, 17)).matmul(c)]                # reversed views
+    g = _graph([a, b, c], outs)
+    _, cs = _contractions(g)
+    assert len(cs) == 3 and all(plan_contraction(k) is not None for k in cs)
+    _compare(g, {"a": RNG.standard_normal((3, 1, 20, 17)).astype(np.float32),
+                 "b": RNG.standard_normal((4, 23, 17)).astype(np.float32),
+                 "c": RNG.standard_normal((17, 20)).astype(np.float32)})
+
+
+def test_gemm_bias_relu_residual_epilogue_in_one_kernel():
+    x = Tensor.input("x", (37, 64), DType.float32)
+    w = Tensor.const(RNG.standard_normal((64, 50)).astype(np.float32))
+    bias = Tensor.const(RNG.standard_normal(50).astype(np.float32))
+    r = Tensor.input("r", (37, 50), DType.float32)
+    y = x.matmul(w).add(bias.reshape((1, 50)).expand((37, 50))).relu().add(r)
+    g = _graph([x, r], [y])
+    ks, cs = _contractions(g)
+    assert len(ks) == 1 and len(cs) == 1 and plan_contraction(cs[0]) is not None
+    _compare(g, {"x": RNG.standard_normal((37, 64)).astype(np.float32),
+                 "r": RNG.standard_normal((37, 50)).astype(np.float32)})
+
+
+def _conv_out(size, k, stride, dil, pads):
+    return (size + pads[0] + pads[1] - dil * (k - 1) - 1) // stride + 1
+
+
+@pytest.mark.parametrize("cin,cout,group,ksz,stride,dil,pads", [
+    (3, 8, 1, 3, 1, 1, (1, 1)),
+    (4, 6, 2, 3, 2, 1, (1, 0)),
+    (6, 6, 6, 3, 1, 2, (2, 2)),      # depthwise, dilated
+    (5, 7, 1, 1, 1, 1, (0, 0)),      # 1x1
+    (4, 4, 1, 5, 3, 1, (2, 1)),
+])
+def test_conv_implicit_gemm(cin, cout, group, ksz, stride, dil, pads):
+    h, w_ = 11, 9
+    x = Tensor.input("x", (2, cin, h, w_), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((cout, cin // group, ksz, ksz)).astype(np.float32))
+    outs = [_conv_out(h, ksz, stride, dil, pads), _conv_out(w_, ksz, stride, dil, pads)]
+    y = conv(x, wt, group, [stride] * 2, [dil] * 2, [pads, pads], outs)
+    bias = Tensor.const(RNG.standard_normal(cout).astype(np.float32))
+    y = y.add(bias.reshape((1, cout, 1, 1)).expand(y.shape)).relu()
+    g = _graph([x], [y])
+    _, cs = _contractions(g)
+    assert len(cs) == 1 and plan_contraction(cs[0]) is not None
+    _compare(g, {"x": RNG.standard_normal((2, cin, h, w_)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("dt", [DType.float16, DType.bfloat16])
+def test_half_precision_matmul(dt):
+    a = Tensor.input("a", (19, 40), dt)
+    b = Tensor.input("b", (40, 21), dt)
+    g = _graph([a, b], [a.matmul(b).add(1.0)])
+    assert plan_contraction(_contractions(g)[1][0]) is not None
+    _compare(g, {"a": RNG.standard_normal((19, 40)).astype(dt.np), "b": RNG.standard_normal((40, 21)).astype(dt.np)},
+             rtol=2e-2, atol=2e-2)
+
+
+def test_random_valid_schedules_are_correct():
+    be = CPUBackend()
+    a = Tensor.input("a", (2, 45, 70), DType.float32)
+    b = Tensor.input("b", (2, 70, 64), DType.float32)
+    bias = Tensor.input("c", (64,), DType.float32)
+    g = _graph([a, b, bias], [a.matmul(b).add(bias.reshape((1, 1, 64)).expand((2, 45, 64))).tanh()])
+    ks = partition(g, {})
+    (k,) = [k for k in ks if k.form == "contraction"]
+    space = be.space(k)
+    rnd = random.Random(3)
+    scheds = [be.default_schedule(k)]
+    while len(scheds) < 10:
+        s = {kn.name: rnd.choice(kn.choices) for kn in space}
+        if be.valid(k, s):
+            scheds.append(s)
+    assert any(s["impl"] == "blas" for s in scheds) and any(not s["pack_b"] for s in scheds)
+    feeds = {"a": RNG.standard_normal((2, 45, 70)).astype(np.float32),
+             "b": RNG.standard_normal((2, 70, 64)).astype(np.float32), "c": RNG.standard_normal(64).astype(np.float32)}
+    for s in scheds:
+        _compare(g, feeds, schedules=[s if kk is k else None for kk in ks], kernels=ks)
+
+
+def test_invalid_schedules_are_rejected():
+    be = CPUBackend()
+    a = Tensor.input("a", (9, 10), DType.float32)
+    b = Tensor.input("b", (10, 11), DType.float32)
+    (k,) = partition(_graph([a, b], [a.matmul(b)]), {})
+    s = be.default_schedule(k)
+    assert be.valid(k, s)
+    assert not be.valid(k, {**s, "mr": 12, "nr": 32})          # too many registers
+    assert not be.valid(k, {**s, "mr": 5})                     # not a choice
+    assert not be.valid(k, {**s, "pack_b": False})              # N=11 is not a multiple of NR
+    assert not be.valid(k, {**s, "bogus": 1})

@@ -1,0 +1,142 @@
+"""Generated C elementwise and gather kernels against the reference executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luminal.codegen.c.check import run_graph
+from luminal.codegen.partition import partition
+from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+
+RNG = np.random.default_rng(7)
+
+
+def _check(outs: list[Tensor], feeds: dict, names=None, rtol=2e-6, atol=2e-6, decisions=None):
+    inputs = [t.node for t in _inputs(outs)]
+    g = optimize(Graph(inputs, [o.contiguous().node for o in outs], names or [f"o{i}" for i in range(len(outs))]))
+    want = run_reference(g, feeds)
+    got = run_graph(g, feeds, decisions)
+    for w, r, n, node in zip(want, got, g.output_names, g.outputs):
+        # the reference returns 0-d outputs as shape (1,) (np.ascontiguousarray)
+        w = w.reshape(node.shape)
+        assert r.dtype == w.dtype and r.shape == w.shape, n
+        if w.dtype.kind == "f" or w.dtype.name == "bfloat16":
+            np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=n)
+        else:
+            np.testing.assert_array_equal(r, w, err_msg=n)
+    return g
+
+
+_INPUTS: list[Tensor] = []
+
+
+def _inputs(outs):
+    return list(_INPUTS)
+
+
+def _input(name, shape, dtype=DType.float32):
+    t = Tensor.input(name, shape, dtype)
+    _INPUTS.append(t)
+    return t
+
+
+@pytest.fixture(autouse=True)
+def _fresh_inputs():
+    _INPUTS.clear()
+    yield
+    _INPUTS.clear()
+
+
+def test_views_broadcasts_and_odd_sizes():
+    x = _input("x", (3, 1, 5, 7))
+    y = _input("y", (4, 1, 7))
+    z = _input("z", (1,))
+    outs = [
+        x.add(y.reshape((1, 4, 1, 7)).expand((3, 4, 5, 7))),          # broadcast on axes 0 and 2
+        x.expand((3, 4, 5, 7)).mul(z.reshape((1, 1, 1, 1)).expand((3, 4, 5, 7))),  # broadcast everywhere
+        x.permute((3, 2, 1, 0)).exp(),                                 # transposed read
+        x.slice((2, 0, 4, 6), (-1, 1, -2, -3), (3, 1, 3, 3)).sin(),    # negative steps
+        x.slice((0, 0, 1, 1), (2, 1, 2, 3), (2, 1, 2, 2)).sqrt(),      # strided slice (nan for < 0)
+        x.pad(((1, 0), (0, 2), (2, 1), (0, 3))).add(1.0),              # padded (masked) view
+        x.pad(((0, 0), (0, 0), (-1, -2), (1, 1))).recip(),            # negative pad = shrink, then pad
+        x.flip(3).log(),
+        z.add(2.0),                                                    # size 1
+    ]
+    feeds = {"x": RNG.standard_normal((3, 1, 5, 7)).astype(np.float32),
+             "y": RNG.standard_normal((4, 1, 7)).astype(np.float32),
+             "z": np.array([0.5], np.float32)}
+    _check(outs, feeds, rtol=3e-6)
+
+
+def test_reshape_of_transposed_view_unravels():
+    x = _input("x", (6, 10))
+    t = x.permute((1, 0))  # (10, 6), not reshapeable as a view
+    out = t.reshape((4, 15)).mul(2.0).add(t.reshape((4, 15)).tanh())
+    feeds = {"x": RNG.standard_normal((6, 10)).astype(np.float32)}
+    _check([out], feeds, rtol=1e-5, atol=1e-6)
+
+
+def test_special_values():
+    x = _input("x", (16,))
+    vals = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40, 3e38, -3e38, 128.5, -150.0,
+                     200.0, -200.0, 0.5, 2.0], np.float32)
+    # float -> int of values beyond the int range is platform-defined in the reference: kept in range
+    in_range = x.abs().lt(1e9).where(x, 7.0)
+    outs = [x.exp2(), x.log2(), x.sqrt(), x.recip(), x.sin(), x.mod(1.5), x.lt(0.5), x.exp(),
+            in_range.cast(DType.int64), in_range.cast(DType.int32), x.cast(DType.bool), x.relu(), x.maximum(1.0),
+            x.cast(DType.float16), x.cast(DType.bfloat16)]
+    _check(outs, {"x": vals}, rtol=2e-6, atol=0)
+
+
+def test_exp2_accuracy_dense():
+    x = _input("x", (200000,))
+    v = np.linspace(-160, 130, 200000, dtype=np.float32)
+    _check([x.exp2()], {"x": v}, rtol=3e-7, atol=3e-45)  # denormal results: one ulp
+
+
+def test_integer_and_bool_ops():
+    a = _input("a", (5, 6), DType.int64)
+    b = _input("b", (5, 6), DType.int32)
+    c = _input("c", (5, 6), DType.bool)
+    av = RNG.integers(-20, 20, (5, 6)).astype(np.int64)
+    av[0, 0] = np.iinfo(np.int64).min
+    bv = RNG.integers(-5, 5, (5, 6)).astype(np.int32)
+    bv[0, :3] = [0, -1, 0]
+    cv = RNG.random((5, 6)) < 0.5
+    outs = [a.mod(b.cast(DType.int64)), b.mod(b.add(3)), a.mul(3).add(b.cast(DType.int64)), a.lt(0),
+            c.logical_not(), c & a.lt(3), c | b.lt(0), c.where(a, a.neg()), b.cast(DType.float32).mul(0.5),
+            c.cast(DType.float32), a.add(np.iinfo(np.int64).max)]
+    _check(outs, {"a": av, "b": bv, "c": cv})
+
+
+def test_iota_and_gather():
+    x = _input("x", (4, 9, 3))
+    idx = _input("i", (4, 5, 3), DType.int64)
+    io = Tensor.iota((4, 5, 3), 1, DType.int64)
+    outs = [x.gather(idx, 1).mul(2.0),
+            x.gather(idx.add(io).mod(9), 1),
+            x.permute((0, 2, 1)).gather(idx.permute((0, 2, 1)), 2).exp(),   # gather through a transposed view
+            io.cast(DType.float32).add(Tensor.iota((4, 5, 3), 2, DType.int32).cast(DType.float32))]
+    iv = RNG.integers(-3, 12, (4, 5, 3)).astype(np.int64)  # out-of-range indices are clamped
+    _check(outs, {"x": RNG.standard_normal((4, 9, 3)).astype(np.float32), "i": iv}, rtol=3e-6)
+
+
+@pytest.mark.parametrize("dt", [DType.float16, DType.bfloat16])
+def test_half_precision_inputs_and_outputs(dt):
+    x = _input("x", (7, 33), dt)
+    y = _input("y", (33,), DType.float32)
+    outs = [x.mul(1.5).add(y.reshape((1, 33)).expand((7, 33)).cast(dt)).tanh(),
+            x.cast(DType.float32).exp(), x.sigmoid()]
+    xv = RNG.standard_normal((7, 33)).astype(dt.np)
+    _check(outs, {"x": xv, "y": RNG.standard_normal(33).astype(np.float32)}, rtol=1e-2, atol=1e-2)
+
+
+def test_big_elementwise_runs_parallel_and_matches():
+    x = _input("x", (300, 1001))
+    y = _input("y", (1001,))
+    out = x.mul(y.reshape((1, 1001)).expand((300, 1001))).gelu() if hasattr(x, "gelu") else \
+        x.mul(y.reshape((1, 1001)).expand((300, 1001))).erf()
+    g = _check([out], {"x": RNG.standard_normal((300, 1001)).astype(np.float32),
+                       "y": RNG.standard_normal(1001).astype(np.float32)}, rtol=1e-5, atol=2e-6)
+    assert [k.form for k in partition(g, {})] == ["elementwise"]

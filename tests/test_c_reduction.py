@@ -1,0 +1,87 @@
+"""Generated C reduction kernels (several reductions per row, any axes) against the reference executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luminal.codegen.c.check import run_graph
+from luminal.codegen.partition import partition
+from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+
+RNG = np.random.default_rng(11)
+
+
+def _graph(inputs, outs):
+    return optimize(Graph([t.node for t in inputs], [o.contiguous().node for o in outs],
+                          [f"o{i}" for i in range(len(outs))]))
+
+
+def _compare(g, feeds, rtol=1e-5, atol=1e-6, decisions=None, schedules=None):
+    want = run_reference(g, feeds)
+    got = run_graph(g, feeds, decisions, schedules)
+    for w, r, n, node in zip(want, got, g.output_names, g.outputs):
+        # the reference returns 0-d outputs as shape (1,) (np.ascontiguousarray)
+        w = w.reshape(node.shape)
+        assert r.dtype == w.dtype and r.shape == w.shape, n
+        if w.dtype.kind in "fV" or w.dtype.name == "bfloat16":
+            np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=n)
+        else:
+            np.testing.assert_array_equal(r, w, err_msg=n)
+
+
+def test_softmax_is_one_kernel():
+    x = Tensor.input("x", (37, 129), DType.float32)
+    g = _graph([x], [x.softmax(-1)])
+    ks = partition(g, {})
+    assert [k.form for k in ks] == ["reduction"]
+    v = RNG.standard_normal((37, 129)).astype(np.float32) * 5
+    v[3, :] = -np.inf
+    v[3, 7] = 1.0
+    _compare(g, {"x": v})
+
+
+def test_layer_norm_is_one_kernel():
+    x = Tensor.input("x", (2, 13, 96), DType.float32)
+    gamma = Tensor.const(RNG.standard_normal(96).astype(np.float32))
+    m = x.mean((-1,), keepdim=True)
+    d = x.sub(m)
+    ln = d.mul(d.square().mean((-1,), keepdim=True).add(1e-5).rsqrt()).mul(gamma.reshape((1, 1, 96)).expand(x.shape))
+    g = _graph([x], [ln])
+    assert [k.form for k in partition(g, {})] == ["reduction"]
+    _compare(g, {"x": RNG.standard_normal((2, 13, 96)).astype(np.float32) * 3 + 1}, rtol=1e-4, atol=1e-5)
+
+
+def test_reductions_over_any_axes():
+    x = Tensor.input("x", (5, 6, 7, 3), DType.float32)
+    outs = [x.sum((0,)), x.max((1, 3)), x.sum((0, 2), keepdim=True), x.max((3,)), x.sum(),
+            x.permute((2, 0, 3, 1)).sum((1,)),          # reduce through a transposed view
+            x.slice((4, 0, 0, 0), (-1, 2, 1, 1), (5, 3, 7, 3)).max((0,)),   # negative-step view
+            x.pad(((1, 1), (0, 0), (2, 0), (0, 0))).sum((2,)),              # padded view
+            x.mean((1,)).exp().sum((0,))]
+    _compare(_graph([x], outs), {"x": RNG.standard_normal((5, 6, 7, 3)).astype(np.float32)})
+
+
+def test_max_propagates_nan_and_integer_sums():
+    x = Tensor.input("x", (4, 9), DType.float32)
+    i = Tensor.input("i", (4, 9), DType.int64)
+    b = Tensor.input("b", (4, 9), DType.bool)
+    v = RNG.standard_normal((4, 9)).astype(np.float32)
+    v[1, 4] = np.nan
+    v[2, :] = -np.inf
+    outs = [x.max((1,)), x.sum((1,)), i.sum((0,)), i.max((1,)), b.cast(DType.int64).sum((1,)), x.argmax(1)
+            if hasattr(x, "argmax") else x.max((0,))]
+    _compare(_graph([x, i, b], outs), {"x": v, "i": RNG.integers(-50, 50, (4, 9)), "b": RNG.random((4, 9)) < 0.4})
+
+
+@pytest.mark.parametrize("dt", [DType.float16, DType.bfloat16])
+def test_half_precision_softmax(dt):
+    x = Tensor.input("x", (8, 50), dt)
+    _compare(_graph([x], [x.softmax(-1), x.sum((1,))]),
+             {"x": RNG.standard_normal((8, 50)).astype(dt.np)}, rtol=2e-2, atol=2e-3)
+
+
+def test_big_rows_parallel():
+    x = Tensor.input("x", (512, 300), DType.float32)
+    _compare(_graph([x], [x.softmax(-1), x.sum((0,))]),
+             {"x": RNG.standard_normal((512, 300)).astype(np.float32)}, rtol=2e-5, atol=5e-5)  # float32 sum order

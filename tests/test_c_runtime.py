@@ -1,0 +1,50 @@
+"""The cpu backend through the generic runtime: sample graphs end to end, and an ONNX model vs onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luminal.ir import run_reference
+from luminal.runtime.compile import compile_graph
+from luminal.runtime.sample_graphs import small_cnn, transformer_layer
+
+
+@pytest.mark.parametrize("build", [transformer_layer, small_cnn])
+def test_sample_graphs_on_cpu(build):
+    g = build()
+    m = compile_graph(g, "cpu")
+    x = np.random.default_rng(0).standard_normal(g.inputs[0].shape).astype(np.float32)
+    name = g.inputs[0].attrs["name"]
+    got, = m.run({name: x})
+    want, = run_reference(g, {name: x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    got2, = m.run({name: x})
+    np.testing.assert_array_equal(got, got2)
+
+
+def test_onnx_gemm_conv_model_matches_onnxruntime():
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from luminal.frontend_onnx import load
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    fc = rng.standard_normal((8 * 5 * 5, 10)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc"], ["g"]),
+             helper.make_node("Softmax", ["g"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    x = rng.standard_normal((2, 3, 10, 10)).astype(np.float32)
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    g = load(model, {}).graph
+    got, = compile_graph(g, "cpu").run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,160 @@
+"""Resize and Upsample against onnxruntime."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from luminal.errors import LuminalError
+from luminal.ir import Op
+
+
+def _harness():
+    name = "luminal_ops_nn_harness"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("test_ops_nn_harness.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+h = _harness()
+rand = h.rand
+
+X = rand(1, 2, 4, 5)
+E = np.array([], np.float32)
+CTMS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric", "tf_crop_and_resize"]
+SCALES = [([1, 1, 2.0, 1.5], None), ([1, 1, 0.5, 0.6], None), (None, [1, 2, 7, 3]), (None, [1, 2, 1, 9])]
+ROI = np.array([0, 0, 0.1, 0.2, 1, 1, 0.8, 0.9], np.float32)
+
+
+def _resize(attrs, scales, sizes, x=X, roi=E, opset=19, **kw):
+    sc = E if scales is None else np.array(scales, np.float32)
+    inputs = [x, roi, sc] + ([] if sizes is None else [np.array(sizes, np.int64)])
+    return h.check("Resize", inputs, attrs, consts={1, 2, 3}, opset=opset, **kw)
+
+
+@pytest.mark.parametrize("scales,sizes", SCALES)
+@pytest.mark.parametrize("ctm", CTMS)
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+def test_resize_nearest(ctm, nearest_mode, scales, sizes):
+    attrs = dict(mode="nearest", coordinate_transformation_mode=ctm, nearest_mode=nearest_mode,
+                 extrapolation_value=-3.0)
+    if ctm == "half_pixel_symmetric" and nearest_mode == "floor" and scales != [1, 1, 2.0, 1.5]:
+        # a source coordinate of exactly 2.0 comes out as 1.9999999 in onnxruntime's float order
+        sc = E if scales is None else np.array(scales, np.float32)
+        inputs = [X, E, sc] + ([] if sizes is None else [np.array(sizes, np.int64)])
+        h.check_against_onnx_reference("Resize", inputs, attrs, consts={1, 2, 3})
+        return
+    g = _resize(attrs, scales, sizes, roi=ROI if ctm == "tf_crop_and_resize" else E)
+    assert Op.Mul not in h.op_counts(g)  # nearest is gathers only
+
+
+@pytest.mark.parametrize("scales,sizes", SCALES)
+@pytest.mark.parametrize("ctm", CTMS)
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_linear_cubic(mode, ctm, scales, sizes):
+    attrs = dict(mode=mode, coordinate_transformation_mode=ctm, extrapolation_value=-3.0)
+    _resize(attrs, scales, sizes, roi=ROI if ctm == "tf_crop_and_resize" else E, atol=1e-4)
+
+
+@pytest.mark.parametrize("a,exclude", [(-0.5, 1), (-0.75, 0), (-0.75, 1)])
+def test_resize_cubic_options(a, exclude):
+    _resize(dict(mode="cubic", cubic_coeff_a=a, exclude_outside=exclude), [1, 1, 2.0, 1.5], None, atol=1e-4)
+    _resize(dict(mode="cubic", cubic_coeff_a=a, exclude_outside=exclude), [1, 1, 0.5, 0.6], None, atol=1e-4)
+
+
+@pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
+def test_resize_axes_and_aspect_policy(policy):
+    attrs = dict(mode="linear", axes=[2, 3], keep_aspect_ratio_policy=policy)
+    h.check("Resize", [X, E, E, np.array([8, 8])], attrs, consts={1, 2, 3}, opset=19)
+    h.check("Resize", [X, E, E, np.array([8, 3])], dict(attrs, axes=[3, 2]), consts={1, 2, 3}, opset=19)
+
+
+def test_resize_trilinear_5d():
+    x = rand(1, 1, 3, 4, 5)
+    _resize(dict(mode="linear"), [1, 1, 2.0, 1.5, 0.6], None, x=x, atol=1e-4)
+
+
+def test_resize_integer_input_nearest():
+    x = np.arange(20, dtype=np.int32).reshape(1, 1, 4, 5)
+    _resize(dict(mode="nearest"), [1, 1, 2.0, 1.5], None, x=x)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_opset10_and_upsample(mode):
+    sc = np.array([1, 1, 2.0, 3.0], np.float32)
+    h.check("Resize", [X, sc], dict(mode=mode), consts={1}, opset=10)
+    h.check("Resize", [X, np.array([1, 1, 0.5, 0.6], np.float32)], dict(mode="nearest"), consts={1}, opset=10)
+    h.check("Upsample", [X, sc], dict(mode=mode), consts={1}, opset=9)
+
+
+def test_resize_needs_scales_or_sizes():
+    with pytest.raises(LuminalError, match="scales and sizes"):
+        h.luminal_run("Resize", [X, E, E], dict(mode="linear"), consts={1, 2}, opset=19)
+
+
+@pytest.mark.parametrize("exclude", [0, 1])
+@pytest.mark.parametrize("ctm", ["half_pixel", "asymmetric", "pytorch_half_pixel", "align_corners"])
+@pytest.mark.parametrize("scales", [[1, 1, 0.5, 0.3], [1, 1, 0.7, 1.5]])
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_antialias(mode, scales, ctm, exclude):
+    x = rand(1, 2, 9, 11)
+    attrs = dict(mode=mode, antialias=1, coordinate_transformation_mode=ctm, exclude_outside=exclude)
+    _resize(attrs, scales, None, x=x, atol=1e-4)
+    if ctm != "align_corners":  # onnx's reference stretches align_corners by the unrounded output length
+        sc = np.array(scales, np.float32)
+        h.check_against_onnx_reference("Resize", [x, E, sc], attrs, consts={1, 2}, atol=1e-4)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_grid_sample_2d(mode, padding, align):
+    x = rand(2, 3, 5, 6)
+    grid = (np.random.default_rng(4).random((2, 4, 7, 2)) * 3 - 1.5).astype(np.float32)  # some outside [-1, 1]
+    grid[0, 0, 0] = [0.5, -0.25]  # exact tap positions and ties
+    attrs = dict(mode=mode, padding_mode=padding, align_corners=align)
+    if mode == "cubic" and padding == "border":
+        # onnxruntime clamps each cubic tap instead of the out-of-range coordinate as the spec does
+        h.check_against_onnx_reference("GridSample", [x, grid], attrs, opset=22, atol=1e-4)
+    else:
+        h.check("GridSample", [x, grid], attrs, opset=22, atol=1e-4)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_grid_sample_3d(mode, padding):
+    x = rand(1, 2, 3, 4, 5)
+    grid = (np.random.default_rng(5).random((1, 2, 3, 4, 3)) * 2.6 - 1.3).astype(np.float32)
+    h.check_against_onnx_reference("GridSample", [x, grid], dict(mode=mode, padding_mode=padding), opset=22,
+                                   atol=1e-5)
+
+
+def test_grid_sample_opset16_names():
+    x, grid = rand(1, 2, 4, 4), (np.random.default_rng(6).random((1, 3, 3, 2)) * 2 - 1).astype(np.float32)
+    h.check("GridSample", [x, grid], dict(mode="bilinear"), opset=16)
+    h.check("GridSample", [x, grid], dict(mode="bicubic", align_corners=1), opset=16)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 1, 3, 4, 1]])
+def test_affine_grid(size, align):
+    r = len(size) - 2
+    theta = rand(2, r, r + 1, seed=8)
+    h.check_against_onnx_reference("AffineGrid", [theta, np.array(size)], dict(align_corners=align), opset=20,
+                                   consts={1}, atol=1e-5)
+    if r == 2:
+        h.check("AffineGrid", [theta, np.array(size)], dict(align_corners=align), opset=20, consts={1})
+
+
+@pytest.mark.parametrize("shape,axes", [([3, 8], [1, 2]), ([7, 2, 6], None), ([1], [0])])
+def test_center_crop_pad(shape, axes):
+    x = rand(4, 5, 6)
+    attrs = {} if axes is None else dict(axes=axes)
+    h.check_against_onnx_reference("CenterCropPad", [x, np.array(shape)], attrs, opset=18, consts={1})
