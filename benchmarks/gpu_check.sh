@@ -20,7 +20,7 @@ PY="$VENV/bin/python"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-timeout $(( $(left) / 2 )) "$PY" -m pytest -q -x -p no:cacheprovider -k cuda \
+timeout $(( $(left) / 2 )) "$PY" -m pytest -q -p no:cacheprovider -n 4 -k cuda \
   tests/test_triton_emit.py tests/test_runtime_session.py --junitxml="$TMP/tests.xml" > "$TMP/tests.txt" 2>&1
 TEST_RC=$?
 tail -3 "$TMP/tests.txt"

@@ -17,6 +17,7 @@ from onnx import TensorProto, numpy_helper
 from .. import ir
 from ..errors import LuminalError
 from ..ir import DType, Tensor
+from ..ir.tensor import FOLD_LIMIT
 from . import registry
 
 Shapes = Mapping[str, "int | tuple[int, ...]"]
@@ -135,6 +136,8 @@ def materialise(t: Tensor) -> Tensor:
     if t.is_const:
         if t.node.shape == t.shape and t.view.is_contiguous:
             return t
+        if t.numel > FOLD_LIMIT:  # filled by a kernel at run time, not stored in the graph
+            return Tensor(ir.Node(ir.Op.Contiguous, ((t.node, t.view),), t.shape, t.dtype, {}))
         value = np.array(t.numpy(), dtype=t.dtype.np, order="C").reshape(t.shape)
         return Tensor(ir.Node(ir.Op.Constant, (), t.shape, t.dtype, {"value": value}))
     return t.contiguous()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..ir import DType, Tensor
@@ -61,19 +63,6 @@ def conv_op(ctx: OpContext) -> Tensor:
     return _bias(conv(x, w, group, strides, dilations, pads, outs), ctx.input(2))
 
 
-def _stuff(x: Tensor, strides) -> Tensor:
-    """Insert stride-1 zeros between the spatial elements of x (N, C, *spatial)."""
-    nd = x.ndim - 2
-    if all(s == 1 for s in strides):
-        return x
-    n, c = x.shape[:2]
-    sp = x.shape[2:]
-    t = x.reshape((n, c) + tuple(v for d in range(nd) for v in (sp[d], 1)))
-    t = t.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (0, strides[d] - 1))])
-    t = t.reshape((n, c) + tuple(sp[d] * strides[d] for d in range(nd)))
-    return t.shrink([(0, n), (0, c)] + [(0, (sp[d] - 1) * strides[d] + 1) for d in range(nd)])
-
-
 @op("ConvTranspose")
 def conv_transpose_op(ctx: OpContext) -> Tensor:
     x, w = need(ctx, 0), need(ctx, 1)
@@ -106,26 +95,71 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
             pads.append((0, 0))
         else:
             pads.append((int(raw[d]), int(raw[d + nd])))
+    outs = [strides[d] * (x.shape[2 + d] - 1) + out_pad[d] + (kernel[d] - 1) * dilations[d] + 1 - sum(pads[d])
+            for d in range(nd)]
+    if any(o <= 0 for o in outs):
+        raise fail(ctx, "output size is not positive")
+    if w.dtype != x.dtype:
+        w = w.cast(x.dtype)
+    if any(st > 1 for st in strides):
+        return _bias(_conv_transpose_strided(x, w, group, strides, dilations, pads, outs), ctx.input(2))
     cg = c // group
     mg = w.shape[1]
-    # weight (C, M/g, k...) -> conv weight (M, C/g, k...) flipped
+    # stride 1: a convolution with the flipped, transposed weight; weight (C, M/g, k...) -> (M, C/g, k...)
     wt = w.reshape((group, cg, mg) + tuple(kernel)).permute([0, 2, 1] + list(range(3, 3 + nd)))
     for d in range(nd):
         wt = wt.flip(3 + d)
     wt = wt.reshape((group * mg, cg) + tuple(kernel))
-    if wt.dtype != x.dtype:
-        wt = wt.cast(x.dtype)
-    xs = _stuff(x, strides)
-    cpads, outs = [], []
+    cpads = []
     for d in range(nd):
         full = (kernel[d] - 1) * dilations[d]
         pb, pe = pads[d]
         cpads.append((full - pb, full - pe + out_pad[d]))
-        outs.append(xs.shape[2 + d] + 2 * full - pb - pe + out_pad[d] - full)
-        if outs[-1] <= 0:
-            raise fail(ctx, "output size is not positive")
-    y = _conv_signed_pads(xs, wt, group, dilations, cpads, outs)
+    y = _conv_signed_pads(x, wt, group, dilations, cpads, outs)
     return _bias(y, ctx.input(2))
+
+
+def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
+    """Strided ConvTranspose without multiplying inserted zeros: one contraction to per-tap columns
+    cols[n, m, k, i] = sum_c x[n, c, i] * w[c, m, k], then overlap-add. Output o = i*s + k*dil - pad, so
+    each tap k feeds one residue class o mod s through a shifted view; the classes are interleaved."""
+    n, c = x.shape[:2]
+    sp = x.shape[2:]
+    nd = len(sp)
+    kernel = w.shape[2:]
+    cg, mg = c // group, w.shape[1]
+    m = group * mg
+    ones = (1,) * nd
+    xv = x.reshape((n, group, cg) + sp).permute([0, 1] + list(range(3, 3 + nd)) + [2])
+    xv = xv.reshape((n, group, 1) + ones + sp + (cg,))
+    wv = w.reshape((group, cg, mg) + kernel).permute([0, 2] + list(range(3, 3 + nd)) + [1])
+    wv = wv.reshape((1, group, mg) + kernel + ones + (cg,))
+    full = (n, group, mg) + kernel + sp + (cg,)
+    cols = xv.expand(full).mul(wv.expand(full)).sum((len(full) - 1,)).reshape((n, m) + kernel + sp)
+    qs = [-(-outs[d] // strides[d]) for d in range(nd)]
+    buckets: dict[tuple[int, ...], Tensor] = {}
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        tap = cols.shrink([(0, n), (0, m)] + [(t, t + 1) for t in taps] + [(0, s) for s in sp])
+        tap = tap.reshape((n, m) + sp)
+        res, shifts = [], []
+        for d, t in enumerate(taps):
+            e = t * dilations[d] - pads[d][0]
+            r = e % strides[d]
+            res.append(r)
+            q0 = (e - r) // strides[d]
+            shifts.append((q0, qs[d] - sp[d] - q0))
+        if any(q0 >= qs[d] or q0 + sp[d] <= 0 for d, (q0, _) in enumerate(shifts)):
+            continue  # this tap lands entirely in the cropped padding
+        view = tap.pad([(0, 0), (0, 0)] + shifts)
+        key = tuple(res)
+        buckets[key] = view if key not in buckets else buckets[key].add(view)
+    y = Tensor.full((n, m) + tuple(v for q, st in zip(qs, strides) for v in (q, st)), 0, x.dtype)
+    for res, b in buckets.items():
+        b = b.reshape((n, m) + tuple(v for q in qs for v in (q, 1)))
+        b = b.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (res[d], strides[d] - 1 - res[d]))])
+        y = y.add(b)
+    y = y.reshape((n, m) + tuple(q * st for q, st in zip(qs, strides)))
+    return y.shrink([(0, n), (0, m)] + [(0, o) for o in outs])
 
 
 def _conv_signed_pads(x: Tensor, w: Tensor, group: int, dilations, pads, outs) -> Tensor:

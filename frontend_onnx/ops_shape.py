@@ -10,6 +10,8 @@ from ..ir import DType, Tensor, broadcast_shape
 from .importer import array_dtype, const_tensor, onnx_dtype, sparse_value
 from .registry import OpContext, op
 
+MAX_RANGE = 1 << 28
+
 
 def _ints(ctx: OpContext, i: int) -> list[int] | None:
     v = ctx.const(i)
@@ -265,6 +267,8 @@ def range_op(ctx: OpContext) -> Tensor:
         raise ValueError("Range delta is 0")
     dt = array_dtype(start.dtype)
     n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
+    if n > MAX_RANGE:
+        raise ValueError(f"Range of {n} elements is too large")
     if dt.is_int:
         vals = int(start) + np.arange(n, dtype=np.int64) * int(delta)
     else:
@@ -278,7 +282,8 @@ def eye_like(ctx: OpContext) -> Tensor:
     if x.ndim != 2:
         raise ValueError(f"EyeLike needs a 2-D input, got rank {x.ndim}")
     dtype = onnx_dtype(int(ctx.attr("dtype"))) if ctx.attr("dtype") is not None else x.dtype
-    return const_tensor(np.eye(x.shape[0], x.shape[1], int(ctx.attr("k", 0))).astype(dtype.np), dtype)
+    rows = Tensor.iota(x.shape, 0).add(int(ctx.attr("k", 0)))
+    return rows.eq(Tensor.iota(x.shape, 1)).cast(dtype)
 
 
 @op("NonZero")

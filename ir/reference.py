@@ -155,7 +155,7 @@ def run(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
                     vals[mul.id] = np.ascontiguousarray(eval_node(mul, [read(vals[s.id], v) for s, v in mul.srcs]))
             if r is None:
                 r = eval_node(n, [read(vals[s.id], v) for s, v in n.srcs])
-            vals[n.id] = np.ascontiguousarray(r)
+            vals[n.id] = np.ascontiguousarray(r).reshape(n.shape)
         for s, _ in n.srcs:
             if s.id in vals and s.id not in outputs:
                 remaining[s.id] -= 1

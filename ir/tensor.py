@@ -45,8 +45,8 @@ class Tensor:
             dtype = DType.from_numpy(arr.dtype) if arr.dtype != np.float64 else DType.float32
             if arr.dtype == np.int64 or arr.dtype.kind in "iu":
                 dtype = DType.int64 if arr.dtype.itemsize == 8 or arr.dtype.kind == "u" else DType.int32
-        arr = np.ascontiguousarray(arr.astype(dtype.np))
-        if arr.size > 1 and (arr == arr.reshape(-1)[0]).all():
+        arr = np.ascontiguousarray(arr.astype(dtype.np, copy=False))
+        if arr.size > 1 and _uniform(arr):
             return Tensor.full(arr.shape, arr.reshape(-1)[0], dtype)
         return Tensor(_node(Op.Constant, (), arr.shape, dtype, value=arr))
 
@@ -576,6 +576,14 @@ class Tensor:
         a = a.expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
         b = b.expand(batch + (k, n)).transpose(-1, -2).reshape(batch + (1, n, k)).expand(batch + (m, n, k))
         return a.mul(b).sum((-1,))
+
+
+def _uniform(arr: np.ndarray) -> bool:
+    flat = arr.reshape(-1)
+    probe = flat[:: max(1, flat.size // 64)]
+    if not (probe == flat[0]).all():
+        return False
+    return bool((flat == flat[0]).all())
 
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...]:

@@ -249,3 +249,13 @@ def test_nonzero_of_runtime_data_is_refused():
     x = np.array([1.0, 0.0], np.float32)
     with pytest.raises(LuminalError, match="NonZero.*must be constant"):
         load(make_model(helper.make_node("NonZero", ["x"], ["y"]), {"x": x}))
+
+
+def test_huge_constant_output_is_not_folded_into_memory():
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["y"],
+                              value=numpy_helper.from_array(np.array([1.5], np.float32)))]
+    m = make_model(nodes, {}, {"s": np.array([100000, 100000], I64)})
+    r = load(m)
+    (out,) = r.graph.outputs
+    assert out.shape == (100000, 100000) and out.op.value == "Contiguous"
+    assert sum(n.attrs["value"].size for n in r.graph.toposort() if n.op.value == "Constant") == 1

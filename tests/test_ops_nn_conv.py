@@ -68,6 +68,9 @@ CONVT_CASES = [
     ((1, 2, 5), (2, 3, 3), dict(dilations=[2], strides=[3])),
     ((1, 2, 3, 4, 3), (2, 2, 2, 3, 2), dict(strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0])),
     ((1, 3, 4, 4), (3, 2, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 4, 5), (2, 2, 3, 3), dict(strides=[2, 2], dilations=[2, 2], output_padding=[1, 0])),
+    ((1, 2, 4, 5), (2, 2, 3, 3), dict(strides=[3, 2], pads=[4, 3, 2, 4])),  # pads swallow whole taps
+    ((2, 2, 5), (2, 3, 4), dict(strides=[4], pads=[1, 2], output_padding=[3])),
 ]
 
 
@@ -77,6 +80,14 @@ def test_conv_transpose(xs, ws, attrs, bias):
     m = ws[1] * attrs.get("group", 1)
     inputs = [rand(*xs), rand(*ws, seed=1)] + ([rand(m, seed=2)] if bias else [])
     h.check("ConvTranspose", inputs, attrs, consts={1, 2})
+
+
+def test_strided_conv_transpose_does_not_multiply_inserted_zeros():
+    x, w = rand(1, 4, 5, 6), rand(4, 3, 3, 3, seed=1)
+    g = h.check("ConvTranspose", [x, w], dict(strides=[2, 2], pads=[1, 1, 1, 1]), consts={1})
+    muls = [n for n in g.toposort() if n.op is Op.Mul]
+    assert len(muls) == 1
+    assert muls[0].numel == 4 * 3 * 9 * 5 * 6  # C_in * C_out * taps * input positions
 
 
 POOL_CASES = [

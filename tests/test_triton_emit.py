@@ -294,3 +294,14 @@ def test_random_fusion_transformer_layer(backend):
     rnd = random.Random(11)
     for dec in [{e: False for e in edges}] + [{e: rnd.random() < 0.5 for e in edges} for _ in range(2)]:
         check(g, backend, decisions=dec, rtol=1e-4)
+
+
+def test_view_read_by_unravelled_linear_index(backend):
+    # y is computed over (4, 6) and fused into a (2, 12) consumer that also reads t transposed:
+    # t's view cannot be reshaped to the kernel's space, so the kernel unravels the linear index
+    x = Tensor.input("x", (4, 6), DType.float32)
+    t = Tensor.input("t", (12, 2), DType.float32)
+    y = x.exp().reshape((2, 12)).add(t.transpose(0, 1)).mul(2.0)
+    g = graph([x, t], [y])
+    model = check(g, backend)
+    assert len(model.kernels) == 1 and any(" // " in src for src in model.sources)
