@@ -47,6 +47,8 @@ def register(app: typer.Typer) -> None:
                                                          f"[{DEFAULT_RTOL:g}]."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
         json_path: str = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout)."),
+        junit_path: str = typer.Option(None, "--junit", help="Write JUnit XML (one test case per model) to this file."),
+        cache: str = typer.Option(None, "--cache", help="Tuning cache whose winners compiled backends use."),
     ) -> None:
         """Compare luminal's outputs with onnxruntime's on the same seeded random inputs."""
         from .modelcheck import check_model
@@ -66,7 +68,7 @@ def register(app: typer.Typer) -> None:
                     for m in models]
         reports = []
         for path, shapes, be, a, r in jobs:
-            report = check_model(path, shapes, be, a, r, seed)
+            report = check_model(path, shapes, be, a, r, seed, cache=cache)
             reports.append(report)
             if json_path != "-":
                 title = f"{path}: {be} vs onnxruntime (atol {a:g}, rtol {r:g}, seed {seed})"
@@ -75,5 +77,9 @@ def register(app: typer.Typer) -> None:
             data = [dict(asdict(rep), ok=rep.ok) for rep in reports]
             emit_json(data[0] if model is not None else {"ok": all(rep.ok for rep in reports), "models": data},
                       json_path)
+        if junit_path:
+            from .junit import check_cases, write_junit
+
+            write_junit(junit_path, "luminal check", check_cases(reports))
         if not all(rep.ok for rep in reports):
             raise typer.Exit(1)

@@ -48,6 +48,18 @@ def _shape(s) -> str:
     return "x".join(map(str, s)) or "scalar"
 
 
+def _print_kernels(rows: list[dict]) -> None:
+    table = Table(title=f"kernels ({len(rows)})")
+    for col in ("#", "form", "signature", "fused primitives", "bytes", "FLOPs"):
+        table.add_column(col, justify="right" if col in ("#", "bytes", "FLOPs") else "left")
+    for i, r in enumerate(rows):
+        fused = ", ".join(f"{k}x{v}" if v > 1 else k for k, v in sorted(r["primitives"].items()))
+        table.add_row(str(i), r["form"], r.get("signature", "")[:12], fused, f"{r['bytes']:,}", f"{r['flops']:,}")
+    console.print(table)
+    total = sum(r["bytes"] for r in rows)
+    console.print(f"{len(rows)} kernels, {total:,} bytes moved", soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("inspect")
     @handle_errors
@@ -55,12 +67,17 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="The ONNX model file."),
         shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
         ir: bool = typer.Option(False, "--ir", help="Print the optimised primitive graph."),
+        kernels: bool = typer.Option(False, "--kernels", help="List the kernels of the default fusion plan."),
         json_path: str = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout)."),
     ) -> None:
         """Show the model's ONNX ops, its primitives before and after the passes, and its inputs and outputs."""
         from ..ir import format_graph
 
         data, graph = inspect_model(model, parse_shapes(shape))
+        if kernels:
+            from ..runtime.report import kernel_table
+
+            data["kernels"] = kernel_table(graph)
         if json_path:
             emit_json(dict(data, ir=format_graph(graph)) if ir else data, json_path)
             if json_path == "-":
@@ -91,5 +108,7 @@ def register(app: typer.Typer) -> None:
         console.print(prims)
         for w in data["warnings"]:
             console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+        if kernels:
+            _print_kernels(data["kernels"])
         if ir:
             console.print(format_graph(graph), markup=False, highlight=False, soft_wrap=True)

@@ -55,18 +55,43 @@ def _run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.nda
     return run_reference(graph, dict(feeds))
 
 
+def _compiled(name: str) -> Callable[..., list[np.ndarray]]:
+    def runner(graph: Graph, feeds: Mapping[str, np.ndarray], cache: Any = None) -> list[np.ndarray]:
+        from ..runtime.compile import compile_graph
+
+        return compile_graph(graph, name, cache=cache).run(dict(feeds))
+
+    return runner
+
+
 # backend name -> runner(graph, feeds) returning the outputs in graph.output_names order
-BACKENDS: dict[str, Callable[[Graph, Mapping[str, np.ndarray]], list[np.ndarray]]] = {
+BACKENDS: dict[str, Callable[..., list[np.ndarray]]] = {
     "reference": _run_reference,
+    "interpret": _compiled("interpret"),
+    "cpu": _compiled("cpu"),
+    "cuda": _compiled("cuda"),
+    "auto": _compiled("auto"),
 }
 
 
-def run_backend(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str) -> dict[str, np.ndarray]:
+def run_backend(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str,
+                cache: Any = None) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``backend``; returns {output name: array}."""
     runner = BACKENDS.get(backend)
     if runner is None:
         raise LuminalError(f"backend {backend!r} is not available (available: {', '.join(sorted(BACKENDS))})")
-    return dict(zip(graph.output_names, runner(graph, feeds)))
+    if backend == "reference":
+        return dict(zip(graph.output_names, runner(graph, feeds)))
+    return dict(zip(graph.output_names, runner(graph, feeds, cache)))
+
+
+def open_cache(path: str | None) -> Any:
+    """The tuning cache whose winners a compiled backend uses: the given file, else the default one if present."""
+    from ..cache import TuningCache, default_cache_path
+
+    if path is None and not Path(default_cache_path()).is_file():
+        return None
+    return TuningCache(path, readonly=True)
 
 
 # ---------------------------------------------------------------- inputs
@@ -186,7 +211,7 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
 
 
 def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str = "reference",
-                atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0) -> CheckReport:
+                atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0, cache: str | None = None) -> CheckReport:
     """Run the model on onnxruntime and on a luminal backend with the same seeded inputs."""
     from ..frontend_onnx import load
 
@@ -203,7 +228,7 @@ def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str
                          warnings=list(getattr(imported, "warnings", []) or []))
     want = run_onnxruntime(str(path), feeds)
     t2 = time.perf_counter()
-    got = run_backend(imported.graph, feeds, backend)
+    got = run_backend(imported.graph, feeds, backend, open_cache(cache) if backend != "reference" else None)
     t3 = time.perf_counter()
     report.outputs = compare_outputs(got, want, atol, rtol)
     report.seconds = {"import": round(t1 - t0, 3), "onnxruntime": round(t2 - t1, 3), backend: round(t3 - t2, 3)}

@@ -262,8 +262,10 @@ def _clean(s: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in s)[:80]
 
 
-def check_supported(model: onnx.ModelProto) -> None:
+def check_supported(model: str | Path | onnx.ModelProto) -> None:
     """Raise one LuminalError listing every op type the frontend does not know."""
+    if not isinstance(model, onnx.ModelProto):
+        model = read_model(model)[0]
     _register_ops()
     opsets = _opsets(model)
     local = {(f.domain, f.name) for f in model.functions}
@@ -395,6 +397,11 @@ class _Binder:
 class Importer:
     opsets: dict[str, int]
     warnings: list[str]
+    # numpy dtypes of constants as the model wrote them (the IR widens int8/uint8/int16/...)
+    written: dict[str, np.dtype] = field(default_factory=dict)
+
+    def source_dtype(self, name: str) -> np.dtype | None:
+        return self.written.get(name)
 
     def run_graph(self, g: onnx.GraphProto, scope: ChainMap, inputs: list | None = None) -> list[Tensor | None]:
         """Import the nodes of ``g`` into ``scope``; returns the tensors of its outputs.
@@ -405,7 +412,9 @@ class Importer:
             for vi, t in zip(g.input, inputs):
                 scope[vi.name] = t
         for t in g.initializer:
-            scope[t.name] = const_tensor(tensor_value(t))
+            value = tensor_value(t)
+            self.written[t.name] = value.dtype
+            scope[t.name] = const_tensor(value)
         for sp in g.sparse_initializer:
             scope[sp.values.name] = const_tensor(sparse_value(sp))
         for n in _toposort(g, scope):
@@ -431,6 +440,10 @@ class Importer:
             else:
                 inputs.append(scope[name])
         attrs = {a.name: _attr_value(a) for a in n.attribute}
+        if n.op_type == "Constant" and isinstance(attrs.get("value"), np.ndarray) and n.output:
+            self.written[n.output[0]] = attrs["value"].dtype
+        elif n.op_type == "Cast" and attrs.get("to") in _ELEM and n.output:
+            self.written[n.output[0]] = onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])
         dom = "" if n.domain == "ai.onnx" else n.domain
         ctx = registry.OpContext(n, self.opsets.get(dom, 1), inputs, attrs, scope, self)
         try:
@@ -562,7 +575,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         if elem == TensorProto.DOUBLE:
             warnings.append(f"input {_clean(vi.name)!r} is double; computed as float32")
         raw.append((vi.name, dt, binder.shape_of(vi.name, vi)))
-    # unnamed dims seen before explicit symbol values are resolved
+    # shape_of recorded the unnamed dims it defaulted; resolve records the unbound symbols
     unnamed = list(binder.unbound)
     binder.unbound = []
     resolved = [(name, dt, binder.resolve(list(shape))) for name, dt, shape in raw]
@@ -583,6 +596,10 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         in_nodes.append(t.node)
         inputs.append(IOInfo(name, dt, shape))
     imp = Importer(opsets, warnings)
+    for vi in list(g.input) + list(g.value_info):
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if elem in _ELEM:
+            imp.written[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
     outs = imp.run_graph(g, scope)
     out_tensors, names = [], []
     for o, t in zip(g.output, outs):

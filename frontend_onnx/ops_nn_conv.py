@@ -121,8 +121,7 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
 
 def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
     """Strided ConvTranspose without multiplying inserted zeros: one contraction to per-tap columns
-    cols[n, m, k, i] = sum_c x[n, c, i] * w[c, m, k], then overlap-add. Output o = i*s + k*dil - pad, so
-    each tap k feeds one residue class o mod s through a shifted view; the classes are interleaved."""
+    cols[n, m, k, i] = sum_c x[n, c, i] * w[c, m, k], then their overlap-add."""
     n, c = x.shape[:2]
     sp = x.shape[2:]
     nd = len(sp)
@@ -136,6 +135,15 @@ def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations
     wv = wv.reshape((1, group, mg) + kernel + ones + (cg,))
     full = (n, group, mg) + kernel + sp + (cg,)
     cols = xv.expand(full).mul(wv.expand(full)).sum((len(full) - 1,)).reshape((n, m) + kernel + sp)
+    return overlap_add(cols, strides, dilations, [p[0] for p in pads], outs)
+
+
+def overlap_add(cols: Tensor, strides, dilations, pads_begin, outs) -> Tensor:
+    """y[n, m, o] = sum of cols[n, m, k, i] over o = i*stride + k*dilation - pad (col2im), for
+    cols (N, M, *kernel, *positions): each tap is a shifted view added into its residue class o mod s."""
+    nd = len(outs)
+    n, m = cols.shape[:2]
+    kernel, sp = cols.shape[2:2 + nd], cols.shape[2 + nd:]
     qs = [-(-outs[d] // strides[d]) for d in range(nd)]
     buckets: dict[tuple[int, ...], Tensor] = {}
     for taps in itertools.product(*(range(k) for k in kernel)):
@@ -143,7 +151,7 @@ def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations
         tap = tap.reshape((n, m) + sp)
         res, shifts = [], []
         for d, t in enumerate(taps):
-            e = t * dilations[d] - pads[d][0]
+            e = t * dilations[d] - pads_begin[d]
             r = e % strides[d]
             res.append(r)
             q0 = (e - r) // strides[d]
@@ -153,7 +161,7 @@ def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations
         view = tap.pad([(0, 0), (0, 0)] + shifts)
         key = tuple(res)
         buckets[key] = view if key not in buckets else buckets[key].add(view)
-    y = Tensor.full((n, m) + tuple(v for q, st in zip(qs, strides) for v in (q, st)), 0, x.dtype)
+    y = Tensor.full((n, m) + tuple(v for q, st in zip(qs, strides) for v in (q, st)), 0, cols.dtype)
     for res, b in buckets.items():
         b = b.reshape((n, m) + tuple(v for q in qs for v in (q, 1)))
         b = b.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (res[d], strides[d] - 1 - res[d]))])
@@ -344,3 +352,25 @@ def deform_conv_op(ctx: OpContext) -> Tensor:
     wg = w.cast(x.dtype).reshape((1, group, mg, 1, cg, k))
     y = cols.expand(full).mul(wg.expand(full)).sum((4, 5)).reshape((n, m, oh, ow))
     return _bias(y, b)
+
+
+@op("Col2Im")
+def col2im_op(ctx: OpContext) -> Tensor:
+    x = need(ctx, 0)
+    image, block = ctx.const(1), ctx.const(2)
+    if image is None or block is None:
+        raise fail(ctx, "image_shape and block_shape must be constant")
+    image = [int(v) for v in image.reshape(-1)]
+    block = [int(v) for v in block.reshape(-1)]
+    nd = len(image)
+    strides = list(ctx.attr("strides") or [1] * nd)
+    dilations = list(ctx.attr("dilations") or [1] * nd)
+    pads = list(ctx.attr("pads") or [0] * (2 * nd))
+    counts = [(image[d] + pads[d] + pads[d + nd] - (block[d] - 1) * dilations[d] - 1) // strides[d] + 1
+              for d in range(nd)]
+    n, cb, length = x.shape
+    kb = int(np.prod(block))
+    if len(block) != nd or cb % kb or length != int(np.prod(counts)) or min(counts) <= 0:
+        raise fail(ctx, "input shape does not match image_shape, block_shape, strides, pads and dilations")
+    cols = x.reshape((n, cb // kb) + tuple(block) + tuple(counts))
+    return overlap_add(cols, strides, dilations, pads[:nd], image)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
+from .ops_nn_index import gather_axis
 from .ops_nn_util import fail, need, wants
 from .registry import OpContext, op
 
@@ -223,8 +224,6 @@ def lp_norm_op(ctx: OpContext) -> Tensor:
 
 def _nll(ctx: OpContext, logp: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
     """-logp[n, target[n, ...], ...] * weight[target], reduced as the node asks; ignore_index counts nothing."""
-    from .ops_nn_index import gather_axis
-
     if logp.ndim < 2 or target.shape != (logp.shape[0],) + logp.shape[2:]:
         raise fail(ctx, "target must have the input's shape without the class dim")
     reduction = ctx.attr("reduction", "mean")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..ir import DType, Tensor
 from .ops_nn_util import apply_activation, concat, fail, need, wants
 from .registry import OpContext, op
@@ -57,6 +59,7 @@ class _Rnn:
     layout: int
     dtype: DType
     clip: float | None
+    lens: np.ndarray | None  # per-batch sequence lengths when some are shorter than seq
 
 
 def _setup(ctx: OpContext, gates: int) -> _Rnn:
@@ -75,12 +78,15 @@ def _setup(ctx: OpContext, gates: int) -> _Rnn:
     hidden = int(ctx.attr("hidden_size", r.shape[-1]))
     if w.shape != (dirs, gates * hidden, x.shape[2]) or r.shape != (dirs, gates * hidden, hidden):
         raise fail(ctx, "W/R shapes do not match hidden_size, direction and the input size")
+    lens = None
     if ctx.input(4) is not None:
-        v = ctx.const(4)
-        if v.size and not (v == seq).all():
-            raise fail(ctx, "sequence_lens shorter than the sequence are not supported")
+        v = ctx.const(4).reshape(-1).astype(np.int64)
+        if v.size:
+            if v.shape != (batch,) or (v < 0).any() or (v > seq).any():
+                raise fail(ctx, f"sequence_lens must be {batch} lengths in [0, {seq}]")
+            lens = None if (v == seq).all() else v
     clip = ctx.attr("clip")
-    return _Rnn(x, seq, batch, hidden, dirs, direction, layout, x.dtype, None if clip is None else float(clip))
+    return _Rnn(x, seq, batch, hidden, dirs, direction, layout, x.dtype, None if clip is None else float(clip), lens)
 
 
 def _state(ctx: OpContext, i: int, s: _Rnn) -> list[Tensor]:
@@ -112,9 +118,43 @@ def _direction(ctx: OpContext, s: _Rnn, d: int, gates: int, recurrent_bias_cols:
     return xw, rd.transpose(), rest
 
 
-def _steps(s: _Rnn, d: int) -> range:
+def _time_order(s: _Rnn, d: int, xw: Tensor) -> tuple[Tensor, range, np.ndarray | None]:
+    """(step inputs, the order to visit them, the (seq, batch) time index that puts outputs back).
+
+    With uneven sequence lengths a reverse direction walks each sequence from its own last
+    element: the inputs are gathered into that order first and the outputs gathered back."""
     forward = s.direction == "forward" or (s.direction == "bidirectional" and d == 0)
-    return range(s.seq) if forward else range(s.seq - 1, -1, -1)
+    if s.lens is None:
+        return xw, (range(s.seq) if forward else range(s.seq - 1, -1, -1)), None
+    if forward:
+        return xw, range(s.seq), None
+    t = np.arange(s.seq)[:, None]
+    idx = np.where(t < s.lens[None, :], s.lens[None, :] - 1 - t, t)
+    return _time_gather(xw, idx), range(s.seq), idx
+
+
+def _time_gather(t: Tensor, idx: np.ndarray) -> Tensor:
+    index = Tensor.const(idx.reshape(idx.shape + (1,)), DType.int64).expand(t.shape)
+    return t.gather(index, 0)
+
+
+def _valid(s: _Rnn, t: int) -> Tensor | None:
+    """(batch, 1) mask of the sequences still running at step t; None when all are."""
+    if s.lens is None:
+        return None
+    return Tensor.const((t < s.lens).reshape(s.batch, 1), DType.bool)
+
+
+def _final(s: _Rnn, state: Tensor) -> Tensor:
+    """A final state; an empty sequence reports zeros (as onnxruntime does), not the initial state."""
+    if s.lens is None or s.lens.all():
+        return state
+    ran = Tensor.const((s.lens > 0).reshape(s.batch, 1), DType.bool).expand(state.shape)
+    return ran.where(state, Tensor.full(state.shape, 0, state.dtype))
+
+
+def _hold(valid: Tensor | None, new: Tensor, old: Tensor) -> Tensor:
+    return new if valid is None else valid.expand(new.shape).where(new, old)
 
 
 def _step_input(xw: Tensor, t: int) -> Tensor:
@@ -122,11 +162,13 @@ def _step_input(xw: Tensor, t: int) -> Tensor:
     return xw.shrink([(t, t + 1), (0, batch), (0, gh)]).reshape((batch, gh))
 
 
-def _outputs(ctx: OpContext, s: _Rnn, ys: list[list[Tensor]], finals: list[list[Tensor]]) -> list[Tensor | None]:
+def _outputs(ctx: OpContext, s: _Rnn, ys: list[list[Tensor]], finals: list[list[Tensor]],
+             orders: list[np.ndarray | None]) -> list[Tensor | None]:
     """Y (seq, dirs, batch, H) and each final state (dirs, batch, H), in the node's layout."""
     y = None
     if wants(ctx, 0):
         per_dir = [concat([v.unsqueeze([0]) for v in out], 0) for out in ys]
+        per_dir = [v if idx is None else _time_gather(v, idx) for v, idx in zip(per_dir, orders)]
         y = concat([v.unsqueeze([1]) for v in per_dir], 1)
         if s.layout == 1:
             y = y.permute([2, 0, 1, 3])
@@ -148,7 +190,7 @@ def lstm_op(ctx: OpContext) -> list[Tensor | None]:
     p = ctx.input(7)
     input_forget = bool(ctx.attr("input_forget", 0))
     acts = activations(ctx, ["Sigmoid", "Tanh", "Tanh"], s.dirs)
-    ys, hs, cs = [], [], []
+    ys, hs, cs, orders = [], [], [], []
     for d in range(s.dirs):
         f, g, hact = acts[d]
         xw, rt, _ = _direction(ctx, s, d, 4, 4 * hid)
@@ -158,7 +200,9 @@ def lstm_op(ctx: OpContext) -> list[Tensor | None]:
             peep = [_cols(pd, k * hid, (k + 1) * hid).reshape((1, hid)).expand((s.batch, hid)) for k in range(3)]
         h, c = h0[d], c0[d]
         out: list[Tensor] = [None] * s.seq
-        for t in _steps(s, d):
+        xw, steps, order = _time_order(s, d, xw)
+        orders.append(order)
+        for t in steps:
             gates = _step_input(xw, t).add(h.matmul(rt))
             gi, go, gf, gc = (_cols(gates, k * hid, (k + 1) * hid) for k in range(4))
             if peep is not None:
@@ -166,15 +210,17 @@ def lstm_op(ctx: OpContext) -> list[Tensor | None]:
                 gf = gf.add(peep[2].mul(c))
             i_t = f(_clip(gi, s.clip))
             f_t = i_t.neg().add(1) if input_forget else f(_clip(gf, s.clip))
-            c = f_t.mul(c).add(i_t.mul(g(_clip(gc, s.clip))))
+            c_new = f_t.mul(c).add(i_t.mul(g(_clip(gc, s.clip))))
             if peep is not None:
-                go = go.add(peep[1].mul(c))
-            h = f(_clip(go, s.clip)).mul(hact(c))
-            out[t] = h
+                go = go.add(peep[1].mul(c_new))
+            h_new = f(_clip(go, s.clip)).mul(hact(c_new))
+            valid = _valid(s, t)
+            h, c = _hold(valid, h_new, h), _hold(valid, c_new, c)
+            out[t] = _hold(valid, h_new, Tensor.full(h.shape, 0, h.dtype))
         ys.append(out)
-        hs.append(h)
-        cs.append(c)
-    return _outputs(ctx, s, ys, [hs, cs])
+        hs.append(_final(s, h))
+        cs.append(_final(s, c))
+    return _outputs(ctx, s, ys, [hs, cs], orders)
 
 
 @op("GRU")
@@ -184,14 +230,16 @@ def gru_op(ctx: OpContext) -> list[Tensor | None]:
     h0 = _state(ctx, 5, s)
     linear_before_reset = bool(ctx.attr("linear_before_reset", 0))
     acts = activations(ctx, ["Sigmoid", "Tanh"], s.dirs)
-    ys, hs = [], []
+    ys, hs, orders = [], [], []
     for d in range(s.dirs):
         f, g = acts[d]
         xw, rt, rbh = _direction(ctx, s, d, 3, 2 * hid)
         rzr, rh = _cols(rt, 0, 2 * hid), _cols(rt, 2 * hid, 3 * hid)
         h = h0[d]
         out: list[Tensor] = [None] * s.seq
-        for t in _steps(s, d):
+        xw, steps, order = _time_order(s, d, xw)
+        orders.append(order)
+        for t in steps:
             xt = _step_input(xw, t)
             zr = _cols(xt, 0, 2 * hid).add(h.matmul(rzr))
             z = f(_clip(_cols(zr, 0, hid), s.clip))
@@ -207,11 +255,13 @@ def gru_op(ctx: OpContext) -> list[Tensor | None]:
                     rec = rec.add(rbh.expand(rec.shape))
                 pre = _cols(xt, 2 * hid, 3 * hid).add(rec)
             hh = g(_clip(pre, s.clip))
-            h = z.neg().add(1).mul(hh).add(z.mul(h))
-            out[t] = h
+            h_new = z.neg().add(1).mul(hh).add(z.mul(h))
+            valid = _valid(s, t)
+            h = _hold(valid, h_new, h)
+            out[t] = _hold(valid, h_new, Tensor.full(h.shape, 0, h.dtype))
         ys.append(out)
-        hs.append(h)
-    return _outputs(ctx, s, ys, [hs])
+        hs.append(_final(s, h))
+    return _outputs(ctx, s, ys, [hs], orders)
 
 
 @op("RNN")
@@ -219,15 +269,19 @@ def rnn_op(ctx: OpContext) -> list[Tensor | None]:
     s = _setup(ctx, 1)
     h0 = _state(ctx, 5, s)
     acts = activations(ctx, ["Tanh"], s.dirs)
-    ys, hs = [], []
+    ys, hs, orders = [], [], []
     for d in range(s.dirs):
         (f,) = acts[d]
         xw, rt, _ = _direction(ctx, s, d, 1, s.hidden)
         h = h0[d]
         out: list[Tensor] = [None] * s.seq
-        for t in _steps(s, d):
-            h = f(_clip(_step_input(xw, t).add(h.matmul(rt)), s.clip))
-            out[t] = h
+        xw, steps, order = _time_order(s, d, xw)
+        orders.append(order)
+        for t in steps:
+            h_new = f(_clip(_step_input(xw, t).add(h.matmul(rt)), s.clip))
+            valid = _valid(s, t)
+            h = _hold(valid, h_new, h)
+            out[t] = _hold(valid, h_new, Tensor.full(h.shape, 0, h.dtype))
         ys.append(out)
-        hs.append(h)
-    return _outputs(ctx, s, ys, [hs])
+        hs.append(_final(s, h))
+    return _outputs(ctx, s, ys, [hs], orders)

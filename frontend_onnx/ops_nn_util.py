@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +12,7 @@ from .registry import OpContext
 
 
 def fail(ctx: OpContext, message: str) -> LuminalError:
-    name = ctx.node.name or ctx.node.op_type
+    name = (ctx.node.name or ctx.node.op_type)[:80]
     return LuminalError(f"node {name!r} ({ctx.node.op_type}, opset {ctx.opset}): {message}")
 
 
@@ -127,14 +126,29 @@ def take(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
         steps = [step if k == axis else 1 for k in range(x.ndim)]
         sizes = [n if k == axis else s for k, s in enumerate(x.shape)]
         return x.slice(starts, steps, sizes)
+    rep = _repeats(idx)
+    if rep is not None:
+        # each source element r times in a row (nearest upsampling): a broadcast view, no gather
+        start, count, r = rep
+        t = take(x, np.arange(start, start + count), axis).unsqueeze([axis + 1])
+        t = t.expand(t.shape[:axis + 1] + (r,) + t.shape[axis + 2:])
+        return t.reshape(x.shape[:axis] + (n,) + x.shape[axis + 1:])
     shape = [n if k == axis else 1 for k in range(x.ndim)]
     out_shape = [n if k == axis else s for k, s in enumerate(x.shape)]
     index = Tensor.const(idx.reshape(shape), DType.int64).expand(out_shape)
     return x.gather(index, axis)
 
 
-def float_like(x: Tensor) -> DType:
-    return x.dtype if x.dtype.is_float else DType.float32
+def _repeats(idx: np.ndarray) -> tuple[int, int, int] | None:
+    """(start, count, r) when idx is start, .. (r times), start+1 (r times), ..; else None."""
+    n = len(idx)
+    r = int(np.argmax(idx != idx[0])) if (idx != idx[0]).any() else n
+    if r < 2 or n % r:
+        return None
+    count = n // r
+    if (idx == np.repeat(np.arange(idx[0], idx[0] + count), r)).all():
+        return int(idx[0]), count, r
+    return None
 
 
 def apply_activation(ctx: OpContext, name: str, x: Tensor, alpha: float | None, beta: float | None) -> Tensor:
@@ -167,7 +181,3 @@ def apply_activation(ctx: OpContext, name: str, x: Tensor, alpha: float | None, 
     if key == "softplus":
         return x.softplus()
     raise fail(ctx, f"unsupported activation {key!r}")
-
-
-def prod(xs: Sequence[int]) -> int:
-    return math.prod(xs)

@@ -7,10 +7,11 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor, broadcast_shape
+from ..ir.tensor import FOLD_LIMIT
 from .importer import array_dtype, const_tensor, onnx_dtype, sparse_value
 from .registry import OpContext, op
 
-MAX_RANGE = 1 << 28
+MAX_RANGE = 1 << 31
 
 
 def _ints(ctx: OpContext, i: int) -> list[int] | None:
@@ -269,6 +270,10 @@ def range_op(ctx: OpContext) -> Tensor:
     n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
     if n > MAX_RANGE:
         raise ValueError(f"Range of {n} elements is too large")
+    if n > FOLD_LIMIT:  # computed by a kernel rather than stored
+        step = int(delta) if dt.is_int else float(delta)
+        first = int(start) if dt.is_int else float(start)
+        return Tensor.iota((n,), 0, dt.compute).mul(step).add(first).cast(dt)
     if dt.is_int:
         vals = int(start) + np.arange(n, dtype=np.int64) * int(delta)
     else:
@@ -291,3 +296,22 @@ def nonzero(ctx: OpContext) -> Tensor:
     """Its output shape depends on the data, so only a constant input is supported."""
     x = np.asarray(ctx.const(0))
     return const_tensor(np.array(np.nonzero(x.reshape(x.shape or (1,))), dtype=np.int64).reshape(max(x.ndim, 1), -1))
+
+
+# cosine-sum windows: w[n] = a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N)
+_WINDOWS = {"HannWindow": (0.5, 0.5, 0.0), "HammingWindow": (25 / 46, 21 / 46, 0.0),
+            "BlackmanWindow": (0.42, 0.5, 0.08)}
+
+
+@op(*_WINDOWS)
+def window(ctx: OpContext) -> Tensor:
+    size = int(np.asarray(ctx.const(0)).reshape(-1)[0])
+    if not 0 <= size <= FOLD_LIMIT:
+        raise ValueError(f"window size {size} out of range")
+    a0, a1, a2 = _WINDOWS[ctx.node.op_type]
+    denom = size if ctx.attr("periodic", 1) else size - 1
+    n = np.arange(size, dtype=np.float64)
+    phase = 2 * np.pi * n / denom if denom > 0 else np.zeros(size)
+    w = a0 - a1 * np.cos(phase) + a2 * np.cos(2 * phase)
+    dtype = onnx_dtype(int(ctx.attr("output_datatype", 1)))
+    return const_tensor(w.astype(dtype.np), dtype)

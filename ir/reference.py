@@ -84,7 +84,7 @@ def eval_node(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             if dt.is_int and x.dtype.kind == "f":
                 x = np.where(np.isfinite(x), x, 0)
                 info = np.iinfo(dt.np)
-                x = np.clip(np.trunc(x), info.min, info.max)
+                x = np.clip(np.trunc(x.astype(np.float64)), info.min, info.max)
             return x.astype(dt.np)
         xs = [_compute(s) for s in srcs]
         if op is Op.Exp2:

@@ -30,7 +30,8 @@ UNARY = {
     "Acos": f32(3, 4, lo=-1, hi=1), "Atan": f32(3, 4, lo=-10, hi=10), "Sinh": f32(3, 4),
     "Cosh": f32(3, 4), "Asinh": f32(3, 4, lo=-10, hi=10), "Acosh": f32(3, 4, lo=1, hi=10),
     "Atanh": f32(3, 4, lo=-0.95, hi=0.95), "Tanh": f32(3, 4, lo=-6, hi=6), "Erf": f32(3, 4),
-    "Sigmoid": f32(3, 4, lo=-10, hi=10), "Relu": f32(3, 4), "Sign": np.array([-2, 0, 3.5, -0.0], np.float32),
+    "Sigmoid": f32(3, 4, lo=-10, hi=10), "Relu": f32(3, 4),
+    "Sign": np.array([-2, 0, 3.5, -0.0, np.nan, -np.inf], np.float32),
     "Floor": f32(3, 4), "Ceil": f32(3, 4), "Round": np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, 2.6], np.float32),
     "Softplus": f32(3, 4, lo=-30, hi=30), "Softsign": f32(3, 4), "Elu": f32(3, 4), "Selu": f32(3, 4),
     "Celu": f32(3, 4), "LeakyRelu": f32(3, 4), "ThresholdedRelu": f32(3, 4), "HardSigmoid": f32(3, 4),
@@ -215,3 +216,39 @@ def test_cast_opset1_named_type():
     assert r.outputs[0].dtype.value == "int32"
     (y,) = run_ours(m, {"x": x})
     np.testing.assert_array_equal(y, x.astype(np.int32))
+
+
+def test_swish():
+    from luminal.frontend_onnx import load
+
+    x = f32(3, 4)
+    m = make_model(helper.make_node("Swish", ["x"], ["y"], alpha=1.5), {"x": x}, opset=24)
+    assert load(m).outputs[0].shape == (3, 4)
+    (y,) = run_ours(m, {"x": x})  # this onnxruntime predates Swish
+    np.testing.assert_allclose(y, x / (1 + np.exp(-1.5 * x)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("qtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_dequantize(qtype, per_axis):
+    x = f32(2, 3, 4) * 4
+    scale = np.array([0.05, 0.02, 0.1], np.float32) if per_axis else np.float32(0.03)
+    zp = np.array([3, 0, 7], qtype) if per_axis else np.array(5, qtype)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)]
+    m = make_model(nodes, {"x": x}, {"s": scale, "z": zp}, outputs=["q", "y"], opset=19)
+    assert_matches(m, {"x": x})
+
+
+def test_quantize_default_uint8_and_blocked_dequantize():
+    x = f32(2, 6) * 10
+    m = make_model(helper.make_node("QuantizeLinear", ["x", "s"], ["q"]), {"x": x}, {"s": np.float32(0.1)}, opset=19)
+    assert_matches(m, {"x": x})
+    w = np.arange(-6, 6, dtype=np.int8).reshape(2, 6)
+    s = np.array([[0.5, 2.0, 1.0], [0.25, 1.0, 4.0]], np.float32)
+    node = helper.make_node("DequantizeLinear", ["w", "s"], ["y"], axis=1, block_size=2)
+    m = make_model([node, helper.make_node("Add", ["y", "x"], ["z"])], {"x": x}, {"w": w, "s": s}, outputs=["z"],
+                   opset=21)
+    (z,) = run_ours(m, {"x": x})
+    np.testing.assert_allclose(z, w.astype(np.float32) * np.repeat(s, 2, axis=1) + x, rtol=1e-6)
+    assert_matches(m, {"x": x})

@@ -259,3 +259,20 @@ def test_huge_constant_output_is_not_folded_into_memory():
     (out,) = r.graph.outputs
     assert out.shape == (100000, 100000) and out.op.value == "Contiguous"
     assert sum(n.attrs["value"].size for n in r.graph.toposort() if n.op.value == "Constant") == 1
+
+
+def test_long_range_is_computed_not_stored():
+    inits = {"a": np.array(5, I64), "b": np.array(5 + 3 * (1 << 23), I64), "c": np.array(3, I64)}
+    m = make_model(helper.make_node("Range", ["a", "b", "c"], ["y"]), {}, inits)
+    r = load(m)
+    assert r.outputs[0].shape == (1 << 23,)
+    assert all(n.op.value != "Constant" or n.attrs["value"].size <= 1 for n in r.graph.toposort())
+    (y,) = run_ours(m, {})
+    np.testing.assert_array_equal(y[[0, 1, -1]], [5, 8, 5 + 3 * ((1 << 23) - 1)])
+
+
+@pytest.mark.parametrize("op_type", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+def test_windows(op_type, periodic):
+    m = make_model(helper.make_node(op_type, ["n"], ["y"], periodic=periodic), {}, {"n": np.array(10, I64)})
+    assert_matches(m, {}, rtol=1e-5, atol=1e-6)

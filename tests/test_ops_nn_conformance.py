@@ -14,7 +14,7 @@ MINE = {
     "Resize", "Softmax", "LogSoftmax", "Tile", "Trilu", "Upsample", "Hardmax", "GRU", "RNN", "RMSNormalization",
     "GroupNormalization", "MeanVarianceNormalization", "LpNormalization", "LpPool", "GlobalLpPool", "Attention",
     "RotaryEmbedding", "ScatterElements", "ScatterND", "Scatter", "GridSample", "AffineGrid", "CenterCropPad",
-    "CumProd", "DeformConv",
+    "CumProd", "DeformConv", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Col2Im",
 }
 # ops a single-op test model may carry besides the op under test
 HELPERS = {"Constant", "Identity"}
@@ -29,8 +29,6 @@ KNOWN = {
     "node/test_training_dropout_default": "training-mode Dropout is random",
     "node/test_training_dropout_default_mask": "training-mode Dropout is random",
     "node/test_training_dropout_mask": "training-mode Dropout is random",
-    # ir/reference.py returns 0-d outputs as shape [1] (np.ascontiguousarray)
-    "node/test_matmul_1d_1d": "reference executor makes 0-d outputs shape [1]",
 }
 
 

@@ -191,3 +191,12 @@ def test_deform_conv_against_onnx_reference():
     offset, mask = rand(1, 2 * 4 * 2, 4, 4, seed=2), np.abs(rand(1, 2 * 4, 4, 4, seed=3))
     attrs = dict(group=2, offset_group=2, pads=[1, 0, 0, 1], strides=[1, 1])
     h.check_against_onnx_reference("DeformConv", [x, w, offset, None, mask], attrs, opset=22, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [dict(), dict(strides=[2, 1], pads=[1, 0, 1, 2], dilations=[1, 2])])
+def test_col2im(attrs):
+    image, block = [5, 6], [2, 3]
+    s, p, d = attrs.get("strides", [1, 1]), attrs.get("pads", [0, 0, 0, 0]), attrs.get("dilations", [1, 1])
+    counts = [(image[i] + p[i] + p[i + 2] - (block[i] - 1) * d[i] - 1) // s[i] + 1 for i in range(2)]
+    x = rand(2, 3 * 6, counts[0] * counts[1])
+    h.check("Col2Im", [x, np.array(image), np.array(block)], attrs, opset=18, consts={1, 2})

@@ -92,6 +92,7 @@ def test_resize_opset10_and_upsample(mode):
     h.check("Resize", [X, sc], dict(mode=mode), consts={1}, opset=10)
     h.check("Resize", [X, np.array([1, 1, 0.5, 0.6], np.float32)], dict(mode="nearest"), consts={1}, opset=10)
     h.check("Upsample", [X, sc], dict(mode=mode), consts={1}, opset=9)
+    h.check("Upsample", [X], dict(mode=mode, scales=[1.0, 1.0, 2.0, 3.0]), opset=7)
 
 
 def test_resize_needs_scales_or_sizes():
@@ -142,6 +143,7 @@ def test_grid_sample_opset16_names():
     h.check("GridSample", [x, grid], dict(mode="bicubic", align_corners=1), opset=16)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # onnx's reference divides by zero for a size-1 dim
 @pytest.mark.parametrize("align", [0, 1])
 @pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 1, 3, 4, 1]])
 def test_affine_grid(size, align):
@@ -158,3 +160,11 @@ def test_center_crop_pad(shape, axes):
     x = rand(4, 5, 6)
     attrs = {} if axes is None else dict(axes=axes)
     h.check_against_onnx_reference("CenterCropPad", [x, np.array(shape)], attrs, opset=18, consts={1})
+
+
+@pytest.mark.parametrize("ctm,nearest_mode", [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor")])
+def test_nearest_integer_upsampling_is_a_broadcast_view(ctm, nearest_mode):
+    # what PyTorch's nn.Upsample(mode="nearest") exports
+    attrs = dict(mode="nearest", coordinate_transformation_mode=ctm, nearest_mode=nearest_mode)
+    g = _resize(attrs, [1, 1, 2.0, 3.0], None)
+    assert Op.Gather not in h.op_counts(g)

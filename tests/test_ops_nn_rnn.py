@@ -70,9 +70,19 @@ def test_lstm_projection_is_one_matmul_per_direction():
     assert h.op_counts(g).get(Op.SumReduce) == 1 + S
 
 
-def test_lstm_variable_lengths_refused():
+@pytest.mark.parametrize("lens", [[S, 2], [1, 3], [0, S]])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op_type,gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_uneven_sequence_lengths(op_type, gates, direction, lens):
+    ins = _gated_inputs(gates, direction, True) if op_type != "LSTM" else _inputs(direction, True)
+    ins[4] = np.array(lens, np.int32)
+    n_out = 3 if op_type == "LSTM" else 2
+    h.check(op_type, ins, dict(hidden_size=H, direction=direction), n_out=n_out, opset=14, consts={4})
+
+
+def test_bad_sequence_lengths_refused():
     ins = _inputs("forward", True)
-    ins[4] = np.array([S, S - 1], np.int32)
+    ins[4] = np.array([S + 1, S], np.int32)
     with pytest.raises(LuminalError, match="sequence_lens"):
         h.luminal_run("LSTM", ins, dict(hidden_size=H), 3, opset=14, consts={4})
 

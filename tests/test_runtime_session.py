@@ -9,7 +9,6 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from typer.testing import CliRunner
 
 from luminal.errors import LuminalError
 from luminal.runtime.artifact import write_artifact
@@ -141,24 +140,6 @@ def test_sample_graphs_end_to_end(build):
     assert m.planned_bytes <= m.intermediate_bytes + 256 * len(m.plan.slots)
     if build is transformer_layer:
         assert len(m.kernels) <= 10
-
-
-def test_compile_cli(model_path, tmp_path):
-    from luminal.cli.main import _register, app
-
-    _register()
-    r = CliRunner().invoke(app, ["compile", str(model_path), "--backend", "interpret", "--shape", "batch=2",
-                                 "-o", str(tmp_path / "art"), "--json"])
-    assert r.exit_code == 0, r.output
-    data = json.loads(r.stdout)
-    assert data["kernels"] >= 1 and data["artifact"] and data["cache"]["used"] in (True, False)
-    assert (tmp_path / "art" / "manifest.json").is_file()
-    for args in (["compile", str(tmp_path / "missing.onnx")],
-                 ["compile", str(model_path), "--backend", "nope"],
-                 ["compile", str(model_path), "--shape", "batch=x"]):
-        r = CliRunner().invoke(app, args)
-        assert r.exit_code == 2, (args, r.output)
-        assert "Traceback" not in r.output
 
 
 def test_cache_schedules_used(tmp_path):

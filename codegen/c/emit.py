@@ -230,6 +230,8 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     lin = body.linear("full")
     for j, (o, buf) in enumerate(k.outputs):
         inner_stmts.append(f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};")
+    if numel == 0:
+        return PRELUDE + "\n".join(lines + ["}"]) + "\n"
     if n == 0:
         lines += _indent(inner_stmts, 4) + ["}"]
         return PRELUDE + "\n".join(lines) + "\n"
