@@ -219,7 +219,7 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
             # a row value broadcast over the full space
             assert space == "full" and space_of(s) == "row"
             return index[s.id]
-        if s.is_scalar_const:
+        if s.is_scalar_const and not v.mask:
             return add(KOp("Const", (), s.dtype, space, (("value", s.attrs["value"].item()),)))
         if s.op is Op.Iota:
             return add(KOp("Iota", (), s.dtype, space,

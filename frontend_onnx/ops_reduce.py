@@ -9,7 +9,7 @@ import numpy as np
 from ..ir import DType, Tensor
 from . import registry
 from .importer import with_shape
-from .ops_shape import axes_arg, norm_axis
+from .ops_shape import axes_arg, concat, norm_axis
 from .registry import OpContext, op
 
 # the opset where each op's axes moved from an attribute to an input
@@ -179,3 +179,38 @@ def fused_gemm(ctx: OpContext) -> Tensor:
         raise NotImplementedError("Gemm")
     return _activation(gemm(ctx), str(ctx.attr("activation", "")), ctx.attr("activation_alpha"),
                        ctx.attr("activation_beta"))
+
+
+MAX_TOPK = 256
+
+
+@op("TopK")
+def topk(ctx: OpContext) -> list[Tensor]:
+    """k rounds of (max, first index of it, mask it out); k must be known and at most MAX_TOPK."""
+    x = ctx.inputs[0]
+    k = int(np.asarray(ctx.const(1)).reshape(-1)[0]) if ctx.opset >= 10 else int(ctx.attr("k"))
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
+    n = x.shape[axis]
+    if not 0 <= k <= n:
+        raise ValueError(f"k={k} out of range for an axis of {n}")
+    if k > MAX_TOPK:
+        raise NotImplementedError(f"TopK with k={k} > {MAX_TOPK}")
+    largest = bool(ctx.attr("largest", 1))
+    work = x.cast(DType.int64) if x.dtype is DType.bool else x
+    work = work if largest else work.neg()
+    floor = float("-inf") if work.dtype.is_float else int(np.iinfo(work.dtype.np).min)
+    idx = Tensor.iota(x.shape, axis, DType.int64)
+    free = Tensor.full(x.shape, True, DType.bool)
+    values, indices = [], []
+    for _ in range(k):
+        # the first free index holding the largest free value (a taken slot never wins a tie)
+        m = free.where(work, Tensor.full(x.shape, floor, work.dtype)).max((axis,), keepdim=True)
+        hit = work.eq(m.expand(x.shape)) & free
+        best = hit.where(idx.neg(), Tensor.full(x.shape, -n, DType.int64)).max((axis,), keepdim=True).neg()
+        values.append(x.gather(best, axis))
+        indices.append(best)
+        free = free & idx.ne(best.expand(x.shape))
+    if k == 0:
+        shape = [0 if d == axis else s for d, s in enumerate(x.shape)]
+        return [Tensor.full(shape, 0, x.dtype), Tensor.full(shape, 0, DType.int64)]
+    return [concat(values, axis), concat(indices, axis)]

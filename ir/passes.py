@@ -97,7 +97,7 @@ def simplify(graph: Graph) -> Graph:
                     return other
                 if c is not None and n.dtype.is_float:
                     x, vx = other
-                    if x.op is n.op and vx.is_contiguous and vx.shape == n.shape:
+                    if x.op is n.op and vx.is_contiguous and vx.shape == n.shape and x.shape == n.shape:
                         for j in (0, 1):
                             c2 = _scalar(x.srcs[j])
                             if c2 is not None and x.dtype == n.dtype:

@@ -51,7 +51,7 @@ def _compute(x: np.ndarray) -> np.ndarray:
 
 def _contract(node: Node, mul: Node, vals: dict[int, np.ndarray], mul_view: View) -> np.ndarray:
     (a, va), (b, vb) = mul.srcs
-    if not mul_view.is_contiguous:
+    if not mul_view.is_contiguous or mul_view.shape != mul.shape:
         return None
     da, ka = _compact(vals[a.id], va)
     db, kb = _compact(vals[b.id], vb)

@@ -45,7 +45,7 @@ class Tensor:
             dtype = DType.from_numpy(arr.dtype) if arr.dtype != np.float64 else DType.float32
             if arr.dtype == np.int64 or arr.dtype.kind in "iu":
                 dtype = DType.int64 if arr.dtype.itemsize == 8 or arr.dtype.kind == "u" else DType.int32
-        arr = np.ascontiguousarray(arr.astype(dtype.np, copy=False))
+        arr = np.ascontiguousarray(arr.astype(dtype.np, copy=False)).reshape(arr.shape)
         if arr.size > 1 and _uniform(arr):
             return Tensor.full(arr.shape, arr.reshape(-1)[0], dtype)
         return Tensor(_node(Op.Constant, (), arr.shape, dtype, value=arr))

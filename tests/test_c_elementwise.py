@@ -140,3 +140,12 @@ def test_big_elementwise_runs_parallel_and_matches():
     g = _check([out], {"x": RNG.standard_normal((300, 1001)).astype(np.float32),
                        "y": RNG.standard_normal(1001).astype(np.float32)}, rtol=1e-5, atol=2e-6)
     assert [k.form for k in partition(g, {})] == ["elementwise"]
+
+
+def test_zero_size_tensors():
+    x = _input("x", (0, 5))
+    y = _input("y", (3, 0))
+    w = _input("w", (0, 4))
+    outs = [x.exp(), x.sum((0,)), y.sum((1,)), y.max((0,)), y.matmul(w), x.add(1.0).mul(2.0)]
+    feeds = {"x": np.zeros((0, 5), np.float32), "y": np.zeros((3, 0), np.float32), "w": np.zeros((0, 4), np.float32)}
+    _check(outs, feeds)

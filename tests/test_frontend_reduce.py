@@ -101,3 +101,23 @@ def test_arg_int_and_opset11():
     m = make_model(helper.make_node("ArgMin", ["x"], ["y"], keepdims=0), {"x": v}, opset=13)
     assert run_ours(m, {"x": v})[0].shape == ()
     assert_matches(m, {"x": v})
+
+
+@pytest.mark.parametrize("k,axis,largest", [(3, -1, 1), (1, 0, 1), (2, 1, 0), (5, -1, 0), (0, 1, 1), (5, 1, 1)])
+def test_topk(k, axis, largest):
+    x = RNG.integers(0, 4, (3, 5)).astype(np.float32)  # ties: the lower index comes first
+    x[1, 2] = -np.inf
+    x[2, 3] = np.inf
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
+    m = make_model(node, {"x": x}, {"k": np.array([k], np.int64)}, outputs=["v", "i"], opset=11)
+    assert_matches(m, {"x": x})
+
+
+def test_topk_int_and_opset1():
+    x = RNG.integers(-50, 50, (2, 6)).astype(np.int64)
+    m = make_model(helper.make_node("TopK", ["x", "k"], ["v", "i"]), {"x": x}, {"k": np.array([4], np.int64)},
+                   outputs=["v", "i"], opset=11)
+    assert_matches(m, {"x": x})
+    f = RNG.standard_normal((4, 3)).astype(np.float32)
+    m = make_model(helper.make_node("TopK", ["x"], ["v", "i"], k=2, axis=0), {"x": f}, outputs=["v", "i"], opset=9)
+    assert_matches(m, {"x": f})

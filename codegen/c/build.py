@@ -84,9 +84,22 @@ def cache_dir() -> Path:
     return d
 
 
+@lru_cache(maxsize=1)
+def cpu_id() -> str:
+    """The CPU model and ISA flags: -march=native objects must not be shared across different CPUs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+    except OSError:
+        import platform
+
+        lines = [platform.machine(), platform.processor()]
+    return hashlib.sha256("".join(sorted(set(lines))).encode()).hexdigest()[:16]
+
+
 def source_hash(source: str, tc: Toolchain) -> str:
     h = hashlib.sha256()
-    for part in (source, "\0", tc.version, "\0", " ".join(tc.cflags)):
+    for part in (source, "\0", tc.version, "\0", " ".join(tc.cflags), "\0", cpu_id()):
         h.update(part.encode())
     return h.hexdigest()[:24]
 

@@ -79,8 +79,10 @@ def default_schedule(kernel: Kernel) -> Schedule:
                 nc //= 2
             else:
                 mc //= 2
+        # few rows of A: packing B (usually the weights) costs more than reading it in place
+        direct = plan.b_direct and n % (2 * vw) == 0 and m <= 128
         return {"impl": "generated", "mr": 6, "nr": 2 * vw, "mc": mc, "nc": nc, "kc": 256,
-                "order": "nm", "pack_b": True, "threads": 0}
+                "order": "nm", "pack_b": not direct, "threads": 0}
     if kernel.form == "reduction" or kernel.reduce_axes:
         return {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
     return {"vec": 0, "unroll": 1, "threads": 0, "block": 16384}
