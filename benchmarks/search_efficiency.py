@@ -151,7 +151,7 @@ def main() -> None:
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     cpu = get_backend("cpu")
-    plan = TimingPlan(warmup_s=0.01, cap_s=0.05, min_reps=7)
+    plan = TimingPlan(warmup_s=0.02, cap_s=0.1, min_reps=10)
     rows = []
     saved = {}
     if args.tables and os.path.exists(args.tables):

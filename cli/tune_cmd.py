@@ -12,6 +12,8 @@ from rich.table import Table
 from ..errors import LuminalError
 from .common import console, emit_json, fail, handle_errors, parse_shapes
 
+MAX_ROWS = 20  # kernels shown, the slowest first
+
 
 def _t(ns: float | None) -> str:
     if ns is None:
@@ -31,10 +33,15 @@ def progress_table(report) -> Table:
                     f"{report.trials} trials")
     for col in ("kernel", "form", "count", "trials", "failed", "default", "best", "speedup"):
         t.add_column(col, justify="left" if col in ("kernel", "form") else "right")
-    for k in sorted(report.kernels, key=lambda k: -(k.best_ns or 0) * k.count):
+    ranked = sorted(report.kernels, key=lambda k: -(k.best_ns or 0) * k.count)
+    for k in ranked[:MAX_ROWS]:
         failed = sum(v for s, v in k.statuses.items() if s != "ok")
         t.add_row(k.signature[:10], k.form, str(k.count), str(k.trials), str(failed), _t(k.default_ns),
                   _t(k.best_ns), _x(k.default_ns, k.best_ns))
+    if len(ranked) > MAX_ROWS:
+        rest = ranked[MAX_ROWS:]
+        t.add_row(f"{len(rest)} more", "", str(sum(k.count for k in rest)), str(sum(k.trials for k in rest)),
+                  str(sum(v for k in rest for s, v in k.statuses.items() if s != "ok")), "", "", "")
     f = report.fusion
     if f is not None:
         failed = sum(v for s, v in f.statuses.items() if s != "ok")

@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
+from ..ir.tensor import FOLD_LIMIT
 from . import registry
-from .importer import with_shape
+from .importer import const_tensor, with_shape
 from .ops_shape import axes_arg, concat, norm_axis
 from .registry import OpContext, op
 
@@ -18,6 +19,8 @@ _AXES_INPUT_SINCE = {"ReduceSum": 13}
 
 def prod(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
     """Exact product: pairwise multiplication of halves along the flattened reduced axes."""
+    if x.is_const and x.numel <= FOLD_LIMIT:  # Tensor's scalar folding would drop the padding's mask
+        return const_tensor(np.prod(x.numpy(), axis=axes, keepdims=keepdim, dtype=x.dtype.compute.np), x.dtype)
     rest = [k for k in range(x.ndim) if k not in axes]
     n = math.prod(x.shape[a] for a in axes)
     y = x.permute(rest + list(axes)).reshape([x.shape[k] for k in rest] + [n])

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir import DType, Tensor, broadcast_shape
 from ..ir.tensor import FOLD_LIMIT
-from .importer import array_dtype, const_tensor, onnx_dtype, sparse_value
+from .importer import array_dtype, const_tensor, dense, onnx_dtype, sparse_value
 from .registry import OpContext, op
 
 MAX_RANGE = 1 << 31
@@ -163,13 +163,16 @@ def concat(xs: list[Tensor], axis: int) -> Tensor:
             raise ValueError(f"concat shapes {[list(t.shape) for t in xs]} differ off axis {axis}")
     dtype = xs[0].dtype
     total = sum(t.shape[axis] for t in xs)
+    if all(t.is_const for t in xs) and math.prod(xs[0].shape[:axis] + xs[0].shape[axis + 1:]) * total <= FOLD_LIMIT:
+        # folded directly: Tensor's scalar folding would drop the pad masks of all-equal constants
+        return const_tensor(np.concatenate([t.cast(dtype).numpy() for t in xs], axis), dtype)
     parts, before = [], 0
     for t in xs:
         n = t.shape[axis]
         if n:
             pads = [(0, 0)] * rank
             pads[axis] = (before, total - before - n)
-            parts.append(t.cast(dtype).pad(pads))
+            parts.append(dense(t.cast(dtype)).pad(pads))
         before += n
     if not parts:
         shape = list(xs[0].shape)

@@ -391,7 +391,13 @@ class Tensor:
 
     def eq(self, other) -> Tensor:
         other = self._coerce(other)
-        return (self.lt(other) | other.lt(self)).logical_not()
+        differ = self.lt(other) | other.lt(self)
+        if self.dtype.is_float or other.dtype.is_float:
+            for t in (self, other):
+                v = t.scalar()
+                if v is None or v != v:
+                    differ = differ | t.isnan()
+        return differ.logical_not()
 
     def ne(self, other) -> Tensor:
         return self.eq(other).logical_not()
@@ -601,7 +607,8 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...]:
 def _fold(node: Node, srcs: Sequence[Tensor]) -> Tensor:
     from .reference import eval_node, read
 
-    if all(t.node.attrs["value"].ndim == 0 for t in srcs) and node.op not in (Op.SumReduce, Op.MaxReduce, Op.Gather):
+    if (all(t.node.attrs["value"].ndim == 0 and not t.view.mask for t in srcs)
+            and node.op not in (Op.SumReduce, Op.MaxReduce, Op.Gather)):
         scalar = Node(node.op, tuple((t.node, View((), ())) for t in srcs), (), node.dtype, dict(node.attrs))
         val = eval_node(scalar, [t.node.attrs["value"] for t in srcs])
         return Tensor.full(node.shape, np.asarray(val).reshape(()), node.dtype)

@@ -30,8 +30,8 @@ ASK_S = 2.0  # and the time they may take
 
 
 class StudyTask:
-    def __init__(self, name: str, study: optuna.Study, space: Any, weight: float):
-        self.study = study
+    def __init__(self, name: str, study: optuna.Study | Callable[[], optuna.Study], space: Any, weight: float):
+        self._study = study
         self.space = space
         self.rng = random.Random(name)
         self.state = TaskState(name, weight)
@@ -44,6 +44,13 @@ class StudyTask:
         self.cached = 0
         self.pruned = 0
         self.trials = 0
+
+    @property
+    def study(self) -> optuna.Study:
+        """Opened on first use: a model may have many kernels the budget never reaches."""
+        if not isinstance(self._study, optuna.Study):
+            self._study = self._study()
+        return self._study
 
     def key(self, point: Any) -> str:
         raise NotImplementedError
@@ -195,8 +202,8 @@ class StudyTask:
 
 
 class KernelTask(StudyTask):
-    def __init__(self, kernel: Kernel, signature: str, study: optuna.Study, space: ScheduleSpace, count: int,
-                 note: str | None):
+    def __init__(self, kernel: Kernel, signature: str, study: optuna.Study | Callable[[], optuna.Study],
+                 space: ScheduleSpace, count: int, note: str | None):
         super().__init__(signature, study, space, count)
         self.kernel = kernel
         self.signature = signature

@@ -160,7 +160,8 @@ class Tuner:
             space = ScheduleSpace(self.backend, k)
             smp, note = make_sampler(self.sampler, self.seed + int(sig[:8], 16), space, f"kernel {sig[:8]}")
             name = f"luminal-kernel-{sig}-{self.device.key}-{self.toolchain.key}"
-            self.tasks[sig] = KernelTask(k, sig, open_study(self.storage, name, smp), space, counts[sig], note)
+            opener = lambda name=name, smp=smp: open_study(self.storage, name, smp)
+            self.tasks[sig] = KernelTask(k, sig, opener, space, counts[sig], note)
             self.cache.record_kernel(sig, k.form, k.canonical(), {"full": list(k.full)}, self.model_name)
             if note:
                 self.report.notes.append(note)

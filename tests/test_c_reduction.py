@@ -85,3 +85,37 @@ def test_big_rows_parallel():
     x = Tensor.input("x", (512, 300), DType.float32)
     _compare(_graph([x], [x.softmax(-1), x.sum((0,))]),
              {"x": RNG.standard_normal((512, 300)).astype(np.float32)}, rtol=2e-5, atol=5e-5)  # float32 sum order
+
+
+def test_column_reductions_use_lanes_and_random_schedules_agree():
+    import random
+
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.codegen.c.emit import lanes_apply
+
+    be = CPUBackend()
+    x = Tensor.input("x", (6, 37, 70), DType.float32)
+    h = Tensor.input("h", (6, 37, 70), DType.float16)
+    outs = [x.softmax(1), x.mean((1,)), x.max((0, 1)), x.sum((0,)).exp(), h.sum((1,)), x.sub(x.mean(
+        (1,), keepdim=True).expand(x.shape)).square().mean((1,))]
+    g = _graph([x, h], outs)
+    ks = partition(g, {})
+    assert sum(lanes_apply(k) for k in ks) >= 3
+    feeds = {"x": RNG.standard_normal((6, 37, 70)).astype(np.float32),
+             "h": RNG.standard_normal((6, 37, 70)).astype(np.float16)}
+    feeds["x"][2, 5, 9] = np.nan
+    want = run_reference(g, feeds)
+    rnd = random.Random(0)
+    for trial in range(6):
+        scheds = []
+        for k in ks:
+            s = be.default_schedule(k)
+            if trial:
+                while True:
+                    s = {kn.name: rnd.choice(kn.choices) for kn in be.space(k)}
+                    if be.valid(k, s):
+                        break
+            scheds.append(s)
+        got = run_graph(g, feeds, schedules=scheds, kernels=ks)
+        for w, r in zip(want, got):
+            np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=2e-3, atol=1e-4)

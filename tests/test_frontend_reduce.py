@@ -121,3 +121,11 @@ def test_topk_int_and_opset1():
     f = RNG.standard_normal((4, 3)).astype(np.float32)
     m = make_model(helper.make_node("TopK", ["x"], ["v", "i"], k=2, axis=0), {"x": f}, outputs=["v", "i"], opset=9)
     assert_matches(m, {"x": f})
+
+
+def test_reduce_prod_of_all_equal_constant():
+    nodes = [helper.make_node("ReduceProd", ["c"], ["p"], keepdims=0), helper.make_node("Add", ["p", "x"], ["y"])]
+    x = np.zeros(3, np.int64)
+    m = make_model(nodes, {"x": x}, {"c": np.full((3, 5), 2, np.int64)}, opset=13)
+    m.graph.node[0].attribute.append(helper.make_attribute("axes", [1]))
+    assert_matches(m, {"x": x})

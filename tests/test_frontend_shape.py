@@ -276,3 +276,18 @@ def test_long_range_is_computed_not_stored():
 def test_windows(op_type, periodic):
     m = make_model(helper.make_node(op_type, ["n"], ["y"], periodic=periodic), {}, {"n": np.array(10, I64)})
     assert_matches(m, {}, rtol=1e-5, atol=1e-6)
+
+
+def test_concat_of_all_equal_constants():
+    # constants whose elements are all equal are broadcast scalars in the IR; the pads must still hold
+    nodes = [helper.make_node("Concat", ["a", "b"], ["c"], axis=0), helper.make_node("Add", ["c", "x"], ["y"])]
+    x = np.zeros(4, I64)
+    m = make_model(nodes, {"x": x}, {"a": np.array([1, 1], I64), "b": np.array([2, 2], I64)})
+    assert_matches(m, {"x": x})
+
+
+def test_concat_of_all_equal_constants_and_runtime_input():
+    a, b = np.full((1, 3), 1.5, np.float32), np.full((2, 3), -2.0, np.float32)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    m = make_model(helper.make_node("Concat", ["a", "b", "x"], ["y"], axis=0), {"x": x}, {"a": a, "b": b})
+    assert_matches(m, {"x": x})

@@ -13,7 +13,7 @@ from ..kernel import Kernel
 from . import build, schedule
 from .blas import BlasKernel
 from .contraction import emit_contraction, plan_contraction
-from .emit import emit_elementwise, emit_reduction
+from .emit import emit_elementwise, emit_reduction, emit_reduction_lanes, lanes_apply
 
 ALIGN = 64
 
@@ -48,6 +48,8 @@ def source(kernel: Kernel, sched: Schedule) -> str:
             return BlasKernel.epilogue_source(kernel, plan)
         return emit_contraction(kernel, s, plan, schedule.simd_width())
     if kernel.reduce_axes:
+        if sched.get("lanes", 0) and lanes_apply(kernel):
+            return emit_reduction_lanes(kernel, sched)
         return emit_reduction(kernel, sched)
     return emit_elementwise(kernel, sched)
 

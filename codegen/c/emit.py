@@ -201,10 +201,13 @@ def _signature(k: Kernel) -> list[str]:
 
 
 def _simd(sched: dict, extra: str = "") -> str:
-    vec = sched.get("vec", 0)
-    s = "#pragma omp simd" + (f" simdlen({vec})" if vec else "") + extra
+    """The pragma line(s) before an innermost loop: ``omp simd`` (with the reductions), or, when the schedule
+    unrolls a loop without reductions, GCC's ivdep + unroll (``omp simd`` admits no pragma after it)."""
     unroll = sched.get("unroll", 1)
-    return s + (f"\n#pragma GCC unroll {unroll}" if unroll > 1 else "")
+    if unroll > 1 and "reduction" not in extra:
+        return f"#pragma GCC ivdep\n#pragma GCC unroll {unroll}"
+    vec = sched.get("vec", 0)
+    return "#pragma omp simd" + (f" simdlen({vec})" if vec else "") + extra
 
 
 def _par(numel: int, sched: dict, chunk: int = 0) -> str | None:
@@ -343,5 +346,106 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
         lines.append("    " + par)
     lines.append(f"    for (int64_t r = 0; r < {rows}LL; r++) {{")
     lines += _indent(row_stmts, 8)
+    lines += ["    }", "}"]
+    return PRELUDE + "\n".join(lines) + "\n"
+
+
+def lanes_apply(kernel: Kernel) -> bool:
+    """Reductions whose innermost dim is kept vectorise across that dim (column reductions)."""
+    k = normalize(kernel)
+    return bool(k.reduce_axes) and len(k.full) >= 2 and (len(k.full) - 1) not in k.reduce_axes \
+        and k.full[-1] >= 4 and not any(op.op == "Gather" for op in k.ops)
+
+
+def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
+    """Column reductions: each row value is an array over a block of ``lanes`` consecutive elements of the
+    innermost (kept) dim, and every loop over those lanes is an ``omp simd`` loop with unit stride."""
+    k = normalize(kernel)
+    body = Body(k)
+    nd = len(k.full)
+    din = nd - 1
+    size = k.full[din]
+    lanes = max(1, min(sched.get("lanes", 64), size))
+    nch = -(-size // lanes)
+    red = [d for d in range(nd) if d in body.red]
+    outer = [d for d in range(nd) if d not in body.red and d != din]
+    nred = math.prod(k.full[d] for d in red)
+    tiles = math.prod(k.full[d] for d in outer) * nch
+    lines = _signature(k)
+    st: list[str] = [f"int64_t ro = t / {nch}, c0 = (t % {nch}) * {lanes}, nl = lum_min64({lanes}, {size} - c0);",
+                     "(void)ro;"]
+    for d, e in zip(outer, unravel("ro", tuple(k.full[d] for d in outer))):
+        st.append(f"const int64_t i{d} = {e};")
+    arrays: set[int] = set()
+
+    def scalars(ops: list[int]) -> list[str]:
+        used = {a for i in ops for a in k.ops[i].args if k.ops[a].space == "row" and a in arrays} - set(ops)
+        return [f"const {ct.COMPUTE[k.ops[a].dtype]} v{a} = a{a}[j];" for a in sorted(used)]
+
+    def lane_loop(stmts: list[str], extra: str = "") -> list[str]:
+        return _simd(sched, extra).split("\n") + ["for (int64_t j = 0; j < nl; j++) {",
+                                                  f"    const int64_t i{din} = c0 + j;"] + _indent(stmts, 4) + ["}"]
+
+    def red_loop(stmts: list[str]) -> list[str]:
+        if not red:
+            return ["{"] + _indent(stmts, 4) + ["}"]
+        out = [f"for (int64_t q = 0; q < {nred}LL; q++) {{"]
+        for d, e in zip(red, unravel("q", tuple(k.full[d] for d in red))):
+            out.append(f"    const int64_t i{d} = {e};")
+        return out + _indent(stmts, 4) + ["}"]
+
+    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
+    lin = body.linear("full")
+    stash = _stash(k, body, full_outs) if sched.get("stash", True) else None
+    for n, op in enumerate(k.ops):
+        if op.space != "row":
+            continue
+        t = ct.COMPUTE[op.dtype]
+        st.append(f"{t} a{n}[{lanes}];")
+        if op.op not in ("SumReduce", "MaxReduce"):
+            st += lane_loop(scalars([n]) + body.value(n) + [f"a{n}[j] = v{n};"])
+            arrays.add(n)
+            continue
+        a = op.args[0]
+        need = body.full_needed([a])
+        stmts = scalars(need)
+        for i in need:
+            stmts += body.value(i)
+        if stash and stash[2] == n:
+            stmts.append(f"out{stash[0]}[{lin}] = v{a};")
+        if op.op == "SumReduce":
+            st += lane_loop([f"a{n}[j] = 0;"])
+            upd = f"a{n}[j] = a{n}[j] | v{a};" if op.dtype is DType.bool else f"a{n}[j] += v{a};"
+            st += red_loop(lane_loop(stmts + [upd]))
+            if op.dtype.compute is not op.dtype:
+                st += lane_loop([f"a{n}[j] = {ct.round_to(op.dtype, f'a{n}[j]')};"])
+        else:
+            init = {"float": "-INFINITY", "int64_t": "INT64_MIN", "int32_t": "INT32_MIN", "uint8_t": "0"}[t]
+            st.append(f"uint8_t nan{n}[{lanes}];")
+            st += lane_loop([f"a{n}[j] = {init}; nan{n}[j] = 0;"])
+            upd = [f"a{n}[j] = v{a} > a{n}[j] ? v{a} : a{n}[j];"]
+            if t == "float":
+                upd.append(f"nan{n}[j] |= (v{a} != v{a});")
+            st += red_loop(lane_loop(stmts + upd))
+            if t == "float":
+                st += lane_loop([f"if (nan{n}[j]) a{n}[j] = NAN;"])
+        arrays.add(n)
+    if full_outs:
+        stop = frozenset([stash[1]] if stash else [])
+        need = body.full_needed([o for _, o, _ in full_outs], stop)
+        stmts = scalars([i for i in need if i not in stop])
+        for i in need:
+            stmts += [f"float v{i} = out{stash[0]}[{lin}];"] if i in stop else body.value(i)
+        stmts += [f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};" for j, o, b in full_outs]
+        st += red_loop(lane_loop(stmts))
+    row_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "row"]
+    if row_outs:
+        rlin = body.linear("row")
+        st += lane_loop([f"out{j}[{rlin}] = {ct.store(b.dtype, f'a{o}[j]')};" for j, o, b in row_outs])
+    par = _par(math.prod(k.full), sched)
+    if par and tiles > 1:
+        lines.append("    " + par)
+    lines.append(f"    for (int64_t t = 0; t < {tiles}LL; t++) {{")
+    lines += _indent(st, 8)
     lines += ["    }", "}"]
     return PRELUDE + "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ import os
 from ..backend import Knob, Schedule
 from ..kernel import Kernel
 from .contraction import plan_contraction
+from .emit import lanes_apply
 
 
 def cores() -> int:
@@ -62,6 +63,8 @@ def space(kernel: Kernel) -> list[Knob]:
     if kernel.form == "reduction" or kernel.reduce_axes:
         knobs.append(Knob("rows_per_thread", (0, 1, 4, 16, 64)))
         knobs.append(Knob("stash", (True, False)))
+        if lanes_apply(kernel):
+            knobs.append(Knob("lanes", (0, 16, 64, 256)))
     else:
         knobs.append(Knob("block", (1024, 4096, 16384, 65536, 1 << 30)))
     return knobs
@@ -72,19 +75,25 @@ def default_schedule(kernel: Kernel) -> Schedule:
     if plan is not None:
         vw = simd_width()
         nb, m, n, _ = plan.sizes
-        mc, nc = 96, 256
+        # the largest row block up to 96 that pads M by little (uneven blocks leave threads idle)
+        pads = {c: -(-m // c) * c for c in (24, 48, 72, 96)}
+        mc = max(c for c, p in pads.items() if p <= min(pads.values()) * 1.03)
+        nc = 256
         # enough MC x NC tiles to keep every thread busy
-        while nb * -(-m // mc) * -(-n // nc) < 2 * default_threads() and (nc > 64 or mc > 24):
+        while nb * -(-m // mc) * -(-n // nc) < 4 * default_threads() and (nc > 64 or mc > 24):
             if nc > 64:
                 nc //= 2
             else:
-                mc //= 2
+                mc = max(c for c in (24, 48, 72) if c < mc)
         # few rows of A: packing B (usually the weights) costs more than reading it in place
         direct = plan.b_direct and n % (2 * vw) == 0 and m <= 128
         return {"impl": "generated", "mr": 6, "nr": 2 * vw, "mc": mc, "nc": nc, "kc": 256,
                 "order": "nm", "pack_b": not direct, "threads": 0}
     if kernel.form == "reduction" or kernel.reduce_axes:
-        return {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
+        s = {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
+        if lanes_apply(kernel):
+            s["lanes"] = 64
+        return s
     return {"vec": 0, "unroll": 1, "threads": 0, "block": 16384}
 
 
@@ -97,7 +106,7 @@ def valid(kernel: Kernel, sched: Schedule) -> bool:
         return False
     plan = plan_contraction(kernel)
     if plan is None:
-        return True
+        return not (sched["vec"] and sched["unroll"] > 1)  # unrolled loops are vectorised by gcc itself
     if sched["impl"] == "blas":
         return True
     vw = simd_width()
