@@ -65,7 +65,8 @@ def kernels():
     out = []
     gemm_keep = {"mr": (4, 6, 8, 12), "nr": (8, 16, 24, 32), "kc": (0, 128, 256), "mc": (48, 96, 192)}
     gemm_fix = {"impl": "generated", "threads": 1, "order": "nm", "pack_b": True, "nc": 256}
-    for name, (m, k, n) in (("gemm 128x256x192", (128, 256, 192)), ("gemm 64x512x96 +bias+relu", (64, 512, 96))):
+    for name, (m, k, n) in (("gemm 128x256x192", (128, 256, 192)), ("gemm 64x512x96 +bias+relu", (64, 512, 96)),
+                            ("gemm 256x128x512", (256, 128, 512)), ("gemm 32x768x768 +bias+relu", (32, 768, 768))):
         x = Tensor.input("x", (m, k), DType.float32)
         y = x.matmul(_rand((k, n), 1))
         if "bias" in name:
@@ -73,9 +74,10 @@ def kernels():
         (kern,) = [kk for kk in partition(_graph(y, x)) if kk.form == "contraction"]
         out.append((name, kern, gemm_keep, gemm_fix))
     red_keep = {"vec": (0, 4, 8, 16), "unroll": (1, 2, 4), "rows_per_thread": (0, 1, 4, 16, 64), "threads": (1, 2)}
-    x = Tensor.input("x", (256, 512), DType.float32)
-    (kern,) = [kk for kk in partition(_graph(x.softmax(-1), x)) if kk.form == "reduction"]
-    out.append(("softmax 256x512", kern, red_keep, {}))
+    for rows, cols in ((256, 512), (64, 2048)):
+        x = Tensor.input("x", (rows, cols), DType.float32)
+        (kern,) = [kk for kk in partition(_graph(x.softmax(-1), x)) if kk.form == "reduction"]
+        out.append((f"softmax {rows}x{cols}", kern, red_keep, {}))
     x = Tensor.input("x", (128, 768), DType.float32)
     mu = x.sum(axes=(1,), keepdim=True).mul(1 / 768)
     d = x.sub(mu)

@@ -130,6 +130,7 @@ def register(app: typer.Typer) -> None:
             finally:
                 if live is not None:
                     live.stop()
+                    console.print()
             reports.append(r)
             if not quiet:
                 for note in r.notes:

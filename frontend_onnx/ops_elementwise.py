@@ -195,10 +195,25 @@ def leaky_relu(ctx: OpContext) -> Tensor:
     return x.lt(0).where(x.mul(ctx.attr("alpha", 0.01)), x)
 
 
-@op("PRelu")
+def _channel_slope(x: Tensor, slope: Tensor) -> Tensor:
+    """PRelu's slope broadcast to ``x``. Numpy broadcasting first; failing that, a 1-D
+    slope with one value per channel (PRelu before opset 7, and PyTorch's PReLU) applies
+    along the channel axis, 1."""
+    try:
+        broadcast_shape(x.shape, slope.shape)
+        return slope
+    except ValueError:
+        if slope.ndim == 1 and x.ndim >= 2 and x.shape[1] == slope.shape[0]:
+            return slope.reshape((slope.shape[0],) + (1,) * (x.ndim - 2))
+        raise ValueError(f"slope of shape {list(slope.shape)} neither broadcasts to the input's "
+                         f"{list(x.shape)} nor has one value per channel") from None
+
+
+@registry.op("PRelu")
 def prelu(ctx: OpContext) -> Tensor:
     x, slope = ctx.inputs[0], ctx.inputs[1]
-    return x.lt(0).where(x.mul(slope.cast(x.dtype)), x)
+    slope = _channel_slope(x, slope)
+    return with_shape(x.lt(0).where(x.mul(slope.cast(x.dtype)), x), broadcast_shape(x.shape, slope.shape))
 
 
 @op("ThresholdedRelu")

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_nn_index import gather_axis
-from .ops_nn_util import fail, need, wants
+from .ops_nn_util import RandomOpError, fail, need, wants
 from .registry import OpContext, op
 
 
@@ -160,7 +160,7 @@ def dropout_op(ctx: OpContext) -> list[Tensor | None]:
     if training is not None and bool(np.asarray(ctx.const(2)).reshape(-1)[0]):
         r = 0.5 if ratio is None else float(np.asarray(ctx.const(1)).reshape(-1)[0])
         if r != 0:
-            raise fail(ctx, "training-mode Dropout is random and not supported")
+            raise fail(ctx, "training-mode Dropout with a non-zero ratio is random and not supported", RandomOpError)
     mask = Tensor.full(x.shape, True, DType.bool) if wants(ctx, 1) else None
     return [x, mask]
 

@@ -20,7 +20,8 @@ def _str(ctx: OpContext, name: str, default: str) -> str:
 
 
 def _source_coords(ctm: str, n_in: int, n_out: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
-    """Output index -> fractional input coordinate, in float32 as the reference kernels compute it."""
+    """Output index -> fractional input coordinate, in float32 as the reference kernels compute it
+    (align_corners in float64)."""
     x = np.arange(n_out, dtype=F32)
     s = F32(scale)
     if ctm == "half_pixel":
@@ -33,9 +34,13 @@ def _source_coords(ctm: str, n_in: int, n_out: int, scale: float, roi: tuple[flo
     if ctm == "pytorch_half_pixel":
         return (x + F32(0.5)) / s - F32(0.5) if n_out > 1 else np.zeros(n_out, F32)
     if ctm == "align_corners":
-        if n_out == 1:
-            return np.zeros(n_out, F32)
-        return x * F32(n_in - 1) / F32(n_out - 1)
+        # the spec's resized length is scale * n_in, fractional when downsampling by a
+        # non-integer factor, not the rounded output size; in float64 as the spec's reference
+        # computes it, since float32 rounds a length such as 5 * 0.6 to an integer
+        length = scale * n_in
+        if length == 1:
+            return np.zeros(n_out, np.float64)
+        return np.arange(n_out, dtype=np.float64) * (n_in - 1) / (length - 1)
     if ctm == "asymmetric":
         return x / s
     if ctm == "tf_half_pixel_for_nn":

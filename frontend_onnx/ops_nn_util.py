@@ -11,9 +11,13 @@ from ..ir import DType, Tensor
 from .registry import OpContext
 
 
-def fail(ctx: OpContext, message: str) -> LuminalError:
+class RandomOpError(LuminalError):
+    """The node's output is random (training-mode Dropout, ...): no deterministic result exists."""
+
+
+def fail(ctx: OpContext, message: str, kind: type[LuminalError] = LuminalError) -> LuminalError:
     name = (ctx.node.name or ctx.node.op_type)[:80]
-    return LuminalError(f"node {name!r} ({ctx.node.op_type}, opset {ctx.opset}): {message}")
+    return kind(f"node {name!r} ({ctx.node.op_type}, opset {ctx.opset}): {message}")
 
 
 def need(ctx: OpContext, i: int) -> Tensor:

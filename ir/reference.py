@@ -143,7 +143,7 @@ def run(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     for n in order:
         if n.op is Op.Input:
             x = np.asarray(feeds[n.attrs["name"]])
-            vals[n.id] = np.ascontiguousarray(x.astype(n.dtype.np, copy=False).reshape(n.shape))
+            vals[n.id] = np.ascontiguousarray(x.astype(n.dtype.np, copy=False)).reshape(n.shape)
         elif n.id in contraction_only:
             continue
         else:

@@ -112,6 +112,15 @@ class StudyTask:
             self.state.done = True
         return pending
 
+    def _enqueue(self, point: Any, pending: list, keys: set[str]) -> bool:
+        self.study.enqueue_trial(self.space.encode(point))
+        trial = self.study.ask()
+        point = self.space.suggest(trial)
+        claim(trial)
+        pending.append((trial, point))
+        keys.add(self.key(point))
+        return True
+
     def _explore(self, pending: list, keys: set[str]) -> bool:
         """The sampler only proposes points it has seen: hand it a random unseen one instead."""
         for _ in range(200):
@@ -122,13 +131,7 @@ class StudyTask:
             if not self.space.valid(point):
                 self.invalid.add(k)
                 continue
-            self.study.enqueue_trial(self.space.encode(point))
-            trial = self.study.ask()
-            point = self.space.suggest(trial)
-            claim(trial)
-            pending.append((trial, point))
-            keys.add(self.key(point))
-            return True
+            return self._enqueue(point, pending, keys)
         return False
 
     def tell(self, trial: optuna.Trial | None, point: Any, m: Measurement) -> None:

@@ -95,6 +95,14 @@ def test_exp2_accuracy_dense():
     _check([x.exp2()], {"x": v}, rtol=3e-7, atol=3e-45)  # denormal results: one ulp
 
 
+def test_log2_accuracy_dense():
+    x = _input("x", (200000,))
+    v = np.concatenate([np.logspace(-45, 38, 100000, dtype=np.float64).astype(np.float32),
+                        np.linspace(0.5, 2.0, 99990, dtype=np.float32),
+                        np.array([0, -0.0, -1, np.inf, -np.inf, np.nan, 1, 2, 1e-45, 3.4e38], np.float32)])
+    _check([x.log2()], {"x": v}, rtol=3e-7, atol=2e-7)
+
+
 def test_integer_and_bool_ops():
     a = _input("a", (5, 6), DType.int64)
     b = _input("b", (5, 6), DType.int32)
@@ -153,3 +161,31 @@ def test_zero_size_tensors():
     g = optimize(Graph([y.node, w.node], [y.matmul(w).contiguous().node], ["mm"]))
     (got,) = run_graph(g, {"y": feeds["y"], "w": feeds["w"]})
     np.testing.assert_array_equal(got, np.zeros((3, 4), np.float32))
+
+
+def test_random_valid_schedules_agree():
+    import random
+
+    from luminal.codegen.c.backend import CPUBackend
+
+    be = CPUBackend()
+    x = _input("x", (70, 129))
+    y = _input("y", (129, 70))
+    outs = [x.mul(y.transpose(0, 1)).exp().add(x.pad(((0, 0), (2, 0))).shrink(((0, 70), (0, 129)))),
+            x.sigmoid(), x.lt(0.0).where(x, y.transpose(0, 1).sin())]
+    g = optimize(Graph([x.node, y.node], [o.contiguous().node for o in outs], ["a", "b", "c"]))
+    feeds = {"x": RNG.standard_normal((70, 129)).astype(np.float32),
+             "y": RNG.standard_normal((129, 70)).astype(np.float32)}
+    want = run_reference(g, feeds)
+    ks = partition(g, {})
+    rnd = random.Random(2)
+    for _ in range(6):
+        scheds = []
+        for k in ks:
+            while True:
+                s = {kn.name: rnd.choice(kn.choices) for kn in be.space(k)}
+                if be.valid(k, s):
+                    break
+            scheds.append(s)
+        for w, r in zip(want, run_graph(g, feeds, schedules=scheds, kernels=ks)):
+            np.testing.assert_allclose(r, w, rtol=3e-6, atol=3e-6)

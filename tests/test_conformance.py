@@ -69,7 +69,7 @@ def test_unsupported_reasons():
     to_double = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.DOUBLE),
                         helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)],
                        [_vi("x", TensorProto.FLOAT, [2])], [_vi("z", TensorProto.FLOAT, [2])])
-    assert conf.unsupported_reason(to_double) == "dtype double"
+    assert conf.unsupported_reason(to_double).startswith("dtype double (no float64 in the IR")
     seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
     seq_model = _model([helper.make_node("SequenceConstruct", ["x"], ["s"])], [_vi("x", TensorProto.FLOAT, [2])],
                        [seq])
@@ -113,6 +113,19 @@ def test_run_case_fails_on_wrong_expected_output(tmp_path):
                        [np.maximum(x.reshape(3, 2), 0) + 0.5])
     r = conf.run_case(case)
     assert r.status == "failed" and "out of tolerance" in r.reason
+
+
+def test_run_case_counts_random_nodes_unsupported(tmp_path):
+    x = np.ones((2, 3), np.float32)
+    model = _model([helper.make_node("Dropout", ["x", "ratio", "train"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, [2, 3]), _vi("ratio", TensorProto.FLOAT, []),
+                    _vi("train", TensorProto.BOOL, [])], [_vi("y", TensorProto.FLOAT, [2, 3])], opset=13)
+    random = _write_case(tmp_path, "random", model, [x, np.array(0.5, np.float32), np.array(True)], [x])
+    r = conf.run_case(random)
+    assert r.status == "unsupported" and "training-mode Dropout" in r.reason
+    # ratio 0 keeps every element: deterministic, so it runs and is compared
+    keep = _write_case(tmp_path, "keep", model, [x, np.array(0.0, np.float32), np.array(True)], [x])
+    assert conf.run_case(keep).status == "passed"
 
 
 def test_pool_times_out_a_hanging_case(tmp_path):

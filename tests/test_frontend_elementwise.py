@@ -252,3 +252,21 @@ def test_quantize_default_uint8_and_blocked_dequantize():
     (z,) = run_ours(m, {"x": x})
     np.testing.assert_allclose(z, w.astype(np.float32) * np.repeat(s, 2, axis=1) + x, rtol=1e-6)
     assert_matches(m, {"x": x})
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 4), (2, 3, 4, 5)])
+def test_prelu_per_channel_slope(shape):
+    # a 1-D slope with one value per channel (PRelu-6, PyTorch's PReLU) applies along axis 1
+    x, slope = f32(*shape), f32(3)
+    got = run_ours(make_model(node("PRelu", 2), {"x0": x}, {"x1": slope}, opset=6), {"x0": x})[0]
+    s = slope.reshape((3,) + (1,) * (len(shape) - 2))
+    np.testing.assert_allclose(got, np.where(x < 0, x * s, x), rtol=1e-6)
+
+
+def test_prelu_slope_that_fits_nothing_is_one_line_error():
+    from luminal.errors import LuminalError
+
+    x, slope = f32(2, 3, 4), f32(5)
+    with pytest.raises(LuminalError, match="neither broadcasts") as e:
+        run_ours(make_model(node("PRelu", 2), {"x0": x}, {"x1": slope}, opset=6), {"x0": x})
+    assert "\n" not in str(e.value)

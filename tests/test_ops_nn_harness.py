@@ -120,9 +120,10 @@ def check_against_onnx_reference(op_type: str, inputs: list, attrs: dict, opset:
     from onnx.reference import ReferenceEvaluator
 
     inputs = [None if a is None else np.asarray(a) for a in inputs]
-    got, _ = luminal_run(op_type, inputs, attrs, 1, opset, consts)
+    got, _g = luminal_run(op_type, inputs, attrs, 1, opset, consts)
     names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
     node = helper.make_node(op_type, names, ["o0"], **attrs)
     feeds = {n: a for n, a in zip(names, inputs) if a is not None}
     want = ReferenceEvaluator(node).run(None, feeds)[0]
     np.testing.assert_allclose(got["o0"], want, rtol=rtol, atol=atol)
+    return _g

@@ -155,7 +155,7 @@ class Body:
         if dt.is_float:
             r = {
                 "Exp2": f"lum_exp2({a[0]})" if len(a) == 1 else "",
-                "Log2": f"log2f({a[0]})",
+                "Log2": f"lum_log2({a[0]})",
                 "Sin": f"sinf({a[0]})",
                 "Sqrt": f"sqrtf({a[0]})",
                 "Recip": f"(1.0f / {a[0]})",
@@ -173,7 +173,7 @@ class Body:
             return f"(({a[1]} == 0 || {a[1]} == -1) ? ({t})0 : ({t})({a[0]} % {a[1]}))"
         if name == "Recip":
             return f"({a[0]} == 0 ? ({t})0 : ({t})(1 / {a[0]}))"
-        fn = {"Exp2": "lum_exp2", "Log2": "log2f", "Sin": "sinf", "Sqrt": "sqrtf"}[name]
+        fn = {"Exp2": "lum_exp2", "Log2": "lum_log2", "Sin": "sinf", "Sqrt": "sqrtf"}[name]
         return ct.cast(DType.float32, dt, f"{fn}((float){a[0]})")
 
     def full_needed(self, targets: list[int], stop: frozenset[int] = frozenset()) -> list[int]:

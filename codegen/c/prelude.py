@@ -58,6 +58,36 @@ static inline float lum_exp2(float x) {
     return p * lum_i2f((i1 + 127) << 23) * lum_i2f((i2 + 127) << 23);
 }
 
+/* log2(x): x = m * 2**e with m in [sqrt(1/2), sqrt(2)), ln(m) by the Cephes logf polynomial (rel. error
+   about 1e-7), branch-free so it vectorises; denormals are scaled up first; 0 -> -inf, < 0 -> nan. */
+static inline float lum_log2(float x) {
+    int tiny = x < 1.17549435e-38f;
+    float xs = tiny ? x * 8388608.0f : x;
+    int32_t i;
+    memcpy(&i, &xs, 4);
+    int32_t e = ((i >> 23) & 0xff) - 127 - (tiny ? 23 : 0);
+    float m = lum_i2f((i & 0x007fffff) | 0x3f800000);
+    int big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    float fe = (float)e + (big ? 1.0f : 0.0f);
+    float f = m - 1.0f, z = f * f;
+    float y = 7.0376836292e-2f;
+    y = y * f - 1.1514610310e-1f;
+    y = y * f + 1.1676998740e-1f;
+    y = y * f - 1.2420140846e-1f;
+    y = y * f + 1.4249322787e-1f;
+    y = y * f - 1.6668057665e-1f;
+    y = y * f + 2.0000714765e-1f;
+    y = y * f - 2.4999993993e-1f;
+    y = y * f + 3.3333331174e-1f;
+    y = y * f * z - 0.5f * z;
+    float r = (f + y) * 1.44269504088896341f + fe;
+    r = x == 0.0f ? -INFINITY : r;
+    r = x < 0.0f ? NAN : r;
+    r = x == INFINITY ? INFINITY : r;
+    return x != x ? x : r;
+}
+
 static inline int64_t lum_f2i64(float x) {
     if (!(x == x) || isinf(x)) return 0;
     if (x >= 9223372036854775807.0f) return INT64_MAX;
