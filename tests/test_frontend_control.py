@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from frontend_util import assert_matches, make_model
 from onnx import TensorProto, helper
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_frontend_util import assert_matches, make_model  # noqa: E402
 
 from luminal.errors import LuminalError  # noqa: E402
 from luminal.frontend_onnx import load  # noqa: E402

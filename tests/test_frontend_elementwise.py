@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from frontend_util import assert_matches, make_model, run_ours
 from onnx import TensorProto, helper
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_frontend_util import assert_matches, make_model, run_ours  # noqa: E402
 
 RNG = np.random.default_rng(0)
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from frontend_util import assert_matches, make_model, run_ort
 from onnx import TensorProto, helper, numpy_helper
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_frontend_util import assert_matches, make_model, run_ort  # noqa: E402
 
 from luminal import ir  # noqa: E402
 from luminal.errors import LuminalError  # noqa: E402

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from frontend_util import assert_matches, make_model, run_ours
 from onnx import TensorProto, helper, numpy_helper
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_frontend_util import assert_matches, make_model, run_ours  # noqa: E402
 
 from luminal.errors import LuminalError  # noqa: E402
 from luminal.frontend_onnx import load  # noqa: E402

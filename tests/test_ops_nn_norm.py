@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
+import ops_nn_harness as h
 import pytest
 
 from luminal.errors import LuminalError
 from luminal.ir import Op
 
-
-def _harness():
-    name = "luminal_ops_nn_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("test_ops_nn_harness.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-h = _harness()
 rand = h.rand
 
 
