@@ -27,6 +27,7 @@ from luminal.codegen.partition import partition
 from luminal.ir.dtypes import DType
 from luminal.ir.graph import Graph
 from luminal.ir.tensor import Tensor
+from luminal.search import tasks
 from luminal.search.measure import Measurement, Measurer
 from luminal.search.samplers import make_sampler
 from luminal.search.space import ScheduleSpace, schedule_key
@@ -152,6 +153,7 @@ def main() -> None:
                     help="JSON file of measured tables: read when it exists (replay only), else written")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    tasks.ASK_S = float("inf")  # replays are offline: no wall-clock limit on proposals, so they are repeatable
     cpu = get_backend("cpu")
     plan = TimingPlan(warmup_s=0.02, cap_s=0.1, min_reps=10)
     rows = []

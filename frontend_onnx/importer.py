@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections import ChainMap
+from collections import ChainMap, Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +19,7 @@ from ..errors import LuminalError
 from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
 from . import registry
+from .weights import external_view, map_model
 
 Shapes = Mapping[str, "int | tuple[int, ...]"]
 
@@ -154,16 +155,35 @@ def materialise(t: Tensor) -> Tensor:
 
 # -- reading -------------------------------------------------------------------
 
-def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
+def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None, dict[str, np.ndarray]]:
+    """The model, the folder its external data is relative to (None for a ModelProto), and its
+    main-graph weights by name as read-only views of the mapped file (their raw_data is left out
+    of the proto); a ModelProto or a text-format file keeps its weights in the proto."""
     if isinstance(model, onnx.ModelProto):
-        return model, None
+        return model, None, {}
     path = Path(model)
     if not path.exists():
         raise LuminalError(f"model file not found: {path}")
     if not path.is_file():
         raise LuminalError(f"not a file: {path}")
+    mapped = None
+    if onnx.serialization.registry.get_format_from_file_extension(path.suffix) in (None, "protobuf"):
+        try:
+            mapped = map_model(path)
+        except OSError as e:
+            raise LuminalError(f"cannot read {path}: {e.strerror or e}") from None
+    if mapped is not None:
+        proto, weights = mapped.proto, mapped.weights
+    else:  # other formats, and files the scanner refuses: onnx's own reader names the problem
+        proto, weights = _onnx_load(path), {}
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): no graph or opset import")
+    return proto, path.parent, weights
+
+
+def _onnx_load(path: Path) -> onnx.ModelProto:
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        return onnx.load(str(path), load_external_data=False)
     except OSError as e:
         raise LuminalError(f"cannot read {path}: {e.strerror or e}") from None
     except MemoryError:
@@ -171,9 +191,6 @@ def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, Pa
     except Exception as e:  # protobuf, text and json parsers each raise their own error types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): {first[:200]}") from None
-    if not proto.HasField("graph") or not proto.opset_import:
-        raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): no graph or opset import")
-    return proto, path.parent
 
 
 def _graphs(g: onnx.GraphProto):
@@ -214,24 +231,43 @@ def _safe_location(base: Path, location: str, tensor: str) -> Path:
     return target
 
 
-def load_external_data(model: onnx.ModelProto, base: Path | None) -> None:
-    """Read every external tensor in place, refusing locations outside ``base``."""
+def _external_ref(t: TensorProto, base: Path | None) -> tuple[Path, int, int]:
+    """Where an external tensor's bytes lie: file, offset, length (-1: to the end)."""
+    info = {e.key: e.value for e in t.external_data}
+    if base is None:
+        raise LuminalError(f"tensor {t.name!r} has external data; load the model from its file path")
+    path = _safe_location(base, info.get("location", ""), t.name)
+    try:
+        offset = int(info.get("offset", 0) or 0)
+        length = int(info["length"]) if info.get("length") else -1
+        if info.get("length") and length < 0:
+            length = -2
+    except ValueError:
+        raise LuminalError(f"tensor {t.name!r}: bad external data offset or length") from None
+    if not path.is_file():
+        raise LuminalError(f"tensor {t.name!r}: external data file missing")
+    if offset < 0 or length < -1:
+        raise LuminalError(f"tensor {t.name!r}: bad external data offset or length")
+    return path, offset, length
+
+
+def load_external_data(model: onnx.ModelProto, base: Path | None,
+                       weights: dict[str, np.ndarray] | None = None) -> None:
+    """Read every external tensor in place, refusing locations outside ``base``. Given
+    ``weights``, main-graph initializers go there instead, as views of their mapped data file."""
+    if weights is not None:
+        maps: dict[Path, object] = {}
+        names = Counter(t.name for t in model.graph.initializer)
+        for t in model.graph.initializer:
+            if t.data_location != TensorProto.EXTERNAL or names[t.name] > 1 or t.name in weights:
+                continue
+            arr = external_view(t, *_external_ref(t, base), maps)
+            if arr is not None:
+                weights[t.name] = arr
+                del t.external_data[:]
+                t.data_location = TensorProto.DEFAULT
     for t in _external_tensors(model):
-        info = {e.key: e.value for e in t.external_data}
-        if base is None:
-            raise LuminalError(f"tensor {t.name!r} has external data; load the model from its file path")
-        path = _safe_location(base, info.get("location", ""), t.name)
-        try:
-            offset = int(info.get("offset", 0) or 0)
-            length = int(info["length"]) if info.get("length") else -1
-            if info.get("length") and length < 0:
-                length = -2
-        except ValueError:
-            raise LuminalError(f"tensor {t.name!r}: bad external data offset or length") from None
-        if not path.is_file():
-            raise LuminalError(f"tensor {t.name!r}: external data file missing")
-        if offset < 0 or length < -1:
-            raise LuminalError(f"tensor {t.name!r}: bad external data offset or length")
+        path, offset, length = _external_ref(t, base)
         with open(path, "rb") as f:
             f.seek(offset)
             data = f.read(length) if length >= 0 else f.read()
@@ -245,12 +281,13 @@ def load_external_data(model: onnx.ModelProto, base: Path | None) -> None:
 CHECKER_LIMIT = 64 << 20
 
 
-def _check(model: onnx.ModelProto, warnings: list[str], size: int) -> None:
-    """onnx.checker, only where cheap: it serializes the whole model, weights included."""
+def _check(model: onnx.ModelProto | Path, warnings: list[str], size: int) -> None:
+    """onnx.checker, only where cheap: it serializes the whole model, weights included (a file
+    is checked from its path: the proto read from it lacks its weights)."""
     if size > CHECKER_LIMIT:
         return
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(model if isinstance(model, onnx.ModelProto) else str(model))
     except onnx.checker.ValidationError as e:
         msg = str(e).strip().splitlines()
         warnings.append(f"onnx checker: {msg[0] if msg else 'invalid model'}")
@@ -267,14 +304,16 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return out
 
 
-def _clean(s: str) -> str:
+def _clean(s: str | bytes) -> str:
+    if isinstance(s, bytes):  # proto2 hands out strings that are not UTF-8 as bytes
+        s = s.decode("utf-8", "replace")
     return "".join(c if c.isprintable() else "?" for c in s)[:80]
 
 
 def check_supported(model: str | Path | onnx.ModelProto) -> None:
     """Raise one LuminalError listing every op type the frontend does not know."""
     if not isinstance(model, onnx.ModelProto):
-        model = read_model(model)[0]
+        model = read_model(model)[0]  # a mapped file: cheap
     _register_ops()
     opsets = _opsets(model)
     local = {(f.domain, f.name) for f in model.functions}
@@ -412,16 +451,19 @@ class Importer:
     def source_dtype(self, name: str) -> np.dtype | None:
         return self.written.get(name)
 
-    def run_graph(self, g: onnx.GraphProto, scope: ChainMap, inputs: list | None = None) -> list[Tensor | None]:
+    def run_graph(self, g: onnx.GraphProto, scope: ChainMap, inputs: list | None = None,
+                  weights: Mapping[str, np.ndarray] | None = None) -> list[Tensor | None]:
         """Import the nodes of ``g`` into ``scope``; returns the tensors of its outputs.
-        ``inputs`` bind a subgraph's declared inputs (a Loop body's) by position."""
+        ``inputs`` bind a subgraph's declared inputs (a Loop body's) by position; ``weights``
+        are initializers of ``g`` read elsewhere (the mapped file's), by name."""
         if inputs is not None:
             if len(inputs) != len(g.input):
                 raise LuminalError(f"subgraph {_clean(g.name)!r} takes {len(g.input)} inputs, got {len(inputs)}")
             for vi, t in zip(g.input, inputs):
                 scope[vi.name] = t
+        weights = weights or {}
         for t in g.initializer:
-            value = tensor_value(t)
+            value = weights[t.name] if t.name in weights else tensor_value(t)
             self.written[t.name] = value.dtype
             scope[t.name] = const_tensor(value)
         for sp in g.sparse_initializer:
@@ -555,13 +597,16 @@ def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodePro
 def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True) -> ImportResult:
     """Import an ONNX model (a path or a ModelProto) into a primitive Graph, optimised
     with ``ir.optimize`` unless ``optimize`` is False."""
-    proto, base = read_model(model)
+    proto, base, weights = read_model(model)
     check_supported(proto)
     warnings: list[str] = []
-    _check(proto, warnings, proto.ByteSize() if base is None else (Path(model).stat().st_size))
+    if base is None:
+        _check(proto, warnings, proto.ByteSize())
+    else:
+        _check(Path(model), warnings, Path(model).stat().st_size)
     if proto.functions:
         proto = _inline_functions(proto)
-    load_external_data(proto, base)
+    load_external_data(proto, base, weights)
     opsets = _opsets(proto)
     if "" not in opsets:
         raise LuminalError("the model has no opset import for the default ONNX domain")
@@ -609,7 +654,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
         if elem in _ELEM:
             imp.written[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
-    outs = imp.run_graph(g, scope)
+    outs = imp.run_graph(g, scope, weights=weights)
     out_tensors, names = [], []
     for o, t in zip(g.output, outs):
         if t is None:

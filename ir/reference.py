@@ -51,6 +51,8 @@ def _compute(x: np.ndarray) -> np.ndarray:
 
 def _contract(node: Node, mul: Node, vals: dict[int, np.ndarray], mul_view: View) -> np.ndarray:
     (a, va), (b, vb) = mul.srcs
+    if mul.numel == 0:
+        return np.zeros(node.shape, node.dtype.np)
     if not mul_view.is_contiguous or mul_view.shape != mul.shape:
         return None
     da, ka = _compact(vals[a.id], va)

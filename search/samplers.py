@@ -39,7 +39,7 @@ def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.sa
     if kind == "grid":
         if size <= GRID_LIMIT:
             return _Grid(space.grid(), seed=seed), None
-        return _tpe(seed, size), f"{what}: {size} points are too many for grid search; using tpe"
+        return _tpe(seed, size), f"{what}: spaces over {GRID_LIMIT} points are too big for grid search; using tpe"
     if kind == "cmaes":
         if space.numeric and len(space.params) >= 2:
             with warnings.catch_warnings():

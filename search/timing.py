@@ -66,9 +66,14 @@ def interleaved(timer: Callable[[Callable[[], None]], int], fns: list[Callable[[
             fn()
             sync()
     samples: list[list[int]] = [[] for _ in fns]
-    t_end = time.perf_counter() + plan.cap_s * len(fns)
+    t0 = time.perf_counter()
+    t_end = t0 + plan.cap_s * len(fns)
+    # slow candidates stop short of min_reps (but not of the 5 rounds a sign test needs) at 4x the cap
+    t_hard = t0 + 4 * plan.cap_s * len(fns)
     rounds = 0
     while rounds < plan.max_reps and (rounds < plan.min_reps or time.perf_counter() < t_end):
+        if rounds >= 5 and time.perf_counter() > t_hard:
+            break
         for k, fn in enumerate(fns):
             samples[k].append(timer(fn))
         rounds += 1

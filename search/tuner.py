@@ -158,12 +158,12 @@ class Tuner:
             if sig in self.tasks:
                 continue
             space = ScheduleSpace(self.backend, k)
-            smp, note = make_sampler(self.sampler, self.seed + int(sig[:8], 16), space, f"kernel {sig[:8]}")
+            smp, note = make_sampler(self.sampler, self.seed + int(sig[:8], 16), space, f"{k.form} kernels")
             name = f"luminal-kernel-{sig}-{self.device.key}-{self.toolchain.key}"
             opener = lambda name=name, smp=smp: open_study(self.storage, name, smp)
             self.tasks[sig] = KernelTask(k, sig, opener, space, counts[sig], note)
             self.cache.record_kernel(sig, k.form, k.canonical(), {"full": list(k.full)}, self.model_name)
-            if note:
+            if note and note not in self.report.notes:
                 self.report.notes.append(note)
 
     def schedules(self) -> dict[str, dict[str, Any]]:

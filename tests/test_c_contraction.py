@@ -98,9 +98,16 @@ def test_conv_implicit_gemm(cin, cout, group, ksz, stride, dil, pads):
     bias = Tensor.const(RNG.standard_normal(cout).astype(np.float32))
     y = y.add(bias.reshape((1, cout, 1, 1)).expand(y.shape)).relu()
     g = _graph([x], [y])
-    _, cs = _contractions(g)
+    ks, cs = _contractions(g)
     assert len(cs) == 1 and plan_contraction(cs[0]) is not None
-    _compare(g, {"x": RNG.standard_normal((2, cin, h, w_)).astype(np.float32)})
+    feeds = {"x": RNG.standard_normal((2, cin, h, w_)).astype(np.float32)}
+    _compare(g, feeds)
+    be = CPUBackend()
+    base = be.default_schedule(cs[0])
+    for over in ({"pack_a": True}, {"pack_a": True, "kc": 128, "mr": 4, "nr": base["nr"] // 2}):
+        s = {**base, **over}
+        assert be.valid(cs[0], s)
+        _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
 
 
 @pytest.mark.parametrize("dt", [DType.float16, DType.bfloat16])
@@ -124,11 +131,12 @@ def test_random_valid_schedules_are_correct():
     space = be.space(k)
     rnd = random.Random(3)
     scheds = [be.default_schedule(k)]
-    while len(scheds) < 10:
+    while len(scheds) < 14:
         s = {kn.name: rnd.choice(kn.choices) for kn in space}
         if be.valid(k, s):
             scheds.append(s)
     assert any(s["impl"] == "blas" for s in scheds) and any(not s["pack_b"] for s in scheds)
+    assert any(not s["pack_a"] and s["impl"] == "generated" for s in scheds)
     feeds = {"a": RNG.standard_normal((2, 45, 70)).astype(np.float32),
              "b": RNG.standard_normal((2, 70, 64)).astype(np.float32), "c": RNG.standard_normal(64).astype(np.float32)}
     for s in scheds:

@@ -37,7 +37,8 @@ class CKernel:
         self.threads = threads
 
     def __call__(self, buffers: Sequence[Any]) -> None:
-        self._fn(self._arr(*[b.ctypes.data for b in buffers]), self.threads)
+        if self._fn(self._arr(*[b.ctypes.data for b in buffers]), self.threads):
+            raise MemoryError("a C kernel could not allocate its workspace")
 
 
 def source(kernel: Kernel, sched: Schedule) -> str:

@@ -135,7 +135,7 @@ def _compile_object(source: str, h: str, tc: Toolchain, d: Path) -> Path:
 
 
 def build(sources: list[str], jobs: int | None = None) -> list[ctypes._CFuncPtr]:
-    """Compile and load; returns one C function per source, ``void f(void **bufs, int nthreads)``."""
+    """Compile and load; returns one C function per source, ``int f(void **bufs, int nthreads)`` (0: ok)."""
     tc = toolchain()
     if tc is None:
         raise LuminalError(missing_message())
@@ -167,7 +167,7 @@ def build(sources: list[str], jobs: int | None = None) -> list[ctypes._CFuncPtr]
     for h in hashes:
         f = getattr(handle, symbol(h))
         f.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
-        f.restype = None
+        f.restype = ctypes.c_int
         fns.append(f)
     return fns
 

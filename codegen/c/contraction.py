@@ -36,6 +36,7 @@ class Plan:
     k: tuple[int, ...]
     sizes: tuple[int, int, int, int]  # batch, M, N, K
     b_direct: bool  # B is float32, unmasked, unit stride over flattened N: readable without packing
+    a_direct: bool = False  # A is float32, unmasked, unit stride over flattened K, affine rows
 
 
 def _deps(v: View, d: int) -> bool:
@@ -94,8 +95,11 @@ def plan_contraction(kernel: Kernel) -> Plan | None:
     b_direct = (kernel.ops[b].dtype is DType.float32 and not vb.mask and bool(groups["n"])
                 and _unit_affine(vb, tuple(groups["n"]), kernel.full)
                 and any(vb.strides[d] for d in groups["k"]))
+    a_direct = (kernel.ops[a].dtype is DType.float32 and not va.mask and bool(groups["k"])
+                and _unit_affine(va, tuple(groups["k"]), kernel.full)
+                and (not groups["m"] or _chain(va.strides, tuple(groups["m"]), kernel.full) is not None))
     return Plan(a, b, red, tuple(groups["batch"]), tuple(groups["m"]), tuple(groups["n"]), tuple(groups["k"]),
-                (size["batch"], size["m"], size["n"], size["k"]), b_direct)
+                (size["batch"], size["m"], size["n"], size["k"]), b_direct, a_direct)
 
 
 def _chain(co, dims: tuple[int, ...], full) -> int | None:
@@ -161,12 +165,18 @@ def _operand(name: str, buf: int, dt: DType, view: View, terms: dict, gidx: dict
     return x, " && ".join(conds) if conds else "1"
 
 
-def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool) -> list[str]:
-    """C[MR x NR] (+)= A panel (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table."""
+def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a: bool = False) -> list[str]:
+    """C[MR x NR] (+)= A (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table.
+    A is a packed panel (a[k*MR + i]) or, read in place, rows a + i*lda (rows past ``arows`` repeat the last
+    valid row: their results land in unused rows of the tile buffer)."""
     nv = nr // vw
-    L = ["static inline void lum_mk(int64_t kc, const float *restrict a, const float *restrict bp, int64_t ldb,",
+    L = ["static inline void lum_mk(int64_t kc, const float *restrict a, int64_t lda, int64_t arows,",
+         "                          const float *restrict bp, int64_t ldb,",
          "                          const int64_t *restrict bk, float *restrict c, int64_t ldc, int first) {",
-         "    (void)ldb; (void)bk;"]
+         "    (void)ldb; (void)bk; (void)lda; (void)arows;"]
+    if direct_a:
+        for i in range(mr):
+            L.append(f"    const float *restrict a{i} = a + ({i} < arows ? {i} : arows - 1) * lda;")
     for i in range(mr):
         for v in range(nv):
             L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
@@ -176,7 +186,8 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool) -> list[
     for v in range(nv):
         L.append(f"        lum_v b{v} = *(const {vt} *)(br + {v * vw});")
     for i in range(mr):
-        L.append(f"        {{ const float ai = a[k*{mr} + {i}];")
+        aval = f"a{i}[k]" if direct_a else f"a[k*{mr} + {i}]"
+        L.append(f"        {{ const float ai = {aval};")
         for v in range(nv):
             L.append(f"          c{i}_{v} += ai * b{v};")
         L.append("        }")
@@ -220,15 +231,16 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
          "        lum_ws = (float *)aligned_alloc(64, n * sizeof(float)); lum_ws_n = lum_ws ? n : 0; }",
          "    return lum_ws;", "}"]
     table = direct and names_b[(0, "k")][0] == "tab"
-    L += _micro_kernel(mr, nr, vw, direct, table)
+    direct_a = not sched.get("pack_a", True)
+    L += _micro_kernel(mr, nr, vw, direct, table, direct_a)
     L += _signature(kernel)
     L.append(f"    int64_t *lum_tab = (int64_t *)malloc({ntab} * sizeof(int64_t)), *lum_ti = lum_tab;")
-    L.append("    if (!lum_tab) return;")
+    L.append("    if (!lum_tab) return 1;")
     L += _indent(fill_a + fill_b, 4)
-    size_a = -(-nb * pm * K * mr // 16) * 16  # keep the packed B panels 64-byte aligned
+    size_a = 0 if direct_a else -(-nb * pm * K * mr // 16) * 16  # keep the packed B panels 64-byte aligned
     size_b = 0 if direct else -(-nb * pn * K * nr // 16) * 16
     L.append(f"    float *ap = lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc});")
-    L.append("    if (!ap) { free(lum_tab); return; }")
+    L.append("    if (!ap) { free(lum_tab); return 1; }")
     L.append(f"    float *bpk = ap + {size_a}; float *ctiles = bpk + {size_b};")
     # small contractions run on the calling thread: waking a team costs more than it saves
     par = "" if nb * M * N * K >= PAR_MIN_MACS else " if(0)"
@@ -237,6 +249,7 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     # pack A: panel (ib, p) holds K x MR
     ax, aok = _operand("a", kernel.ops[plan.a].attr("buf"), oa.dtype, va, names_a,
                        {"batch": "ib", "m": "m", "k": "k"})
+    start_a = len(L)
     L.append("        #pragma omp for schedule(dynamic, 1)" + (" nowait" if not direct else ""))
     L.append(f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{")
     L.append(f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;")
@@ -247,6 +260,8 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append(f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0.0f;")
     L.append("            }")
     L.append("        }")
+    if direct_a:  # A is read in place
+        del L[start_a:]
     if not direct:
         bx, bok = _operand("b", kernel.ops[plan.b].attr("buf"), ob.dtype, vb, names_b,
                            {"batch": "ib", "n": "n", "k": "k"})
@@ -302,8 +317,16 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     else:
         bptr = f"bpk + (ib * {pn} + jc / {nr} + jr) * {K * nr} + pc * {nr}"
         bkp = f"{nr}, 0"
+    if direct_a:
+        kind, sm = names_a.get((0, "m"), ("lin", 0))
+        assert kind == "lin"
+        aoff = _term(names_a, 0, "batch", "ib")
+        abase = f"in{oa.attr('buf')} + {va.offset}" + (f" + {aoff}" if aoff else "")
+        aptr = f"{abase} + (ic + ir * {mr}) * {sm} + pc, {sm}, lum_min64({mr}, {M} - ic - ir * {mr})"
+    else:
+        aptr = f"ap + (ib * {pm} + ic / {mr} + ir) * {K * mr} + pc * {mr}, 0, {mr}"
     L.append("                    for (int64_t ir = 0; ir < mp; ir++) {")
-    L.append(f"                        lum_mk(kcur, ap + (ib * {pm} + ic / {mr} + ir) * {K * mr} + pc * {mr},")
+    L.append(f"                        lum_mk(kcur, {aptr},")
     L.append(f"                               {bptr}, {bkp}, ct + ir * {mr * nc} + jr * {nr}, {nc}, pc == 0);")
     L.append("                    }")
     L.append("                }")
@@ -339,6 +362,7 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append("        }")
     L.append("    }")
     L.append("    free(lum_tab);")
+    L.append("    return 0;")
     L.append("}")
     src = "\n".join(L) + "\n"
     return src

@@ -1,6 +1,6 @@
 """C source for elementwise, gather and reduction kernels (and the generic contraction fallback).
 
-Every kernel is ``void lum_kernel(void **b, int nt)``: ``b`` holds the input
+Every kernel is ``int lum_kernel(void **b, int nt)``: ``b`` holds the input
 buffers then the output buffers, ``nt`` the OpenMP thread count. Loop indices
 are ``i<k>`` over the (normalised) full space; the innermost loop is an
 ``omp simd`` loop over a contiguous range, outer dims are unravelled once per
@@ -191,7 +191,7 @@ class Body:
 
 
 def _signature(k: Kernel) -> list[str]:
-    lines = ["void lum_kernel(void **b, int nt) {", "    (void)nt;"]
+    lines = ["int lum_kernel(void **b, int nt) {", "    (void)nt;"]
     for i, buf in enumerate(k.inputs):
         lines.append(f"    const {ct.STORAGE[buf.dtype]} *restrict in{i} = (const {ct.STORAGE[buf.dtype]} *)b[{i}];")
     for j, (_, buf) in enumerate(k.outputs):
@@ -234,9 +234,9 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     for j, (o, buf) in enumerate(k.outputs):
         inner_stmts.append(f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};")
     if numel == 0:
-        return PRELUDE + "\n".join(lines + ["}"]) + "\n"
+        return PRELUDE + "\n".join(lines + ["    return 0;", "}"]) + "\n"
     if n == 0:
-        lines += _indent(inner_stmts, 4) + ["}"]
+        lines += _indent(inner_stmts, 4) + ["    return 0;", "}"]
         return PRELUDE + "\n".join(lines) + "\n"
     inner = k.full[-1]
     rows = numel // inner
@@ -255,7 +255,7 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     lines += _indent(_simd(sched).split("\n"), 8)
     lines.append(f"        for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{")
     lines += _indent(inner_stmts, 12)
-    lines += ["        }", "    }", "}"]
+    lines += ["        }", "    }", "    return 0;", "}"]
     return PRELUDE + "\n".join(lines) + "\n"
 
 
@@ -346,7 +346,7 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
         lines.append("    " + par)
     lines.append(f"    for (int64_t r = 0; r < {rows}LL; r++) {{")
     lines += _indent(row_stmts, 8)
-    lines += ["    }", "}"]
+    lines += ["    }", "    return 0;", "}"]
     return PRELUDE + "\n".join(lines) + "\n"
 
 
@@ -447,5 +447,5 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
         lines.append("    " + par)
     lines.append(f"    for (int64_t t = 0; t < {tiles}LL; t++) {{")
     lines += _indent(st, 8)
-    lines += ["    }", "}"]
+    lines += ["    }", "    return 0;", "}"]
     return PRELUDE + "\n".join(lines) + "\n"

@@ -57,6 +57,7 @@ def space(kernel: Kernel) -> list[Knob]:
             Knob("kc", (0, 128, 256, 512)),
             Knob("order", ("mn", "nm")),
             Knob("pack_b", (True, False)),
+            Knob("pack_a", (True, False)),
             threads,
         ]
     knobs = [Knob("vec", (0, 4, 8, 16)), Knob("unroll", (1, 2, 4)), threads]
@@ -90,8 +91,11 @@ def default_schedule(kernel: Kernel) -> Schedule:
                 nc //= 2
             else:
                 mc = max(c for c in (24, 48, 72) if c < mc)
+        # A rows read in place with unit stride measured faster than packed panels on every shape tried
+        # (convs 1.0-1.45x, 1024^3 1.1x, 128x768x3072 1.45x): the MR row streams prefetch well
+        direct_a = plan.a_direct
         return {"impl": "generated", "mr": 6, "nr": 2 * vw, "mc": mc, "nc": nc, "kc": 256,
-                "order": "nm", "pack_b": not direct, "threads": 0}
+                "order": "nm", "pack_b": not direct, "pack_a": not direct_a, "threads": 0}
     if kernel.form == "reduction" or kernel.reduce_axes:
         s = {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
         if lanes_apply(kernel):
@@ -120,5 +124,7 @@ def valid(kernel: Kernel, sched: Schedule) -> bool:
     if sched["mc"] % mr or sched["nc"] % nr:
         return False
     if not sched["pack_b"] and (not plan.b_direct or plan.sizes[2] % nr):
+        return False
+    if not sched["pack_a"] and not plan.a_direct:
         return False
     return math.prod(kernel.full) > 0
