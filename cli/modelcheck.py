@@ -80,9 +80,8 @@ def run_backend(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str,
     runner = BACKENDS.get(backend)
     if runner is None:
         raise LuminalError(f"backend {backend!r} is not available (available: {', '.join(sorted(BACKENDS))})")
-    if backend == "reference":
-        return dict(zip(graph.output_names, runner(graph, feeds)))
-    return dict(zip(graph.output_names, runner(graph, feeds, cache)))
+    outs = runner(graph, feeds) if cache is None else runner(graph, feeds, cache)
+    return dict(zip(graph.output_names, outs))
 
 
 def open_cache(path: str | None) -> Any:

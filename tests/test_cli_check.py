@@ -110,8 +110,11 @@ def test_run_backend_dispatch(embed_model):
     feeds = {"ids": np.array([[1, 6]], np.int64)}
     out = modelcheck.run_backend(res.graph, feeds, "reference")
     assert set(out) == {"probs", "best"} and out["probs"].shape == (1, 2, 3)
-    with pytest.raises(LuminalError, match="backend 'cuda' is not available"):
-        modelcheck.run_backend(res.graph, feeds, "cuda")
+    with pytest.raises(LuminalError, match="backend 'tpu' is not available"):
+        modelcheck.run_backend(res.graph, feeds, "tpu")
+    compiled = modelcheck.run_backend(res.graph, feeds, "cpu")
+    for name in out:
+        np.testing.assert_allclose(compiled[name], out[name], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("content", [None, b"", b"\x08\x07garbage that is not protobuf \xff\xff\xff"])
