@@ -261,16 +261,22 @@ def load_external_data(model: onnx.ModelProto, base: Path | None,
         for t in model.graph.initializer:
             if t.data_location != TensorProto.EXTERNAL or names[t.name] > 1 or t.name in weights:
                 continue
-            arr = external_view(t, *_external_ref(t, base), maps)
+            try:
+                arr = external_view(t, *_external_ref(t, base), maps)
+            except OSError:  # the ordinary read below words it
+                arr = None
             if arr is not None:
                 weights[t.name] = arr
                 del t.external_data[:]
                 t.data_location = TensorProto.DEFAULT
     for t in _external_tensors(model):
         path, offset, length = _external_ref(t, base)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(length) if length >= 0 else f.read()
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(length) if length >= 0 else f.read()
+        except OSError as e:
+            raise LuminalError(f"tensor {t.name!r}: cannot read its external data: {e.strerror or e}") from None
         if length >= 0 and len(data) != length:
             raise LuminalError(f"tensor {t.name!r}: external data file is shorter than its declared length")
         del t.external_data[:]

@@ -5,13 +5,16 @@ parsed protobuf, and a numpy copy of every initializer. Here the file is mapped 
 small protobuf wire-format scanner finds the ``raw_data`` payload of every initializer of the
 main graph, and the ModelProto is parsed from the file with those payloads left out. The
 weights are ``np.frombuffer`` views of the map (they keep it alive through their ``base``),
-so the only copy of them is the page cache.
+so the only copy of them is the page cache. External data files are mapped the same way.
+Files under ``MAP_MIN`` are read into one bytes object instead, and the views are of that.
+The file must not be truncated while a view of it is alive (as with any map: SIGBUS).
 """
 
 from __future__ import annotations
 
 import math
 import mmap
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +33,9 @@ VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 
 # raw_data is little-endian; elsewhere numpy_helper byteswaps a copy, and so do we
 LITTLE = sys.byteorder == "little"
+# smaller files are read into memory: a live map holds a file descriptor, and a process may
+# keep thousands of small models
+MAP_MIN = 1 << 20
 
 # element types whose raw_data numpy_helper.to_array reads as a plain little-endian array
 _PLAIN = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)) for t in (
@@ -178,11 +184,11 @@ def strip_model(buf, size: int) -> tuple[bytes, list[tuple[int, int] | None]]:
 @dataclass
 class MappedModel:
     proto: onnx.ModelProto
-    # main-graph initializers by name: read-only views of the map
+    # main-graph initializers by name: read-only views of the map (or of the bytes of a small file)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _view(mm: mmap.mmap, t: TensorProto, start: int, end: int) -> np.ndarray | None:
+def _view(mm: mmap.mmap | bytes, t: TensorProto, start: int, end: int) -> np.ndarray | None:
     """``t``'s raw_data as a view of the map, or None where numpy_helper would read it otherwise."""
     dtype = _PLAIN.get(t.data_type)
     if dtype is None or not LITTLE or t.HasField("segment"):
@@ -190,20 +196,33 @@ def _view(mm: mmap.mmap, t: TensorProto, start: int, end: int) -> np.ndarray | N
     dims = tuple(t.dims)
     if any(d < 0 for d in dims) or math.prod(dims) * dtype.itemsize != end - start:
         return None  # the normal path reports the mismatch
-    if start == end:
-        return np.empty(dims, dtype)
-    return np.frombuffer(mm, dtype, math.prod(dims), start).reshape(dims)
+    try:
+        if start == end:
+            return np.empty(dims, dtype)
+        return np.frombuffer(mm, dtype, math.prod(dims), start).reshape(dims)
+    except ValueError:  # more dims than numpy takes, or an empty shape too big to describe
+        return None
+
+
+def _buffer(path: Path) -> mmap.mmap | bytes | None:
+    """The file's bytes: a read-only map, or for a small file its contents; None when a file
+    cannot be mapped."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size < MAP_MIN:
+            return fh.read()
+        try:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):
+            return None
 
 
 def map_model(path: Path) -> MappedModel | None:
     """The model at ``path`` with its main-graph weights as views of a read-only map of the file.
     None when the scanner cannot read the file (empty, truncated, corrupt): the caller then
     reads it the ordinary way, which names the problem."""
-    with open(path, "rb") as fh:
-        try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (ValueError, OSError):  # empty file, or a file that cannot be mapped
-            return None
+    mm = _buffer(path)
+    if mm is None:
+        return None
     try:
         data, raws = strip_model(mm, len(mm))
     except WireError:
@@ -235,14 +254,11 @@ def map_model(path: Path) -> MappedModel | None:
 def external_view(t: TensorProto, path: Path, offset: int, length: int, maps: dict) -> np.ndarray | None:
     """An external tensor as a view of its mapped data file (``maps`` keeps one map per file);
     None where its declared extent or size does not fit, for the ordinary reader to report."""
-    mm = maps.get(path)
+    if path not in maps:
+        maps[path] = _buffer(path)
+    mm = maps[path]
     if mm is None:
-        with open(path, "rb") as fh:
-            try:
-                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except (ValueError, OSError):
-                return None
-        maps[path] = mm
+        return None
     end = len(mm) if length < 0 else offset + length
     if offset > end or end > len(mm):
         return None

@@ -20,7 +20,12 @@ from luminal.errors import LuminalError
 from luminal.frontend_onnx import load, weights
 
 RNG = np.random.default_rng(10)
-REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def map_every_file(monkeypatch):
+    """Map even the small files these tests write (by default they are read into memory)."""
+    monkeypatch.setattr(weights, "MAP_MIN", 0)
 
 
 def _inits() -> list[TensorProto]:
@@ -40,6 +45,9 @@ def _inits() -> list[TensorProto]:
         numpy_helper.from_array(RNG.integers(-100, 100, (2, 3)).astype(np.int8), "i8_raw"),
         numpy_helper.from_array(RNG.integers(0, 255, (7,)).astype(np.uint8), "u8_raw"),
         numpy_helper.from_array(RNG.standard_normal((3, 3)), "f64_raw"),
+        numpy_helper.from_array(np.array([1.5, -2, 3], helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)),
+                                "bf16_raw"),
+        numpy_helper.from_array(np.array([2**63 + 5, 7], np.uint64), "u64_raw"),
         numpy_helper.from_array(np.float32(2.5).reshape(()), "scalar_raw"),
         numpy_helper.from_array(np.zeros((0, 4), np.float32), "empty_raw"),
     ]
@@ -192,6 +200,34 @@ def test_external_data_is_mapped_too(tmp_path):
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
 
 
+def test_small_files_are_read_not_mapped(tmp_path, monkeypatch):
+    monkeypatch.setattr(weights, "MAP_MIN", 1 << 20)
+    m = _model(_inits())
+    p = _save(m, tmp_path / "m.onnx")
+    fds = len(os.listdir("/proc/self/fd"))
+    got = weights.map_model(p)
+    assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor held
+    w = got.weights["f32_raw"]
+    assert not _mapped(w) and isinstance(w.base.base, bytes) and not w.flags.writeable
+    np.testing.assert_array_equal(w, numpy_helper.to_array(m.graph.initializer[0]))
+    x = RNG.standard_normal((5, 7)).astype(np.float32)
+    (y,) = ir.run_reference(load(p).graph, {"x": x})
+    np.testing.assert_allclose(y, x + w, rtol=1e-6)
+
+
+def test_shape_and_size_mismatches_are_reported_as_before(tmp_path):
+    for dims, raw in [([0, 2**62, 2**62], b""), ([5, 7], b"\0" * 12), ([2] * 70, b"\0" * 4)]:
+        t = helper.make_tensor("f32_raw", TensorProto.FLOAT, [1], [0.0])
+        t.ClearField("float_data")
+        t.ClearField("dims")
+        t.dims.extend(dims)
+        t.raw_data = raw
+        p = _save(_model([t]), tmp_path / "m.onnx")
+        with pytest.raises(LuminalError) as e:
+            load(p)
+        assert "\n" not in str(e.value)
+
+
 def test_text_format_file_still_loads(tmp_path):
     m = _model(_inits())
     p = tmp_path / "m.textproto"
@@ -222,7 +258,8 @@ _FUZZ = r"""
 import sys, random
 from pathlib import Path
 from luminal.errors import LuminalError
-from luminal.frontend_onnx import load
+from luminal.frontend_onnx import load, weights
+weights.MAP_MIN = 0
 src, work, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 data = src.read_bytes()
 rng = random.Random(seed)
@@ -234,7 +271,7 @@ for k in range(int(sys.argv[4])):
     else:
         for _ in range(rng.randint(1, 4)):
             b[rng.randrange(len(b))] = rng.randrange(256)
-    p = work / f"f{k % 4}.onnx"
+    p = work / f"f{k}.onnx"  # never rewrite a file that may still be mapped
     p.write_bytes(bytes(b))
     try:
         load(p)

@@ -1,4 +1,5 @@
-"""Whole models through luminal's reference executor against onnxruntime (``luminal check``).
+"""Whole models through luminal against onnxruntime (``luminal check``), on the reference
+executor and on the compiled C backend.
 
 Fast: the small example exports (both exporters). Slow: the full-size exports and
 the model-zoo graphs shipped in the onnx wheel (``light``).
@@ -22,26 +23,28 @@ EXPORTERS = ("torchscript", "dynamo")
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT = sorted(os.path.basename(p) for p in glob.glob(os.path.join(LIGHT_DIR, "*.onnx")))
 ATOL, RTOL = 1e-4, 1e-3
+BACKENDS = ("reference", "cpu")
 
 
-def _check(path, shapes, atol=ATOL, rtol=RTOL):
+def _check(path, shapes, atol=ATOL, rtol=RTOL, backend="reference"):
     t0 = time.perf_counter()
-    report = check_model(str(path), shapes, "reference", atol, rtol, seed=0)
+    report = check_model(str(path), shapes, backend, atol, rtol, seed=0)
     elapsed = time.perf_counter() - t0
     detail = "; ".join(f"{o.name}: max abs {o.max_abs:.3g} max rel {o.max_rel:.3g} {o.reason}"
                        for o in report.outputs)
-    print(f"{os.path.basename(str(path))}: {'ok' if report.ok else 'FAIL'} in {elapsed:.1f} s "
+    print(f"{os.path.basename(str(path))} [{backend}]: {'ok' if report.ok else 'FAIL'} in {elapsed:.1f} s "
           f"({report.seconds}); {detail}")
     assert report.ok, detail
     return report
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_small_export_matches_onnxruntime(small_models, arch, exporter):
+def test_small_export_matches_onnxruntime(small_models, arch, exporter, backend):
     name = f"{arch}-small-{exporter}.onnx"
     info = small_models[name]
-    _check(MODELS_DIR / name, info["shapes"])
+    _check(MODELS_DIR / name, info["shapes"], backend=backend)
 
 
 def test_small_exports_have_symbolic_dims(small_models):
@@ -52,11 +55,12 @@ def test_small_exports_have_symbolic_dims(small_models):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_full_export_matches_onnxruntime(full_models, arch, exporter):
+def test_full_export_matches_onnxruntime(full_models, arch, exporter, backend):
     name = f"{arch}-full-{exporter}.onnx"
-    _check(MODELS_DIR / name, full_models[name]["shapes"])
+    _check(MODELS_DIR / name, full_models[name]["shapes"], backend=backend)
 
 
 def test_light_models_are_shipped():
@@ -64,9 +68,10 @@ def test_light_models_are_shipped():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", LIGHT)
-def test_light_model_matches_onnxruntime(name):
-    _check(os.path.join(LIGHT_DIR, name), {})
+def test_light_model_matches_onnxruntime(name, backend):
+    _check(os.path.join(LIGHT_DIR, name), {}, backend=backend)
 
 
 def test_example_config_lists_the_small_exports(small_models):
@@ -121,12 +126,13 @@ def _randomise_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", LIGHT)
-def test_light_model_with_random_weights_matches_onnxruntime(name, tmp_path):
+def test_light_model_with_random_weights_matches_onnxruntime(name, tmp_path, backend):
     model = _randomise_weights(onnx.load(os.path.join(LIGHT_DIR, name)))
     path = tmp_path / name
     onnx.save(model, str(path))
-    _check(path, {})
+    _check(path, {}, backend=backend)
 
 
 def test_import_bench_runs_on_a_small_export(small_models, tmp_path):

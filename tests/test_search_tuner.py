@@ -224,3 +224,27 @@ def test_fusion_decisions_are_searched(tmp_path):
     assert report.fusion is not None and report.fusion.edges == 6 and report.fusion.trials >= 2
     assert report.fusion.statuses.get("ok", 0) >= 2
     assert os.path.exists(tmp_path / "studies.db")
+
+
+def test_incumbent_changes_only_on_a_paired_win():
+    from luminal.search.measure import Measurement
+    from luminal.search.tasks import KernelTask
+
+    k = partition(helpers.small_graph())[0]
+    task = KernelTask(k, k.signature, optuna.create_study(), ScheduleSpace(helpers.FakeBackend(), k), 1, None)
+    a, b, c = ({"speed": s, "mode": "ok"} for s in (8, 4, 7))
+    base = [1000 + (i % 3) for i in range(20)]
+    times = {8: base, 4: [t // 2 for t in base], 7: [t * 0.99 if i % 2 else t * 1.03 for i, t in enumerate(base)]}
+    compare = lambda pts: [Measurement("ok", list(times[p["speed"]])) for p in pts]
+    task.tell(None, a, Measurement("ok", base))
+    assert task.consider(a, Measurement("ok", base), compare) and task.incumbent == a
+    assert not task.consider({"speed": 1, "mode": "wrong"}, Measurement("wrong_result"), compare)
+    # c looks faster alone but does not win the interleaved rounds: the incumbent stays
+    assert not task.consider(c, Measurement("ok", [900] * 5), compare) and task.incumbent == a
+    assert task.consider(b, Measurement("ok", times[4]), compare) and task.incumbent == b
+    task.tell(None, b, Measurement("ok", times[4]))
+    task.tell(None, c, Measurement("ok", times[7]))
+    pts = task.finalists()
+    assert b in pts and a in pts  # the best few, the incumbent and the default are re-timed together
+    task.settle(pts, compare(pts))
+    assert task.incumbent == b and task.default_m is not None
