@@ -5,6 +5,7 @@ from .fingerprint import (
     CODEGEN_VERSION,
     CompilerInfo,
     Fingerprint,
+    backend_fingerprints,
     detect_c_compiler,
     device_fingerprint,
     toolchain_fingerprint,
@@ -12,6 +13,7 @@ from .fingerprint import (
 from .records import CacheStats, ImportReport, Kernel, PruneReport, Trial, Winner
 
 __all__ = [
+    "backend_fingerprints",
     "CODEGEN_VERSION",
     "CacheStats",
     "CompilerInfo",

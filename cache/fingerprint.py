@@ -166,6 +166,14 @@ def device_fingerprint(backend: str, index: int = 0) -> Fingerprint:
     return Fingerprint.of(backend, {"backend": backend, **cpu_info()})
 
 
+def backend_fingerprints(backend: Any) -> tuple[Fingerprint, Fingerprint]:
+    """The (device, toolchain) keys a backend's winners are stored and looked up under: the
+    toolchain includes everything the backend says its binaries depend on (compiler, flags, SIMD)."""
+    name = backend.name
+    device = device_fingerprint(name) if name == "cuda" else Fingerprint.of(name, {"backend": name, **cpu_info()})
+    return device, toolchain_fingerprint(name, dict(backend.toolchain()))
+
+
 def toolchain_fingerprint(backend: str, compiler_info: dict[str, Any] | None = None) -> Fingerprint:
     """Codegen version plus what turns source into a binary (the caller says; else detected)."""
     if compiler_info is None:

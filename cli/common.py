@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import LuminalError
 
@@ -18,7 +19,7 @@ err_console = Console(stderr=True, highlight=False)
 
 
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

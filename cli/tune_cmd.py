@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 
 from ..errors import LuminalError
@@ -95,7 +94,7 @@ def register(app: typer.Typer) -> None:
             try:
                 models = configured_models()
             except LuminalError as e:
-                fail(escape(str(e)))  # the message names [tool.luminal], which is not markup
+                fail(str(e))
             jobs = [(str(m.path), dict(m.shapes)) for m in models]
         if budget is None and (config is None or config.budget is None):
             fail("--budget is required (e.g. --budget 10m), or set budget in [tool.luminal]")

@@ -86,6 +86,12 @@ def get_backend(name: str) -> Backend:
 
 
 def _gpu_visible() -> bool:
+    import os
+    import shutil
+
+    # importing torch costs seconds: look for the NVIDIA driver first
+    if not os.path.exists("/dev/nvidiactl") and not shutil.which("nvidia-smi"):
+        return False
     try:
         import torch
 

@@ -170,6 +170,25 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
     return _launch_order(kernels)
 
 
+def graph_signature(graph: Graph) -> str:
+    """Identifies a graph by the canonical text of its default kernels (no names, no weights)."""
+    import hashlib
+
+    text = "\n".join(k.canonical() for k in partition(graph))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def fusion_key(graph: Graph) -> str:
+    """The tuning-cache signature under which a graph's tuned fusion decisions are kept."""
+    return f"fusion-{graph_signature(graph)}"
+
+
+def decisions_from_config(graph: Graph, config: dict) -> dict[Edge, bool]:
+    """Decode a fusion winner's config ({"unfused": [[producer, consumer, slot], ...]})."""
+    edges = set(fusible_edges(graph))
+    return {e: False for e in (tuple(x) for x in config.get("unfused", [])) if e in edges}
+
+
 def _space_view(v: View, shape: tuple[int, ...]) -> View:
     if v.shape == shape:
         return v

@@ -34,9 +34,9 @@ def file_sha256(path: str | Path) -> str:
 
 def _fingerprints(backend: Backend) -> dict[str, Any]:
     try:
-        from ..cache import device_fingerprint, toolchain_fingerprint
+        from ..cache import backend_fingerprints
 
-        dev, tc = device_fingerprint(backend.name), toolchain_fingerprint(backend.name)
+        dev, tc = backend_fingerprints(backend)
         return {"device": dev.key, "toolchain": tc.key, "device_info": dev.info}
     except Exception as e:  # fingerprints describe the artifact; their absence does not break it
         return {"error": f"{type(e).__name__}"}

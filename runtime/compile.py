@@ -33,9 +33,9 @@ def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[st
     stats = stats if stats is not None else CompileStats()
     device = toolchain = None
     if cache is not None:
-        from ..cache import device_fingerprint, toolchain_fingerprint
+        from ..cache import backend_fingerprints
 
-        device, toolchain = device_fingerprint(backend.name), toolchain_fingerprint(backend.name)
+        device, toolchain = backend_fingerprints(backend)
     out = []
     for k in kernels:
         sig = k.signature
@@ -54,10 +54,21 @@ def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[st
     return out
 
 
+def tuned_decisions(graph: Graph, backend: Backend, cache: Any) -> dict | None:
+    """The fusion decisions a tuning run stored for this graph on this device, if any."""
+    from ..cache import backend_fingerprints
+    from ..codegen.partition import decisions_from_config, fusion_key
+
+    winner = cache.best(fusion_key(graph), *backend_fingerprints(backend))
+    return decisions_from_config(graph, winner.config) if winner is not None else None
+
+
 def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict[str, Schedule] | None = None,
                   decisions: dict | None = None, cache: Any = None) -> CompiledModel:
     t0 = time.perf_counter()
     be = resolve_backend(backend)
+    if decisions is None and cache is not None:
+        decisions = tuned_decisions(graph, be, cache)
     kernels = partition(graph, decisions)
     stats = CompileStats(kernels=len(kernels))
     for k in kernels:

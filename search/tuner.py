@@ -8,7 +8,6 @@ winners go to the tuning cache, and the model is timed before and after.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import threading
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..codegen.partition import Edge, fusible_edges, partition
+from ..cache.fingerprint import backend_fingerprints
+from ..codegen.partition import Edge, decisions_from_config, fusible_edges, fusion_key, graph_signature, partition
 from ..errors import LuminalError
 from ..ir.graph import Graph
 from .measure import Measurement, Measurer
@@ -73,21 +73,6 @@ class _Stop:
             signal.signal(sig, h)
 
 
-def graph_signature(graph: Graph) -> str:
-    text = "\n".join(k.canonical() for k in partition(graph))
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def _fingerprints(backend: Any) -> tuple[Any, Any]:
-    from ..cache.fingerprint import Fingerprint, cpu_info, device_fingerprint, toolchain_fingerprint
-
-    # the same keys runtime.compile looks winners up by
-    if backend.name in ("cpu", "cuda"):
-        return device_fingerprint(backend.name), toolchain_fingerprint(backend.name)
-    dev = Fingerprint.of(backend.name, {"backend": backend.name, **cpu_info()})
-    return dev, toolchain_fingerprint(backend.name, backend.toolchain())
-
-
 def _plan_for(budget_s: float) -> TimingPlan:
     # short budgets time each candidate for less; the warm-up and repeat floor stay
     cap = min(0.25, max(0.02, budget_s / 400))
@@ -116,7 +101,7 @@ class Tuner:
         self.cache = cache if isinstance(cache, TuningCache) else TuningCache(cache)
         self.storage_url = storage or default_storage(self.cache.path)
         self.storage = open_storage(self.storage_url)
-        self.device, self.toolchain = _fingerprints(backend)
+        self.device, self.toolchain = backend_fingerprints(backend)
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self.batch = max(1, self.workers)
         self.plan = plan or _plan_for(budget_s)
@@ -360,9 +345,5 @@ def tuned_decisions(graph: Graph, backend: Any, cache: Any) -> dict[Edge, bool]:
         from ..codegen.backend import get_backend
 
         backend = get_backend(backend)
-    dev, tc = _fingerprints(backend)
-    w = cache.best(f"fusion-{graph_signature(graph)}", dev, tc)
-    if w is None:
-        return {}
-    edges = set(fusible_edges(graph))
-    return {e: False for e in (tuple(x) for x in w.config.get("unfused", [])) if e in edges}
+    w = cache.best(fusion_key(graph), *backend_fingerprints(backend))
+    return decisions_from_config(graph, w.config) if w is not None else {}

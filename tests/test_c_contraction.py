@@ -154,3 +154,53 @@ def test_invalid_schedules_are_rejected():
     assert not be.valid(k, {**s, "mr": 5})                     # not a choice
     assert not be.valid(k, {**s, "pack_b": False})              # N=11 is not a multiple of NR
     assert not be.valid(k, {**s, "bogus": 1})
+
+
+def _schedules(be, k):
+    base = be.default_schedule(k)
+    out = [base]
+    for over in ({"nr": base["nr"] // 2, "mr": 4}, {"nr": 2 * base["nr"], "mr": 4, "kc": 128}):
+        s = {**base, **over, "pack_b": True}
+        if be.valid(k, s):
+            out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("flip,pads,ow", [(True, (2, 1, 1, 3), 3), (False, (0, 4, 3, 0), 2), (True, (1, 1, 1, 1), 7)])
+def test_conv_packing_over_flipped_padded_views(flip, pads, ow):
+    """B panels pack by row segments of the innermost N dim: rows shorter than a panel, negative steps and
+    padding masks on both sides must give the reference's values."""
+    x = Tensor.input("x", (2, 3, 7, 5), DType.float32)
+    v = x.flip(3) if flip else x
+    v = v.pad(((0, 0), (0, 0), (pads[0], pads[1]), (pads[2], pads[3])))
+    h, w_ = v.shape[2], v.shape[3]
+    stride = max(1, (w_ - 3) // max(1, ow - 1)) if ow > 1 else 1
+    ow = (w_ - 3) // stride + 1
+    oh = h - 2
+    wt = Tensor.const(RNG.standard_normal((5, 3, 3, 3)).astype(np.float32))
+    y = conv(v, wt, 1, [1, stride], [1, 1], [(1, 1), (0, 0)], [oh + 2, ow])
+    g = _graph([x], [y.tanh()])
+    ks, cs = _contractions(g)
+    assert len(cs) == 1 and plan_contraction(cs[0]) is not None
+    feeds = {"x": RNG.standard_normal((2, 3, 7, 5)).astype(np.float32)}
+    be = CPUBackend()
+    for s in _schedules(be, cs[0]):
+        _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
+
+
+def test_matmul_packing_over_negative_step_padded_and_broadcast_views():
+    a = Tensor.input("a", (3, 17, 40), DType.float32)
+    b = Tensor.input("b", (40, 30), DType.float32)
+    bv = b.flip(1).pad(((0, 0), (2, 3))).slice((0, 34), (1, -1), (40, 35))  # padded, reversed twice
+    c = Tensor.input("c", (40, 1), DType.float32)
+    cv = c.expand((40, 6))  # stride 0 along N
+    g = _graph([a, b, c], [a.matmul(bv.unsqueeze((0,)).expand((3, 40, 35))), a.matmul(cv.pad(((0, 0), (1, 0))))])
+    ks, cs = _contractions(g)
+    assert len(cs) == 2 and all(plan_contraction(k) is not None for k in cs)
+    feeds = {"a": RNG.standard_normal((3, 17, 40)).astype(np.float32),
+             "b": RNG.standard_normal((40, 30)).astype(np.float32),
+             "c": RNG.standard_normal((40, 1)).astype(np.float32)}
+    be = CPUBackend()
+    for i in range(3):
+        scheds = [(_schedules(be, k) + [be.default_schedule(k)] * 3)[i] if k in cs else None for k in ks]
+        _compare(g, feeds, schedules=scheds, kernels=ks)

@@ -48,3 +48,33 @@ def test_onnx_gemm_conv_model_matches_onnxruntime():
     g = load(model, {}).graph
     got, = compile_graph(g, "cpu").run({"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_bound_launch_mixes_c_and_blas_kernels_and_follows_replaced_launchers():
+    """Runs of C kernels go through one call into C with prebuilt pointer arrays; a BLAS contraction in
+    between, new inputs on every run, and a replaced launcher list must all still give the reference."""
+    from luminal.codegen.c.backend import CPUBackend, Launch
+    from luminal.codegen.partition import partition
+
+    g = transformer_layer()
+    be = CPUBackend()
+    kernels = partition(g, {})
+    blas = [k.signature for k in kernels if k.form == "contraction"][1]
+    m = compile_graph(g, be, schedules={blas: {**be.default_schedule(
+        next(k for k in kernels if k.signature == blas)), "impl": "blas"}})
+    assert any(type(c).__name__ == "BlasKernel" for c in m.compiled)
+    name = g.inputs[0].attrs["name"]
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = rng.standard_normal(g.inputs[0].shape).astype(np.float32)
+        got, = m.run({name: x})
+        want, = run_reference(g, {name: x})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    launch = m._bound[1][0]
+    assert isinstance(launch, Launch) and sum(ck is None for ck, _ in launch._steps) >= 2
+    calls = []
+    m.compiled = [lambda bufs, f=f: (calls.append(1), f(bufs)) for f in m.compiled]
+    x = rng.standard_normal(g.inputs[0].shape).astype(np.float32)
+    got, = m.run({name: x.astype(np.float64)})  # cast on the way in
+    np.testing.assert_allclose(got, run_reference(g, {name: x})[0], rtol=1e-4, atol=1e-4)
+    assert len(calls) == len(m.kernels)

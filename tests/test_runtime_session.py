@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from luminal.errors import LuminalError
+from luminal.ir import DType, Graph, Tensor, optimize
 from luminal.runtime.artifact import write_artifact
 from luminal.runtime.compile import compile_graph, compile_model
 from luminal.runtime.plan import plan_buffers
@@ -143,7 +144,8 @@ def test_sample_graphs_end_to_end(build):
 
 
 def test_cache_schedules_used(tmp_path):
-    from luminal.cache import TuningCache, device_fingerprint, toolchain_fingerprint
+    from luminal.cache import TuningCache, backend_fingerprints
+    from luminal.codegen.backend import get_backend
     from luminal.codegen.partition import partition
     from luminal.ir import DType, Graph, Tensor, optimize
 
@@ -156,7 +158,7 @@ def test_cache_schedules_used(tmp_path):
     tuned = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 2, "num_stages": 2,
              "SPLIT_K": 2, "PRECISION": "ieee"}
     with TuningCache(tmp_path / "t.db") as c:
-        c.set_winner(mm.signature, device_fingerprint("interpret"), toolchain_fingerprint("interpret"), tuned, 1000)
+        c.set_winner(mm.signature, *backend_fingerprints(get_backend("interpret")), tuned, 1000)
     with TuningCache(tmp_path / "t.db", readonly=True) as c:
         m = compile_graph(g, "interpret", cache=c)
     assert (m.stats.cache_hits, m.stats.cache_misses) == (1, len(kernels) - 1)
@@ -178,3 +180,22 @@ def test_kernel_table_transformer_layer():
     assert all(r["bytes"] > 0 and r["flops"] > 0 and r["fused"] >= 1 for r in rows)
     mm = next(r for r in rows if r["form"] == "contraction")
     assert mm["primitives"]["SumReduce"] == 1 and mm["primitives"]["Mul"] >= 1
+
+
+def test_compile_uses_the_tuned_fusion_decisions(tmp_path):
+    from luminal.cache import TuningCache, backend_fingerprints
+    from luminal.codegen.backend import get_backend
+    from luminal.codegen.partition import fusible_edges, fusion_key
+
+    x = Tensor.input("x", (6, 10), DType.float32)
+    g = optimize(Graph([x.node], [x.exp().add(1.0).softmax(-1).contiguous().node], ["y"]))
+    backend = get_backend("cpu")
+    unfused = [list(e) for e in fusible_edges(g)]
+    with TuningCache(tmp_path / "t.db") as c:
+        c.set_winner(fusion_key(g), *backend_fingerprints(backend), {"unfused": unfused}, 1000)
+    with TuningCache(tmp_path / "t.db", readonly=True) as c:
+        tuned = compile_graph(g, backend, cache=c)
+    default = compile_graph(g, backend)
+    assert len(tuned.kernels) > len(default.kernels)
+    xv = np.random.default_rng(0).standard_normal((6, 10)).astype(np.float32)
+    np.testing.assert_allclose(tuned.run({"x": xv})[0], default.run({"x": xv})[0], rtol=1e-6)

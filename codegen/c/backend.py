@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -35,10 +36,79 @@ class CKernel:
         self._fn = fn
         self._arr = ctypes.c_void_p * nbuf
         self.threads = threads
+        self.address = ctypes.cast(fn, ctypes.c_void_p).value
+        self._last: tuple[list, Any] | None = None  # the last buffers and their pointer array
+
+    def pointers(self, buffers: Sequence[Any]):
+        return self._arr(*[b.ctypes.data for b in buffers])
 
     def __call__(self, buffers: Sequence[Any]) -> None:
-        if self._fn(self._arr(*[b.ctypes.data for b in buffers]), self.threads):
+        last = self._last
+        if last is None or len(last[0]) != len(buffers) or any(a is not b for a, b in zip(last[0], buffers)):
+            # holding the buffers keeps their addresses valid for the cached array
+            last = self._last = (list(buffers), self.pointers(buffers))
+        if self._fn(last[1], self.threads):
             raise MemoryError("a C kernel could not allocate its workspace")
+
+
+# runs a sequence of kernels bound to fixed buffers in one call: b = {count, kernels, arguments, threads}
+_SEQUENCE = """
+#include <stdint.h>
+typedef int (*lum_fn_t)(void **, int);
+int lum_kernel(void **b, int nt) {
+    (void)nt;
+    const int64_t n = (int64_t)(intptr_t)b[0];
+    const uintptr_t *fns = (const uintptr_t *)b[1];
+    void **const *args = (void **const *)b[2];
+    const int *nts = (const int *)b[3];
+    for (int64_t i = 0; i < n; i++)
+        if (((lum_fn_t)fns[i])(args[i], nts[i])) return (int)(i + 1);
+    return 0;
+}
+"""
+
+
+@lru_cache(maxsize=1)
+def _sequence_fn():
+    return build.build([_SEQUENCE])[0]
+
+
+class Launch:
+    """Compiled kernels bound once to fixed buffers: each run of consecutive C kernels is one call into C
+    with prebuilt pointer arrays; any other launchable (a BLAS kernel, a wrapper) is called in order."""
+
+    def __init__(self, compiled: Sequence[Any], buffers: Sequence[Sequence[Any]]):
+        self._steps: list[Any] = []
+        self._keep: list[Any] = [list(b) for b in buffers]
+        pending: list[tuple[int, Any, int]] = []
+        for ck, bufs in zip(compiled, buffers):
+            if type(ck) is CKernel:
+                pending.append((ck.address, ck.pointers(bufs), ck.threads))
+                continue
+            self._flush(pending)
+            pending = []
+            self._steps.append((ck, list(bufs)))
+        self._flush(pending)
+
+    def _flush(self, pending: list[tuple[int, Any, int]]) -> None:
+        if not pending:
+            return
+        n = len(pending)
+        fns = (ctypes.c_void_p * n)(*[p[0] for p in pending])
+        args = (ctypes.c_void_p * n)(*[ctypes.addressof(p[1]) for p in pending])
+        nts = (ctypes.c_int * n)(*[p[2] for p in pending])
+        head = (ctypes.c_void_p * 4)(n, ctypes.addressof(fns), ctypes.addressof(args), ctypes.addressof(nts))
+        self._keep.append((fns, args, nts, [p[1] for p in pending]))
+        self._steps.append((None, head))
+
+    def __call__(self) -> None:
+        run = _sequence_fn()
+        for ck, arg in self._steps:
+            if ck is None:
+                if run(arg, 0):
+                    raise MemoryError("a C kernel could not allocate its workspace")
+            else:
+                ck(arg)
 
 
 def source(kernel: Kernel, sched: Schedule) -> str:
@@ -85,6 +155,10 @@ class CPUBackend:
                 ck = BlasKernel(k, plan, ck)
             out.append(ck)
         return out
+
+    def launcher(self, compiled: Sequence[Any], buffers: Sequence[Sequence[Any]]) -> Launch:
+        """The kernels bound to these (numpy) buffers, run in order by one call; buffers must stay put."""
+        return Launch(compiled, buffers)
 
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         a = np.asarray(array)

@@ -21,6 +21,7 @@ from ...ir.dtypes import DType
 from ...ir.view import View
 from ..kernel import Kernel
 from . import ctypes_map as ct
+from .emit import _indent
 
 PAR_MIN_MACS = 1 << 21
 
@@ -199,8 +200,60 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     return L
 
 
+def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, dt: DType, nr: int) -> list[str]:
+    """Statements packing rows k0..k1-1 of B panel ``q`` (batch ``ib``) to ``dst`` (NR floats per row), row
+    segment by row segment: within a run of the innermost N dim every index and mask expression is affine, so
+    a segment is one strided copy between two zero fills whose bounds come from the mask by integer division,
+    and tables are read once per segment and K row, not per element."""
+    N = plan.sizes[2]
+    dl = plan.n[-1]
+    size_l = kernel.full[dl]
+    exprs = [vb.strides] + [c for c, _, _ in vb.mask]
+    consts = [vb.offset] + [-lo for _, lo, _ in vb.mask]
+    step = [co[dl] for co in exprs]
+    L = [f"const int64_t jmax = lum_min64({nr}, {N} - q * {nr});",
+         f"int64_t sj[{nr}], sl[{nr}], ns = 0;"]
+    L += [f"int64_t sb{e}[{nr}];" for e in range(len(exprs))]
+    L += ["for (int64_t j = 0; j < jmax; ns++) {",
+          f"    const int64_t n = q * {nr} + j;",
+          f"    const int64_t len = lum_min64({size_l} - n % {size_l}, jmax - j);",
+          "    sj[ns] = j; sl[ns] = len;"]
+    for e in range(len(exprs)):
+        parts = [x for x in (_term(terms, e, "batch", "ib"), _term(terms, e, "n", "n")) if x]
+        L.append(f"    sb{e}[ns] = {' + '.join(parts + [str(consts[e])])};")
+    L += ["    j += len;", "}",
+          "for (int64_t k = k0; k < k1; k++) {",
+          f"    float *restrict d = dst + (k - k0) * {nr};"]
+    for e in range(len(exprs)):
+        L.append(f"    const int64_t kt{e} = {_term(terms, e, 'k', 'k') or '0'};")
+    L += ["    for (int64_t s = 0; s < ns; s++) {",
+          "        float *restrict ds = d + sj[s];",
+          "        int64_t lo = 0, hi = sl[s];"]
+    for e, (_, lo_e, hi_e) in enumerate(vb.mask, start=1):
+        r, c = hi_e - lo_e, step[e]
+        L.append(f"        {{ const int64_t v = sb{e}[s] + kt{e};")
+        if c == 0:
+            L.append(f"          if ((uint64_t)v >= {r}ULL) hi = 0; }}")
+        elif c > 0:  # 0 <= v + c*w < r
+            L.append(f"          lo = lum_max64(lo, lum_cdiv(-v, {c}));"
+                     f" hi = lum_min64(hi, lum_fdiv({r} - 1 - v, {c}) + 1); }}")
+        else:  # 0 <= v - |c|*w < r
+            L.append(f"          lo = lum_max64(lo, lum_fdiv(v - {r}, {-c}) + 1);"
+                     f" hi = lum_min64(hi, lum_fdiv(v, {-c}) + 1); }}")
+    L += ["        lo = lum_min64(lo, sl[s]); hi = lum_max64(hi, lo);",
+          "        for (int64_t w = 0; w < lo; w++) ds[w] = 0.0f;",
+          f"        const {ct.STORAGE[dt]} *restrict src = in{buf} + sb0[s] + kt0;",
+          "        #pragma omp simd",
+          f"        for (int64_t w = lo; w < hi; w++) ds[w] = {ct.load(dt, f'src[{step[0]} * w]')};",
+          "        for (int64_t w = hi; w < sl[s]; w++) ds[w] = 0.0f;",
+          "    }",
+          f"    for (int64_t j = jmax; j < {nr}; j++) d[j] = 0.0f;",
+          "}"]
+    return L
+
+
 def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
-    from .emit import Body, _indent, _signature, unravel
+    from .emit import Body, _signature, unravel
     from .prelude import PRELUDE
 
     full = kernel.full
@@ -238,10 +291,14 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append("    if (!lum_tab) return 1;")
     L += _indent(fill_a + fill_b, 4)
     size_a = 0 if direct_a else -(-nb * pm * K * mr // 16) * 16  # keep the packed B panels 64-byte aligned
-    size_b = 0 if direct else -(-nb * pn * K * nr // 16) * 16
-    L.append(f"    float *ap = lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc});")
+    # one row block: each B block is used once, so it is packed right before use, into a per-thread buffer
+    # that stays in cache, instead of into one panel array for all of B
+    tile_b = not direct and mt == 1
+    size_b = 0 if direct or tile_b else -(-nb * pn * K * nr // 16) * 16
+    size_bt = nc * kc if tile_b else 0
+    L.append(f"    float *ap = lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc + size_bt});")
     L.append("    if (!ap) { free(lum_tab); return 1; }")
-    L.append(f"    float *bpk = ap + {size_a}; float *ctiles = bpk + {size_b};")
+    L.append(f"    float *bpk = ap + {size_a}; float *ctiles = bpk + {size_b}; (void)bpk;")
     # small contractions run on the calling thread: waking a team costs more than it saves
     par = "" if nb * M * N * K >= PAR_MIN_MACS else " if(0)"
     L.append(f"    #pragma omp parallel num_threads(nt){par}")
@@ -250,7 +307,7 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     ax, aok = _operand("a", kernel.ops[plan.a].attr("buf"), oa.dtype, va, names_a,
                        {"batch": "ib", "m": "m", "k": "k"})
     start_a = len(L)
-    L.append("        #pragma omp for schedule(dynamic, 1)" + (" nowait" if not direct else ""))
+    L.append("        #pragma omp for schedule(dynamic, 1)" + (" nowait" if size_b else ""))
     L.append(f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{")
     L.append(f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;")
     L.append(f"            float *dst = ap + t * {K * mr};")
@@ -262,35 +319,19 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append("        }")
     if direct_a:  # A is read in place
         del L[start_a:]
-    if not direct:
-        bx, bok = _operand("b", kernel.ops[plan.b].attr("buf"), ob.dtype, vb, names_b,
-                           {"batch": "ib", "n": "n", "k": "k"})
-        L.append("        #pragma omp for schedule(dynamic, 1)")
-        L.append(f"        for (int64_t t = 0; t < {nb * pn}LL; t++) {{")
-        L.append(f"            int64_t ib = t / {pn}, q = t % {pn}; (void)ib;")
-        L.append(f"            float *dst = bpk + t * {K * nr};")
-        L.append(f"            if ((q + 1) * {nr} <= {N}) {{")
-        L.append(f"                for (int64_t k = 0; k < {K}; k++) {{")
-        L.append("                    #pragma omp simd")
-        L.append(f"                    for (int64_t j = 0; j < {nr}; j++) {{")
-        L.append(f"                        int64_t n = q * {nr} + j;")
-        L.append(f"                        dst[k*{nr} + j] = ({bok}) ? {bx} : 0.0f;")
-        L.append("                    }")
-        L.append("                }")
-        L.append("            } else {")
-        L.append(f"                for (int64_t k = 0; k < {K}; k++) {{")
-        L.append(f"                    for (int64_t j = 0; j < {nr}; j++) {{")
-        L.append(f"                        int64_t n = q * {nr} + j;")
-        L.append(f"                        dst[k*{nr} + j] = (n < {N} && ({bok})) ? {bx} : 0.0f;")
-        L.append("                    }")
-        L.append("                }")
-        L.append("            }")
-        L.append("        }")
+    pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, nr)
+    if size_b:
+        L += ["        #pragma omp for schedule(dynamic, 1)",
+              f"        for (int64_t t = 0; t < {nb * pn}LL; t++) {{",
+              f"            const int64_t ib = t / {pn}, q = t % {pn}, k0 = 0, k1 = {K}; (void)ib;",
+              f"            float *dst = bpk + t * {K * nr};"]
+        L += _indent(pack_b, 12) + ["        }"]
     L.append("        #ifdef _OPENMP")
-    L.append(f"        float *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc};")
+    L.append(f"        float *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc + size_bt};")
     L.append("        #else")
     L.append("        float *ct = ctiles;")
     L.append("        #endif")
+    L.append(f"        float *bt = ct + {mc * nc}; (void)bt;")
     L.append("        #pragma omp for schedule(dynamic, 1)")
     L.append(f"        for (int64_t t = 0; t < {tiles}LL; t++) {{")
     L.append(f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};")
@@ -302,6 +343,11 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append(f"            int64_t mp = (mcur + {mr - 1}) / {mr}, np_ = (ncur + {nr - 1}) / {nr};")
     L.append(f"            for (int64_t pc = 0; pc < {K}; pc += {kc}) {{")
     L.append(f"                int64_t kcur = lum_min64({kc}, {K} - pc);")
+    if tile_b:
+        L += ["                for (int64_t jr = 0; jr < np_; jr++) {",
+              f"                    const int64_t q = jc / {nr} + jr, k0 = pc, k1 = pc + kcur;",
+              f"                    float *dst = bt + jr * kcur * {nr};"]
+        L += _indent(pack_b, 20) + ["                }"]
     L.append("                for (int64_t jr = 0; jr < np_; jr++) {")
     if direct:
         boff = _term(names_b, 0, "batch", "ib")
@@ -315,7 +361,8 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
             bptr = f"bsrc + pc*{kv}"
             bkp = f"{kv}, 0"
     else:
-        bptr = f"bpk + (ib * {pn} + jc / {nr} + jr) * {K * nr} + pc * {nr}"
+        bptr = (f"bt + jr * kcur * {nr}" if tile_b else
+                f"bpk + (ib * {pn} + jc / {nr} + jr) * {K * nr} + pc * {nr}")
         bkp = f"{nr}, 0"
     if direct_a:
         kind, sm = names_a.get((0, "m"), ("lin", 0))

@@ -101,4 +101,8 @@ static inline int32_t lum_f2i32(float x) {
     return (int32_t)x;
 }
 static inline int64_t lum_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t lum_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+/* floor and ceiling of a / b for b > 0 */
+static inline int64_t lum_fdiv(int64_t a, int64_t b) { int64_t q = a / b; return q - (a % b != 0 && a < 0); }
+static inline int64_t lum_cdiv(int64_t a, int64_t b) { return -lum_fdiv(-a, b); }
 """

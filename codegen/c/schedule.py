@@ -81,9 +81,9 @@ def default_schedule(kernel: Kernel) -> Schedule:
         if direct:
             mc = 48 if m > 24 else 24  # measured best with B read in place (M = 128: 1.2-1.6x over 72/96)
         else:
-            # the largest row block up to 96 that pads M by little (uneven blocks leave threads idle)
-            pads = {c: -(-m // c) * c for c in (24, 48, 72, 96)}
-            mc = max(c for c, p in pads.items() if p <= min(pads.values()) * 1.03)
+            # one row block when M fits, else 96: a short last block only costs its own rows, while small
+            # blocks reload every B panel per block (M=256, N=196, K=2304: 96 rows 1.9x faster than 24)
+            mc = min((c for c in (24, 48, 72, 96) if c >= m), default=96)
         nc = 256
         # enough MC x NC tiles to keep every thread busy
         while nb * -(-m // mc) * -(-n // nc) < 4 * default_threads() and (nc > 64 or mc > 24):
