@@ -13,6 +13,7 @@ import json
 import operator
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -93,6 +94,20 @@ def _speedup(default_ns: int | None, median_ns: int | None) -> float | None:
     return default_ns / median_ns if default_ns and median_ns else None
 
 
+def _check_settled(path: Path, tries: int = 20) -> None:
+    """check_header, allowing a file that another process is creating right now (a few KB, seconds
+    old) to finish its first page before it is judged."""
+    for attempt in range(tries):
+        try:
+            check_header(path)
+            return
+        except LuminalError:
+            st = path.stat()
+            if attempt == tries - 1 or st.st_size > 65536 or time.time() - st.st_mtime > 2.0:
+                raise
+            time.sleep(0.05)
+
+
 class TuningCache:
     """Open (creating, checking or upgrading) the tuning cache at ``path``.
 
@@ -113,7 +128,7 @@ class TuningCache:
         if self.path.exists():
             if self.path.is_dir():
                 raise LuminalError(f"tuning cache {self.path} is a directory, not a file")
-            check_header(self.path)
+            _check_settled(self.path)
             if not readonly and not os.access(self.path, os.W_OK):
                 self.readonly = True
         elif readonly:
