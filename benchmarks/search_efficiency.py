@@ -1,12 +1,14 @@
-"""How many trials TPE needs to get within 5% of the exhaustive best, against random search.
+"""How many trials each sampler needs to get within 5% of the exhaustive best, against random search.
 
 Each kernel's schedule space is cut down (some knobs fixed) until every valid point can be
 compiled, verified and timed here with the C backend. The searches are then replayed against
 that table of measured times, many seeds each, through the tuner's own ask/dedupe/prune loop
 (search.tasks.StudyTask), so only the samplers differ. A trial is a new valid point measured;
-repeats and invalid points cost nothing in the tuner and are not counted.
+repeats and invalid points cost nothing in the tuner and are not counted. ``gp+transfer`` is the gp
+sampler when the kernels are tuned one after another in one study storage (as in one tuning run,
+or a cache kept across runs): each learns from the trials of the kernels before it.
 
-    python benchmarks/search_efficiency.py [--seeds 20] [--json out.json]
+    python benchmarks/search_efficiency.py [--seeds 20] [--json out.json] [--tables tables.json]
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from luminal.search.samplers import make_sampler
 from luminal.search.space import ScheduleSpace, schedule_key
 from luminal.search.tasks import StudyTask
 from luminal.search.timing import TimingPlan
+
+METHODS = ("random", "tpe", "gp", "gp+transfer")
+TRANSFER_KEEP = 20  # trials each kernel gets in the transfer replay, for the kernels after it to learn from
 
 
 class Subspace:
@@ -117,21 +122,24 @@ def exhaustive(backend, kernel, plan) -> dict[str, float]:
     return table
 
 
-def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, target: float) -> int:
-    """Trials (new valid points) until the best is within ``target`` of the exhaustive best."""
+def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, target: float,
+           storage=None, keep: int = 0) -> int:
+    """Trials (new valid points) until the best is within ``target`` of the exhaustive best; the search goes
+    on to ``keep`` trials (for later kernels to learn from) but the count stops at the first hit."""
     space = ScheduleSpace(backend, kernel)
     smp, _ = make_sampler(sampler, seed, space, "bench")
-    study = optuna.create_study(sampler=smp, direction="minimize")
+    study = optuna.create_study(sampler=smp, direction="minimize", storage=storage)
     task = StudyTask("bench", study, space, 1.0)
     task.key = schedule_key
     task.enqueue_default()  # as in the tuner, trial 0 is the default schedule
     best = float("inf")
     valid = len(table)
+    hit = None
     trials = 0
-    while trials < valid * 3:
+    while trials < valid * 3 and (hit is None or trials < keep):
         pending = task.ask(1)
         if not pending:
-            return valid if best > target else trials
+            break
         trial, point = pending[0]
         t = table.get(schedule_key(point))
         m = Measurement("ok", [int(t)]) if t is not None else Measurement("compile_error")
@@ -139,9 +147,33 @@ def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, ta
         trials += 1
         if t is not None:
             best = min(best, t)
-            if best <= target:
-                return trials
-    return trials
+            if best <= target and hit is None:
+                hit = trials
+    return hit if hit is not None else valid
+
+
+def _pct(v: list[float], q: float) -> float:
+    return float(np.percentile(v, q))
+
+
+def _cell(v: list[int], random_mean: float) -> str:
+    mean = statistics.mean(v)
+    return f"{mean:6.1f} [{_pct(v, 10):3.0f}-{_pct(v, 90):3.0f}] ({mean / random_mean:4.2f})"
+
+
+def searches(todo, seeds: int) -> dict[str, dict[str, list[int]]]:
+    """Trials to 5% per method, kernel and seed. ``gp+transfer`` tunes the kernels in the listed order in
+    one study storage, each for TRANSFER_KEEP trials, so a kernel learns from the earlier kernels' trials."""
+    res = {m: {name: [] for name, *_ in todo} for m in METHODS}
+    for seed in range(seeds):
+        shared = optuna.storages.InMemoryStorage()
+        for i, (name, kernel, backend, table) in enumerate(todo):
+            target = min(table.values()) * 1.05
+            for m in METHODS:
+                sampler = m.split("+")[0]
+                storage, keep = (shared, TRANSFER_KEEP) if m == "gp+transfer" else (None, 0)
+                res[m][name].append(replay(backend, kernel, table, sampler, seed * 1000 + i, target, storage, keep))
+    return res
 
 
 def main() -> None:
@@ -156,11 +188,11 @@ def main() -> None:
     tasks.ASK_S = float("inf")  # replays are offline: no wall-clock limit on proposals, so they are repeatable
     cpu = get_backend("cpu")
     plan = TimingPlan(warmup_s=0.02, cap_s=0.1, min_reps=10)
-    rows = []
     saved = {}
     if args.tables and os.path.exists(args.tables):
         with open(args.tables) as f:
             saved = json.load(f)
+    todo = []
     for name, kernel, keep, fixed in kernels():
         if args.only and args.only not in name:
             continue
@@ -168,36 +200,41 @@ def main() -> None:
         t0 = time.time()
         table = saved[name] if name in saved else exhaustive(backend, kernel, plan)
         saved[name] = table
-        t_meas = time.time() - t0
         if not table:
             print(f"{name}: no valid point ran", file=sys.stderr)
             continue
-        best, default = min(table.values()), table.get(schedule_key(backend.default_schedule(kernel)))
-        target = best * 1.05
-        within = sum(1 for v in table.values() if v <= target)
-        res = {s: [replay(backend, kernel, table, s, seed, target) for seed in range(args.seeds)]
-               for s in ("tpe", "random")}
-        row = {"kernel": name, "points": len(table), "within_5pct": within, "best_ns": best, "default_ns": default,
-               "worst_ns": max(table.values()), "measure_s": round(t_meas, 1),
-               **{f"{s}_median": statistics.median(v) for s, v in res.items()},
-               **{f"{s}_mean": round(statistics.mean(v), 1) for s, v in res.items()},
-               "trials": res}
-        row["ratio"] = row["tpe_median"] / row["random_median"]
-        rows.append(row)
-        print(f"{name:28s} {len(table):4d} points ({within} within 5%), best {best / 1e3:8.1f} us, "
-              f"worst {row['worst_ns'] / 1e3:8.1f} us | trials to 5%: tpe median {row['tpe_median']:5.1f} "
-              f"(mean {row['tpe_mean']}), random median {row['random_median']:5.1f} (mean {row['random_mean']}) "
-              f"-> ratio {row['ratio']:.2f}  [{t_meas:.0f} s to measure]", flush=True)
-    if rows:
-        tpe = sum(r["tpe_mean"] for r in rows)
-        rnd = sum(r["random_mean"] for r in rows)
-        print(f"total mean trials: tpe {tpe:.1f}, random {rnd:.1f}, ratio {tpe / rnd:.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        within = sum(1 for v in table.values() if v <= min(table.values()) * 1.05)
+        print(f"{name:28s} {len(table):4d} points, {within} within 5% of the best {min(table.values()) / 1e3:.1f} us "
+              f"(worst {max(table.values()) / 1e3:.1f} us) [{time.time() - t0:.0f} s to measure]", flush=True)
+        todo.append((name, kernel, backend, table))
     if args.tables:
         with open(args.tables, "w") as f:
             json.dump(saved, f)
+    if not todo:
+        return
+    res = searches(todo, args.seeds)
+    print(f"\ntrials to within 5% of the exhaustive best, {args.seeds} seeds: mean [p10-p90] (mean / random's)")
+    print(f"gp+transfer tunes the kernels in this order in one study storage, {TRANSFER_KEEP} trials each, so "
+          "each kernel learns from the earlier kernels' trials; the other methods tune each kernel alone")
+    print(f"{'kernel':28s}" + "".join(f"{m:>24s}" for m in METHODS))
+    rows = []
+    for name, _, _, table in todo:
+        rnd = statistics.mean(res["random"][name])
+        row = {"kernel": name, "points": len(table)}
+        for m in METHODS:
+            v = res[m][name]
+            row[m] = {"mean": statistics.mean(v), "p10": _pct(v, 10), "p90": _pct(v, 90), "trials": v}
+        rows.append(row)
+        print(f"{name:28s}" + "".join(f"{_cell(res[m][name], rnd):>24s}" for m in METHODS))
+    totals = {m: [sum(res[m][name][s] for name, *_ in todo) for s in range(args.seeds)] for m in METHODS}
+    rnd = statistics.mean(totals["random"])
+    print(f"{'total':28s}" + "".join(f"{_cell(v, rnd):>24s}" for v in totals.values()))
+    if args.json:
+        summary = {m: {"mean": statistics.mean(v), "p10": _pct(v, 10), "p90": _pct(v, 90),
+                       "ratio_to_random": statistics.mean(v) / rnd} for m, v in totals.items()}
+        with open(args.json, "w") as f:
+            json.dump({"seeds": args.seeds, "transfer_keep": TRANSFER_KEEP, "total": summary, "kernels": rows},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,28 @@ def test_bound_launch_mixes_c_and_blas_kernels_and_follows_replaced_launchers():
     got, = m.run({name: x.astype(np.float64)})  # cast on the way in
     np.testing.assert_allclose(got, run_reference(g, {name: x})[0], rtol=1e-4, atol=1e-4)
     assert len(calls) == len(m.kernels)
+
+
+def test_kernel_called_with_new_buffers_uses_their_addresses():
+    """A kernel reuses its pointer array only for the very same live buffers."""
+    import gc
+
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.codegen.partition import partition
+    from luminal.ir import DType, Graph, Tensor, optimize
+
+    x = Tensor.input("x", (33, 7), DType.float32)
+    g = optimize(Graph([x.node], [x.mul(2.0).add(1.0).contiguous().node], ["y"]))
+    (k,) = partition(g, {})
+    be = CPUBackend()
+    (ck,) = be.compile([(k, be.default_schedule(k))])
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        a = be.from_numpy(rng.standard_normal((33, 7)).astype(np.float32))
+        out = be.empty((33, 7), np.float32)
+        ck([a, out])
+        np.testing.assert_allclose(out, a * 2 + 1, rtol=1e-6)
+        ck([a, out])  # the cached array
+        np.testing.assert_allclose(out, a * 2 + 1, rtol=1e-6)
+        del a, out
+        gc.collect()

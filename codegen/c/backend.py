@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -37,16 +38,17 @@ class CKernel:
         self._arr = ctypes.c_void_p * nbuf
         self.threads = threads
         self.address = ctypes.cast(fn, ctypes.c_void_p).value
-        self._last: tuple[list, Any] | None = None  # the last buffers and their pointer array
+        self._last: tuple[list, Any] | None = None  # weak references to the last buffers, their pointer array
 
     def pointers(self, buffers: Sequence[Any]):
         return self._arr(*[b.ctypes.data for b in buffers])
 
     def __call__(self, buffers: Sequence[Any]) -> None:
         last = self._last
-        if last is None or len(last[0]) != len(buffers) or any(a is not b for a, b in zip(last[0], buffers)):
-            # holding the buffers keeps their addresses valid for the cached array
-            last = self._last = (list(buffers), self.pointers(buffers))
+        if last is None or len(last[0]) != len(buffers) or any(r() is not b for r, b in zip(last[0], buffers)):
+            # weak: a search keeps hundreds of kernels, each must not pin its last (large) buffers; a live
+            # buffer is the same object with the same address, a freed one no longer matches
+            last = self._last = ([weakref.ref(b) for b in buffers], self.pointers(buffers))
         if self._fn(last[1], self.threads):
             raise MemoryError("a C kernel could not allocate its workspace")
 

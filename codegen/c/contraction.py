@@ -5,7 +5,11 @@ The full-space dims of ``SumReduce(Mul(Load A, Load B))`` split into batch
 flattened. Every index an operand needs is affine in the dims, so it splits
 into one table per group (offset and each mask constraint), filled once per
 call. Packing reads operands through those tables (transposes, broadcasts,
-conv windows and padding cost only the pack) into MR- and NR-wide panels; the
+conv windows and padding cost only the pack) into MR- and NR-wide panels; B
+packs by row segments of its innermost N dim (one strided copy per segment
+and K row, mask bounds by integer division), and with a single row block
+each B block is packed right before use into a per-thread buffer. With few
+rows and a B that would be packed on every call, A and B swap roles. The
 micro-kernel keeps an MR x NR tile in vector registers (GCC vector
 extensions, FMA where the target has it). Each MC x NC tile is accumulated
 over K in KC steps in a per-thread buffer, then the row-space epilogue
@@ -24,6 +28,7 @@ from . import ctypes_map as ct
 from .emit import _indent
 
 PAR_MIN_MACS = 1 << 21
+SWAP_MAX_M = 8  # see plan_contraction
 
 
 @dataclass(frozen=True)
@@ -93,12 +98,26 @@ def plan_contraction(kernel: Kernel) -> Plan | None:
         va, vb = vb, va
         groups["m"], groups["n"] = groups["n"], groups["m"]
     size = {g: math.prod(kernel.full[d] for d in ds) for g, ds in groups.items()}
-    b_direct = (kernel.ops[b].dtype is DType.float32 and not vb.mask and bool(groups["n"])
-                and _unit_affine(vb, tuple(groups["n"]), kernel.full)
-                and any(vb.strides[d] for d in groups["k"]))
-    a_direct = (kernel.ops[a].dtype is DType.float32 and not va.mask and bool(groups["k"])
-                and _unit_affine(va, tuple(groups["k"]), kernel.full)
-                and (not groups["m"] or _chain(va.strides, tuple(groups["m"]), kernel.full) is not None))
+
+    def flags(a: int, b: int, va: View, vb: View, groups: dict) -> tuple[bool, bool]:
+        b_direct = (kernel.ops[b].dtype is DType.float32 and not vb.mask and bool(groups["n"])
+                    and _unit_affine(vb, tuple(groups["n"]), kernel.full)
+                    and any(vb.strides[d] for d in groups["k"]))
+        a_direct = (kernel.ops[a].dtype is DType.float32 and not va.mask and bool(groups["k"])
+                    and _unit_affine(va, tuple(groups["k"]), kernel.full)
+                    and (not groups["m"] or _chain(va.strides, tuple(groups["m"]), kernel.full) is not None))
+        return b_direct, a_direct
+
+    b_direct, a_direct = flags(a, b, va, vb, groups)
+    if size["m"] <= SWAP_MAX_M and not b_direct:
+        # a few rows against a B that must be packed on every call (weights laid out N x K, as in a final
+        # classifier or a conv over a 1x1 map): with the roles swapped B's rows are read in place as A and
+        # only the few rows are packed (1000x512 classifier at M=1: the pack was most of its time)
+        sw = {**groups, "m": groups["n"], "n": groups["m"]}
+        sb_direct, sa_direct = flags(b, a, vb, va, sw)
+        if sa_direct:
+            a, b, va, vb, groups, b_direct, a_direct = b, a, vb, va, sw, sb_direct, sa_direct
+            size["m"], size["n"] = size["n"], size["m"]
     return Plan(a, b, red, tuple(groups["batch"]), tuple(groups["m"]), tuple(groups["n"]), tuple(groups["k"]),
                 (size["batch"], size["m"], size["n"], size["k"]), b_direct, a_direct)
 
@@ -206,11 +225,12 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     a segment is one strided copy between two zero fills whose bounds come from the mask by integer division,
     and tables are read once per segment and K row, not per element."""
     N = plan.sizes[2]
-    dl = plan.n[-1]
-    size_l = kernel.full[dl]
     exprs = [vb.strides] + [c for c, _, _ in vb.mask]
     consts = [vb.offset] + [-lo for _, lo, _ in vb.mask]
-    step = [co[dl] for co in exprs]
+    if plan.n:
+        size_l, step = kernel.full[plan.n[-1]], [co[plan.n[-1]] for co in exprs]
+    else:  # N = 1
+        size_l, step = 1, [0] * len(exprs)
     L = [f"const int64_t jmax = lum_min64({nr}, {N} - q * {nr});",
          f"int64_t sj[{nr}], sl[{nr}], ns = 0;"]
     L += [f"int64_t sb{e}[{nr}];" for e in range(len(exprs))]

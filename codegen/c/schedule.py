@@ -94,7 +94,9 @@ def default_schedule(kernel: Kernel) -> Schedule:
         # A rows read in place with unit stride measured faster than packed panels on every shape tried
         # (convs 1.0-1.45x, 1024^3 1.1x, 128x768x3072 1.45x): the MR row streams prefetch well
         direct_a = plan.a_direct
-        return {"impl": "generated", "mr": 6, "nr": 2 * vw, "mc": mc, "nc": nc, "kc": 256,
+        # N within one vector (a few rows with swapped roles): a 12 x VW tile wastes half the lanes of 6 x 2VW
+        mr, nr = (12, vw) if n <= vw and not direct else (6, 2 * vw)
+        return {"impl": "generated", "mr": mr, "nr": nr, "mc": mc, "nc": nc, "kc": 256,
                 "order": "nm", "pack_b": not direct, "pack_a": not direct_a, "threads": 0}
     if kernel.form == "reduction" or kernel.reduce_axes:
         s = {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
