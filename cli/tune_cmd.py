@@ -67,7 +67,8 @@ def register(app: typer.Typer) -> None:
         budget: str = typer.Option(None, "--budget", help="Time to spend: 30s, 10m, 1h (split across models)."),
         backend: str = typer.Option(None, "--backend", help="auto, cpu or cuda."),
         shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
-        sampler: str = typer.Option("tpe", "--sampler", help="tpe, random, cmaes or grid."),
+        sampler: str = typer.Option("gp", "--sampler", help="gp (a Gaussian-process cost model over the valid "
+                                    "points that learns across kernels), tpe, random, cmaes or grid."),
         seed: int = typer.Option(0, "--seed", help="Seed of the samplers and of the verification inputs."),
         storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: studies.db by the cache)."),
         workers: int = typer.Option(None, "--workers", help="Compile workers (default: min(4, cores))."),

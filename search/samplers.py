@@ -1,16 +1,33 @@
-"""Optuna samplers by name, with the fallback (and a note saying so) where a space does not suit one."""
+"""Optuna samplers by name, with the fallback (and a note saying so) where a space does not suit one.
+
+``gp`` (search/costmodel.py) is Bayesian optimisation over a schedule space's valid points that
+also learns from other kernels' trials in the same study storage; fusion decisions use TPE.
+benchmarks/search_efficiency.py compares them.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
 from typing import Any
 
+import numpy as np
 import optuna
+from optuna.trial import TrialState
 
 from ..errors import LuminalError
+from .costmodel import Encoding, fit
+from .space import ScheduleSpace
 
-SAMPLERS = ("tpe", "random", "cmaes", "grid")
+SAMPLERS = ("gp", "tpe", "random", "cmaes", "grid")
 GRID_LIMIT = 4096
+ENUMERATE_LIMIT = 4096  # spaces up to this size are listed whole for the gp sampler
+POOL = 512  # it ranks at most this many untried valid points (drawn at random) at each step
+REFRESH = 8  # other kernels' trials are re-read every this many trials
+OTHER_TRIALS = 200  # the latest this many trials of each other kernel
+RHO = 0.7  # how much a point's time on another kernel says about it on this one
+SPACE_ATTR = "luminal_space"
 
 
 class _Grid(optuna.samplers.GridSampler):
@@ -36,6 +53,10 @@ def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.sa
     size = space.size
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed), None
+    if kind == "gp":
+        if isinstance(space, ScheduleSpace) and space.params:
+            return ModelSampler(space, seed), None
+        return _tpe(seed, size), None
     if kind == "grid":
         if size <= GRID_LIMIT:
             return _Grid(space.grid(), seed=seed), None
@@ -48,3 +69,114 @@ def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.sa
         why = "has categorical knobs" if not space.numeric else "has fewer than two numeric knobs"
         return _tpe(seed, size), f"{what}: CMA-ES needs two or more numeric knobs and this space {why}; using tpe"
     return _tpe(seed, size), None
+
+
+class ModelSampler(optuna.samplers.BaseSampler):
+    """Bayesian optimisation over the valid points of a schedule space (search/costmodel.py).
+
+    Each new point is the untried valid point that is fastest in one draw (Thompson sampling) from a
+    Gaussian process fitted on the measured trials, joined (``transfer``) by the trials of other
+    kernels' studies in the same storage whose knobs are the same. Invalid points are never proposed;
+    spaces too big to list are searched through a fresh random sample of valid points at each step.
+    """
+
+    def __init__(self, space: ScheduleSpace, seed: int, transfer: bool = True, rho: float = RHO):
+        self.space = space
+        self.transfer = transfer
+        self.rho = rho
+        self.rng = np.random.default_rng(seed)
+        self._random = optuna.samplers.RandomSampler(seed=seed)
+        self._enc = Encoding(np.array([p.ordinal for p in space.params], dtype=bool))
+        self._names = [p.name for p in space.params]
+        self._all: list[tuple] | None = None
+        self._valid: dict[tuple, bool] = {}
+        self._others: list[tuple[np.ndarray, np.ndarray]] = []
+        self._others_at = -1
+
+    def reseed_rng(self) -> None:
+        self._random.reseed_rng()
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+        return {p.name: p.distribution() for p in self.space.params}
+
+    def sample_independent(self, study: optuna.Study, trial: Any, name: str, dist: Any) -> Any:
+        return self._random.sample_independent(study, trial, name, dist)
+
+    def _is_valid(self, point: tuple) -> bool:
+        if point not in self._valid:
+            self._valid[point] = self.space.valid(self.space.decode(dict(zip(self._names, point))))
+        return self._valid[point]
+
+    def _candidates(self) -> list[tuple]:
+        if self.space.size <= ENUMERATE_LIMIT:
+            if self._all is None:
+                grid = [p.grid() for p in self.space.params]
+                self._all = [c for c in itertools.product(*grid) if self._is_valid(c)]
+            return self._all
+        grid = [p.grid() for p in self.space.params]
+        pts = {tuple(g[self.rng.integers(len(g))] for g in grid) for _ in range(POOL)}
+        return [c for c in sorted(pts, key=repr) if self._is_valid(c)]
+
+    def _features(self, points: list[tuple]) -> np.ndarray:
+        return np.array([[p.position(v) for p, v in zip(self.space.params, pt)] for pt in points], dtype=float)
+
+    def _point(self, params: dict[str, Any]) -> tuple | None:
+        try:
+            return tuple(params[n] for n in self._names)
+        except KeyError:
+            return None
+
+    def _measured(self, trials: list) -> tuple[list[tuple], np.ndarray]:
+        pts, ys = [], []
+        for t in trials:
+            pt = self._point(t.params)
+            if t.state == TrialState.COMPLETE and pt is not None and t.value is not None and t.value > 0:
+                pts.append(pt)
+                ys.append(math.log(t.value))
+        return pts, np.array(ys)
+
+    def _other_kernels(self, study: optuna.Study, n_trials: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(features, log times) of other studies with this space's signature, re-read every few trials."""
+        if not self.transfer or 0 <= self._others_at and n_trials - self._others_at < REFRESH:
+            return self._others
+        self._others_at = n_trials
+        storage = study._storage
+        sig = self.space.signature
+        own = study._study_id
+        try:
+            if study.user_attrs.get(SPACE_ATTR) != sig:
+                study.set_user_attr(SPACE_ATTR, sig)
+            out = []
+            for s in storage.get_all_studies():
+                if s._study_id == own or s.user_attrs.get(SPACE_ATTR) != sig:
+                    continue
+                trials = storage.get_all_trials(s._study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+                pts, ys = self._measured(trials[-OTHER_TRIALS:])
+                if len(pts) > 2:
+                    out.append((self._features(pts), ys))
+            self._others = out
+        except Exception:  # a storage that cannot list its studies: no transfer
+            self._others = []
+        return self._others
+
+    def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+        if not search_space or "fixed_params" in trial.system_attrs:
+            return {}
+        trials = study.get_trials(deepcopy=False)
+        tried = {self._point(t.params) for t in trials if t.state != TrialState.WAITING}
+        pool = [c for c in self._candidates() if c not in tried]
+        if not pool:
+            return {}
+        pts, ys = self._measured(trials)
+        others = self._other_kernels(study, len(trials))
+        if not pts and not others:
+            pick = pool[int(self.rng.integers(len(pool)))]
+        else:
+            if not pts:
+                pts, ys = [], np.zeros(0)
+            model = fit(self._enc, self._features(pts).reshape(len(pts), len(self._names)), ys, others, self.rho)
+            if len(pool) > POOL:
+                pool = [pool[i] for i in self.rng.choice(len(pool), POOL, replace=False)]
+            draw = model.thompson(self._features(pool), self.rng)
+            pick = pool[int(np.argmin(draw))]
+        return dict(zip(self._names, pick))

@@ -43,6 +43,22 @@ class Param:
     def grid(self) -> list[Any]:
         return [self.encode(c) for c in self.choices]
 
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        """The distribution ``suggest`` asks Optuna for."""
+        if self.ordinal:
+            return optuna.distributions.IntDistribution(0, len(self.choices) - 1)
+        return optuna.distributions.CategoricalDistribution(self.grid())
+
+    def position(self, stored: Any) -> float:
+        """A stored value as a number for a cost model: an ordered knob's place in [0, 1], on a log2 scale
+        when all choices are positive; any other knob's choice index (only compared for equality)."""
+        if not self.ordinal:
+            return float(self.grid().index(stored))
+        if self.choices[0] > 0:
+            lo, hi = math.log2(self.choices[0]), math.log2(self.choices[-1])
+            return (math.log2(self.choices[int(stored)]) - lo) / (hi - lo)
+        return int(stored) / (len(self.choices) - 1)
+
     def decode(self, stored: Any) -> Any:
         if self.ordinal or not all(isinstance(c, _PRIMITIVE) for c in self.choices):
             return self.choices[int(stored)]
@@ -102,6 +118,11 @@ class ScheduleSpace:
 
     def grid(self) -> dict[str, list[Any]]:
         return {p.name: p.grid() for p in self.params}
+
+    @property
+    def signature(self) -> str:
+        """The backend and knobs: kernels with the same signature share what a point means."""
+        return json.dumps([self.backend.name, [[p.name, [repr(c) for c in p.choices]] for p in self.params]])
 
     def random(self, rng: random.Random) -> dict[str, Any]:
         sched = dict(self.default)

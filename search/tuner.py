@@ -81,7 +81,7 @@ def _plan_for(budget_s: float) -> TimingPlan:
 
 class Tuner:
     def __init__(self, graph: Graph, backend: Any, budget_s: float, *, model_name: str = "model",
-                 sampler: str = "tpe", seed: int = 0, storage: str | None = None, cache: Any = None,
+                 sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
                  workers: int | None = None, timeout_s: float | None = None, plan: TimingPlan | None = None,
                  fusion: bool = True, threads: int | None = None,
                  progress: Callable[[TuneReport], None] | None = None):
@@ -309,7 +309,7 @@ class Tuner:
 
 
 def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.0, *, shapes: dict | None = None,
-         sampler: str = "tpe", seed: int = 0, storage: str | None = None, cache: Any = None,
+         sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
          workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
          timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
          threads: int | None = None) -> TuneReport:

@@ -1,0 +1,96 @@
+"""A small Gaussian-process cost model over schedule points, in numpy.
+
+Points are encoded knob by knob: an ordered knob as its position in [0, 1] (on a log2 scale when
+all its choices are positive, so 64 and 128 are as close as 128 and 256), any other knob by its
+choice index, compared only for equality. The kernel is exp(-scale * distance) with distance the
+sum over knobs of |u - u'| (ordered) or [c != c'] (other). The target is log time.
+
+Trials of other kernels with the same knobs (other studies) join as further tasks: points of two
+different kernels covary ``rho`` times as much as points of one, and each kernel has its own
+unknown offset and spread, so the others say which points are good, not how fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SCALES = (0.5, 1.0, 2.0, 4.0)  # length-scale choices, picked by marginal likelihood
+NOISE = 0.05  # variance of timing noise on standardised log time
+OFFSET = 1.0  # prior variance of a task's offset
+
+
+@dataclass(frozen=True)
+class Encoding:
+    ordered: np.ndarray  # bool per knob
+
+    def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Pairwise distances between rows of ``a`` and ``b`` (encoded points)."""
+        d = np.zeros((len(a), len(b)))
+        for j, ordered in enumerate(self.ordered):
+            x, y = a[:, j][:, None], b[:, j][None, :]
+            d += np.abs(x - y) if ordered else (x != y)
+        return d
+
+
+def _spread(y: np.ndarray) -> float:
+    sd = float(np.std(y)) if len(y) > 2 else 0.0
+    return sd if sd > 1e-9 else 0.0
+
+
+@dataclass
+class Fit:
+    enc: Encoding
+    x: np.ndarray
+    task: np.ndarray  # 0: this kernel, i > 0: the i-th other kernel
+    alpha: np.ndarray
+    chol: np.ndarray
+    scale: float
+    rho: float
+
+    def _cov(self, a: np.ndarray, ta: np.ndarray, b: np.ndarray, tb: np.ndarray) -> np.ndarray:
+        k = np.exp(-self.scale * self.enc.distance(a, b))
+        same = ta[:, None] == tb[None, :]
+        return k * np.where(same, 1.0, self.rho) + OFFSET * same
+
+    def thompson(self, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One draw of the standardised log times of ``cand`` from the posterior."""
+        tc = np.zeros(len(cand), dtype=int)
+        ks = self._cov(cand, tc, self.x, self.task)
+        v = np.linalg.solve(self.chol, ks.T)
+        cov = self._cov(cand, tc, cand, tc) - v.T @ v
+        w, q = np.linalg.eigh((cov + cov.T) / 2)
+        return ks @ self.alpha + q @ (np.sqrt(np.maximum(w, 0)) * rng.standard_normal(len(w)))
+
+
+def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]],
+        rho: float) -> Fit:
+    """Fit on this kernel's points ``x`` with log times ``y`` and other kernels' (x, log time)."""
+    xs, ts, vals = [x], [np.zeros(len(x), dtype=int)], []
+    spreads = []
+    for i, (ox, oy) in enumerate(others):
+        if len(ox) > 2 and _spread(oy) > 0:
+            xs.append(ox)
+            ts.append(np.full(len(ox), i + 1))
+            vals.append((oy - np.mean(oy)) / _spread(oy))
+            spreads.append(_spread(oy))
+    # with too few points of its own to say how spread its times are, this kernel borrows the others' spread
+    sd = _spread(y) or (float(np.mean(spreads)) if spreads else 1.0)
+    vals.insert(0, (y - np.mean(y)) / sd if len(y) else y)
+    X, T, Y = np.concatenate(xs), np.concatenate(ts), np.concatenate(vals)
+    best_fit = None
+    for scale in SCALES:
+        f = Fit(enc, X, T, np.zeros(0), np.zeros(0), scale, rho)
+        k = f._cov(X, T, X, T) + NOISE * np.eye(len(X))
+        try:
+            chol = np.linalg.cholesky(k)
+        except np.linalg.LinAlgError:
+            continue
+        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, Y))
+        ll = -0.5 * float(Y @ alpha) - float(np.sum(np.log(np.diag(chol))))
+        if best_fit is None or ll > best_fit[0]:
+            f.alpha, f.chol = alpha, chol
+            best_fit = (ll, f)
+    assert best_fit is not None
+    return best_fit[1]

@@ -1,0 +1,139 @@
+"""The gp sampler: only untried valid points, seeded, learns a space's shape, and learns from other kernels."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import statistics
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from luminal.codegen.backend import Knob
+from luminal.codegen.partition import partition
+from luminal.search.samplers import ModelSampler, make_sampler
+from luminal.search.space import FusionSpace, ScheduleSpace, schedule_key
+from luminal.search.timing import TimingPlan
+from luminal.search.tuner import tune
+
+HELPERS = Path(__file__).with_name("test_search_helpers.py")
+_spec = importlib.util.spec_from_file_location("search_helpers", HELPERS)
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+class Grid(helpers.FakeBackend):
+    """Two ordered knobs and a categorical one; a block size of 256 with unroll 8 does not fit."""
+
+    def space(self, kernel):
+        return [Knob("block", (16, 32, 64, 128, 256, 512)), Knob("unroll", (1, 2, 4, 8)),
+                Knob("order", ("mn", "nm"))]
+
+    def default_schedule(self, kernel):
+        return {"block": 16, "unroll": 1, "order": "mn"}
+
+    def valid(self, kernel, s):
+        return not (s["block"] >= 256 and s["unroll"] == 8)
+
+
+def _space():
+    return ScheduleSpace(Grid(), partition(helpers.small_graph())[0])
+
+
+def _time(s, best=(128, 4, "nm")):
+    """A smooth cost with one optimum; ``best`` moves it."""
+    b, u, o = best
+    return 100.0 * (1 + 0.3 * abs(s["block"].bit_length() - b.bit_length()) + 0.2 * abs(
+        s["unroll"].bit_length() - u.bit_length()) + 0.5 * (s["order"] != o))
+
+
+def _search(sampler, space, n, storage=None, best=(128, 4, "nm"), name=None):
+    study = optuna.create_study(sampler=sampler, storage=storage, study_name=name)
+    study.enqueue_trial(space.encode(space.default))
+    points = []
+    for _ in range(n):
+        trial = study.ask()
+        s = space.suggest(trial)
+        points.append(s)
+        study.tell(trial, _time(s, best))
+    return study, points
+
+
+def _to_optimum(points, best=(128, 4, "nm")):
+    target = min(_time(p, best) for p in points)
+    return next(i + 1 for i, p in enumerate(points) if _time(p, best) == target)
+
+
+def test_only_untried_valid_points_until_the_space_is_covered():
+    space = _space()
+    valid = [s for s in map(space.decode, _combos(space)) if space.valid(s)]
+    assert len(valid) == 44
+    _, points = _search(ModelSampler(space, 0), space, len(valid))
+    keys = [schedule_key(p) for p in points]
+    assert len(set(keys)) == len(valid) and all(space.valid(p) for p in points)
+
+
+def _combos(space):
+    grid = space.grid()
+    return [dict(zip(grid, c)) for c in itertools.product(*grid.values())]
+
+
+def test_seed_makes_it_reproducible():
+    space = _space()
+    runs = [_search(ModelSampler(space, 7), space, 10)[1] for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert _search(ModelSampler(space, 8), space, 10)[1] != runs[0]
+
+
+def test_it_finds_the_optimum_of_a_smooth_space_sooner_than_random():
+    space = _space()
+    gp = [_to_optimum(_search(ModelSampler(space, s), space, 44)[1]) for s in range(8)]
+    rnd = [_to_optimum(_search(optuna.samplers.RandomSampler(seed=s), space, 80)[1]) for s in range(8)]
+    assert statistics.mean(gp) < 0.6 * statistics.mean(rnd), (gp, rnd)
+
+
+@pytest.mark.parametrize("rdb", [False, True])
+def test_it_learns_from_another_kernel_in_the_same_storage(tmp_path, rdb):
+    space = _space()
+    storage = f"sqlite:///{tmp_path / 'studies.db'}" if rdb else optuna.storages.InMemoryStorage()
+    best = (64, 2, "nm")
+    _search(ModelSampler(space, 0), space, 30, storage, best, "other")
+    # a new kernel whose times are the other's, slower: its first model pick is the other's best
+    alone = [_to_optimum(_search(ModelSampler(space, s), space, 44, None, best)[1], best) for s in range(4)]
+    helped = [_to_optimum(_search(ModelSampler(space, s), space, 44, storage, best, f"k{s}")[1], best)
+              for s in range(4)]
+    assert max(helped) <= 3 and statistics.mean(helped) < statistics.mean(alone), (helped, alone)
+    other = optuna.load_study(study_name="other", storage=storage)
+    assert other.user_attrs["luminal_space"] == space.signature
+
+
+def test_a_pruned_point_is_not_proposed_again():
+    space = _space()
+    study = optuna.create_study(sampler=ModelSampler(space, 0))
+    seen = []
+    for _ in range(12):
+        trial = study.ask()
+        s = space.suggest(trial)
+        seen.append(schedule_key(s))
+        study.tell(trial, state=TrialState.PRUNED)
+    assert len(set(seen)) == 12
+
+
+def test_fusion_decisions_fall_back_to_tpe():
+    s, note = make_sampler("gp", 0, FusionSpace([(0, 1, 0)]), "fusion")
+    assert isinstance(s, optuna.samplers.TPESampler) and note is None
+    s, _ = make_sampler("gp", 0, _space(), "k")
+    assert isinstance(s, ModelSampler)
+
+
+def test_tune_with_gp_finds_the_fastest_schedule(tmp_path):
+    backend = helpers.FakeBackend(modes=("ok", "bad"), speeds=(1, 2, 4, 8))
+    report = tune(helpers.small_graph(), backend, 8, cache=tmp_path / "tuning.db",
+                  storage=f"sqlite:///{tmp_path / 'studies.db'}", sampler="gp", workers=1, fusion=False,
+                  timeout_s=0.5, plan=TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5))
+    (k,) = report.kernels
+    assert k.best_config == {"speed": 1, "mode": "ok"} and not report.notes
