@@ -14,6 +14,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def main() -> None:
         sys.exit("no example models: run python examples/export_models.py first")
     manifest = json.loads(manifest_path.read_text())
     budget = parse_duration(args.budget, "--budget")
-    cache = Path(args.cache or "/tmp/luminal-tune-models/tuning.db")
+    cache = Path(args.cache or Path(tempfile.gettempdir()) / "luminal-tune-models" / "tuning.db")
     cache.parent.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{cache.parent / 'studies.db'}"
     rows = []
