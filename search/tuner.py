@@ -26,6 +26,7 @@ from .report import TuneReport
 from .samplers import make_sampler
 from .scheduler import pick
 from .space import FusionSpace, ScheduleSpace
+from .stats import beats
 from .studies import default_storage, open_storage, open_study
 from .tasks import FusionTask, KernelTask
 from .timing import TimingPlan
@@ -106,6 +107,7 @@ class Tuner:
         self.batch = max(1, self.workers)
         self.plan = plan or _plan_for(budget_s)
         self.timeout_s = timeout_s if timeout_s is not None else min(20.0, max(2.0, budget_s / 20))
+        self.keep_default = False
         self.report = TuneReport(model_name, backend.name, self.device.key, self.toolchain.key, sampler, seed,
                                  budget_s, self.storage_url, str(self.cache.path))
         self.sampler = sampler
@@ -231,9 +233,18 @@ class Tuner:
                 if not after.ok:
                     self.report.notes.append(f"the tuned model did not verify end to end ({after.status}: "
                                              f"{after.message}); its kernels keep their own verified winners")
+                elif before.ok and beats(before.samples_ns, after.samples_ns):
+                    # winners found kernel by kernel must not lose together: then the default stays
+                    self.keep_default = True
+                    self.report.notes.append(
+                        f"end to end the tuned model was slower than the default beyond the noise "
+                        f"({after.median_ns / 1e3:.0f} vs {before.median_ns / 1e3:.0f} µs): no winners written")
 
     def _write_winners(self) -> None:
         n = 0
+        if self.keep_default:
+            self.report.winners_written = 0
+            return
         for task in self.tasks.values():
             if task.inc is None or not task.inc.ok:
                 continue

@@ -248,3 +248,16 @@ def test_incumbent_changes_only_on_a_paired_win():
     assert b in pts and a in pts  # the best few, the incumbent and the default are re-timed together
     task.settle(pts, compare(pts))
     assert task.incumbent == b and task.default_m is not None
+
+
+def test_winners_that_lose_end_to_end_are_not_written(tmp_path, monkeypatch):
+    """Kernel winners are kept only if the tuned model is not slower than the default as a whole."""
+    import luminal.search.tuner as tuner_mod
+
+    monkeypatch.setattr(tuner_mod, "beats", lambda challenger, incumbent, *a, **k: True)
+    backend = helpers.FakeBackend(modes=("ok",), speeds=(1, 8))
+    report = _tune(tmp_path, backend, 10, sampler="grid", fusion=False)
+    assert report.e2e_tuned_ns and report.e2e_default_ns
+    assert report.winners_written == 0
+    assert any("slower than the default" in n for n in report.notes)
+    assert TuningCache(tmp_path / "tuning.db").best(_sig(), report.device, report.toolchain) is None
