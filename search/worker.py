@@ -66,7 +66,19 @@ def start_method(backend: Any) -> str:
     return "spawn" if getattr(backend, "name", None) == "cuda" or "fork" not in mp.get_all_start_methods() else "fork"
 
 
+def _die_with_parent() -> None:
+    """A worker must not outlive a tuning process that was killed (SIGKILL leaves it no time to stop us)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def _serve(conn: Any, ctx: WorkerContext) -> None:
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     if not os.environ.get("LUMINAL_DEBUG"):
         faulthandler.disable()  # a crashing candidate is expected here, not a bug to dump
