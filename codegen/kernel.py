@@ -11,6 +11,7 @@ space's linear index by ``view.shape``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -74,6 +75,11 @@ class Kernel:
     def row(self) -> tuple[int, ...]:
         return tuple(1 if k in self.reduce_axes else s for k, s in enumerate(self.full))
 
+    @functools.cached_property
+    def contraction(self) -> Contraction | None:
+        """The matmul reading of the kernel, when it has one (every backend emits it as a GEMM)."""
+        return contraction_of(self)
+
     def space_shape(self, space: str) -> tuple[int, ...]:
         return self.full if space == "full" else self.row
 
@@ -111,3 +117,57 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return repr(v)
     return str(v)
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A SumReduce over the Mul of two loads, read as a batched GEMM: the non-unit dims of the
+    full space by role, each group flattened row-major. M dims are read only by operand ``a``,
+    N dims only by ``b``, K dims are the reduced ones, batch dims are read by both."""
+
+    mul: int
+    red: int
+    a: int
+    b: int
+    batch: tuple[int, ...]
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    full: tuple[int, ...]
+
+    def size(self, group: str) -> int:
+        return math.prod(self.full[d] for d in getattr(self, group))
+
+
+def reads_dim(view: View, d: int) -> bool:
+    """Whether the element a view reads depends on dim ``d`` of its index."""
+    return view.strides[d] != 0 or any(c[d] for c, _, _ in view.mask)
+
+
+def contraction_of(kernel: Kernel) -> Contraction | None:
+    reds = [i for i, o in enumerate(kernel.ops) if o.op in ("SumReduce", "MaxReduce")]
+    if len(reds) != 1 or kernel.ops[reds[0]].op != "SumReduce":
+        return None
+    red = reds[0]
+    mul = kernel.ops[red].args[0]
+    mo = kernel.ops[mul]
+    if mo.op != "Mul" or mo.space != "full" or not mo.dtype.is_float or len(set(mo.args)) != 2:
+        return None
+    a, b = mo.args
+    if any(kernel.ops[x].op != "Load" or kernel.ops[x].attr("view").shape != kernel.full for x in (a, b)):
+        return None
+    if {i for i, o in enumerate(kernel.ops) if o.space == "full"} != {a, b, mul}:
+        return None
+    if any(kernel.ops[o].space != "row" for o, _ in kernel.outputs):
+        return None
+    va, vb = kernel.ops[a].attr("view"), kernel.ops[b].attr("view")
+    groups: dict[str, list[int]] = {"batch": [], "m": [], "n": [], "k": []}
+    for d, size in enumerate(kernel.full):
+        if size == 1:
+            continue
+        da, db = reads_dim(va, d), reads_dim(vb, d)
+        role = "k" if d in kernel.reduce_axes else "m" if da and not db else "n" if db and not da else "batch"
+        groups[role].append(d)
+    if not groups["m"] and not groups["n"]:
+        return None
+    return Contraction(mul, red, a, b, *(tuple(groups[g]) for g in ("batch", "m", "n", "k")), full=kernel.full)

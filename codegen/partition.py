@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Node, Op
 from ..ir.view import View
-from .kernel import Buffer, Kernel, KOp
+from .kernel import Buffer, Kernel, KOp, reads_dim
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
 
@@ -91,7 +91,7 @@ def _is_contraction_mul(red: Node, members: set[int]) -> bool:
     if mul.op is not Op.Mul or not _same_order(v, mul) or any(s.id in members for s, _ in mul.srcs):
         return False
     (_, va), (_, vb) = mul.srcs
-    return any(bool(sa) != bool(sb) for sa, sb in zip(va.strides, vb.strides))
+    return any(reads_dim(va, d) != reads_dim(vb, d) for d, size in enumerate(mul.shape) if size > 1)
 
 
 def _accepts(g: _Group, n: Node, via: tuple[Node, View]) -> bool:
@@ -267,14 +267,11 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
         if n.id in outputs or any(u.id not in members for u in users.get(n.id, [])):
             outs.append((index[n.id], Buffer(n.shape, n.dtype)))
             out_nodes.append(n.id)
-    form = "elementwise"
-    if g.is_contraction:
-        form = "contraction"
-    elif axes:
-        form = "reduction"
-    elif any(n.op is Op.Gather for n in g.nodes):
-        form = "gather"
-    return Kernel(form, full, axes, inputs, ops, outs, input_nodes, out_nodes)
+    kernel = Kernel("", full, axes, inputs, ops, outs, input_nodes, out_nodes)
+    # the form says how backends emit it: a contraction is one they can read as a GEMM
+    kernel.form = ("contraction" if kernel.contraction is not None else "reduction" if axes
+                   else "gather" if any(o.op == "Gather" for o in ops) else "elementwise")
+    return kernel
 
 
 def _launch_order(kernels: list[Kernel]) -> list[Kernel]:

@@ -168,7 +168,7 @@ def test_reductions_axes_ints_nan(backend):
 
 # -- contractions -----------------------------------------------------------------------
 def _contraction(model) -> list:
-    return [k for k in model.kernels if k.form == "contraction" and sched.is_contraction_plan(k)]
+    return [k for k in model.kernels if k.contraction is not None]
 
 
 @pytest.mark.parametrize("dtype", [DType.float32, DType.float16, DType.bfloat16])

@@ -45,10 +45,6 @@ class Plan:
     a_direct: bool = False  # A is float32, unmasked, unit stride over flattened K, affine rows
 
 
-def _deps(v: View, d: int) -> bool:
-    return v.strides[d] != 0 or any(c[d] for c, _, _ in v.mask)
-
-
 def _unit_affine(v: View, dims: tuple[int, ...], full: tuple[int, ...]) -> bool:
     acc = 1
     for d in reversed(dims):
@@ -60,38 +56,12 @@ def _unit_affine(v: View, dims: tuple[int, ...], full: tuple[int, ...]) -> bool:
 
 def plan_contraction(kernel: Kernel) -> Plan | None:
     """The GEMM view of a contraction kernel, or None when it needs the generic reduction code."""
-    if kernel.form != "contraction" or 0 in kernel.full:
+    c = kernel.contraction
+    if c is None or 0 in kernel.full:
         return None
-    reds = [i for i, o in enumerate(kernel.ops) if o.op in ("SumReduce", "MaxReduce")]
-    if len(reds) != 1 or kernel.ops[reds[0]].op != "SumReduce" or not kernel.ops[reds[0]].dtype.is_float:
-        return None
-    red = reds[0]
-    mul = kernel.ops[red].args[0]
-    mo = kernel.ops[mul]
-    if mo.op != "Mul" or mo.space != "full" or not mo.dtype.is_float:
-        return None
-    full_ops = {i for i, o in enumerate(kernel.ops) if o.space == "full"}
-    a, b = mo.args
-    if full_ops != {a, b, mul} or a == b:
-        return None
-    if any(kernel.ops[x].op != "Load" or kernel.ops[x].attr("view").shape != kernel.full for x in (a, b)):
-        return None
-    if any(kernel.ops[o].space != "row" for o, _ in kernel.outputs):
-        return None
+    a, b, red = c.a, c.b, c.red
     va, vb = kernel.ops[a].attr("view"), kernel.ops[b].attr("view")
-    groups: dict[str, list[int]] = {"batch": [], "m": [], "n": [], "k": []}
-    for d, s in enumerate(kernel.full):
-        if s == 1:
-            continue
-        da, db = _deps(va, d), _deps(vb, d)
-        if d in kernel.reduce_axes:
-            groups["k"].append(d)
-        elif da and not db:
-            groups["m"].append(d)
-        elif db and not da:
-            groups["n"].append(d)
-        else:
-            groups["batch"].append(d)
+    groups = {"batch": list(c.batch), "m": list(c.m), "n": list(c.n), "k": list(c.k)}
     kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
     if kept and kept[-1] in groups["m"]:
         a, b = b, a

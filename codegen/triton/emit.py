@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
 from ..kernel import Kernel, KOp
-from .schedule import contraction_plan, is_contraction_plan
+from .schedule import split_ok
 
 TL = {
     DType.float32: "tl.float32",
@@ -264,7 +264,7 @@ def _finish(header: str, w: Writer) -> str:
 
 
 def emit(kernel: Kernel, schedule: dict) -> str:
-    if kernel.form == "contraction" and is_contraction_plan(kernel):
+    if kernel.contraction is not None:
         return emit_contraction(kernel, schedule)
     if kernel.reduce_axes:
         return emit_reduction(kernel, schedule)
@@ -464,7 +464,7 @@ def _lowest(acc_dt: str) -> str:
 
 # -- contraction -------------------------------------------------------------------
 def emit_contraction(k: Kernel, schedule: dict) -> str:
-    plan = contraction_plan(k)
+    plan = k.contraction
     w = Writer()
     big = _is_big(k)
     it = ".to(tl.int64)" if big else ""
@@ -487,8 +487,8 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     # index expressions per operand orientation
     mi = _unravel_group(w, plan.m, k.full, "rm[:, None]", "m")
     ni = _unravel_group(w, plan.n, k.full, "rn[None, :]", "n")
-    bi = _unravel_group(w, plan.b, k.full, "pid_b", "b")
-    a_op, b_op = (k.ops[j] for j in k.ops[plan.mul].args)
+    bi = _unravel_group(w, plan.batch, k.full, "pid_b", "b")
+    a_op, b_op = k.ops[plan.a], k.ops[plan.b]
     w("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     w(f"for k0 in range(pid_k * BLOCK_K, {K}, BLOCK_K * SPLIT_K):")
     w.indent += 1
@@ -506,7 +506,7 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
         view = op.attr("view")
         idx = [mi.get(d) or ni.get(d) or bi.get(d) or kidx.get(d) or "0" for d in range(len(k.full))]
         flat = []
-        for dims, src in ((plan.m, "rm[:, None]"), (plan.n, "rn[None, :]"), (plan.b, "pid_b"), (plan.k, ksrc)):
+        for dims, src in ((plan.m, "rm[:, None]"), (plan.n, "rn[None, :]"), (plan.batch, "pid_b"), (plan.k, ksrc)):
             stride = _flat_stride(view, dims, k.full)
             if stride is not None:  # the group is one strided run for this operand: no div/mod per element
                 for d in dims:
@@ -541,7 +541,7 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     for i, op in enumerate(k.ops):
         if op.space == "row" and i != red:
             e.emit(i, op)
-    if plan.split_ok and schedule.get("SPLIT_K", 1) > 1:
+    if split_ok(k) and schedule.get("SPLIT_K", 1) > 1:
         (i, _b), = k.outputs
         w(f"tl.atomic_add(out0 + {e.lin('row')}, v{i}, mask=rb)")
     else:

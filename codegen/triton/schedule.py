@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from ...ir.dtypes import DType
 from ..backend import Knob, Schedule
@@ -18,71 +17,16 @@ def npow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-@dataclass
-class ContractionPlan:
-    """Dims of the full space grouped by role; each group is flattened row-major."""
-
-    mul: int
-    red: int
-    m: list[int] = field(default_factory=list)
-    n: list[int] = field(default_factory=list)
-    k: list[int] = field(default_factory=list)
-    b: list[int] = field(default_factory=list)
-    full: tuple[int, ...] = ()
-    split_ok: bool = False
-    dtype: DType = DType.float32
-
-    def size(self, group: str) -> int:
-        return math.prod(self.full[d] for d in getattr(self, group))
-
-
-def _depends(view, d: int) -> bool:
-    return view.strides[d] != 0 or any(c[d] for c, _, _ in view.mask)
-
-
-def contraction_plan(k: Kernel) -> ContractionPlan | None:
-    """The matmul reading of a contraction kernel, or None when it must run as a plain reduction."""
-    reds = [i for i, o in enumerate(k.ops) if o.op in ("SumReduce", "MaxReduce")]
-    if len(reds) != 1 or k.ops[reds[0]].op != "SumReduce":
-        return None
-    red = reds[0]
-    mul = k.ops[red].args[0]
-    mop = k.ops[mul]
-    if mop.op != "Mul" or mop.space != "full" or not mop.dtype.is_float or len(mop.args) != 2:
-        return None
-    loads = [k.ops[a] for a in mop.args]
-    if any(o.op != "Load" or o.space != "full" or o.attr("view").shape != k.full for o in loads):
-        return None
-    full_ops = {i for i, o in enumerate(k.ops) if o.space == "full"}
-    if full_ops != {mul, *mop.args} or any(k.ops[i].space != "row" for i, _ in k.outputs):
-        return None
-    va, vb = (o.attr("view") for o in loads)
-    plan = ContractionPlan(mul, red, full=k.full, dtype=mop.dtype)
-    for d, s in enumerate(k.full):
-        if s == 1:
-            continue
-        da, db = _depends(va, d), _depends(vb, d)
-        if d in k.reduce_axes:
-            plan.k.append(d)
-        elif da and not db:
-            plan.m.append(d)
-        elif db and not da:
-            plan.n.append(d)
-        else:
-            plan.b.append(d)
-    # split-K partial sums are added atomically: only when the output is the plain float32 sum
+def split_ok(k: Kernel) -> bool:
+    """Split-K partial sums are added atomically: only when the output is the plain float32 sum."""
+    red = k.contraction.red
     epilogue = [o for i, o in enumerate(k.ops) if o.space == "row" and i != red]
-    plan.split_ok = (len(k.outputs) == 1 and k.outputs[0][1].dtype is DType.float32
-                     and all(o.op == "Contiguous" for o in epilogue))
-    return plan
-
-
-def is_contraction_plan(k: Kernel) -> bool:
-    return contraction_plan(k) is not None
+    return (len(k.outputs) == 1 and k.outputs[0][1].dtype is DType.float32
+            and all(o.op == "Contiguous" for o in epilogue))
 
 
 def _kind(k: Kernel) -> str:
-    if k.form == "contraction" and is_contraction_plan(k):
+    if k.contraction is not None:
         return "contraction"
     return "reduction" if k.reduce_axes else "elementwise"
 
@@ -100,12 +44,12 @@ def space(k: Kernel) -> list[Knob]:
     if kind == "reduction":
         return [Knob("BLOCK", (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)),
                 Knob("ROWS", (1, 2, 4, 8, 16, 32, 64)), warps]
-    plan = contraction_plan(k)
+    plan = k.contraction
     knobs = [Knob("BLOCK_M", (16, 32, 64, 128, 256)), Knob("BLOCK_N", (16, 32, 64, 128, 256)),
              Knob("BLOCK_K", (16, 32, 64, 128)), Knob("GROUP_M", (1, 4, 8, 16)),
              Knob("num_warps", (2, 4, 8)), Knob("num_stages", (1, 2, 3, 4, 5)),
-             Knob("SPLIT_K", (1, 2, 4, 8, 16) if plan.split_ok else (1,))]
-    if plan.dtype is DType.float32:
+             Knob("SPLIT_K", (1, 2, 4, 8, 16) if split_ok(k) else (1,))]
+    if k.ops[plan.mul].dtype is DType.float32:
         knobs.append(Knob("PRECISION", ("ieee", "tf32")))
     return knobs
 
@@ -120,7 +64,7 @@ def default(k: Kernel) -> Schedule:
         block = min(2048, max(16, npow2(rlen)))
         nrow = min(npow2(rows), max(1, 1024 // block))
         return {"BLOCK": block, "ROWS": nrow, "num_warps": max(1, min(8, block * nrow // 256))}
-    plan = contraction_plan(k)
+    plan = k.contraction
     return {"BLOCK_M": min(64, max(16, npow2(plan.size("m")))), "BLOCK_N": min(64, max(16, npow2(plan.size("n")))),
             "BLOCK_K": min(32, max(16, npow2(plan.size("k")))), "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
             "SPLIT_K": 1, "PRECISION": "ieee"}
@@ -130,7 +74,7 @@ def shared_memory(k: Kernel, s: Schedule) -> int:
     """Estimated shared memory of a contraction's pipelined operand tiles (0 for other kinds)."""
     if _kind(k) != "contraction":
         return 0
-    item = contraction_plan(k).dtype.itemsize
+    item = k.ops[k.contraction.mul].dtype.itemsize
     return (s["BLOCK_M"] * s["BLOCK_K"] + s["BLOCK_K"] * s["BLOCK_N"]) * item * max(1, s["num_stages"])
 
 
@@ -146,10 +90,10 @@ def valid(k: Kernel, s: Schedule, arch: int = 80) -> bool:
     if kind == "reduction":
         rows, rlen = _rows_rlen(k)
         return s["ROWS"] * s["BLOCK"] <= 16384 and s["ROWS"] <= npow2(rows)
-    plan = contraction_plan(k)
+    plan = k.contraction
     if s["BLOCK_M"] * s["BLOCK_N"] > 128 * 32 * s["num_warps"]:
         return False
-    if s["SPLIT_K"] > 1 and (not plan.split_ok or plan.size("k") < s["BLOCK_K"] * s["SPLIT_K"]):
+    if s["SPLIT_K"] > 1 and (not split_ok(k) or plan.size("k") < s["BLOCK_K"] * s["SPLIT_K"]):
         return False
     return shared_memory(k, s) <= SMEM_LIMIT.get(arch, SMEM_LIMIT[80])
 
@@ -161,9 +105,9 @@ def grid(k: Kernel, s: Schedule) -> tuple[int, int, int]:
     if kind == "reduction":
         rows, _ = _rows_rlen(k)
         return (-(-rows // s["ROWS"]), 1, 1)
-    plan = contraction_plan(k)
+    plan = k.contraction
     tiles = -(-plan.size("m") // s["BLOCK_M"]) * -(-plan.size("n") // s["BLOCK_N"])
-    return (tiles * plan.size("b"), 1, s.get("SPLIT_K", 1))
+    return (tiles * plan.size("batch"), 1, s.get("SPLIT_K", 1))
 
 
 def needs_zeroed_output(k: Kernel, s: Schedule) -> bool:
