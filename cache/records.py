@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -27,12 +26,6 @@ def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-def percentile(ordered: list[int], q: float) -> int:
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
-
-
 @dataclass(frozen=True)
 class SampleStats:
     median_ns: int | None
@@ -45,13 +38,15 @@ class SampleStats:
     def of(cls, samples_ns: list[int] | None) -> SampleStats:
         if not samples_ns:
             return cls(None, None, None, 0, None)
-        ordered = sorted(int(s) for s in samples_ns)
-        if ordered[0] < 0:
+        import numpy as np  # here, not at import: `luminal cache ...` never records trials
+
+        a = np.asarray(samples_ns).astype(np.int64)
+        if a.min() < 0:
             raise ValueError("timing samples must be non-negative nanoseconds")
-        mean = sum(ordered) / len(ordered)
-        std = math.sqrt(sum((s - mean) ** 2 for s in ordered) / len(ordered))
-        summary = {"min": ordered[0], "max": ordered[-1], "mean": round(mean, 1), "std": round(std, 1)}
-        return cls(percentile(ordered, 0.5), percentile(ordered, 0.1), percentile(ordered, 0.9), len(ordered), summary)
+        p10, median, p90 = (round(float(p)) for p in np.percentile(a, [10, 50, 90]))
+        summary = {"min": int(a.min()), "max": int(a.max()), "mean": round(float(a.mean()), 1),
+                   "std": round(float(a.std()), 1)}
+        return cls(median, p10, p90, int(a.size), summary)
 
 
 @dataclass(frozen=True)
