@@ -9,22 +9,15 @@ them by default) as far as kernel forms allow without creating a cycle.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 
-from ..ir.graph import Graph, Node, Op
-from ..ir.view import View
+from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
+from ..ir.view import View, contiguous_strides
 from .kernel import Buffer, Kernel, KOp, reads_dim
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
-
-
-def _is_leaf(n: Node) -> bool:
-    return n.op in (Op.Input, Op.Iota) or n.op is Op.Constant
-
-
-def _inline_leaf(n: Node) -> bool:
-    return n.op is Op.Iota or n.is_scalar_const
 
 
 def _same_order(v: View, producer: Node) -> bool:
@@ -37,11 +30,9 @@ def _row_broadcast(v: View, producer: Node) -> bool:
         return False
     # drop the broadcast dims: what remains must be the producer's contiguous order
     kept = [(s, st) for s, st in zip(v.shape, v.strides) if st != 0 and s != 1]
-    expect, acc = [], 1
-    for s in reversed([s for s, _ in kept]):
-        expect.append(acc)
-        acc *= s
-    return acc == producer.numel and [st for _, st in kept] == list(reversed(expect)) and v.numel > producer.numel
+    shape = tuple(s for s, _ in kept)
+    return (math.prod(shape) == producer.numel < v.numel
+            and tuple(st for _, st in kept) == contiguous_strides(shape))
 
 
 def fusible_edges(graph: Graph) -> list[Edge]:
@@ -49,10 +40,10 @@ def fusible_edges(graph: Graph) -> list[Edge]:
     pos = {n.id: i for i, n in enumerate(order)}
     edges = []
     for n in order:
-        if _is_leaf(n):
+        if n.op in SOURCES:
             continue
         for slot, (s, v) in enumerate(n.srcs):
-            if _is_leaf(s):
+            if s.op in SOURCES:
                 continue
             if n.op is Op.Gather and slot == 0:
                 continue
@@ -68,6 +59,7 @@ class _Group:
     full: tuple[int, ...] | None = None
     reduce_axes: tuple[int, ...] | None = None
     deps: set[int] = field(default_factory=set)  # transitive group ids this group reads from
+    contraction: bool = False  # holds a SumReduce over a Mul of two loaded operands (a matmul)
 
     @property
     def full_numel(self) -> int:
@@ -78,11 +70,6 @@ class _Group:
         if self.reduce_axes is None:
             return self.full_numel
         return math.prod(1 if k in self.reduce_axes else s for k, s in enumerate(self.full))
-
-    @property
-    def is_contraction(self) -> bool:
-        members = {n.id for n in self.nodes}
-        return any(n.op is Op.SumReduce and _is_contraction_mul(n, members) for n in self.nodes)
 
 
 def _is_contraction_mul(red: Node, members: set[int]) -> bool:
@@ -97,13 +84,11 @@ def _is_contraction_mul(red: Node, members: set[int]) -> bool:
 def _accepts(g: _Group, n: Node, via: tuple[Node, View]) -> bool:
     """Can node n join group g, reading the group's node ``via`` (fusible view)?"""
     p, v = via
-    if g.is_contraction:
+    if g.contraction:
         # contraction kernels take only an elementwise epilogue over the row space
         return n.op not in (Op.SumReduce, Op.MaxReduce, Op.Gather) and n.numel == g.row_numel and _same_order(v, p)
-    if n.op in (Op.SumReduce, Op.MaxReduce):
+    if n.op in REDUCE:
         src_shape = n.srcs[0][1].shape
-        if n.numel * 1 == math.prod(src_shape):
-            return False
         if g.reduce_axes is None:
             return math.prod(src_shape) == g.full_numel and _same_order(v, p) and n.srcs[0][0] is p
         return src_shape == g.full and tuple(n.attrs["axes"]) == g.reduce_axes and _same_order(v, p)
@@ -120,16 +105,17 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
     group_of: dict[int, _Group] = {}
     groups: list[_Group] = []
 
-    def deps_of(n: Node) -> set[int]:
+    def deps_of(n: Node, besides: _Group | None = None) -> set[int]:
+        """The groups n reads from, transitively (leaving out ``besides``)."""
         d: set[int] = set()
         for s, _ in n.srcs:
-            if s.id in group_of:
-                h = group_of[s.id]
+            h = group_of.get(s.id)
+            if h is not None and h is not besides:
                 d |= {h.id} | h.deps
         return d
 
     for n in order:
-        if _is_leaf(n):
+        if n.op in SOURCES:
             continue
         target = None
         for slot, (s, _v) in enumerate(n.srcs):
@@ -140,26 +126,18 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
             if not all((pos[s2.id], pos[n.id], k) in allowed and _accepts(g, n, (s2, v2)) for k, s2, v2 in inside):
                 continue
             # joining g must not make g depend on itself through another source's group
-            other = set()
-            for s2, _ in n.srcs:
-                if s2.id in group_of and group_of[s2.id] is not g:
-                    h = group_of[s2.id]
-                    other |= {h.id} | h.deps
-            if g.id in other:
+            if g.id in deps_of(n, besides=g):
                 continue
             target = g
             break
         if target is None:
-            target = _Group(len(groups))
+            target = _Group(len(groups), full=n.shape)
             groups.append(target)
-            if n.op in (Op.SumReduce, Op.MaxReduce):
-                target.full = n.srcs[0][1].shape
-                target.reduce_axes = tuple(n.attrs["axes"])
-            else:
-                target.full = n.shape
-        elif n.op in (Op.SumReduce, Op.MaxReduce) and target.reduce_axes is None:
+        if n.op in REDUCE and target.reduce_axes is None:
             target.full = n.srcs[0][1].shape
             target.reduce_axes = tuple(n.attrs["axes"])
+        if n.op is Op.SumReduce and _is_contraction_mul(n, {m.id for m in target.nodes}):
+            target.contraction = True
         target.deps |= deps_of(n) - {target.id}
         target.nodes.append(n)
         group_of[n.id] = target
@@ -172,8 +150,6 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
 
 def graph_signature(graph: Graph) -> str:
     """Identifies a graph by the canonical text of its default kernels (no names, no weights)."""
-    import hashlib
-
     text = "\n".join(k.canonical() for k in partition(graph))
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -205,11 +181,11 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
     ops: list[KOp] = []
     index: dict[int, int] = {}
     inputs: list[Buffer] = []
-    input_nodes: list[int] = []
+    input_nodes: dict[int, int] = {}  # graph node id -> buffer position
     leaf_cache: dict[tuple, int] = {}
 
     def space_of(n: Node) -> str:
-        if n.op in (Op.SumReduce, Op.MaxReduce):
+        if n.op in REDUCE:
             return "row"
         if axes and n.numel == row_n and n.numel != full_n:
             return "row"
@@ -226,17 +202,13 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
 
     def buf(s: Node) -> int:
         if s.id not in input_nodes:
-            input_nodes.append(s.id)
+            input_nodes[s.id] = len(inputs)
             inputs.append(Buffer(s.shape, s.dtype))
-        return input_nodes.index(s.id)
+        return input_nodes[s.id]
 
     def operand(s: Node, v: View, space: str) -> int:
         shape = full if space == "full" else row
-        if s.id in members:
-            if _same_order(v, s) and space_of(s) == space:
-                return index[s.id]
-            # a row value broadcast over the full space
-            assert space == "full" and space_of(s) == "row"
+        if s.id in members:  # the same element, or a row value broadcast over the full space
             return index[s.id]
         if s.is_scalar_const and not v.mask:
             return add(KOp("Const", (), s.dtype, space, (("value", s.attrs["value"].item()),)))
@@ -247,7 +219,7 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
 
     for n in g.nodes:
         sp = space_of(n)
-        if n.op in (Op.SumReduce, Op.MaxReduce):
+        if n.op in REDUCE:
             s, v = n.srcs[0]
             a = operand(s, v, "full")
             index[n.id] = add(KOp(n.op.value, (a,), n.dtype, "row", (("axes", axes),)))
@@ -267,7 +239,7 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
         if n.id in outputs or any(u.id not in members for u in users.get(n.id, [])):
             outs.append((index[n.id], Buffer(n.shape, n.dtype)))
             out_nodes.append(n.id)
-    kernel = Kernel("", full, axes, inputs, ops, outs, input_nodes, out_nodes)
+    kernel = Kernel("", full, axes, inputs, ops, outs, list(input_nodes), out_nodes)
     # the form says how backends emit it: a contraction is one they can read as a GEMM
     kernel.form = ("contraction" if kernel.contraction is not None else "reduction" if axes
                    else "gather" if any(o.op == "Gather" for o in ops) else "elementwise")
