@@ -78,7 +78,6 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
     dilations = list(ctx.attr("dilations") or [1] * nd)
     out_pad = list(ctx.attr("output_padding") or [0] * nd)
     auto = ctx.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
     out_shape = ctx.attr("output_shape")
     raw = list(ctx.attr("pads") or [0] * (2 * nd))
     pads = []
@@ -243,7 +242,6 @@ def average_pool_op(ctx: OpContext) -> Tensor:
     include = bool(ctx.attr("count_include_pad", 0))
     raw = ctx.attr("pads") or [0] * (2 * nd)
     auto = ctx.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
     count = np.ones((1,) * nd, dtype=np.float64)
     for d in range(nd):
         n = x.shape[2 + d]

@@ -116,11 +116,6 @@ def trilu_op(ctx: OpContext) -> Tensor:
     return mask.where(x, Tensor.full(x.shape, 0, x.dtype))
 
 
-def _mode(ctx: OpContext) -> str:
-    mode = ctx.attr("mode", "constant")
-    return mode.decode() if isinstance(mode, bytes) else mode
-
-
 @op("Pad")
 def pad_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
@@ -142,7 +137,7 @@ def pad_op(ctx: OpContext) -> Tensor:
     per = [(0, 0)] * r
     for j, a in enumerate(axes):
         per[a] = (pads[j], pads[j + len(axes)])
-    mode = _mode(ctx)
+    mode = ctx.attr("mode", "constant")
     if mode == "constant":
         if not x.dtype.is_float:
             value = int(value)
@@ -175,7 +170,6 @@ def depth_to_space_op(ctx: OpContext) -> Tensor:
     if c % (b * b):
         raise fail(ctx, f"channels {c} not divisible by blocksize^2")
     mode = ctx.attr("mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode == "DCR":
         t = x.reshape((n, b, b, c // (b * b), h, w)).permute([0, 3, 4, 1, 5, 2])
     else:
@@ -191,7 +185,6 @@ def space_to_depth_op(ctx: OpContext) -> Tensor:
     if h % b or w % b:
         raise fail(ctx, "spatial dims not divisible by blocksize")
     mode = ctx.attr("mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     order = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
     t = x.reshape((n, c, h // b, b, w // b, b)).permute(order)
     return t.reshape((n, c * b * b, h // b, w // b))
@@ -250,7 +243,6 @@ def _scatter(ctx: OpContext, data: Tensor, onehot: Tensor, upd: Tensor, hit_axes
     """Combine ``data`` with updates routed by ``onehot`` (bool, broadcast against ``upd``), summed over
     ``hit_axes``; the result has ``data``'s shape."""
     reduction = ctx.attr("reduction", "none")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
     full = onehot.shape
     hits = onehot.cast(DType.int64).sum(hit_axes)
     hit = hits.gt(0)

@@ -111,8 +111,7 @@ def _align(t: Tensor, labels: list[str], order: list[str], sizes: dict[str, int]
 @op("Einsum")
 def einsum_op(ctx: OpContext) -> Tensor:
     ts = [need(ctx, k) for k in range(len(ctx.node.input))]
-    eq = ctx.attr("equation")
-    eq = eq.decode() if isinstance(eq, bytes) else str(eq)
+    eq = str(ctx.attr("equation"))
     ops, out = _parse(ctx, eq, [t.ndim for t in ts])
     sizes: dict[str, int] = {}
     work = []

@@ -137,7 +137,6 @@ def hardmax_op(ctx: OpContext) -> Tensor:
 def gelu_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
     approx = ctx.attr("approximate", "none")
-    approx = approx.decode() if isinstance(approx, bytes) else approx
     if approx == "tanh":
         inner = x.add(x.mul(x).mul(x).mul(0.044715)).mul(math.sqrt(2 / math.pi))
         return x.mul(0.5).mul(inner.tanh().add(1))
@@ -227,7 +226,6 @@ def _nll(ctx: OpContext, logp: Tensor, target: Tensor, weight: Tensor | None) ->
     if logp.ndim < 2 or target.shape != (logp.shape[0],) + logp.shape[2:]:
         raise fail(ctx, "target must have the input's shape without the class dim")
     reduction = ctx.attr("reduction", "mean")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
     if reduction not in ("none", "sum", "mean"):
         raise fail(ctx, f"unknown reduction {reduction!r}")
     t = target if target.dtype in (DType.int64, DType.int32) else target.cast(DType.int64)

@@ -14,11 +14,6 @@ from .registry import OpContext, op
 F32 = np.float32
 
 
-def _str(ctx: OpContext, name: str, default: str) -> str:
-    v = ctx.attr(name, default)
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _source_coords(ctm: str, n_in: int, n_out: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
     """Output index -> fractional input coordinate, in float32 as the reference kernels compute it
     (align_corners in float64)."""
@@ -170,11 +165,11 @@ def _apply(x: Tensor, axis: int, taps, outside, extrapolation: float) -> Tensor:
 def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tensor:
     r = x.ndim
     axes = [a % r for a in (ctx.attr("axes") or range(r))]
-    mode = _str(ctx, "mode", "nearest")
+    mode = ctx.attr("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
         raise fail(ctx, f"unknown mode {mode!r}")
-    ctm = "asymmetric" if legacy else _str(ctx, "coordinate_transformation_mode", "half_pixel")
-    nearest = "simple" if legacy else _str(ctx, "nearest_mode", "round_prefer_floor")
+    ctm = "asymmetric" if legacy else ctx.attr("coordinate_transformation_mode", "half_pixel")
+    nearest = "simple" if legacy else ctx.attr("nearest_mode", "round_prefer_floor")
     known = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
              "tf_half_pixel_for_nn", "tf_crop_and_resize")
     if ctm not in known:
@@ -185,7 +180,7 @@ def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tenso
     if sizes is not None:
         if len(sizes) != len(axes):
             raise fail(ctx, "sizes must have one value per axis")
-        policy = _str(ctx, "keep_aspect_ratio_policy", "stretch")
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
         sizes = [int(v) for v in sizes]
         if policy == "stretch":
             outs = sizes
@@ -289,8 +284,9 @@ def grid_sample_op(ctx: OpContext) -> Tensor:
     r = x.ndim - 2
     if r < 1 or grid.ndim != x.ndim or grid.shape[-1] != r or grid.shape[0] != x.shape[0]:
         raise fail(ctx, "grid must be (N, *out_spatial, spatial_rank) for X (N, C, *spatial)")
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(_str(ctx, "mode", "linear"), _str(ctx, "mode", "linear"))
-    padding = _str(ctx, "padding_mode", "zeros")
+    mode = ctx.attr("mode", "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding = ctx.attr("padding_mode", "zeros")
     if mode not in ("linear", "nearest", "cubic") or padding not in ("zeros", "border", "reflection"):
         raise fail(ctx, f"unsupported mode {mode!r} / padding_mode {padding!r}")
     align = bool(ctx.attr("align_corners", 0))

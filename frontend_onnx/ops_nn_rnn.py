@@ -20,7 +20,7 @@ _TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
 
 def activations(ctx: OpContext, defaults: list[str], dirs: int):
     """Per direction, a list of callables built from activations / activation_alpha / activation_beta."""
-    names = [n.decode() if isinstance(n, bytes) else n for n in (ctx.attr("activations") or [])]
+    names = list(ctx.attr("activations") or [])
     if not names:
         names = defaults * dirs
     if len(names) == len(defaults):
@@ -71,7 +71,6 @@ def _setup(ctx: OpContext, gates: int) -> _Rnn:
         x = x.permute([1, 0, 2])
     seq, batch, _ = x.shape
     direction = ctx.attr("direction", "forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
     if direction not in ("forward", "reverse", "bidirectional"):
         raise fail(ctx, f"unknown direction {direction!r}")
     dirs = 2 if direction == "bidirectional" else 1

@@ -48,7 +48,6 @@ def spatial_pads(ctx: OpContext, in_sizes: Sequence[int], kernel: Sequence[int],
     """
     nd = len(in_sizes)
     auto = ctx.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
     pads: list[tuple[int, int]] = []
     outs: list[int] = []
     raw = ctx.attr("pads") or [0] * (2 * nd)
@@ -157,8 +156,7 @@ def _repeats(idx: np.ndarray) -> tuple[int, int, int] | None:
 
 def apply_activation(ctx: OpContext, name: str, x: Tensor, alpha: float | None, beta: float | None) -> Tensor:
     """The activation functions RNN ops accept by name."""
-    key = name.decode() if isinstance(name, bytes) else name
-    key = key.lower()
+    key = name.lower()
     if key == "sigmoid":
         return x.sigmoid()
     if key == "tanh":
