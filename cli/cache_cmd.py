@@ -143,9 +143,17 @@ def _stats(cache: str | None, as_json: bool) -> None:
 
 
 def _current_toolchains() -> list[str]:
-    from ..cache import toolchain_fingerprint
+    """The toolchain keys this machine's backends store and look up winners under."""
+    from ..cache import backend_fingerprints
+    from ..codegen.backend import get_backend
 
-    return [toolchain_fingerprint(b).key for b in ("cpu", "cuda", "interpret", "reference")]
+    keys = []
+    for name in ("cpu", "cuda", "interpret"):
+        try:
+            keys.append(backend_fingerprints(get_backend(name))[1].key)
+        except LuminalError:  # the backend cannot run here
+            continue
+    return keys
 
 
 def register(app: typer.Typer) -> None:

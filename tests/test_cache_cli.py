@@ -11,8 +11,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from luminal.cache import Fingerprint, TuningCache, toolchain_fingerprint
+from luminal.cache import Fingerprint, TuningCache, backend_fingerprints
 from luminal.cli import cache_cmd
+from luminal.codegen.backend import get_backend
 
 DEV = Fingerprint.of("cpu", {"model": "cli cpu"})
 TC = Fingerprint.of("tc", {"codegen": "1", "cc": "cli cc"})
@@ -107,7 +108,7 @@ def test_prune(db: str):
 
 def test_prune_keeps_this_machines_toolchain(tmp_path: Path):
     path = tmp_path / "c.db"
-    mine = toolchain_fingerprint("cpu")
+    mine = backend_fingerprints(get_backend("cpu"))[1]  # the key tune and compile use
     with TuningCache(path) as c:
         c.record_trial("k", DEV, mine, {}, "ok", [1])
         c.record_trial("k", DEV, TC, {}, "ok", [1])
