@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
+from cli_util import invoke
 
 from luminal.cache import Fingerprint, TuningCache, backend_fingerprints
 from luminal.cli import cache_cmd
@@ -19,19 +18,8 @@ DEV = Fingerprint.of("cpu", {"model": "cli cpu"})
 TC = Fingerprint.of("tc", {"codegen": "1", "cc": "cli cc"})
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """test root"""
-
-    cache_cmd.register(app)
-    return app
-
-
 def run(*args: str, code: int = 0):
-    result = CliRunner().invoke(_app(), ["cache", *args])
+    result = invoke(cache_cmd, args=["cache", *args])
     assert result.exit_code == code, result.output
     return result
 

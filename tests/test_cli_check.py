@@ -11,28 +11,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import typer
+from cli_util import invoke
 from onnx import TensorProto, helper, numpy_helper
-from typer.testing import CliRunner
 
 from luminal.cli import check_cmd, inspect_cmd, modelcheck
 from luminal.errors import LuminalError
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        pass
-
-    check_cmd.register(app)
-    inspect_cmd.register(app)
-    return app
-
-
 def _invoke(*args: str):
-    return CliRunner().invoke(_app(), list(args))
+    return invoke(check_cmd, inspect_cmd, args=list(args))
 
 
 @pytest.fixture(scope="module")

@@ -7,27 +7,15 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-import typer
-from typer.testing import CliRunner
+from cli_util import invoke
 
 from luminal.cache import TuningCache
 from luminal.cache.fingerprint import cuda_info, detect_c_compiler
 from luminal.cli import doctor_cmd
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """test root"""
-
-    doctor_cmd.register(app)
-    return app
-
-
 def doctor(*args: str):
-    return CliRunner().invoke(_app(), ["doctor", *args])
+    return invoke(doctor_cmd, args=["doctor", *args])
 
 
 def test_json_report(tmp_path: Path):
