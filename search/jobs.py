@@ -19,6 +19,7 @@ from ..codegen.kernel_eval import run_kernel
 from ..codegen.partition import Edge
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
+from .stats import Summary
 from .timing import TimingPlan, interleaved, make_timer
 from .verify import mismatch, random_inputs
 
@@ -26,10 +27,24 @@ STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result")
 
 
 @dataclass
-class Outcome:
+class Measurement:
+    """One candidate's result: its status, its timing samples (ok only) and why it failed."""
+
     status: str
     samples_ns: list[int] = field(default_factory=list)
     message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and bool(self.samples_ns)
+
+    @property
+    def summary(self) -> Summary | None:
+        return Summary.of(self.samples_ns) if self.samples_ns else None
+
+    @property
+    def median_ns(self) -> float:
+        return Summary.of(self.samples_ns).median_ns if self.samples_ns else float("inf")
 
 
 @dataclass
@@ -59,7 +74,7 @@ class ModelJob:
 
 @dataclass
 class Reply:
-    outcomes: list[Outcome]
+    outcomes: list[Measurement]
     poisoned: bool = False  # the device context is unusable: replace the worker
 
 
@@ -117,13 +132,13 @@ class JobRunner:
             self.compiled[key] = self.backend.compile([(kernel, schedule)])[0]
         return self.compiled[key]
 
-    def _compile_only(self, job: CompileJob) -> Outcome:
+    def _compile_only(self, job: CompileJob) -> Measurement:
         t0 = time.perf_counter_ns()
         try:
             self.backend.compile([(job.kernel, job.schedule)])
         except Exception as e:
-            return Outcome("compile_error", message=_one_line(e))
-        return Outcome("ok", [time.perf_counter_ns() - t0])
+            return Measurement("compile_error", message=_one_line(e))
+        return Measurement("ok", [time.perf_counter_ns() - t0])
 
     def _prepare(self, kernel: Kernel, seed: int) -> tuple[list[Any], list[np.ndarray]]:
         sig = kernel.signature
@@ -139,13 +154,13 @@ class JobRunner:
         k = job.kernel
         inputs, expected = self._prepare(k, job.seed)
         reduce_len = int(np.prod([k.full[a] for a in k.reduce_axes])) if k.reduce_axes else 1
-        outcomes: list[Outcome] = []
+        outcomes: list[Measurement] = []
         runs = []
         for sched in job.schedules:
             try:
                 fn = self._compile(k, sched)
             except Exception as e:
-                outcomes.append(Outcome("compile_error", message=_one_line(e)))
+                outcomes.append(Measurement("compile_error", message=_one_line(e)))
                 continue
             outs = [self.backend.from_numpy(_sentinel(b.shape, b.dtype)) for _, b in k.outputs]
             try:
@@ -153,29 +168,29 @@ class JobRunner:
                 self.backend.synchronize()
                 got = [self.backend.to_numpy(o) for o in outs]
             except Exception as e:
-                outcomes.append(Outcome("crash", message=_one_line(e)))
+                outcomes.append(Measurement("crash", message=_one_line(e)))
                 if self.device:
-                    return Reply(outcomes + [Outcome("crash", message="device context lost")] *
+                    return Reply(outcomes + [Measurement("crash", message="device context lost")] *
                                  (len(job.schedules) - len(outcomes)), poisoned=True)
                 continue
             bad = next((m for (_, b), g, e in zip(k.outputs, got, expected)
                         if (m := mismatch(g, e, b.dtype, reduce_len))), None)
             if bad:
-                outcomes.append(Outcome("wrong_result", message=bad))
+                outcomes.append(Measurement("wrong_result", message=bad))
                 continue
-            outcomes.append(Outcome("ok"))
+            outcomes.append(Measurement("ok"))
             args = inputs + outs
             runs.append((len(outcomes) - 1, lambda fn=fn, args=args: fn(args)))
         return self._time(outcomes, runs, job.plan)
 
-    def _time(self, outcomes: list[Outcome], runs: list, plan: TimingPlan) -> Reply:
+    def _time(self, outcomes: list[Measurement], runs: list, plan: TimingPlan) -> Reply:
         if not runs:
             return Reply(outcomes)
         try:
             samples = interleaved(self.timer, [r for _, r in runs], plan, self.backend.synchronize)
         except Exception as e:
             for i, _ in runs:
-                outcomes[i] = Outcome("crash", message=_one_line(e))
+                outcomes[i] = Measurement("crash", message=_one_line(e))
             return Reply(outcomes, poisoned=self.device)
         for (i, _), s in zip(runs, samples):
             outcomes[i].samples_ns = s
@@ -193,26 +208,26 @@ class JobRunner:
             expected = run(g, dict(zip(g.input_names, feeds)))
             self.model_ref = (job.seed, feeds, [np.asarray(e) for e in expected])
         _, feeds, expected = self.model_ref
-        outcomes: list[Outcome] = []
+        outcomes: list[Measurement] = []
         runs = []
         for decisions, schedules in job.variants:
             try:
                 runner = ModelRunner(g, self.backend, decisions, schedules, self._compile)
                 runner.feed(feeds)
             except Exception as e:
-                outcomes.append(Outcome("compile_error", message=_one_line(e)))
+                outcomes.append(Measurement("compile_error", message=_one_line(e)))
                 continue
             try:
                 runner()
                 self.backend.synchronize()
                 got = runner.outputs()
             except Exception as e:
-                outcomes.append(Outcome("crash", message=_one_line(e)))
+                outcomes.append(Measurement("crash", message=_one_line(e)))
                 if self.device:
                     return Reply(outcomes, poisoned=True)
                 continue
             bad = next((m for n, a, e in zip(g.outputs, got, expected) if (m := mismatch(a, e, n.dtype, 64))), None)
-            outcomes.append(Outcome("wrong_result", message=bad) if bad else Outcome("ok"))
+            outcomes.append(Measurement("wrong_result", message=bad) if bad else Measurement("ok"))
             if not bad:
                 runs.append((len(outcomes) - 1, runner))
         return self._time(outcomes, runs, job.plan)

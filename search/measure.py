@@ -8,41 +8,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge
 from ..ir.graph import Graph
-from .jobs import CompileJob, KernelJob, ModelJob, Outcome
-from .stats import Summary
+from .jobs import CompileJob, KernelJob, Measurement, ModelJob
 from .timing import TimingPlan
 from .worker import Cancelled, Worker, WorkerContext, WorkerLost, start_method
 
 PAIRED_MIN_REPS = 15
-
-
-@dataclass
-class Measurement:
-    status: str
-    samples_ns: list[int] = field(default_factory=list)
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok" and bool(self.samples_ns)
-
-    @property
-    def summary(self) -> Summary | None:
-        return Summary.of(self.samples_ns) if self.samples_ns else None
-
-    @property
-    def median_ns(self) -> float:
-        return Summary.of(self.samples_ns).median_ns if self.samples_ns else float("inf")
-
-    @classmethod
-    def of(cls, o: Outcome) -> Measurement:
-        return cls(o.status, list(o.samples_ns), o.message)
 
 
 class Measurer:
@@ -65,11 +41,11 @@ class Measurer:
         self.pool = [Worker(WorkerContext(backend, None, threads), method) for _ in range(max(0, workers))]
 
     # -- compile pool -------------------------------------------------------
-    def compile_many(self, kernel: Kernel, schedules: list[dict[str, Any]]) -> list[Outcome | None]:
+    def compile_many(self, kernel: Kernel, schedules: list[dict[str, Any]]) -> list[Measurement | None]:
         """Compile candidates in parallel (fills the backend's build cache); None where no pool exists."""
         if not self.pool or len(schedules) < 2:
             return [None] * len(schedules)
-        results: list[Outcome | None] = [None] * len(schedules)
+        results: list[Measurement | None] = [None] * len(schedules)
         todo = list(enumerate(schedules))
         busy: dict[int, tuple[int, float]] = {}  # pool slot -> (candidate, deadline)
         while todo or busy:
@@ -83,7 +59,7 @@ class Measurer:
                 try:
                     reply = self.pool[w].try_recv(0.01)
                 except WorkerLost as e:
-                    results[i] = Outcome("compile_error", message=f"compiler {e}")
+                    results[i] = Measurement("compile_error", message=f"compiler {e}")
                     del busy[w]
                     continue
                 if reply is not None:
@@ -91,7 +67,7 @@ class Measurer:
                     del busy[w]
                 elif time.monotonic() > deadline:
                     self.pool[w].kill()
-                    results[i] = Outcome("timeout", message="compile timed out")
+                    results[i] = Measurement("timeout", message="compile timed out")
                     del busy[w]
                 elif self.stop is not None and self.stop():
                     for w2 in busy:
@@ -112,7 +88,7 @@ class Measurer:
             return [Measurement(e.status, message=str(e)) for _ in range(n)]
         if reply.poisoned:
             self.timer.kill()
-        return [Measurement.of(o) for o in reply.outcomes]
+        return reply.outcomes
 
     def _paired(self, n: int) -> TimingPlan:
         """Paired comparisons need enough rounds for the sign test to speak."""
@@ -134,7 +110,7 @@ class Measurer:
         out = []
         for s, c in zip(schedules, compiled):
             if c is not None and c.status != "ok":
-                out.append(Measurement.of(c))
+                out.append(c)
             elif self._late(deadline):
                 out.append(Measurement("skipped"))
             else:
