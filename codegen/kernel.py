@@ -93,8 +93,9 @@ class Kernel:
         lines += [f"out %{i} -> {b.dtype.value}{list(b.shape)}" for i, b in self.outputs]
         return "\n".join(lines)
 
-    @property
+    @functools.cached_property
     def signature(self) -> str:
+        """Hash of the canonical text; kernels are not changed once built, so it is computed once."""
         return hashlib.sha256(self.canonical().encode()).hexdigest()[:20]
 
     @property
