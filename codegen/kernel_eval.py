@@ -25,10 +25,7 @@ def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
             vals.append(np.full(shape, op.attr("value"), op.dtype.np))
             continue
         if op.op == "Iota":
-            base = op.attr("shape")
-            ax = op.attr("axis")
-            iota = np.broadcast_to(np.arange(base[ax]).reshape([-1 if k == ax else 1 for k in range(len(base))]),
-                                   base).astype(op.dtype.np)
+            iota = eval_node(Node(Op.Iota, (), op.attr("shape"), op.dtype, {"axis": op.attr("axis")}), [])
             vals.append(_through(op.attr("view"), np.ascontiguousarray(iota), shape))
             continue
         args = [np.broadcast_to(vals[a], shape) if op.space == "full" else vals[a] for a in op.args]
