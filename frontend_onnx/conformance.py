@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .importer import all_graphs
 from .ops_nn_util import RandomOpError
 
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
@@ -158,19 +159,8 @@ def select(cases: Iterable[Case], filter: str | None = None, names: Iterable[str
 
 # ---------------------------------------------------------------- classification
 
-def _graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
-    yield graph
-    for n in graph.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _graphs(g)
-
-
 def op_types(model: onnx.ModelProto) -> list[str]:
-    ops = {n.op_type for g in _graphs(model.graph) for n in g.node}
+    ops = {n.op_type for g in all_graphs(model.graph) for n in g.node}
     return sorted(ops)
 
 
@@ -197,7 +187,7 @@ def _unsupported_ops(model: onnx.ModelProto) -> list[str]:
     from . import registry
 
     missing = {n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-               for g in _graphs(model.graph) for n in g.node if registry.lookup(n.domain, n.op_type) is None}
+               for g in all_graphs(model.graph) for n in g.node if registry.lookup(n.domain, n.op_type) is None}
     return sorted(missing)
 
 
@@ -211,7 +201,7 @@ def unsupported_reason(model: onnx.ModelProto) -> str | None:
     except Exception:
         inferred = model
     problems: set[str] = set()
-    for g in _graphs(inferred.graph):
+    for g in all_graphs(inferred.graph):
         for vi in [*g.input, *g.output, *g.value_info]:
             p = _type_problem(vi.type)
             if p:
@@ -322,7 +312,7 @@ def _inputs_to_bake(model: onnx.ModelProto, message: str) -> set[str]:
     if not m:
         return set()
     label, idx = m["node"], int(m["idx"])
-    all_nodes = [n for g in _graphs(model.graph) for n in g.node]
+    all_nodes = [n for g in all_graphs(model.graph) for n in g.node]
     nodes = [n for n in all_nodes if n.name == label] or [n for n in all_nodes if not n.name and n.op_type == label]
     producer = {o: n for n in all_nodes for o in n.output}
     graph_inputs = {i.name for i in model.graph.input}
@@ -345,7 +335,7 @@ def _inputs_to_bake(model: onnx.ModelProto, message: str) -> set[str]:
     return found
 
 
-def _bake(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+def bake(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
     """A copy of ``model`` where the graph inputs in ``values`` are initializers."""
     baked = onnx.ModelProto()
     baked.CopyFrom(model)
@@ -373,7 +363,7 @@ def _import(model: onnx.ModelProto, feeds: dict[str, np.ndarray], baked: list[st
 
     fixed: dict[str, np.ndarray] = {}
     while True:
-        m = _bake(model, fixed) if fixed else model
+        m = bake(model, fixed) if fixed else model
         live = {k: v for k, v in feeds.items() if k not in fixed}
         try:
             return load(m, {k: tuple(v.shape) for k, v in live.items()}), live

@@ -193,19 +193,20 @@ def _onnx_load(path: Path) -> onnx.ModelProto:
         raise LuminalError(f"{path} is not a valid ONNX model (truncated or not ONNX): {first[:200]}") from None
 
 
-def _graphs(g: onnx.GraphProto):
+def all_graphs(g: onnx.GraphProto):
+    """``g`` and every subgraph nested in its nodes' attributes, at any depth."""
     yield g
     for n in g.node:
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
+                yield from all_graphs(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for sub in a.graphs:
-                    yield from _graphs(sub)
+                    yield from all_graphs(sub)
 
 
 def _external_tensors(model: onnx.ModelProto):
-    for g in _graphs(model.graph):
+    for g in all_graphs(model.graph):
         for t in g.initializer:
             if t.data_location == TensorProto.EXTERNAL:
                 yield t
@@ -323,13 +324,13 @@ def check_supported(model: str | Path | onnx.ModelProto) -> None:
     _register_ops()
     opsets = _opsets(model)
     local = {(f.domain, f.name) for f in model.functions}
-    bodies = [n for g in _graphs(model.graph) for n in g.node]
+    bodies = [n for g in all_graphs(model.graph) for n in g.node]
     for f in model.functions:
         for n in f.node:
             bodies.append(n)
             for a in n.attribute:
                 subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-                bodies.extend(m for sub in subs for g in _graphs(sub) for m in g.node)
+                bodies.extend(m for sub in subs for g in all_graphs(sub) for m in g.node)
     missing: dict[tuple[str, str], list[str]] = {}
     for i, n in enumerate(bodies):
         if registry.lookup(n.domain, n.op_type) is None and (n.domain, n.op_type) not in local:
@@ -674,7 +675,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         graph = ir.optimize(graph)
     outputs = [IOInfo(nm, n.dtype, tuple(n.shape)) for nm, n in zip(names, graph.outputs)]
     counts = {}
-    for sub in _graphs(g):
+    for sub in all_graphs(g):
         for n in sub.node:
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
     return ImportResult(graph, opset, dict(sorted(counts.items())), inputs, outputs, warnings, unbound)

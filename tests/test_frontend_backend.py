@@ -19,6 +19,8 @@ from onnx import numpy_helper
 from luminal import ir
 from luminal.errors import LuminalError
 from luminal.frontend_onnx import load, registry
+from luminal.frontend_onnx.conformance import bake
+from luminal.frontend_onnx.importer import all_graphs
 
 MODULES = ("ops_elementwise", "ops_shape", "ops_reduce", "ops_control")
 MINE = sorted({n for (d, n), fn in registry.REGISTRY.items() if fn.__module__.rsplit(".", 1)[-1] in MODULES and not d})
@@ -39,20 +41,12 @@ def _cases() -> dict[str, list]:
     for c in cases:
         if c.model is None:
             continue
-        ops = {n.op_type for g in _graphs(c.model.graph) for n in g.node}
+        ops = {n.op_type for g in all_graphs(c.model.graph) for n in g.node}
         if not ops <= set(MINE):
             continue
         main = c.model.graph.node[-1].op_type if len(c.model.graph.node) == 1 else "expanded"
         out.setdefault(main, []).append(c)
     return out
-
-
-def _graphs(g):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
 
 
 def _unsupported(model: onnx.ModelProto) -> bool:
@@ -83,15 +77,8 @@ def _import(model: onnx.ModelProto, ins: list[np.ndarray]):
     feeds = dict(zip(names, ins))
     for kinds in ("", "iu", "iufbV"):
         fixed = {k: v for k, v in feeds.items() if isinstance(v, np.ndarray) and v.dtype.kind in kinds}
-        baked = onnx.ModelProto()
-        baked.CopyFrom(model)
-        keep = [vi for vi in baked.graph.input if vi.name not in fixed]
-        del baked.graph.input[:]
-        baked.graph.input.extend(keep)
-        for k, v in fixed.items():
-            baked.graph.initializer.append(numpy_helper.from_array(v, k))
         try:
-            return load(baked), {k: v for k, v in feeds.items() if k not in fixed}
+            return load(bake(model, fixed)), {k: v for k, v in feeds.items() if k not in fixed}
         except LuminalError as e:
             if "must be constant" not in str(e) or kinds == "iufbV":
                 raise
