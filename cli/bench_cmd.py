@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import LuminalError
-from .common import console, emit_json, err_console, handle_errors, parse_shapes
+from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, parse_shapes
 
 DEFAULT_TIME_S = 5.0
 DEFAULT_MAX_REGRESSION = 0.05
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def bench(
         model: str = typer.Argument(None, help="The ONNX model; without it, every model of the project configuration."),
-        shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
+        shape: list[str] = SHAPE_OPT,
         backend: str = typer.Option(None, "--backend",
                                     help="auto, cuda, cpu, interpret or reference (default: config, else auto)."),
         cache: str = typer.Option(None, "--cache", help="Tuning cache to compile with (default: config, "

@@ -13,10 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import LuminalError
-from .common import console, emit_json, handle_errors
+from .common import CACHE_OPT, JSON_OPT, console, emit_json, handle_errors
 
-CACHE_OPT = typer.Option(None, "--cache", help="Cache file (default: $LUMINAL_CACHE or ~/.cache/luminal/tuning.db).")
-JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 import typer
 from rich.table import Table
 
-from .common import console, emit_json, handle_errors, parse_shapes
+from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
 
 DEFAULT_BACKEND, DEFAULT_ATOL, DEFAULT_RTOL = "reference", 1e-4, 1e-3
 
@@ -40,15 +40,15 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def check(
         model: str = typer.Argument(None, help="The ONNX model file (default: the models of [tool.luminal])."),
-        shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
+        shape: list[str] = SHAPE_OPT,
         backend: str = typer.Option(None, "--backend", help=f"The luminal backend to check [{DEFAULT_BACKEND}]."),
         atol: float = typer.Option(None, "--atol", help=f"Absolute tolerance [{DEFAULT_ATOL:g}]."),
         rtol: float = typer.Option(None, "--rtol", help=f"Relative tolerance: |a-b| <= atol + rtol*|b| "
                                                          f"[{DEFAULT_RTOL:g}]."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
-        json_path: str = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout)."),
+        json_path: str = JSON_FILE_OPT,
         junit_path: str = typer.Option(None, "--junit", help="Write JUnit XML (one test case per model) to this file."),
-        cache: str = typer.Option(None, "--cache", help="Tuning cache whose winners compiled backends use."),
+        cache: str = CACHE_OPT,
     ) -> None:
         """Compare luminal's outputs with onnxruntime's on the same seeded random inputs."""
         from .modelcheck import check_model

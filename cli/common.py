@@ -17,6 +17,13 @@ from ..errors import LuminalError
 console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
+# options several commands share
+SHAPE_OPT = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224.")
+CACHE_OPT = typer.Option(None, "--cache", help="Tuning cache file (default: $LUMINAL_CACHE or "
+                                               "~/.cache/luminal/tuning.db).")
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
+JSON_FILE_OPT = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout).")
+
 
 def fail(message: str, code: int = 2) -> None:
     err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import LuminalError
-from .common import console, emit_json, handle_errors, parse_shapes
+from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
 
 
 def _open_cache(path: str | None):
@@ -76,10 +76,10 @@ def register(app: typer.Typer) -> None:
     def compile_(
         model: str = typer.Argument(..., help="The ONNX model file."),
         backend: str = typer.Option("auto", "--backend", help="auto, cuda, cpu or interpret."),
-        shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or x=1x3x224x224."),
+        shape: list[str] = SHAPE_OPT,
         out: str = typer.Option(None, "-o", "--output", help="Write a loadable artifact to this directory."),
-        cache: str = typer.Option(None, "--cache", help="Tuning cache file (default: $LUMINAL_CACHE or ~/.cache)."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        cache: str = CACHE_OPT,
+        as_json: bool = JSON_OPT,
     ) -> None:
         """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
         r = run_compile(model, backend, shape, out, cache, as_json)

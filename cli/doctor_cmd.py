@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import LuminalError
-from .common import console, emit_json, handle_errors
+from .common import CACHE_OPT, JSON_OPT, console, emit_json, handle_errors
 
 PACKAGES = ("numpy", "onnx", "onnxruntime", "triton", "torch", "optuna", "sqlite-utils", "typer", "rich")
 BACKENDS = ("auto", "cuda", "cpu", "interpret", "reference")
@@ -113,8 +113,8 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def doctor(
         backend: str = typer.Option("auto", "--backend", help="Backend that must work here: " + "|".join(BACKENDS)),
-        cache: str = typer.Option(None, "--cache", help="Cache file to look at."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        cache: str = CACHE_OPT,
+        as_json: bool = JSON_OPT,
     ) -> None:
         """What this machine offers: GPU, C compiler, OpenMP, versions, the tuning cache."""
         if backend not in BACKENDS:

@@ -7,7 +7,7 @@ import time
 import typer
 from rich.table import Table
 
-from .common import console, emit_json, handle_errors, parse_shapes
+from .common import JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
 
 
 def _io(items) -> list[dict]:
@@ -65,10 +65,10 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def inspect_cmd(
         model: str = typer.Argument(..., help="The ONNX model file."),
-        shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
+        shape: list[str] = SHAPE_OPT,
         ir: bool = typer.Option(False, "--ir", help="Print the optimised primitive graph."),
         kernels: bool = typer.Option(False, "--kernels", help="List the kernels of the default fusion plan."),
-        json_path: str = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout)."),
+        json_path: str = JSON_FILE_OPT,
     ) -> None:
         """Show the model's ONNX ops, its primitives before and after the passes, and its inputs and outputs."""
         from ..ir import format_graph
