@@ -1,32 +1,12 @@
-"""Timing samples: summaries, and the paired test a challenger must pass to replace the incumbent."""
+"""The paired test a challenger must pass to replace the incumbent (the cache summarises samples itself)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 MIN_GAIN = 0.02  # a challenger must be at least this much faster
-
-
-@dataclass(frozen=True)
-class Summary:
-    median_ns: float
-    p10_ns: float
-    p90_ns: float
-    n: int
-
-    @classmethod
-    def of(cls, samples_ns: list[int]) -> Summary:
-        a = np.asarray(samples_ns, dtype=np.float64)
-        p10, med, p90 = np.percentile(a, [10, 50, 90])
-        return cls(float(med), float(p10), float(p90), len(a))
-
-    @property
-    def spread(self) -> float:
-        """Relative width of the p10..p90 band."""
-        return (self.p90_ns - self.p10_ns) / self.median_ns if self.median_ns else 0.0
 
 
 def paired_ratios(challenger_ns: list[int], incumbent_ns: list[int]) -> np.ndarray:

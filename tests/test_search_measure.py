@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from luminal.cache.records import SampleStats
 from luminal.codegen.partition import fusible_edges, partition
 from luminal.ir.dtypes import DType
 from luminal.search.measure import Measurer
-from luminal.search.stats import Summary, beats
+from luminal.search.stats import beats
 from luminal.search.timing import TimingPlan
 from luminal.search.verify import mismatch
 
@@ -82,7 +83,7 @@ def test_beats_needs_margin_and_consistency():
     assert beats([b * 0.9 for b in base], base)
     noisy = [b * (0.7 if k % 2 else 1.3) for k, b in enumerate(base * 2)]
     assert not beats(noisy, base * 2)  # faster on median but loses half the rounds
-    s = Summary.of(base)
+    s = SampleStats.of(base)
     assert s.p10_ns <= s.median_ns <= s.p90_ns and s.n == len(base)
 
 
