@@ -165,8 +165,7 @@ class JobRunner:
             except Exception as e:
                 outcomes.append(Measurement("crash", message=_one_line(e)))
                 if self.device:
-                    return Reply(outcomes + [Measurement("crash", message="device context lost")] *
-                                 (len(job.schedules) - len(outcomes)), poisoned=True)
+                    return _lost(outcomes, len(job.schedules))
                 continue
             bad = next((m for (_, b), g, e in zip(k.outputs, got, expected)
                         if (m := mismatch(g, e, b.dtype, reduce_len))), None)
@@ -219,13 +218,19 @@ class JobRunner:
             except Exception as e:
                 outcomes.append(Measurement("crash", message=_one_line(e)))
                 if self.device:
-                    return Reply(outcomes, poisoned=True)
+                    return _lost(outcomes, len(job.variants))
                 continue
             bad = next((m for n, a, e in zip(g.outputs, got, expected) if (m := mismatch(a, e, n.dtype, 64))), None)
             outcomes.append(Measurement("wrong_result", message=bad) if bad else Measurement("ok"))
             if not bad:
                 runs.append((len(outcomes) - 1, runner))
         return self._time(outcomes, runs, job.plan)
+
+
+def _lost(outcomes: list[Measurement], n: int) -> Reply:
+    """The device context is unusable: the candidates not run yet crash with it (one outcome per candidate)."""
+    rest = [Measurement("crash", message="device context lost") for _ in range(n - len(outcomes))]
+    return Reply(outcomes + rest, poisoned=True)
 
 
 def _one_line(e: BaseException) -> str:

@@ -67,6 +67,27 @@ def test_wrong_model_variant_is_caught(measurer):
     assert r.status == "wrong_result"
 
 
+def test_a_lost_device_answers_for_every_candidate():
+    """On the GPU a crash poisons the context: the candidates after it crash with it, one outcome each."""
+    from luminal.search.jobs import JobRunner, KernelJob, ModelJob
+
+    class Lost(helpers.FakeBackend):
+        name = "cuda"
+
+        def compile(self, items):
+            def launch(buffers):
+                raise RuntimeError("illegal memory access")
+
+            return [launch for _ in items]
+
+    g = helpers.small_graph()
+    runner = JobRunner(Lost(), g)
+    for job in (ModelJob([({}, {}), ({}, {})], 0, PLAN), KernelJob(partition(g)[0], [{"speed": 1}] * 2, 0, PLAN)):
+        reply = runner.handle(job)
+        assert reply.poisoned and [o.status for o in reply.outcomes] == ["crash", "crash"]
+        assert reply.outcomes[1].message == "device context lost"
+
+
 def test_interpret_is_never_timed():
     from luminal.errors import LuminalError
 
