@@ -39,12 +39,13 @@ def register(app: typer.Typer) -> None:
     @app.command("check")
     @handle_errors
     def check(
-        model: str = typer.Argument(None, help="The ONNX model file (default: the models of [tool.luminal])."),
+        model: str = typer.Argument(None, help="The ONNX model file (default: the models of \\[tool.luminal])."),
         shape: list[str] = SHAPE_OPT,
-        backend: str = typer.Option(None, "--backend", help=f"The luminal backend to check [{DEFAULT_BACKEND}]."),
-        atol: float = typer.Option(None, "--atol", help=f"Absolute tolerance [{DEFAULT_ATOL:g}]."),
+        backend: str = typer.Option(None, "--backend",
+                                    help=f"The luminal backend to check (default: {DEFAULT_BACKEND})."),
+        atol: float = typer.Option(None, "--atol", help=f"Absolute tolerance (default: {DEFAULT_ATOL:g})."),
         rtol: float = typer.Option(None, "--rtol", help=f"Relative tolerance: |a-b| <= atol + rtol*|b| "
-                                                         f"[{DEFAULT_RTOL:g}]."),
+                                                         f"(default: {DEFAULT_RTOL:g})."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
         json_path: str = JSON_FILE_OPT,
         junit_path: str = typer.Option(None, "--junit", help="Write JUnit XML (one test case per model) to this file."),
