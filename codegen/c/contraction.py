@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ...ir.dtypes import DType
 from ...ir.view import View
+from ..index import run_coeff
 from ..kernel import Kernel
 from . import ctypes_map as ct
 from .emit import _indent
@@ -45,15 +46,6 @@ class Plan:
     a_direct: bool = False  # A is float32, unmasked, unit stride over flattened K, affine rows
 
 
-def _unit_affine(v: View, dims: tuple[int, ...], full: tuple[int, ...]) -> bool:
-    acc = 1
-    for d in reversed(dims):
-        if v.strides[d] != acc:
-            return False
-        acc *= full[d]
-    return True
-
-
 def plan_contraction(kernel: Kernel) -> Plan | None:
     """The GEMM view of a contraction kernel, or None when it needs the generic reduction code."""
     c = kernel.contraction
@@ -71,11 +63,11 @@ def plan_contraction(kernel: Kernel) -> Plan | None:
 
     def flags(a: int, b: int, va: View, vb: View, groups: dict) -> tuple[bool, bool]:
         b_direct = (kernel.ops[b].dtype is DType.float32 and not vb.mask and bool(groups["n"])
-                    and _unit_affine(vb, tuple(groups["n"]), kernel.full)
+                    and run_coeff(vb.strides, tuple(groups["n"]), kernel.full) == 1
                     and any(vb.strides[d] for d in groups["k"]))
         a_direct = (kernel.ops[a].dtype is DType.float32 and not va.mask and bool(groups["k"])
-                    and _unit_affine(va, tuple(groups["k"]), kernel.full)
-                    and (not groups["m"] or _chain(va.strides, tuple(groups["m"]), kernel.full) is not None))
+                    and run_coeff(va.strides, tuple(groups["k"]), kernel.full) == 1
+                    and run_coeff(va.strides, tuple(groups["m"]), kernel.full) is not None)
         return b_direct, a_direct
 
     b_direct, a_direct = flags(a, b, va, vb, groups)
@@ -92,14 +84,6 @@ def plan_contraction(kernel: Kernel) -> Plan | None:
                 (size["batch"], size["m"], size["n"], size["k"]), b_direct, a_direct)
 
 
-def _chain(co, dims: tuple[int, ...], full) -> int | None:
-    """The coefficient of the flattened group index when ``co`` walks the group's dims as one, else None."""
-    for a, b in zip(dims, dims[1:]):
-        if co[a] != co[b] * full[b]:
-            return None
-    return co[dims[-1]]
-
-
 def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> tuple[list[str], dict, int]:
     """Per-group terms of the view's offset (expr 0) and mask expressions (1..): an inline
     multiple of the flattened group index where the group is affine, else a table filled at
@@ -114,7 +98,7 @@ def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> 
         used = [e for e, co in enumerate(exprs) if any(co[d] for d in dims)]
         tabs = []
         for e in used:
-            c = _chain(exprs[e], dims, full)
+            c = run_coeff(exprs[e], dims, full)
             if c is not None:
                 terms[(e, g)] = ("lin", c)
             else:

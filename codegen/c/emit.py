@@ -12,21 +12,14 @@ from __future__ import annotations
 import math
 
 from ...ir.dtypes import DType
-from ...ir.view import View
+from ...ir.view import View, contiguous_strides
+from ..index import digits
 from ..kernel import Kernel, KOp
 from . import ctypes_map as ct
 from .normalize import normalize
 from .prelude import PRELUDE
 
 PAR_MIN = 1 << 16  # elements below which a kernel runs on one thread
-
-
-def _cstrides(shape: tuple[int, ...]) -> list[int]:
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return list(reversed(out))
 
 
 def affine(coeffs, const: int, exprs: list[str]) -> str:
@@ -37,16 +30,14 @@ def affine(coeffs, const: int, exprs: list[str]) -> str:
 
 
 def unravel(lin: str, shape: tuple[int, ...]) -> list[str]:
-    cs = _cstrides(shape)
     out = []
-    for j, s in enumerate(shape):
-        if s == 1:
+    for dg in digits(shape):
+        if dg is None:
             out.append("0")
             continue
-        e = lin if cs[j] == 1 else f"({lin} / {cs[j]})"
-        if j > 0 and math.prod(shape[:j]) > 1:
-            e = f"({e} % {s})"
-        out.append(e)
+        div, mod = dg
+        e = lin if div == 1 else f"({lin} / {div})"
+        out.append(e if mod is None else f"({e} % {mod})")
     return out
 
 
@@ -63,7 +54,7 @@ class Body:
 
     def linear(self, space: str) -> str:
         shape = self.k.space_shape(space)
-        return affine(_cstrides(shape), 0, self.space_idx(space))
+        return affine(contiguous_strides(shape), 0, self.space_idx(space))
 
     def idx_for(self, shape: tuple[int, ...], space: str) -> list[str]:
         if shape == self.k.space_shape(space):

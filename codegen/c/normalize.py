@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 
 from ...ir.view import View
+from ..index import run_coeff
 from ..kernel import Kernel, KOp
 
 
@@ -26,9 +27,7 @@ def _views(kernel: Kernel) -> list[tuple[View, str]]:
 
 
 def _mergeable(v: View, a: int, b: int) -> bool:
-    if v.strides[a] != v.strides[b] * v.shape[b]:
-        return False
-    return all(c[a] == c[b] * v.shape[b] for c, _, _ in v.mask)
+    return all(run_coeff(co, (a, b), v.shape) is not None for co in (v.strides, *(c for c, _, _ in v.mask)))
 
 
 def _regroup(v: View, groups: list[list[int]]) -> View:

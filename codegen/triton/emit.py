@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
+from ..index import digits, view_run
 from ..kernel import Kernel, KOp
 from .schedule import split_ok
 
@@ -104,17 +105,7 @@ class OpEmitter:
             return list(sp.idx)
         key = (space, tuple(shape))
         if key not in self._unravel:
-            lin = self.lin(space)
-            cs = contiguous_strides(shape)
-            out = []
-            for d, (s, c) in enumerate(zip(shape, cs)):
-                if s == 1:
-                    out.append("0")
-                    continue
-                name = self.w.tmp("u")
-                self.w(f"{name} = {_digit(lin, c, s, _outer(shape, d))}")
-                out.append(name)
-            self._unravel[key] = out
+            self._unravel[key] = _unravel(self.w, self.lin(space), shape, lambda d: self.w.tmp("u"))
         return self._unravel[key]
 
     def address(self, view: View, idx: list[str], zero: str) -> tuple[str, str | None]:
@@ -237,15 +228,19 @@ class OpEmitter:
         self.w(f"tl.store(out{o} + {self.lin(space)}, {v}, mask={sp.bound})")
 
 
-def _digit(src: str, c: int, s: int, outer: bool) -> str:
-    """Index of one dim in a row-major unravel of a flat index. Lanes past the end are masked,
-    so the outermost dim needs no modulo."""
-    q = f"{src} // {c}" if c != 1 else src
-    return q if outer else f"{q} % {s}"
-
-
-def _outer(shape, k: int) -> bool:
-    return all(s == 1 for s in shape[:k])
+def _unravel(w: Writer, src: str, shape: tuple[int, ...], name) -> list[str]:
+    """Writes the index of each dim of ``shape`` in a row-major unravel of ``src`` to variable ``name(d)``;
+    returns the variables, "0" for dims of size 1. Lanes past the end are masked."""
+    out = []
+    for d, dg in enumerate(digits(tuple(shape))):
+        if dg is None:
+            out.append("0")
+            continue
+        div, mod = dg
+        v = name(d)
+        w(f"{v} = " + (src if div == 1 else f"{src} // {div}") + ("" if mod is None else f" % {mod}"))
+        out.append(v)
+    return out
 
 
 def _is_big(k: Kernel) -> bool:
@@ -280,14 +275,7 @@ def emit_elementwise(k: Kernel) -> str:
     w("offs = pid * BLOCK + tl.arange(0, BLOCK)")
     w(f"fb = offs < {n}")
     w("zf = offs * 0")
-    cs = contiguous_strides(k.full)
-    idx = []
-    for d, (s, c) in enumerate(zip(k.full, cs)):
-        if s == 1:
-            idx.append("0")
-            continue
-        w(f"f{d} = {_digit('offs', c, s, _outer(k.full, d))}")
-        idx.append(f"f{d}")
+    idx = _unravel(w, "offs", k.full, lambda d: f"f{d}")
     sp = Space(k.full, idx, "offs", "fb", "zf", "[BLOCK]")
     e = OpEmitter(k, w, {"full": sp, "row": sp}, big)
     for i, op in enumerate(k.ops):
@@ -334,11 +322,8 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
     w("zr = rid * 0")
     w("jr = tl.arange(0, BLOCK)[None, :]" + (".to(tl.int64)" if big else ""))
     ridx = ["0"] * len(k.full)
-    rshape = [k.full[d] for d in row_dims]
-    for n, (d, s, c) in enumerate(zip(row_dims, rshape, contiguous_strides(tuple(rshape)))):
-        if s > 1:
-            w(f"r{d} = {_digit('rid', c, s, _outer(rshape, n))}")
-            ridx[d] = f"r{d}"
+    for d, v in zip(row_dims, _unravel(w, "rid", [k.full[d] for d in row_dims], lambda n: f"r{row_dims[n]}")):
+        ridx[d] = v
     row = Space(k.row, ridx, "rid", "rb", "zr", "[ROWS, 1]")
     fidx = list(ridx)
     for d in red_dims:
@@ -354,10 +339,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
         w("zf = zr + j * 0")
         if trailing:
             w(f"fl = rid * {rlen} + j")
-        rs = [k.full[d] for d in red_dims]
-        for n, (d, s, c) in enumerate(zip(red_dims, rs, contiguous_strides(tuple(rs)))):
-            if s > 1:
-                w(f"f{d} = {_digit('j', c, s, _outer(rs, n))}")
+        _unravel(w, "j", [k.full[d] for d in red_dims], lambda n: f"f{red_dims[n]}")
         e._lin.pop("full", None)
         for key in [key for key in e._unravel if key[0] == "full"]:
             del e._unravel[key]
@@ -507,7 +489,7 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
         idx = [mi.get(d) or ni.get(d) or bi.get(d) or kidx.get(d) or "0" for d in range(len(k.full))]
         flat = []
         for dims, src in ((plan.m, "rm[:, None]"), (plan.n, "rn[None, :]"), (plan.batch, "pid_b"), (plan.k, ksrc)):
-            stride = _flat_stride(view, dims, k.full)
+            stride = view_run(view, dims, k.full)
             if stride is not None:  # the group is one strided run for this operand: no div/mod per element
                 for d in dims:
                     idx[d] = "0"
@@ -551,28 +533,7 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     return _finish(_signature(k, knobs), w)
 
 
-def _flat_stride(view: View, dims: list[int], full: tuple[int, ...]) -> int | None:
-    """The stride of a group's flat index when the view reads the group as one strided run."""
-    real = [d for d in dims if full[d] > 1]
-    if not real or any(c[d] for c, _, _ in view.mask for d in real):
-        return None
-    for a, b in zip(real, real[1:]):
-        if view.strides[a] != view.strides[b] * full[b]:
-            return None
-    return view.strides[real[-1]]
-
-
-def _unravel_group(w: Writer, dims: list[int], full: tuple[int, ...], src: str, prefix: str) -> dict[int, str]:
+def _unravel_group(w: Writer, dims: tuple[int, ...], full: tuple[int, ...], src: str, prefix: str) -> dict[int, str]:
     """Index per dim of a flattened group of dims (row-major over ``dims``)."""
-    sizes = [full[d] for d in dims]
-    out: dict[int, str] = {}
-    if sum(s > 1 for s in sizes) == 1:  # one real dim: its index is the flat index (bounds are masked)
-        d = next(d for d, s in zip(dims, sizes) if s > 1)
-        w(f"{prefix}{d} = {src}")
-        return {d: f"{prefix}{d}"}
-    for n, (d, s, c) in enumerate(zip(dims, sizes, contiguous_strides(tuple(sizes)))):
-        if s == 1:
-            continue
-        w(f"{prefix}{d} = {_digit(src, c, s, _outer(sizes, n))}")
-        out[d] = f"{prefix}{d}"
-    return out
+    idx = _unravel(w, src, [full[d] for d in dims], lambda n: f"{prefix}{dims[n]}")
+    return {d: v for d, v in zip(dims, idx) if v != "0"}
