@@ -162,16 +162,38 @@ def isinf(ctx: OpContext) -> Tensor:
     return pos if pos is not None else neg if neg is not None else Tensor.full(x.shape, False, DType.bool)
 
 
-@op("Softsign")
-def softsign(ctx: OpContext) -> Tensor:
-    x = _x(ctx)
-    return x.div(x.abs().add(1))
+def _or(v, default: float) -> float:
+    return default if v is None else v
 
 
-@op("Elu")
-def elu(ctx: OpContext) -> Tensor:
-    x = _x(ctx)
-    return x.lt(0).where(expm1(x).mul(ctx.attr("alpha", 1.0)), x)
+# activations by ONNX op name, lower case (RNN ops and FusedGemm name them so), as f(x, alpha, beta);
+# an absent alpha or beta takes the op's default
+ACTIVATIONS = {
+    "relu": lambda x, a, b: x.relu(),
+    "tanh": lambda x, a, b: x.tanh(),
+    "sigmoid": lambda x, a, b: x.sigmoid(),
+    "softplus": lambda x, a, b: x.softplus(),
+    "softsign": lambda x, a, b: x.div(x.abs().add(1)),
+    "affine": lambda x, a, b: x.mul(_or(a, 1.0)).add(_or(b, 0.0)),
+    "scaledtanh": lambda x, a, b: x.mul(_or(b, 1.0)).tanh().mul(_or(a, 1.0)),
+    "elu": lambda x, a, b: x.lt(0).where(expm1(x).mul(_or(a, 1.0)), x),
+    "leakyrelu": lambda x, a, b: x.lt(0).where(x.mul(_or(a, 0.01)), x),
+    "thresholdedrelu": lambda x, a, b: x.gt(_or(a, 1.0)).where(x, _full_like(x, 0)),
+    "hardsigmoid": lambda x, a, b: x.mul(_or(a, 0.2)).add(_or(b, 0.5)).maximum(0).minimum(1),
+}
+
+
+def activation(name: str, x: Tensor, alpha: float | None = None, beta: float | None = None) -> Tensor:
+    """The activation ``name`` (an ONNX op name, any case) applied to ``x``."""
+    fn = ACTIVATIONS.get(name.lower())
+    if fn is None:
+        raise NotImplementedError(f"activation {name[:40]!r}")
+    return fn(x, alpha, beta)
+
+
+@op("Softsign", "Elu", "LeakyRelu", "ThresholdedRelu", "HardSigmoid")
+def activation_op(ctx: OpContext) -> Tensor:
+    return activation(ctx.node.op_type, _x(ctx), ctx.attr("alpha"), ctx.attr("beta"))
 
 
 @op("Selu")
@@ -187,12 +209,6 @@ def celu(ctx: OpContext) -> Tensor:
     x = _x(ctx)
     alpha = ctx.attr("alpha", 1.0)
     return x.gt(0).where(x, expm1(x.mul(1.0 / alpha)).mul(alpha))
-
-
-@op("LeakyRelu")
-def leaky_relu(ctx: OpContext) -> Tensor:
-    x = _x(ctx)
-    return x.lt(0).where(x.mul(ctx.attr("alpha", 0.01)), x)
 
 
 def _channel_slope(x: Tensor, slope: Tensor) -> Tensor:
@@ -214,19 +230,6 @@ def prelu(ctx: OpContext) -> Tensor:
     x, slope = ctx.inputs[0], ctx.inputs[1]
     slope = _channel_slope(x, slope)
     return with_shape(x.lt(0).where(x.mul(slope.cast(x.dtype)), x), broadcast_shape(x.shape, slope.shape))
-
-
-@op("ThresholdedRelu")
-def thresholded_relu(ctx: OpContext) -> Tensor:
-    x = _x(ctx)
-    return x.gt(ctx.attr("alpha", 1.0)).where(x, _full_like(x, 0))
-
-
-@op("HardSigmoid")
-def hard_sigmoid(ctx: OpContext) -> Tensor:
-    x = _x(ctx)
-    y = x.mul(ctx.attr("alpha", 0.2)).add(ctx.attr("beta", 0.5))
-    return y.maximum(0).minimum(1)
 
 
 @op("HardSwish")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_nn_util import apply_activation, concat, fail, need, wants
+from .ops_elementwise import ACTIVATIONS
+from .ops_nn_util import concat, fail, need, wants
 from .registry import OpContext, op
 
 _TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
@@ -32,9 +33,11 @@ def activations(ctx: OpContext, defaults: list[str], dirs: int):
     fns = []
     for name in names:
         key = name.lower()
+        if key not in ACTIVATIONS:
+            raise fail(ctx, f"unsupported activation {key!r}")
         a = alphas.pop(0) if key in _TAKES_ALPHA and alphas else None
         b = betas.pop(0) if key in _TAKES_BETA and betas else None
-        fns.append(lambda x, name=name, a=a, b=b: apply_activation(ctx, name, x, a, b))
+        fns.append(lambda x, key=key, a=a, b=b: ACTIVATIONS[key](x, a, b))
     k = len(defaults)
     return [fns[d * k:(d + 1) * k] for d in range(dirs)]
 

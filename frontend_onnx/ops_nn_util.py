@@ -1,4 +1,4 @@
-"""Helpers shared by the neural-network ops: padding arithmetic, concatenation, activations."""
+"""Helpers shared by the neural-network ops: padding arithmetic, window views, concatenation, takes."""
 
 from __future__ import annotations
 
@@ -152,34 +152,3 @@ def _repeats(idx: np.ndarray) -> tuple[int, int, int] | None:
     if (idx == np.repeat(np.arange(idx[0], idx[0] + count), r)).all():
         return int(idx[0]), count, r
     return None
-
-
-def apply_activation(ctx: OpContext, name: str, x: Tensor, alpha: float | None, beta: float | None) -> Tensor:
-    """The activation functions RNN ops accept by name."""
-    key = name.lower()
-    if key == "sigmoid":
-        return x.sigmoid()
-    if key == "tanh":
-        return x.tanh()
-    if key == "relu":
-        return x.relu()
-    if key == "affine":
-        return x.mul(1.0 if alpha is None else alpha).add(0.0 if beta is None else beta)
-    if key == "leakyrelu":
-        return x.lt(0).where(x.mul(0.01 if alpha is None else alpha), x)
-    if key == "thresholdedrelu":
-        return x.gt(1.0 if alpha is None else alpha).where(x, Tensor.full(x.shape, 0, x.dtype))
-    if key == "scaledtanh":
-        return x.mul(1.0 if beta is None else beta).tanh().mul(1.0 if alpha is None else alpha)
-    if key == "hardsigmoid":
-        a = 0.2 if alpha is None else alpha
-        b = 0.5 if beta is None else beta
-        return x.mul(a).add(b).maximum(0.0).minimum(1.0)
-    if key == "elu":
-        a = 1.0 if alpha is None else alpha
-        return x.lt(0).where(x.exp().sub(1).mul(a), x)
-    if key == "softsign":
-        return x.div(x.abs().add(1))
-    if key == "softplus":
-        return x.softplus()
-    raise fail(ctx, f"unsupported activation {key!r}")

@@ -10,6 +10,7 @@ from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
 from . import registry
 from .importer import const_tensor, with_shape
+from .ops_elementwise import activation
 from .ops_shape import axes_arg, concat, norm_axis
 from .registry import OpContext, op
 
@@ -159,29 +160,15 @@ def fused_matmul(ctx: OpContext) -> Tensor:
     return y if alpha == 1.0 else y.mul(alpha)
 
 
-def _activation(x: Tensor, name: str, alpha: float | None, beta: float | None) -> Tensor:
-    if name in ("", "Identity"):
-        return x
-    if name == "Relu":
-        return x.relu()
-    if name == "Tanh":
-        return x.tanh()
-    if name == "Sigmoid":
-        return x.sigmoid()
-    if name == "LeakyRelu":
-        return x.lt(0).where(x.mul(0.01 if alpha is None else alpha), x)
-    if name == "HardSigmoid":
-        return x.mul(0.2 if alpha is None else alpha).add(0.5 if beta is None else beta).maximum(0).minimum(1)
-    raise NotImplementedError(f"activation {name[:40]!r}")
-
-
 @op("FusedGemm", domain=MS)
 def fused_gemm(ctx: OpContext) -> Tensor:
     gemm = registry.lookup("", "Gemm")
     if gemm is None:
         raise NotImplementedError("Gemm")
-    return _activation(gemm(ctx), str(ctx.attr("activation", "")), ctx.attr("activation_alpha"),
-                       ctx.attr("activation_beta"))
+    y, name = gemm(ctx), str(ctx.attr("activation", ""))
+    if name in ("", "Identity"):
+        return y
+    return activation(name, y, ctx.attr("activation_alpha"), ctx.attr("activation_beta"))
 
 
 MAX_TOPK = 256
