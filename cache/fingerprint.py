@@ -62,7 +62,8 @@ class CompilerInfo:
         return {"cc": self.version, "flags": list(self.flags)}
 
 
-def _pkg_version(name: str) -> str | None:
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name``, None when it is not installed."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -134,7 +135,7 @@ def _nvidia_driver_version() -> str | None:
 
 def cuda_info(index: int = 0) -> dict[str, Any] | None:
     """Facts about CUDA device ``index`` via torch, or None when no GPU is visible."""
-    if not _gpu_may_exist() or _pkg_version("torch") is None:
+    if not _gpu_may_exist() or package_version("torch") is None:
         return None
     try:
         import torch
@@ -181,7 +182,7 @@ def toolchain_fingerprint(backend: str, compiler_info: dict[str, Any] | None = N
             cc = detect_c_compiler()
             compiler_info = cc.as_dict() if cc else {"cc": None}
         elif backend in ("cuda", "interpret"):
-            compiler_info = {"triton": _pkg_version("triton")}
+            compiler_info = {"triton": package_version("triton")}
         else:
             compiler_info = {}
     info = {"backend": backend, "codegen": CODEGEN_VERSION, **compiler_info}

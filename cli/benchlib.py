@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -306,16 +305,9 @@ def bench_model(model: BenchModel, settings: Settings,
 
 # ---------------------------------------------------------------- the whole document
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def environment(backend: str, threads: int) -> dict[str, Any]:
     """Who measured: versions, the device and toolchain fingerprints of the backend that ran."""
-    from ..cache.fingerprint import device_fingerprint, toolchain_fingerprint
+    from ..cache.fingerprint import device_fingerprint, package_version, toolchain_fingerprint
 
     fp_backend = backend if backend in ("cuda", "cpu", "interpret", "reference") else "cpu"
     device = device_fingerprint(fp_backend)
@@ -328,7 +320,7 @@ def environment(backend: str, threads: int) -> dict[str, Any]:
         "cpu_count": os.cpu_count() or 1,
         "threads": threads,
         "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "LUMINAL_CACHE")},
-        "versions": {n: _version(n) for n in ("numpy", "onnx", "onnxruntime", "torch", "triton", "optuna")},
+        "versions": {n: package_version(n) for n in ("numpy", "onnx", "onnxruntime", "torch", "triton", "optuna")},
         "device": {"key": device.key, "info": device.info},
         "toolchain": {"key": toolchain.key, "info": toolchain.info},
     }

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import platform
 import sys
-from importlib import metadata
 from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..config import BACKENDS
 from ..errors import LuminalError
 from .common import CACHE_OPT, JSON_OPT, console, emit_json, handle_errors
 
 PACKAGES = ("numpy", "onnx", "onnxruntime", "triton", "torch", "optuna", "sqlite-utils", "typer", "rich")
-BACKENDS = ("auto", "cuda", "cpu", "interpret", "reference")
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _cache_info(path: str | None) -> dict[str, Any]:
@@ -48,12 +40,12 @@ def _cache_info(path: str | None) -> dict[str, Any]:
 def collect(cache: str | None = None) -> dict[str, Any]:
     """Everything doctor reports, as plain data."""
     from .. import __version__
-    from ..cache.fingerprint import cpu_info, cuda_info, detect_c_compiler
+    from ..cache.fingerprint import cpu_info, cuda_info, detect_c_compiler, package_version
 
     cc = detect_c_compiler()
     gpu = cuda_info()
-    triton = _version("triton")
-    torch = _version("torch")
+    triton = package_version("triton")
+    torch = package_version("torch")
     backends = {
         "cuda": (gpu is not None and triton is not None and torch is not None,
                  "no NVIDIA GPU visible" if gpu is None else "triton and torch are needed" if not (triton and torch)
@@ -68,7 +60,7 @@ def collect(cache: str | None = None) -> dict[str, Any]:
     return {
         "python": {"version": platform.python_version(), "executable": sys.executable,
                    "platform": platform.platform()},
-        "packages": {"luminal": __version__, **{p: _version(p) for p in PACKAGES}},
+        "packages": {"luminal": __version__, **{p: package_version(p) for p in PACKAGES}},
         "cpu": cpu_info(),
         "gpu": gpu,
         "c_compiler": None if cc is None else {

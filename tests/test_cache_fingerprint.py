@@ -56,7 +56,7 @@ def test_toolchain_depends_on_codegen_version_and_compiler(monkeypatch):
     monkeypatch.setattr(fp, "CODEGEN_VERSION", "999")
     assert fp.toolchain_fingerprint("cpu", {"cc": "gcc 12", "flags": ["-O3"]}).key != base.key
     cuda = fp.toolchain_fingerprint("cuda")
-    assert cuda.info["triton"] == fp._pkg_version("triton")
+    assert cuda.info["triton"] == fp.package_version("triton")
 
 
 def test_detect_c_compiler_builds_a_loadable_library(tmp_path: Path):
