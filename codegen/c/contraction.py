@@ -19,12 +19,12 @@ over K in KC steps in a per-thread buffer, then the row-space epilogue
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from ...ir.dtypes import DType
 from ...ir.view import View
 from ..index import run_coeff
-from ..kernel import Kernel
+from ..kernel import Contraction, Kernel
 from . import ctypes_map as ct
 from .emit import _indent
 
@@ -33,55 +33,56 @@ SWAP_MAX_M = 8  # see plan_contraction
 
 
 @dataclass(frozen=True)
-class Plan:
-    a: int  # op index of the A load (M side)
-    b: int  # op index of the B load (N side)
-    red: int
-    batch: tuple[int, ...]
-    m: tuple[int, ...]
-    n: tuple[int, ...]
-    k: tuple[int, ...]
-    sizes: tuple[int, int, int, int]  # batch, M, N, K
-    b_direct: bool  # B is float32, unmasked, unit stride over flattened N: readable without packing
+class Plan(Contraction):
+    """The contraction as the C GEMM reads it: A and B possibly in swapped roles (see ``plan_contraction``),
+    and which operands are read in place."""
+
+    b_direct: bool = False  # B is float32, unmasked, unit stride over flattened N: readable without packing
     a_direct: bool = False  # A is float32, unmasked, unit stride over flattened K, affine rows
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """batch, M, N, K"""
+        return self.size("batch"), self.size("m"), self.size("n"), self.size("k")
+
+
+def _swap(c: Contraction) -> Contraction:
+    return replace(c, a=c.b, b=c.a, m=c.n, n=c.m)
+
+
+def _plan(kernel: Kernel, c: Contraction) -> Plan:
+    va, vb = kernel.ops[c.a].attr("view"), kernel.ops[c.b].attr("view")
+    b_direct = (kernel.ops[c.b].dtype is DType.float32 and not vb.mask and bool(c.n)
+                and run_coeff(vb.strides, c.n, c.full) == 1 and any(vb.strides[d] for d in c.k))
+    a_direct = (kernel.ops[c.a].dtype is DType.float32 and not va.mask and bool(c.k)
+                and run_coeff(va.strides, c.k, c.full) == 1 and run_coeff(va.strides, c.m, c.full) is not None)
+    return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct)
 
 
 def plan_contraction(kernel: Kernel) -> Plan | None:
-    """The GEMM view of a contraction kernel, or None when it needs the generic reduction code."""
+    """The GEMM view of a contraction kernel, or None when it needs the generic reduction code. Computed once
+    per kernel and kept on it, as its ``contraction`` is: schedules, validity and sources all ask for it."""
+    if "_c_plan" not in kernel.__dict__:
+        kernel.__dict__["_c_plan"] = _plan_contraction(kernel)
+    return kernel.__dict__["_c_plan"]
+
+
+def _plan_contraction(kernel: Kernel) -> Plan | None:
     c = kernel.contraction
     if c is None or 0 in kernel.full:
         return None
-    a, b, red = c.a, c.b, c.red
-    va, vb = kernel.ops[a].attr("view"), kernel.ops[b].attr("view")
-    groups = {"batch": list(c.batch), "m": list(c.m), "n": list(c.n), "k": list(c.k)}
     kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
-    if kept and kept[-1] in groups["m"]:
-        a, b = b, a
-        va, vb = vb, va
-        groups["m"], groups["n"] = groups["n"], groups["m"]
-    size = {g: math.prod(kernel.full[d] for d in ds) for g, ds in groups.items()}
-
-    def flags(a: int, b: int, va: View, vb: View, groups: dict) -> tuple[bool, bool]:
-        b_direct = (kernel.ops[b].dtype is DType.float32 and not vb.mask and bool(groups["n"])
-                    and run_coeff(vb.strides, tuple(groups["n"]), kernel.full) == 1
-                    and any(vb.strides[d] for d in groups["k"]))
-        a_direct = (kernel.ops[a].dtype is DType.float32 and not va.mask and bool(groups["k"])
-                    and run_coeff(va.strides, tuple(groups["k"]), kernel.full) == 1
-                    and run_coeff(va.strides, tuple(groups["m"]), kernel.full) is not None)
-        return b_direct, a_direct
-
-    b_direct, a_direct = flags(a, b, va, vb, groups)
-    if size["m"] <= SWAP_MAX_M and not b_direct:
+    if kept and kept[-1] in c.m:  # the innermost output dim on the N side: tiles store contiguous rows
+        c = _swap(c)
+    plan = _plan(kernel, c)
+    if plan.size("m") <= SWAP_MAX_M and not plan.b_direct:
         # a few rows against a B that must be packed on every call (weights laid out N x K, as in a final
         # classifier or a conv over a 1x1 map): with the roles swapped B's rows are read in place as A and
         # only the few rows are packed (1000x512 classifier at M=1: the pack was most of its time)
-        sw = {**groups, "m": groups["n"], "n": groups["m"]}
-        sb_direct, sa_direct = flags(b, a, vb, va, sw)
-        if sa_direct:
-            a, b, va, vb, groups, b_direct, a_direct = b, a, vb, va, sw, sb_direct, sa_direct
-            size["m"], size["n"] = size["n"], size["m"]
-    return Plan(a, b, red, tuple(groups["batch"]), tuple(groups["m"]), tuple(groups["n"]), tuple(groups["k"]),
-                (size["batch"], size["m"], size["n"], size["k"]), b_direct, a_direct)
+        swapped = _plan(kernel, _swap(c))
+        if swapped.a_direct:
+            plan = swapped
+    return plan
 
 
 def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> tuple[list[str], dict, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import lru_cache
 
 from ..backend import Knob, Schedule
 from ..kernel import Kernel
@@ -25,8 +26,10 @@ def default_threads() -> int:
     return cores()
 
 
+@lru_cache(maxsize=1)
 def simd_width() -> int:
-    """float32 lanes of the widest vector unit (from /proc/cpuinfo where available)."""
+    """float32 lanes of the widest vector unit (from /proc/cpuinfo where available; read once: every
+    ``space`` and ``valid`` call of a search asks)."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
