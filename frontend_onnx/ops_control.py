@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import LuminalError
 from ..ir import DType, Tensor
-from .ops_shape import concat
+from .ops_shape import concat, stack
 from .registry import OpContext, op
 
 
@@ -90,7 +90,7 @@ def loop_op(ctx: OpContext) -> list[Tensor | None]:
     for k, parts in enumerate(scans):
         if not parts:
             raise LuminalError(f"node {ctx.node.name!r} (Loop): scan output {k} of a loop that never runs")
-        stacked.append(concat([p.unsqueeze([0]) for p in parts], 0))
+        stacked.append(stack(parts, 0))
     return [*carried, *stacked]
 
 
@@ -125,7 +125,7 @@ def _scan(ctx: OpContext, states: list[Tensor], scans: list[Tensor], in_axes: li
     for parts, axis, d in zip(collected, out_axes, out_dirs):
         parts = parts[::-1] if d else parts
         axis = axis % (parts[0].ndim + 1)
-        stacked.append(concat([p.unsqueeze([axis]) for p in parts], axis))
+        stacked.append(stack(parts, axis))
     return [*states, *stacked]
 
 
@@ -148,7 +148,7 @@ def scan_op(ctx: OpContext) -> list[Tensor | None]:
             pick = [t.shrink([(b, b + 1)] + [(0, e) for e in t.shape[1:]]).squeeze([0]) for t in xs]
             per_batch.append(_scan(ctx, pick[:len(states)], pick[len(states):], [0] * m, dirs, [0] * n_out,
                                    [0] * n_out))
-        return [concat([outs[k].unsqueeze([0]) for outs in per_batch], 0) for k in range(len(per_batch[0]))]
+        return [stack([outs[k] for outs in per_batch], 0) for k in range(len(per_batch[0]))]
     xs = [t for t in ctx.inputs if t is not None]
     states, scans = xs[:len(xs) - m], xs[len(xs) - m:]
     n_out = len(body.output) - len(states)
@@ -248,5 +248,5 @@ def concat_from_sequence(ctx: OpContext) -> Tensor:
     axis = int(ctx.attr("axis"))
     if ctx.attr("new_axis", 0):
         axis = axis % (s[0].ndim + 1)
-        return concat([t.unsqueeze([axis]) for t in s], axis)
+        return stack(s, axis)
     return concat(list(s), axis)

@@ -8,7 +8,8 @@ import numpy as np
 
 from ..ir import DType, Tensor, broadcast_shape
 from .ops_nn_index import gather_axis
-from .ops_nn_util import concat, fail, need, wants
+from .ops_nn_util import fail, need, wants
+from .ops_shape import concat, stack
 from .registry import OpContext, op
 
 NEG_INF = float("-inf")
@@ -174,7 +175,7 @@ def rotary_embedding_op(ctx: OpContext) -> Tensor:
     real = cos.mul(x1).sub(sin.mul(x2))
     imag = sin.mul(x1).add(cos.mul(x2))
     if ctx.attr("interleaved", 0):
-        rotated = concat([real.unsqueeze([4]), imag.unsqueeze([4])], 4).reshape((batch, seq, heads, dim))
+        rotated = stack([real, imag], 4).reshape((batch, seq, heads, dim))
     else:
         rotated = concat([real, imag], 3)
     if dim < head:

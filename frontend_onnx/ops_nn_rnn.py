@@ -12,7 +12,8 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_elementwise import ACTIVATIONS
-from .ops_nn_util import concat, fail, need, wants
+from .ops_nn_util import fail, need, wants
+from .ops_shape import stack
 from .registry import OpContext, op
 
 _TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
@@ -169,9 +170,9 @@ def _outputs(ctx: OpContext, s: _Rnn, ys: list[list[Tensor]], finals: list[list[
     """Y (seq, dirs, batch, H) and each final state (dirs, batch, H), in the node's layout."""
     y = None
     if wants(ctx, 0):
-        per_dir = [concat([v.unsqueeze([0]) for v in out], 0) for out in ys]
+        per_dir = [stack(out, 0) for out in ys]
         per_dir = [v if idx is None else _time_gather(v, idx) for v, idx in zip(per_dir, orders)]
-        y = concat([v.unsqueeze([1]) for v in per_dir], 1)
+        y = stack(per_dir, 1)
         if s.layout == 1:
             y = y.permute([2, 0, 1, 3])
     outs: list[Tensor | None] = [y]
@@ -179,7 +180,7 @@ def _outputs(ctx: OpContext, s: _Rnn, ys: list[list[Tensor]], finals: list[list[
         if not wants(ctx, k):
             outs.append(None)
             continue
-        t = concat([v.unsqueeze([0]) for v in states], 0)
+        t = stack(states, 0)
         outs.append(t.permute([1, 0, 2]) if s.layout == 1 else t)
     return outs
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the neural-network ops: padding arithmetic, window views, concatenation, takes."""
+"""Helpers shared by the neural-network ops: errors, constant inputs, padding arithmetic, window views, takes."""
 
 from __future__ import annotations
 
@@ -97,23 +97,6 @@ def windows(x: Tensor, first: int, pads: Sequence[tuple[int, int]], outs: Sequen
             x = x.shrink([(0, s) if j != dim else (0, need_len) for j, s in enumerate(x.shape)])
         x = x.window(dim, outs[d], kernel[d], strides[d], dilations[d])
     return x
-
-
-def concat(ts: Sequence[Tensor], axis: int) -> Tensor:
-    """Concatenate along ``axis`` as a balanced sum of zero-padded views."""
-    ts = [t for t in ts if t.shape[axis] != 0] or list(ts[:1])
-    if len(ts) == 1:
-        return ts[0]
-    half = len(ts) // 2
-    a, b = concat(ts[:half], axis), concat(ts[half:], axis)
-    if a.dtype != b.dtype:
-        raise ValueError("concat of mixed dtypes")
-    na, nb = a.shape[axis], b.shape[axis]
-    pa = [(0, 0)] * a.ndim
-    pb = [(0, 0)] * b.ndim
-    pa[axis] = (0, nb)
-    pb[axis] = (na, 0)
-    return a.pad(pa).add(b.pad(pb))
 
 
 def take(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:

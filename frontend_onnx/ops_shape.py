@@ -155,7 +155,8 @@ def expand(ctx: OpContext) -> Tensor:
 
 
 def concat(xs: list[Tensor], axis: int) -> Tensor:
-    """Concatenate along ``axis`` as a sum of zero-padded views (padded areas read 0)."""
+    """Concatenate along ``axis`` as a sum of zero-padded views (padded areas read 0); the
+    parts take the first one's dtype."""
     rank = xs[0].ndim
     axis = norm_axis(axis, rank)
     for t in xs[1:]:
@@ -178,10 +179,14 @@ def concat(xs: list[Tensor], axis: int) -> Tensor:
         shape = list(xs[0].shape)
         shape[axis] = 0
         return Tensor.full(shape, 0, dtype)
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.add(p)
-    return out
+    while len(parts) > 1:  # a balanced sum: its depth grows with log(len(xs)), not len(xs)
+        parts = [a.add(b) for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) // 2 * 2:]
+    return parts[0]
+
+
+def stack(xs: list[Tensor], axis: int) -> Tensor:
+    """``xs`` (one shape) stacked along a new ``axis``."""
+    return concat([t.unsqueeze([axis]) for t in xs], axis)
 
 
 @op("Concat")
