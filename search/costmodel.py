@@ -60,8 +60,7 @@ class Fit:
         ks = self._cov(cand, tc, self.x, self.task)
         v = np.linalg.solve(self.chol, ks.T)
         cov = self._cov(cand, tc, cand, tc) - v.T @ v
-        w, q = np.linalg.eigh((cov + cov.T) / 2)
-        return ks @ self.alpha + q @ (np.sqrt(np.maximum(w, 0)) * rng.standard_normal(len(w)))
+        return rng.multivariate_normal(ks @ self.alpha, cov, method="eigh", check_valid="ignore")
 
 
 def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]],
