@@ -16,7 +16,6 @@ from ..errors import LuminalError
 from ..ir.dtypes import DType
 from .compile import resolve_backend
 from .model import CompiledModel, TensorSpec
-from .plan import BufferPlan
 from .serialize import kernel_from_json, kernel_to_json
 
 FORMAT = "luminal-artifact"
@@ -58,8 +57,7 @@ def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | 
         kernels.append({"signature": k.signature, "form": k.form, "schedule": s, "source": rel,
                         "source_sha256": hashlib.sha256(src.encode()).hexdigest(), "ir": kernel_to_json(k)})
     weights, wdtypes = {}, {}
-    for n, v in model.constants.items():
-        arr = np.ascontiguousarray(v)
+    for n, arr in model.constants.items():
         wdtypes[str(n)] = DType.from_numpy(arr.dtype).value
         weights[f"c{n}"] = arr.view(np.uint16) if arr.dtype == DType.bfloat16.np else arr
     np.savez(out / "weights.npz", **weights)
@@ -72,7 +70,6 @@ def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | 
         "fingerprints": _fingerprints(model.backend),
         "inputs": [s.to_json() for s in model.inputs], "outputs": [s.to_json() for s in model.outputs],
         "kernels": kernels, "weights": {"file": "weights.npz", "dtypes": wdtypes},
-        "plan": model.plan.to_json(),
         "stats": {"planned_bytes": model.planned_bytes, "intermediate_bytes": model.intermediate_bytes},
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
@@ -130,7 +127,6 @@ def load_artifact(path: str | Path, backend: str | Backend | None = None,
                     raise LuminalError("artifact kernel source differs from what this luminal generates; recompile")
         inputs = [TensorSpec.from_json(s) for s in m["inputs"]]
         outputs = [TensorSpec.from_json(s) for s in m["outputs"]]
-        plan = BufferPlan.from_json(m["plan"])
         dtypes = m["weights"]["dtypes"]
         constants = {}
         with np.load(d / m["weights"]["file"], allow_pickle=False) as z:
@@ -139,6 +135,10 @@ def load_artifact(path: str | Path, backend: str | Backend | None = None,
                 if dt == "bfloat16":
                     arr = arr.view(DType.bfloat16.np)
                 constants[int(key)] = arr.astype(DType(dt).np, copy=False)
+        # kernels read weights by their own shapes and dtypes: a weight that differs would be read out of bounds
+        if any(n in constants and (constants[n].shape, constants[n].dtype) != (b.shape, b.dtype.np)
+               for k in kernels for n, b in zip(k.input_nodes, k.inputs)):
+            raise ValueError("a weight does not match the kernels that read it")
     except LuminalError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OSError) as e:
@@ -146,4 +146,4 @@ def load_artifact(path: str | Path, backend: str | Backend | None = None,
     for k, s in zip(kernels, schedules):
         if not be.valid(k, s):
             raise LuminalError(f"artifact schedule for kernel {k.signature} is not valid on backend {be.name!r}")
-    return CompiledModel(be, kernels, schedules, inputs, outputs, constants, plan=plan)
+    return CompiledModel(be, kernels, schedules, inputs, outputs, constants)

@@ -23,7 +23,7 @@ def resolve_backend(backend: str | Backend) -> Backend:
 def graph_specs(graph: Graph) -> tuple[list[TensorSpec], list[TensorSpec], dict[int, np.ndarray]]:
     inputs = [TensorSpec(n.attrs["name"], n.id, n.shape, n.dtype) for n in graph.inputs]
     outputs = [TensorSpec(name, n.id, n.shape, n.dtype) for name, n in zip(graph.output_names, graph.outputs)]
-    constants = {n.id: np.ascontiguousarray(n.attrs["value"]) for n in graph.toposort() if n.op is Op.Constant}
+    constants = {n.id: n.attrs["value"] for n in graph.toposort() if n.op is Op.Constant}
     return inputs, outputs, constants
 
 

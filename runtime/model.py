@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +13,7 @@ from ..codegen.backend import Backend, Schedule
 from ..codegen.kernel import Kernel
 from ..errors import LuminalError
 from ..ir.dtypes import DType
-from .plan import BufferPlan, plan_buffers
+from .plan import plan_kernels
 
 
 @dataclass
@@ -39,23 +41,10 @@ class CompileStats:
     forms: dict[str, int] = field(default_factory=dict)
 
 
-def _arena_view(arena: Any, offset: int, nbytes: int, shape: tuple[int, ...], dtype: DType) -> Any:
-    """A typed view into the byte arena (torch tensors and numpy arrays), or None when unsupported."""
-    try:
-        part = arena[offset:offset + nbytes]
-        if isinstance(arena, np.ndarray):
-            return part.view(dtype.np).reshape(shape)
-        from ..codegen.triton.backend import torch_dtype
-
-        return part.view(torch_dtype(dtype)).view(shape)
-    except Exception:
-        return None
-
-
 class CompiledModel:
     def __init__(self, backend: Backend, kernels: list[Kernel], schedules: list[Schedule],
                  inputs: list[TensorSpec], outputs: list[TensorSpec], constants: dict[int, np.ndarray],
-                 plan: BufferPlan | None = None, stats: CompileStats | None = None, compiled: list | None = None):
+                 stats: CompileStats | None = None):
         self.backend = backend
         self.kernels = kernels
         self.schedules = schedules
@@ -63,83 +52,88 @@ class CompiledModel:
         self.outputs = outputs
         self.constants = constants
         self.stats = stats or CompileStats(kernels=len(kernels))
-        keep = {o.node for o in outputs}
-        self.plan = plan or plan_buffers(
-            [(k.input_nodes, [(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)]) for k in kernels], keep)
-        self.sources = [backend.source(k, s) for k, s in zip(kernels, schedules)]
-        self.compiled = compiled if compiled is not None else backend.compile(list(zip(kernels, schedules)))
-        produced = {n for k in kernels for n in k.output_nodes}
-        missing = [n for k in kernels for n in k.input_nodes
-                   if n not in produced and n not in constants and n not in {i.node for i in inputs}]
-        if missing:
-            raise LuminalError(f"launch plan reads {len(missing)} value(s) that nothing provides")
-        # weights go to the device once
-        self._weights = {n: backend.from_numpy(v) for n, v in constants.items() if v.ndim > 0 or n in keep}
-        self._buffers: dict[int, Any] = {}
-        self._inputs: dict[int, Any] | None = None
-        # (the compiled list it was made for, the backend's bound launch and buffers): rebuilt when replaced
-        self._bound: tuple[list, Any] | None = None
-        self._allocate()
+        self.plan = plan_kernels(kernels, {o.node for o in outputs})
+        read = {n for k in kernels for n in k.input_nodes}
+        if read - {n for k in kernels for n in k.output_nodes} - constants.keys() - {i.node for i in inputs}:
+            raise LuminalError("launch plan reads a value that nothing provides")
+        self.compiled = backend.compile(list(zip(kernels, schedules)))
+        # weights go to the device once; graph outputs that are constants are ready on the host
+        self._weights = {n: backend.from_numpy(v) for n, v in constants.items() if n in read}
+        self._const_outputs = {o.node: np.broadcast_to(constants[o.node], o.shape).astype(o.dtype.np)
+                               for o in outputs if o.node in constants}
+        self._buffers = self._allocate()
+        # (the compiled list it was made for, (launch, buffers by node, input writers)): rebuilt when replaced
+        self._bound: tuple[list, tuple[Callable[[], None], dict[int, Any], list]] | None = None
 
-    def _allocate(self) -> None:
-        shapes = {n: (b.shape, b.dtype) for k in self.kernels for n, (_, b) in zip(k.output_nodes, k.outputs)}
-        arena = None
-        if self.plan.slots:
-            try:
-                arena = self.backend.empty((self.plan.arena_bytes,), np.dtype(np.uint8))
-            except (TypeError, ValueError, KeyError):  # a backend without byte buffers: one buffer each
-                arena = None
-        for n, (shape, dt) in shapes.items():
-            slot = self.plan.slots.get(n)
-            buf = None if slot is None or arena is None else _arena_view(arena, slot.offset, slot.nbytes, shape, dt)
-            self._buffers[n] = buf if buf is not None else self.backend.empty(shape, dt.np)
-        self._arena = arena
+    @functools.cached_property
+    def sources(self) -> list[str]:
+        return [self.backend.source(k, s) for k, s in zip(self.kernels, self.schedules)]
 
-    def _bind(self) -> tuple[Any, dict[int, Any]] | None:
-        """Kernels bound to fixed buffers (inputs get buffers of their own) by a backend that offers it."""
-        launcher = getattr(self.backend, "launcher", None)
-        if launcher is None:
-            return None
-        if self._inputs is None:
-            self._inputs = {s.node: self.backend.empty(s.shape, s.dtype.np) for s in self.inputs}
-        values: dict[int, Any] = {**self._weights, **self._inputs, **self._buffers}
-        launch = launcher(self.compiled, [[values[n] for n in k.input_nodes] + [values[n] for n in k.output_nodes]
-                                          for k in self.kernels])
-        return launch, values
+    def _allocate(self) -> dict[int, Any]:
+        """A buffer per kernel output: a typed view into one byte arena where the plan gives it a slot."""
+        be = self.backend
+        arena = be.empty((self.plan.arena_bytes,), np.dtype(np.uint8)) if self.plan.slots else None
+        native: dict[DType, Any] = {}  # the backend's own dtype object (what .view() of its buffers takes)
+        buffers = {}
+        for k in self.kernels:
+            for n, (_, b) in zip(k.output_nodes, k.outputs):
+                slot = self.plan.slots.get(n)
+                if slot is None:
+                    buffers[n] = be.empty(b.shape, b.dtype.np)
+                    continue
+                if b.dtype not in native:
+                    native[b.dtype] = be.empty((0,), b.dtype.np).dtype
+                buffers[n] = arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
+        return buffers
+
+    def _bind(self) -> tuple[Callable[[], None], dict[int, Any], list]:
+        """The kernels' argument lists, made once, and how each run's inputs get into them: host (numpy)
+        buffers of their own that each run overwrites, bound by the backend's launcher where it has one;
+        else buffers uploaded on each run and put in place of the inputs in the argument lists."""
+        be = self.backend
+        values: dict[int, Any] = {**self._weights, **{s.node: be.empty(s.shape, s.dtype.np) for s in self.inputs},
+                                  **self._buffers}
+        args = [[values[n] for n in (*k.input_nodes, *k.output_nodes)] for k in self.kernels]
+        if all(isinstance(values[s.node], np.ndarray) for s in self.inputs):
+            writers = [(s, values[s.node], None) for s in self.inputs]
+            launcher = getattr(be, "launcher", None)
+            if launcher is not None:
+                return launcher(self.compiled, args), values, writers
+        else:
+            writers = [(s, None, [(a, i) for a, k in zip(args, self.kernels)
+                                  for i, n in enumerate((*k.input_nodes, *k.output_nodes)) if n == s.node])
+                       for s in self.inputs]
+        steps = list(zip(self.compiled, args))
+
+        def launch() -> None:
+            for ck, a in steps:
+                ck(a)
+
+        return launch, values, writers
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Outputs in graph order; ``feeds`` are already validated arrays of the input specs."""
         if self._bound is None or self._bound[0] is not self.compiled:
             self._bound = (self.compiled, self._bind())
-        bound = self._bound[1]
-        if bound is None:
-            values = self._launch_each(feeds)
-        else:
-            launch, values = bound
-            for spec in self.inputs:
-                np.copyto(values[spec.node], np.asarray(feeds[spec.name]), casting="unsafe")
-            launch()
+        launch, values, writers = self._bound[1]
+        for spec, host, places in writers:
+            if host is not None:
+                np.copyto(host, feeds[spec.name], casting="unsafe")
+            else:
+                buf = values[spec.node] = self.backend.from_numpy(
+                    np.asarray(feeds[spec.name]).astype(spec.dtype.np, copy=False))
+                for a, i in places:
+                    a[i] = buf
+        launch()
         self.backend.synchronize()
         out = []
         for spec in self.outputs:
-            if spec.node not in values:
-                arr = self.constants[spec.node]
-            elif bound is None:
-                arr = self.backend.to_numpy(values[spec.node])
-            else:
-                arr = values[spec.node]
-            out.append(np.array(np.broadcast_to(arr, spec.shape).astype(spec.dtype.np, copy=False)))
+            if spec.node in self._const_outputs:
+                out.append(self._const_outputs[spec.node].copy())
+                continue
+            buf = values[spec.node]
+            out.append(np.array(buf if isinstance(buf, np.ndarray) else self.backend.to_numpy(buf)))
         return out
-
-    def _launch_each(self, feeds: dict[str, np.ndarray]) -> dict[int, Any]:
-        values: dict[int, Any] = dict(self._weights)
-        for spec in self.inputs:
-            values[spec.node] = self.backend.from_numpy(
-                np.ascontiguousarray(np.asarray(feeds[spec.name]).astype(spec.dtype.np, copy=False)))
-        values.update(self._buffers)
-        for k, ck in zip(self.kernels, self.compiled):
-            ck([values[n] for n in k.input_nodes] + [values[n] for n in k.output_nodes])
-        return values
 
     @property
     def planned_bytes(self) -> int:

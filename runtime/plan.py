@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..codegen.kernel import Kernel
+
 ALIGN = 256
 
 
@@ -25,19 +27,6 @@ class BufferPlan:
     def naive_bytes(self) -> int:
         """What one buffer per intermediate would take."""
         return sum(s.nbytes for s in self.slots.values())
-
-    def to_json(self) -> dict:
-        return {"arena_bytes": self.arena_bytes,
-                "slots": [[s.node, s.nbytes, s.first, s.last, s.offset] for s in self.slots.values()]}
-
-    @staticmethod
-    def from_json(d: dict) -> BufferPlan:
-        p = BufferPlan(arena_bytes=int(d["arena_bytes"]))
-        for node, nbytes, first, last, offset in d["slots"]:
-            p.slots[int(node)] = Slot(int(node), int(nbytes), int(first), int(last), int(offset))
-        if any(s.offset < 0 or s.offset + s.nbytes > p.arena_bytes for s in p.slots.values()):
-            raise ValueError("buffer plan slot outside its arena")
-        return p
 
 
 def _align(n: int) -> int:
@@ -69,3 +58,9 @@ def plan_buffers(launches: list[tuple[list[int], list[tuple[int, int]]]], keep: 
         placed.append(s)
         plan.arena_bytes = max(plan.arena_bytes, offset + _align(s.nbytes))
     return plan
+
+
+def plan_kernels(kernels: list[Kernel], keep: set[int]) -> BufferPlan:
+    """The plan for kernels in launch order: all their outputs but those in ``keep``."""
+    return plan_buffers([(k.input_nodes, [(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)])
+                         for k in kernels], keep)

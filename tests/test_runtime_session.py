@@ -199,3 +199,35 @@ def test_compile_uses_the_tuned_fusion_decisions(tmp_path):
     assert len(tuned.kernels) > len(default.kernels)
     xv = np.random.default_rng(0).standard_normal((6, 10)).astype(np.float32)
     np.testing.assert_allclose(tuned.run({"x": xv})[0], default.run({"x": xv})[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_constant_outputs_and_masked_scalar_constants(backend):
+    """Graph outputs that are constants (0-d too) come back in their shape; a scalar constant read
+    through a pad mask is a kernel input like any weight."""
+    from luminal.ir import run_reference
+
+    x = Tensor.input("x", (4, 4), DType.float32)
+    c0, c1 = Tensor.const(np.float32(3.0)), Tensor.const(np.arange(4.0, dtype=np.float32))
+    g = optimize(Graph([x.node], [x.exp().pad(((1, 1), (1, 1)), value=1.0).contiguous().node, c0.node, c1.node],
+                       ["y", "c0", "c1"]))
+    m = compile_graph(g, backend)
+    xv = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    want = run_reference(g, {"x": xv})
+    for _ in range(2):
+        got = m.run({"x": xv})
+        assert [a.shape for a in got] == [(6, 6), (), (4,)]
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_artifact_weights_must_match_their_kernels(model_path, tmp_path):
+    compiled = compile_model(model_path, {"batch": 2}, "interpret")
+    out = write_artifact(compiled, tmp_path / "art", model_path, {"batch": 2})
+    with np.load(out / "weights.npz") as z:
+        weights = {k: z[k] for k in z.files}
+    big = max(weights, key=lambda k: weights[k].size)
+    weights[big] = weights[big][:1]  # truncated: a kernel would read past its end
+    np.savez(out / "weights.npz", **weights)
+    with pytest.raises(LuminalError, match="malformed"):
+        InferenceSession(out)
