@@ -347,27 +347,31 @@ class TuningCache:
                     config: dict[str, Any], median_ns: int, default_ns: int | None, force: bool) -> bool:
         if isinstance(median_ns, bool) or not isinstance(median_ns, int) or median_ns <= 0:
             raise ValueError("a winner needs a positive integer median_ns")
-        dev, tc, cfg = _key(device), _key(toolchain), _config(config)
-        key = (signature, dev, tc)
+        key = (signature, _key(device), _key(toolchain))
+        cfg = _config(config)
         with self.transaction():
             self._store_fingerprints(device, toolchain)
-            row = self.conn.execute("SELECT median_ns, default_ns FROM winners"
-                                    " WHERE signature = ? AND device = ? AND toolchain = ?", key).fetchone()
-            if row is None:
-                self.conn.execute(
-                    "INSERT INTO winners (signature, device, toolchain, config, median_ns, default_ns, speedup,"
-                    " n_trials, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT count(*) FROM trials"
-                    " WHERE signature = ? AND device = ? AND toolchain = ?), ?)",
-                    (*key, cfg, median_ns, default_ns, _speedup(default_ns, median_ns), *key, now_iso()))
-                return True
-            if not force and row[0] is not None and median_ns >= row[0]:
-                return False
-            default_ns = default_ns if default_ns is not None else row[1]
+            return self._write_winner(key, cfg, median_ns, default_ns, now_iso(), force) != "kept"
+
+    def _write_winner(self, key: tuple[str, str, str], config: str, median_ns: int, default_ns: int | None,
+                      updated_at: str, force: bool) -> str:
+        """Store the winner of ``key`` unless (without ``force``) the stored one is at least as fast; a
+        missing ``default_ns`` keeps the stored one. Returns "added", "replaced" or "kept"."""
+        where = "signature = ? AND device = ? AND toolchain = ?"
+        row = self.conn.execute(f"SELECT median_ns, default_ns FROM winners WHERE {where}", key).fetchone()
+        if row is None:
             self.conn.execute(
-                "UPDATE winners SET config = ?, median_ns = ?, default_ns = ?, speedup = ?, updated_at = ?"
-                " WHERE signature = ? AND device = ? AND toolchain = ?",
-                (cfg, median_ns, default_ns, _speedup(default_ns, median_ns), now_iso(), *key))
-            return True
+                "INSERT INTO winners (signature, device, toolchain, config, median_ns, default_ns, speedup,"
+                f" n_trials, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT count(*) FROM trials WHERE {where}), ?)",
+                (*key, config, median_ns, default_ns, _speedup(default_ns, median_ns), *key, updated_at))
+            return "added"
+        if not force and row[0] is not None and median_ns >= row[0]:
+            return "kept"
+        default_ns = default_ns if default_ns is not None else row[1]
+        self.conn.execute(
+            f"UPDATE winners SET config = ?, median_ns = ?, default_ns = ?, speedup = ?, updated_at = ? WHERE {where}",
+            (config, median_ns, default_ns, _speedup(default_ns, median_ns), updated_at, *key))
+        return "replaced"
 
     @_guarded
     def set_winner(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint,
@@ -575,8 +579,10 @@ class TuningCache:
                     elif kind == "kernel":
                         counts["kernels_added" if self._merge_kernel(rec) else "kernels_merged"] += 1
                     else:
-                        counts[f"winners_{self._merge_winner(rec)}"] += 1
-                        touched.add((rec["signature"], rec["device"], rec["toolchain"]))
+                        key = (rec["signature"], rec["device"], rec["toolchain"])
+                        counts["winners_" + self._write_winner(key, dumps(rec["config"]), rec["median_ns"],
+                                                               rec["default_ns"], rec["updated_at"], force=False)] += 1
+                        touched.add(key)
                 flush()
                 self.conn.executemany(
                     "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = ?1"
@@ -605,24 +611,6 @@ class TuningCache:
             " first_seen = ?, last_seen = ? WHERE signature = ?",
             (rec["form"], rec["ir_text"], dumps(models), first, last, rec["signature"]))
         return False
-
-    def _merge_winner(self, rec: dict[str, Any]) -> str:
-        key = (rec["signature"], rec["device"], rec["toolchain"])
-        row = self.conn.execute("SELECT median_ns FROM winners WHERE signature = ? AND device = ? AND toolchain = ?",
-                                key).fetchone()
-        values = (dumps(rec["config"]), rec["median_ns"], rec["default_ns"],
-                  _speedup(rec["default_ns"], rec["median_ns"]), rec["updated_at"])
-        if row is None:
-            self.conn.execute(
-                "INSERT INTO winners (signature, device, toolchain, config, median_ns, default_ns, speedup,"
-                " n_trials, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)", (*key, *values))
-            return "added"
-        if row[0] is not None and rec["median_ns"] >= row[0]:
-            return "kept"
-        self.conn.execute(
-            "UPDATE winners SET config = ?, median_ns = ?, default_ns = ?, speedup = ?, updated_at = ?"
-            " WHERE signature = ? AND device = ? AND toolchain = ?", (*values, *key))
-        return "replaced"
 
     # ------------------------------------------------------------ pruning
 
