@@ -309,20 +309,8 @@ class TuningCache:
         """Remember what a signature stands for, and which models contain it."""
         now = now_iso()
         with self.transaction():
-            row = self.conn.execute("SELECT models FROM kernels WHERE signature = ?", (signature,)).fetchone()
-            if row is None:
-                self.conn.execute(
-                    "INSERT INTO kernels (signature, form, ir_text, shapes, models, first_seen, last_seen)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (signature, form, ir_text, dumps(shapes), dumps([model] if model else []), now, now))
-                return
-            models = json.loads(row[0] or "[]")
-            if model and model not in models:
-                models.append(model)
-            self.conn.execute(
-                "UPDATE kernels SET form = coalesce(form, ?), ir_text = coalesce(ir_text, ?),"
-                " shapes = coalesce(shapes, ?), models = ?, last_seen = ? WHERE signature = ?",
-                (form, ir_text, dumps(shapes), dumps(models), now, signature))
+            self._merge_kernel({"signature": signature, "form": form, "ir_text": ir_text, "shapes": shapes,
+                                "models": [model] if model else [], "first_seen": now, "last_seen": now})
 
     @_guarded
     def record_trial(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint,
@@ -593,6 +581,8 @@ class TuningCache:
         return ImportReport(**counts)
 
     def _merge_kernel(self, rec: dict[str, Any]) -> bool:
+        """Add the kernel, or merge it into the stored one (models united, first and last seen widened);
+        True when it was new."""
         row = self.conn.execute("SELECT models, first_seen, last_seen FROM kernels WHERE signature = ?",
                                 (rec["signature"],)).fetchone()
         if row is None:
@@ -607,9 +597,9 @@ class TuningCache:
         first = min(x for x in (row[1], rec["first_seen"]) if x)
         last = max(x for x in (row[2], rec["last_seen"]) if x)
         self.conn.execute(
-            "UPDATE kernels SET form = coalesce(form, ?), ir_text = coalesce(ir_text, ?), models = ?,"
-            " first_seen = ?, last_seen = ? WHERE signature = ?",
-            (rec["form"], rec["ir_text"], dumps(models), first, last, rec["signature"]))
+            "UPDATE kernels SET form = coalesce(form, ?), ir_text = coalesce(ir_text, ?), shapes = coalesce(shapes, ?),"
+            " models = ?, first_seen = ?, last_seen = ? WHERE signature = ?",
+            (rec["form"], rec["ir_text"], dumps(rec["shapes"]), dumps(models), first, last, rec["signature"]))
         return False
 
     # ------------------------------------------------------------ pruning
