@@ -12,12 +12,13 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from luminal.codegen.partition import fusible_edges, partition
 from luminal.codegen.triton import schedule as sched
 from luminal.codegen.triton.emit import emit
-from luminal.runtime.plan import plan_buffers
+from luminal.runtime.plan import plan_kernels
 from luminal.runtime.sample_graphs import SAMPLES
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
@@ -25,9 +26,7 @@ MAX_TRANSFORMER_KERNELS = 10
 
 
 def _memory(graph, kernels) -> dict:
-    keep = {o.id for o in graph.outputs}
-    plan = plan_buffers([(k.input_nodes, [(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)])
-                         for k in kernels], keep)
+    plan = plan_kernels(kernels, {o.id for o in graph.outputs})
     return {"planned_bytes": plan.arena_bytes, "intermediate_bytes": plan.naive_bytes}
 
 
@@ -37,11 +36,9 @@ def report(name: str, graph, import_s: float, aot: bool) -> dict:
     sources = [emit(k, sched.default(k)) for k in fused]
     t_compile = time.perf_counter() - t0
     unfused = partition(graph, {e: False for e in fusible_edges(graph)})
-    forms: dict[str, int] = {}
-    for k in fused:
-        forms[k.form] = forms.get(k.form, 0) + 1
     row = {
-        "model": name, "kernels_unfused": len(unfused), "kernels_fused": len(fused), "forms": forms,
+        "model": name, "kernels_unfused": len(unfused), "kernels_fused": len(fused),
+        "forms": dict(Counter(k.form for k in fused)),
         "bytes_unfused": sum(k.bytes_moved for k in unfused), "bytes_fused": sum(k.bytes_moved for k in fused),
         "flops": sum(k.flops for k in fused), "memory": _memory(graph, fused),
         "import_s": round(import_s, 3), "partition_emit_s": round(t_compile, 3),

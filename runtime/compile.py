@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,8 @@ def graph_specs(graph: Graph) -> tuple[list[TensorSpec], list[TensorSpec], dict[
 
 
 def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[str, Schedule] | None,
-                     cache: Any = None, stats: CompileStats | None = None) -> list[Schedule]:
+                     cache: Any, stats: CompileStats) -> list[Schedule]:
     """Per kernel: an explicit schedule (by signature), else the cache's winner, else the default."""
-    stats = stats if stats is not None else CompileStats()
     device = toolchain = None
     if cache is not None:
         from ..cache import backend_fingerprints
@@ -70,9 +70,7 @@ def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict
     if decisions is None and cache is not None:
         decisions = tuned_decisions(graph, be, cache)
     kernels = partition(graph, decisions)
-    stats = CompileStats(kernels=len(kernels))
-    for k in kernels:
-        stats.forms[k.form] = stats.forms.get(k.form, 0) + 1
+    stats = CompileStats(kernels=len(kernels), forms=dict(Counter(k.form for k in kernels)))
     chosen = choose_schedules(kernels, be, schedules, cache, stats)
     inputs, outputs, constants = graph_specs(graph)
     model = CompiledModel(be, kernels, chosen, inputs, outputs, constants, stats=stats)
