@@ -15,7 +15,7 @@ from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_run
 from ..kernel import Kernel, KOp
-from .schedule import split_ok
+from .schedule import CONSTEXPRS, kind_of, split_ok
 
 TL = {
     DType.float32: "tl.float32",
@@ -248,7 +248,7 @@ def _is_big(k: Kernel) -> bool:
     return n >= 2**31 - 1
 
 
-def _signature(k: Kernel, knobs: list[str]) -> str:
+def _signature(k: Kernel, knobs: tuple[str, ...]) -> str:
     args = [f"in{i}" for i in range(len(k.inputs))] + [f"out{i}" for i in range(len(k.outputs))]
     args += [f"{name}: tl.constexpr" for name in knobs]
     return f"@triton.jit\ndef kernel({', '.join(args)}):\n"
@@ -259,9 +259,10 @@ def _finish(header: str, w: Writer) -> str:
 
 
 def emit(kernel: Kernel, schedule: dict) -> str:
-    if kernel.contraction is not None:
+    kind = kind_of(kernel)
+    if kind == "contraction":
         return emit_contraction(kernel, schedule)
-    if kernel.reduce_axes:
+    if kind == "reduction":
         return emit_reduction(kernel, schedule)
     return emit_elementwise(kernel)
 
@@ -282,7 +283,7 @@ def emit_elementwise(k: Kernel) -> str:
         e.emit(i, op)
     for o, (i, b) in enumerate(k.outputs):
         e.store(o, e.names[i], "full", b.dtype)
-    return _finish(_signature(k, ["BLOCK"]), w)
+    return _finish(_signature(k, CONSTEXPRS["elementwise"]), w)
 
 
 # -- reduction ---------------------------------------------------------------------
@@ -428,8 +429,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
     for o, (i, b) in enumerate(k.outputs):
         if k.ops[i].space == "row":
             e.store(o, f"v{i}", "row", b.dtype)
-    knobs = ["ROWS", "BLOCK"]
-    return _finish(_signature(k, knobs), w)
+    return _finish(_signature(k, CONSTEXPRS["reduction"]), w)
 
 
 def _acc_dtype(dt: DType) -> str:
@@ -529,8 +529,7 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     else:
         for o, (i, b) in enumerate(k.outputs):
             e.store(o, f"v{i}", "row", b.dtype)
-    knobs = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "PRECISION"]
-    return _finish(_signature(k, knobs), w)
+    return _finish(_signature(k, CONSTEXPRS["contraction"]), w)
 
 
 def _unravel_group(w: Writer, dims: tuple[int, ...], full: tuple[int, ...], src: str, prefix: str) -> dict[int, str]:

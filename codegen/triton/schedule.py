@@ -11,6 +11,9 @@ from ..kernel import Kernel
 # shared memory per block on the GPUs we target (bytes)
 SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
+# per kind: the knobs that are compile-time arguments of the generated function, in its argument order
+CONSTEXPRS = {"elementwise": ("BLOCK",), "reduction": ("ROWS", "BLOCK"),
+              "contraction": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "PRECISION")}
 
 
 def npow2(n: int) -> int:
@@ -25,7 +28,8 @@ def split_ok(k: Kernel) -> bool:
             and all(o.op == "Contiguous" for o in epilogue))
 
 
-def _kind(k: Kernel) -> str:
+def kind_of(k: Kernel) -> str:
+    """How the kernel is emitted: "contraction" (tl.dot), "reduction" or "elementwise" (gathers too)."""
     if k.contraction is not None:
         return "contraction"
     return "reduction" if k.reduce_axes else "elementwise"
@@ -37,7 +41,7 @@ def _rows_rlen(k: Kernel) -> tuple[int, int]:
 
 
 def space(k: Kernel) -> list[Knob]:
-    kind = _kind(k)
+    kind = kind_of(k)
     warps = Knob("num_warps", (1, 2, 4, 8))
     if kind == "elementwise":
         return [Knob("BLOCK", (64, 128, 256, 512, 1024, 2048, 4096)), warps]
@@ -55,7 +59,7 @@ def space(k: Kernel) -> list[Knob]:
 
 
 def default(k: Kernel) -> Schedule:
-    kind = _kind(k)
+    kind = kind_of(k)
     if kind == "elementwise":
         block = min(1024, max(32, npow2(math.prod(k.full))))
         return {"BLOCK": block, "num_warps": max(1, min(8, block // 256))}
@@ -72,14 +76,14 @@ def default(k: Kernel) -> Schedule:
 
 def shared_memory(k: Kernel, s: Schedule) -> int:
     """Estimated shared memory of a contraction's pipelined operand tiles (0 for other kinds)."""
-    if _kind(k) != "contraction":
+    if kind_of(k) != "contraction":
         return 0
     item = k.ops[k.contraction.mul].dtype.itemsize
     return (s["BLOCK_M"] * s["BLOCK_K"] + s["BLOCK_K"] * s["BLOCK_N"]) * item * max(1, s["num_stages"])
 
 
 def valid(k: Kernel, s: Schedule, arch: int = 80) -> bool:
-    kind = _kind(k)
+    kind = kind_of(k)
     names = {kn.name: kn.choices for kn in space(k)}
     full = {kn: s.get(kn) for kn in names}
     if any(v is None or v not in names[kn] for kn, v in full.items() if kn != "PRECISION") or \
@@ -99,7 +103,7 @@ def valid(k: Kernel, s: Schedule, arch: int = 80) -> bool:
 
 
 def grid(k: Kernel, s: Schedule) -> tuple[int, int, int]:
-    kind = _kind(k)
+    kind = kind_of(k)
     if kind == "elementwise":
         return (-(-math.prod(k.full) // s["BLOCK"]), 1, 1)
     if kind == "reduction":
@@ -111,15 +115,13 @@ def grid(k: Kernel, s: Schedule) -> tuple[int, int, int]:
 
 
 def needs_zeroed_output(k: Kernel, s: Schedule) -> bool:
-    return _kind(k) == "contraction" and s.get("SPLIT_K", 1) > 1
+    return kind_of(k) == "contraction" and s.get("SPLIT_K", 1) > 1
 
 
 def constexprs(k: Kernel, s: Schedule) -> dict:
     """The schedule knobs that are compile-time arguments of the generated function."""
-    kind = _kind(k)
-    keys = {"elementwise": ("BLOCK",), "reduction": ("ROWS", "BLOCK"),
-            "contraction": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "PRECISION")}[kind]
-    d = {key: s[key] for key in keys if key in s}
+    kind = kind_of(k)
+    d = {key: s[key] for key in CONSTEXPRS[kind] if key in s}
     if kind == "contraction":
         d.setdefault("PRECISION", "ieee")
     return d
