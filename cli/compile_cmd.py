@@ -3,7 +3,6 @@ compile every kernel and optionally write an artifact directory."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -16,17 +15,15 @@ from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_e
 
 
 def _open_cache(path: str | None):
-    from ..cache import TuningCache, default_cache_path
+    """The given cache file, which must exist; else the default one if it exists; else None."""
+    from .modelcheck import open_cache
 
-    if path is None and not os.environ.get("LUMINAL_CACHE") and not default_cache_path().is_file():
-        return None
     if path is not None and not Path(path).is_file():
         raise LuminalError(f"tuning cache not found: {path}")
-    return TuningCache(path, readonly=True)
+    return open_cache(path)
 
 
-def run_compile(model: str, backend: str, shape: list[str] | None, out: str | None, cache: str | None,
-                as_json: bool) -> dict:
+def run_compile(model: str, backend: str, shape: list[str] | None, out: str | None, cache: str | None) -> dict:
     from ..runtime.artifact import write_artifact
     from ..runtime.compile import compile_graph, import_model, resolve_backend
 
@@ -82,7 +79,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPT,
     ) -> None:
         """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
-        r = run_compile(model, backend, shape, out, cache, as_json)
+        r = run_compile(model, backend, shape, out, cache)
         if as_json:
             emit_json(r)
         else:
