@@ -267,30 +267,55 @@ def _stash(k: Kernel, body: Body, full_outs) -> tuple[int, int, int] | None:
     return None
 
 
+_MAX_INIT = {"float": "-INFINITY", "int64_t": "INT64_MIN", "int32_t": "INT32_MIN", "uint8_t": "0"}
+
+
+def _red_loop(k: Kernel, stmts: list[str], pragma: list[str]) -> list[str]:
+    """``stmts`` in a loop over the reduced dims (``pragma`` lines before it), or in a block when none is."""
+    red = [d for d in range(len(k.full)) if d in k.reduce_axes]
+    if not red:
+        return ["{"] + _indent(stmts, 4) + ["}"]
+    nred = math.prod(k.full[d] for d in red)
+    if len(red) == 1:
+        head = [f"for (int64_t i{red[0]} = 0; i{red[0]} < {nred}; i{red[0]}++) {{"]
+    else:
+        head = [f"for (int64_t q = 0; q < {nred}LL; q++) {{"]
+        head += [f"    const int64_t i{d} = {e};" for d, e in zip(red, unravel("q", tuple(k.full[d] for d in red)))]
+    return pragma + head + _indent(stmts, 4) + ["}"]
+
+
+def _arg_stmts(body: Body, n: int, stash, lin: str) -> list[str]:
+    """Statements computing the argument of reduction ``n`` (stored when it is the stashed one)."""
+    a = body.k.ops[n].args[0]
+    stmts = [x for i in body.full_needed([a]) for x in body.value(i)]
+    if stash and stash[2] == n:
+        stmts.append(f"out{stash[0]}[{lin}] = v{a};")
+    return stmts
+
+
+def _out_stmts(body: Body, full_outs, stash, lin: str, prefix) -> list[str]:
+    """Statements computing and storing the full-space outputs (the stashed value read back);
+    ``prefix(needed ops)`` gives statements to put first."""
+    stop = frozenset([stash[1]] if stash else [])
+    need = body.full_needed([o for _, o, _ in full_outs], stop)
+    stmts = prefix([i for i in need if i not in stop])
+    for i in need:
+        stmts += [f"float v{i} = out{stash[0]}[{lin}];"] if i in stop else body.value(i)
+    return stmts + [f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};" for j, o, b in full_outs]
+
+
 def emit_reduction(kernel: Kernel, sched: dict) -> str:
     k = normalize(kernel)
     body = Body(k)
-    red = [d for d in range(len(k.full)) if d in body.red]
     kept = [d for d in range(len(k.full)) if d not in body.red]
     rows = math.prod(k.full[d] for d in kept)
-    nred = math.prod(k.full[d] for d in red)
     lines = _signature(k)
     row_stmts: list[str] = []
     for d, e in zip(kept, unravel("r", tuple(k.full[d] for d in kept))):
         row_stmts.append(f"const int64_t i{d} = {e};")
 
     def red_loop(stmts: list[str], simd_extra: str) -> list[str]:
-        if not red:
-            return ["{"] + _indent(stmts, 4) + ["}"]
-        out = _simd(sched, simd_extra).split("\n")
-        if len(red) == 1:
-            d = red[0]
-            out.append(f"for (int64_t i{d} = 0; i{d} < {nred}; i{d}++) {{")
-        else:
-            out.append(f"for (int64_t q = 0; q < {nred}LL; q++) {{")
-            for d, e in zip(red, unravel("q", tuple(k.full[d] for d in red))):
-                out.append(f"    const int64_t i{d} = {e};")
-        return out + _indent(stmts, 4) + ["}"]
+        return _red_loop(k, stmts, _simd(sched, simd_extra).split("\n"))
 
     full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
     lin = body.linear("full")
@@ -303,11 +328,7 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
             continue
         a = op.args[0]
         t = ct.COMPUTE[op.dtype]
-        stmts = []
-        for i in body.full_needed([a]):
-            stmts += body.value(i)
-        if stash and stash[2] == n:
-            stmts.append(f"out{stash[0]}[{lin}] = v{a};")
+        stmts = _arg_stmts(body, n, stash, lin)
         if op.op == "SumReduce":
             row_stmts.append(f"{t} acc{n} = 0;")
             upd = f"acc{n} = acc{n} | v{a};" if op.dtype is DType.bool else f"acc{n} += v{a};"
@@ -315,20 +336,14 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
             row_stmts += red_loop(stmts + [upd], extra)
             row_stmts.append(f"{t} v{n} = {ct.round_to(op.dtype, f'acc{n}')};")
         else:
-            init = {"float": "-INFINITY", "int64_t": "INT64_MIN", "int32_t": "INT32_MIN", "uint8_t": "0"}[t]
-            row_stmts.append(f"{t} acc{n} = {init}; int nan{n} = 0;")
+            row_stmts.append(f"{t} acc{n} = {_MAX_INIT[t]}; int nan{n} = 0;")
             upd = [f"acc{n} = v{a} > acc{n} ? v{a} : acc{n};"]
             if t == "float":
                 upd.append(f"nan{n} |= (v{a} != v{a});")
             row_stmts += red_loop(stmts + upd, f" reduction(max:acc{n}) reduction(|:nan{n})")
             row_stmts.append(f"{t} v{n} = nan{n} ? ({t})NAN : acc{n};" if t == "float" else f"{t} v{n} = acc{n};")
     if full_outs:
-        stmts = []
-        stop = frozenset([stash[1]] if stash else [])
-        for i in body.full_needed([o for _, o, _ in full_outs], stop):
-            stmts += [f"float v{i} = out{stash[0]}[{lin}];"] if i in stop else body.value(i)
-        stmts += [f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};" for j, o, b in full_outs]
-        row_stmts += red_loop(stmts, "")
+        row_stmts += red_loop(_out_stmts(body, full_outs, stash, lin, lambda need: []), "")
     for j, (o, b) in enumerate(k.outputs):
         if k.ops[o].space == "row":
             row_stmts.append(f"out{j}[r] = {ct.store(b.dtype, f'v{o}')};")
@@ -358,9 +373,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     size = k.full[din]
     lanes = max(1, min(sched.get("lanes", 64), size))
     nch = -(-size // lanes)
-    red = [d for d in range(nd) if d in body.red]
     outer = [d for d in range(nd) if d not in body.red and d != din]
-    nred = math.prod(k.full[d] for d in red)
     tiles = math.prod(k.full[d] for d in outer) * nch
     lines = _signature(k)
     st: list[str] = [f"int64_t ro = t / {nch}, c0 = (t % {nch}) * {lanes}, nl = lum_min64({lanes}, {size} - c0);",
@@ -378,12 +391,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
                                                   f"    const int64_t i{din} = c0 + j;"] + _indent(stmts, 4) + ["}"]
 
     def red_loop(stmts: list[str]) -> list[str]:
-        if not red:
-            return ["{"] + _indent(stmts, 4) + ["}"]
-        out = [f"for (int64_t q = 0; q < {nred}LL; q++) {{"]
-        for d, e in zip(red, unravel("q", tuple(k.full[d] for d in red))):
-            out.append(f"    const int64_t i{d} = {e};")
-        return out + _indent(stmts, 4) + ["}"]
+        return _red_loop(k, stmts, [])
 
     full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
     lin = body.linear("full")
@@ -398,12 +406,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
             arrays.add(n)
             continue
         a = op.args[0]
-        need = body.full_needed([a])
-        stmts = scalars(need)
-        for i in need:
-            stmts += body.value(i)
-        if stash and stash[2] == n:
-            stmts.append(f"out{stash[0]}[{lin}] = v{a};")
+        stmts = scalars(body.full_needed([a])) + _arg_stmts(body, n, stash, lin)
         if op.op == "SumReduce":
             st += lane_loop([f"a{n}[j] = 0;"])
             upd = f"a{n}[j] = a{n}[j] | v{a};" if op.dtype is DType.bool else f"a{n}[j] += v{a};"
@@ -411,9 +414,8 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
             if op.dtype.compute is not op.dtype:
                 st += lane_loop([f"a{n}[j] = {ct.round_to(op.dtype, f'a{n}[j]')};"])
         else:
-            init = {"float": "-INFINITY", "int64_t": "INT64_MIN", "int32_t": "INT32_MIN", "uint8_t": "0"}[t]
             st.append(f"uint8_t nan{n}[{lanes}];")
-            st += lane_loop([f"a{n}[j] = {init}; nan{n}[j] = 0;"])
+            st += lane_loop([f"a{n}[j] = {_MAX_INIT[t]}; nan{n}[j] = 0;"])
             upd = [f"a{n}[j] = v{a} > a{n}[j] ? v{a} : a{n}[j];"]
             if t == "float":
                 upd.append(f"nan{n}[j] |= (v{a} != v{a});")
@@ -422,13 +424,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
                 st += lane_loop([f"if (nan{n}[j]) a{n}[j] = NAN;"])
         arrays.add(n)
     if full_outs:
-        stop = frozenset([stash[1]] if stash else [])
-        need = body.full_needed([o for _, o, _ in full_outs], stop)
-        stmts = scalars([i for i in need if i not in stop])
-        for i in need:
-            stmts += [f"float v{i} = out{stash[0]}[{lin}];"] if i in stop else body.value(i)
-        stmts += [f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};" for j, o, b in full_outs]
-        st += red_loop(lane_loop(stmts))
+        st += red_loop(lane_loop(_out_stmts(body, full_outs, stash, lin, scalars)))
     row_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "row"]
     if row_outs:
         rlin = body.linear("row")
