@@ -43,7 +43,9 @@ from .records import (
 BUSY_TIMEOUT_S = 30.0
 BATCH = 5000
 _TRIAL_COLS = ("uid", "signature", "device", "toolchain", "config", "status", "median_ns", "p10_ns", "p90_ns",
-               "n_samples", "samples", "created_at")
+               "n_samples", "samples", "created_at")  # the fields of a Trial after its id
+_INSERT_TRIAL = f"INTO trials ({', '.join(_TRIAL_COLS)}) VALUES ({', '.join('?' * len(_TRIAL_COLS))})"
+_SELECT_TRIALS = f"SELECT id, {', '.join(_TRIAL_COLS)} FROM trials"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -323,8 +325,7 @@ class TuningCache:
         with self.transaction():
             self._store_fingerprints(device, toolchain)
             cur = self.conn.execute(
-                "INSERT INTO trials (uid, signature, device, toolchain, config, status, median_ns, p10_ns, p90_ns,"
-                " n_samples, samples, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT " + _INSERT_TRIAL,
                 (uuid.uuid4().hex, signature, dev, tc, cfg, status, st.median_ns, st.p10_ns, st.p90_ns, st.n,
                  dumps(st.summary) if st.summary else None, now_iso()))
             self.conn.execute("UPDATE winners SET n_trials = n_trials + 1"
@@ -407,8 +408,7 @@ class TuningCache:
             if val is not None:
                 where.append(f"{col} = ?")
                 args.append(_key(val) if col != "status" else val)
-        sql = ("SELECT id, uid, signature, device, toolchain, config, status, median_ns, p10_ns, p90_ns, n_samples,"
-               f" samples, created_at FROM trials WHERE {' AND '.join(where)} ORDER BY id")
+        sql = f"{_SELECT_TRIALS} WHERE {' AND '.join(where)} ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [self._trial(r) for r in self.conn.execute(sql, args)]
@@ -514,11 +514,9 @@ class TuningCache:
             yield {"type": "kernel", "signature": r[0], "form": r[1], "ir_text": r[2],
                    "shapes": json.loads(r[3]) if r[3] else None, "models": json.loads(r[4] or "[]"),
                    "first_seen": r[5] or r[6] or now_iso(), "last_seen": r[6] or r[5] or now_iso()}
-        for r in q("SELECT uid, signature, device, toolchain, config, status, median_ns, p10_ns, p90_ns, n_samples,"
-                   " samples, created_at FROM trials ORDER BY id"):
-            yield {"type": "trial", "uid": r[0], "signature": r[1], "device": r[2], "toolchain": r[3],
-                   "config": json.loads(r[4]), "status": r[5], "median_ns": r[6], "p10_ns": r[7], "p90_ns": r[8],
-                   "n_samples": r[9], "samples": json.loads(r[10]) if r[10] else None, "created_at": r[11]}
+        for r in q(f"{_SELECT_TRIALS} ORDER BY id"):
+            t = self._trial(r)
+            yield {"type": "trial", **{k: getattr(t, k) for k in _TRIAL_COLS}}
         for r in q("SELECT signature, device, toolchain, config, median_ns, default_ns, speedup, updated_at"
                    " FROM winners"):
             yield {"type": "winner", "signature": r[0], "device": r[1], "toolchain": r[2],
@@ -539,9 +537,7 @@ class TuningCache:
         def flush() -> None:
             before = self.conn.total_changes
             # plain executemany: sqlite-utils' per-value conversion costs more than the insert here
-            self.conn.executemany(
-                f"INSERT OR IGNORE INTO trials ({', '.join(_TRIAL_COLS)}) VALUES ({', '.join('?' * len(_TRIAL_COLS))})",
-                trials)
+            self.conn.executemany("INSERT OR IGNORE " + _INSERT_TRIAL, trials)
             added = self.conn.total_changes - before
             counts["trials_added"] += added
             counts["trials_duplicate"] += len(trials) - added
