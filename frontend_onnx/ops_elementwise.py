@@ -103,32 +103,15 @@ def identity(ctx: OpContext) -> Tensor:
     return _x(ctx)
 
 
-def equal(a: Tensor, b: Tensor) -> Tensor:
-    """a == b, false where either side is NaN (Tensor.eq is not(a<b or b<a), true for NaN)."""
-    eq = a.eq(b)
-    if a.dtype.is_float or b.dtype.is_float:
-        eq = eq & a.isnan().logical_not() & b.isnan().logical_not()
-    return eq
-
-
 def less_equal(a: Tensor, b: Tensor) -> Tensor:
-    """a <= b, false where either side is NaN."""
+    """a <= b, false where either side is NaN (Tensor.le is not(a > b), true for NaN)."""
     if a.dtype.is_float or b.dtype.is_float:
-        return a.lt(b) | equal(a, b)
+        return a.lt(b) | a.eq(b)
     return a.le(b)
 
 
 def greater_equal(a: Tensor, b: Tensor) -> Tensor:
     return less_equal(b, a)
-
-
-def int_div(a: Tensor, b: Tensor) -> Tensor:
-    """Integer division truncating toward zero; exact while |a| < 2**24."""
-    a, b = Tensor._broadcast(a, b)
-    r = a.mod(b)
-    f = a.sub(r).cast(DType.float32).mul(b.cast(DType.float32).recip())
-    half = Tensor.full(f.shape, 0.5, DType.float32)
-    return f.add(f.lt(0).where(half.neg(), half)).cast(a.dtype)
 
 
 def _both_const_ints(a: Tensor, b: Tensor) -> bool:
@@ -143,9 +126,7 @@ def divide(a: Tensor, b: Tensor) -> Tensor:
             raise ValueError("integer division by zero")
         q = np.abs(x) // np.abs(y) * np.sign(x) * np.sign(y)
         return const_tensor(q, a.dtype if a.dtype == b.dtype else DType.int64)
-    if a.dtype.is_int and b.dtype.is_int:
-        return int_div(a, b)
-    return a.div(b)
+    return a.div(b)  # integers truncate toward zero (Tensor.int_div), exact while |a| < 2**24
 
 
 @op("IsInf")
@@ -153,13 +134,7 @@ def isinf(ctx: OpContext) -> Tensor:
     x = _x(ctx)
     if not x.dtype.is_float:
         return Tensor.full(x.shape, False, DType.bool)
-    x = x.cast(DType.float32)
-    big = float(np.finfo(np.float32).max)
-    pos = x.gt(big) if ctx.attr("detect_positive", 1) else None
-    neg = x.lt(-big) if ctx.attr("detect_negative", 1) else None
-    if pos is not None and neg is not None:
-        return pos | neg
-    return pos if pos is not None else neg if neg is not None else Tensor.full(x.shape, False, DType.bool)
+    return x.isinf(bool(ctx.attr("detect_positive", 1)), bool(ctx.attr("detect_negative", 1)))
 
 
 def _or(v, default: float) -> float:
@@ -259,7 +234,7 @@ def _mod(a: Tensor, b: Tensor, fmod: bool) -> Tensor:
 
 
 _BINARY = {
-    "Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Div": divide, "Equal": equal,
+    "Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Div": divide, "Equal": Tensor.eq,
     "Less": Tensor.lt, "LessOrEqual": less_equal, "Greater": Tensor.gt,
     "GreaterOrEqual": greater_equal, "And": Tensor.__and__, "Or": Tensor.__or__, "Xor": Tensor.__xor__,
 }
