@@ -20,31 +20,25 @@ COMPUTE = {
 }
 
 
+# half precisions: the prelude's conversions from and to their float compute value, and its rounding
+_LOAD = {DType.float16: "lum_h2f", DType.bfloat16: "lum_bf2f"}
+_STORE = {DType.float16: "lum_f2h", DType.bfloat16: "lum_f2bf"}
+_ROUND = {DType.float16: "lum_rf16", DType.bfloat16: "lum_rbf"}
+
+
 def load(dt: DType, x: str) -> str:
-    if dt is DType.float16:
-        return f"lum_h2f({x})"
-    if dt is DType.bfloat16:
-        return f"lum_bf2f({x})"
     if dt is DType.bool:
         return f"(uint8_t)({x} != 0)"
-    return x
+    return f"{_LOAD[dt]}({x})" if dt in _LOAD else x
 
 
 def store(dt: DType, x: str) -> str:
-    if dt is DType.float16:
-        return f"lum_f2h({x})"
-    if dt is DType.bfloat16:
-        return f"lum_f2bf({x})"
-    return x
+    return f"{_STORE[dt]}({x})" if dt in _STORE else x
 
 
 def round_to(dt: DType, x: str) -> str:
     """Round a float compute value to the precision of ``dt`` (the reference rounds after every primitive)."""
-    if dt is DType.float16:
-        return f"lum_rf16({x})"
-    if dt is DType.bfloat16:
-        return f"lum_rbf({x})"
-    return x
+    return f"{_ROUND[dt]}({x})" if dt in _ROUND else x
 
 
 def literal(value, dt: DType) -> str:
