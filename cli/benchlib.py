@@ -163,14 +163,8 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
                        gpu: bool = False) -> Runner:
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.intra_op_num_threads = settings.threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # idle worker threads that spin would steal the cores from the runtime timed next in the round
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    from .modelcheck import onnxruntime_session
+
     providers = ["CPUExecutionProvider"]
     warnings = []
     if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
@@ -178,10 +172,8 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
     elif gpu:
         warnings.append("onnxruntime has no CUDA execution provider here (install onnxruntime-gpu); "
                         "it runs on the CPU")
-    try:
-        sess = ort.InferenceSession(str(model.path), opts, providers=providers)
-    except Exception as e:
-        raise LuminalError(f"onnxruntime cannot load {model.name}: {' '.join(str(e).split())[:300]}") from None
+    # idle worker threads that spin would steal the cores from the runtime timed next in the round
+    sess = onnxruntime_session(str(model.path), settings.threads, tuple(providers), spinning=False)
     names = [o.name for o in sess.get_outputs()]
     call = lambda: sess.run(names, feeds)  # noqa: E731
     info = {"version": ort.__version__, "providers": sess.get_providers(), "threads": settings.threads}

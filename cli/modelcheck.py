@@ -167,19 +167,33 @@ def _np_dtype(dtype) -> np.dtype:
 
 # ---------------------------------------------------------------- onnxruntime
 
-def run_onnxruntime(model_path: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())[:300]
+
+
+def onnxruntime_session(model_path: str, threads: int, providers: tuple[str, ...] = ("CPUExecutionProvider",),
+                        spinning: bool = True) -> Any:
+    """An onnxruntime session on ``threads`` intra-op threads (``spinning=False``: idle threads sleep)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    opts.intra_op_num_threads = min(4, os.cpu_count() or 1)
+    opts.intra_op_num_threads = threads
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
-        sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
+        return ort.InferenceSession(model_path, opts, providers=list(providers))
+    except Exception as e:
+        raise LuminalError(f"onnxruntime cannot load {model_path}: {_one_line(e)}") from None
+
+
+def run_onnxruntime(model_path: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    sess = onnxruntime_session(model_path, min(4, os.cpu_count() or 1))
+    names = [o.name for o in sess.get_outputs()]
+    try:
         outs = sess.run(names, dict(feeds))
     except Exception as e:
-        msg = " ".join(str(e).split())[:300]
-        raise LuminalError(f"onnxruntime cannot run the model: {msg}") from None
+        raise LuminalError(f"onnxruntime cannot run the model: {_one_line(e)}") from None
     return dict(zip(names, outs))
 
 
