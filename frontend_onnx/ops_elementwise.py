@@ -344,10 +344,13 @@ def ms_fast_gelu(ctx: OpContext) -> Tensor:
     return gelu_tanh(_biased(ctx))
 
 
+def swish(x: Tensor, alpha: float) -> Tensor:
+    return x.mul(x.mul(alpha).sigmoid())
+
+
 @registry.op("QuickGelu", domain=MS)
 def ms_quick_gelu(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
-    return x.mul(x.mul(float(ctx.attr("alpha", 1.702))).sigmoid())
+    return swish(ctx.inputs[0], float(ctx.attr("alpha", 1.702)))
 
 
 @registry.op("BiasAdd", domain=MS)
@@ -356,9 +359,8 @@ def ms_bias_add(ctx: OpContext) -> Tensor:
 
 
 @op("Swish")
-def swish(ctx: OpContext) -> Tensor:
-    x = _x(ctx)
-    return x.mul(x.mul(float(ctx.attr("alpha", 1.0))).sigmoid())
+def swish_op(ctx: OpContext) -> Tensor:
+    return swish(_x(ctx), float(ctx.attr("alpha", 1.0)))
 
 
 # -- quantisation (QDQ models): elementwise with per-tensor, per-axis or blocked scales ------------

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
+from .ops_elementwise import gelu_erf, gelu_tanh
 from .ops_nn_index import gather_axis
 from .ops_nn_util import RandomOpError, fail, need, wants
 from .registry import OpContext, op
@@ -138,11 +139,10 @@ def gelu_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
     approx = ctx.attr("approximate", "none")
     if approx == "tanh":
-        inner = x.add(x.mul(x).mul(x).mul(0.044715)).mul(math.sqrt(2 / math.pi))
-        return x.mul(0.5).mul(inner.tanh().add(1))
+        return gelu_tanh(x)
     if approx != "none":
         raise fail(ctx, f"unknown approximate {approx!r}")
-    return x.mul(0.5).mul(x.mul(1 / math.sqrt(2)).erf().add(1))
+    return gelu_erf(x)
 
 
 @op("Mish")
