@@ -69,11 +69,11 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     xs, ts, vals = [x], [np.zeros(len(x), dtype=int)], []
     spreads = []
     for i, (ox, oy) in enumerate(others):
-        if len(ox) > 2 and _spread(oy) > 0:
+        if len(ox) > 2 and (osd := _spread(oy)) > 0:
             xs.append(ox)
             ts.append(np.full(len(ox), i + 1))
-            vals.append((oy - np.mean(oy)) / _spread(oy))
-            spreads.append(_spread(oy))
+            vals.append((oy - np.mean(oy)) / osd)
+            spreads.append(osd)
     # with too few points of its own to say how spread its times are, this kernel borrows the others' spread
     sd = _spread(y) or (float(np.mean(spreads)) if spreads else 1.0)
     vals.insert(0, (y - np.mean(y)) / sd if len(y) else y)

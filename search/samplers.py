@@ -38,7 +38,7 @@ class _Grid(optuna.samplers.GridSampler):
         pass
 
 
-def _tpe(seed: int, size: int) -> optuna.samplers.BaseSampler:
+def _tpe(seed: int) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # trial 0 (the default) is the only random start: on the benchmark spaces
@@ -50,25 +50,24 @@ def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.sa
     """The sampler for ``space`` (a ScheduleSpace or FusionSpace) and a note when it fell back."""
     if kind not in SAMPLERS:
         raise LuminalError(f"unknown sampler {kind!r}; choose from {', '.join(SAMPLERS)}")
-    size = space.size
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed), None
     if kind == "gp":
         if isinstance(space, ScheduleSpace) and space.params:
             return ModelSampler(space, seed), None
-        return _tpe(seed, size), None
+        return _tpe(seed), None
     if kind == "grid":
-        if size <= GRID_LIMIT:
+        if space.size <= GRID_LIMIT:
             return _Grid(space.grid(), seed=seed), None
-        return _tpe(seed, size), f"{what}: spaces over {GRID_LIMIT} points are too big for grid search; using tpe"
+        return _tpe(seed), f"{what}: spaces over {GRID_LIMIT} points are too big for grid search; using tpe"
     if kind == "cmaes":
         if space.numeric and len(space.params) >= 2:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.samplers.CmaEsSampler(seed=seed, with_margin=True, warn_independent_sampling=False), None
         why = "has categorical knobs" if not space.numeric else "has fewer than two numeric knobs"
-        return _tpe(seed, size), f"{what}: CMA-ES needs two or more numeric knobs and this space {why}; using tpe"
-    return _tpe(seed, size), None
+        return _tpe(seed), f"{what}: CMA-ES needs two or more numeric knobs and this space {why}; using tpe"
+    return _tpe(seed), None
 
 
 class ModelSampler(optuna.samplers.BaseSampler):
@@ -108,12 +107,12 @@ class ModelSampler(optuna.samplers.BaseSampler):
         return self._valid[point]
 
     def _candidates(self) -> list[tuple]:
-        if self.space.size <= ENUMERATE_LIMIT:
-            if self._all is None:
-                grid = [p.grid() for p in self.space.params]
-                self._all = [c for c in itertools.product(*grid) if self._is_valid(c)]
+        if self._all is not None:
             return self._all
         grid = [p.grid() for p in self.space.params]
+        if self.space.size <= ENUMERATE_LIMIT:
+            self._all = [c for c in itertools.product(*grid) if self._is_valid(c)]
+            return self._all
         pts = {tuple(g[self.rng.integers(len(g))] for g in grid) for _ in range(POOL)}
         return [c for c in sorted(pts, key=repr) if self._is_valid(c)]
 
@@ -172,8 +171,6 @@ class ModelSampler(optuna.samplers.BaseSampler):
         if not pts and not others:
             pick = pool[int(self.rng.integers(len(pool)))]
         else:
-            if not pts:
-                pts, ys = [], np.zeros(0)
             model = fit(self._enc, self._features(pts).reshape(len(pts), len(self._names)), ys, others, self.rho)
             if len(pool) > POOL:
                 pool = [pool[i] for i in self.rng.choice(len(pool), POOL, replace=False)]
