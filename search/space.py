@@ -10,6 +10,7 @@ import json
 import math
 import random
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import optuna
@@ -27,18 +28,21 @@ class Param:
     choices: tuple[Any, ...]
     ordinal: bool
 
+    @cached_property
+    def by_index(self) -> bool:
+        """Optuna stores the choice's index: an ordered knob, or choices Optuna cannot store as they are."""
+        return self.ordinal or not all(isinstance(c, _PRIMITIVE) for c in self.choices)
+
     def suggest(self, trial: optuna.Trial) -> Any:
         if self.ordinal:
             return self.choices[trial.suggest_int(self.name, 0, len(self.choices) - 1)]
-        if all(isinstance(c, _PRIMITIVE) for c in self.choices):
-            return trial.suggest_categorical(self.name, list(self.choices))
-        return self.choices[trial.suggest_categorical(self.name, list(range(len(self.choices))))]
+        if self.by_index:
+            return self.choices[trial.suggest_categorical(self.name, list(range(len(self.choices))))]
+        return trial.suggest_categorical(self.name, list(self.choices))
 
     def encode(self, value: Any) -> Any:
         """The value as Optuna stores it."""
-        if self.ordinal or not all(isinstance(c, _PRIMITIVE) for c in self.choices):
-            return self.choices.index(value)
-        return value
+        return self.choices.index(value) if self.by_index else value
 
     def grid(self) -> list[Any]:
         return [self.encode(c) for c in self.choices]
@@ -53,16 +57,14 @@ class Param:
         """A stored value as a number for a cost model: an ordered knob's place in [0, 1], on a log2 scale
         when all choices are positive; any other knob's choice index (only compared for equality)."""
         if not self.ordinal:
-            return float(self.grid().index(stored))
+            return float(int(stored) if self.by_index else self.choices.index(stored))
         if self.choices[0] > 0:
             lo, hi = math.log2(self.choices[0]), math.log2(self.choices[-1])
             return (math.log2(self.choices[int(stored)]) - lo) / (hi - lo)
         return int(stored) / (len(self.choices) - 1)
 
     def decode(self, stored: Any) -> Any:
-        if self.ordinal or not all(isinstance(c, _PRIMITIVE) for c in self.choices):
-            return self.choices[int(stored)]
-        return stored
+        return self.choices[int(stored)] if self.by_index else stored
 
 
 def _param(knob: Knob, default: Any) -> Param:
