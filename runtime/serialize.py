@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..codegen.kernel import FORMS, Buffer, Kernel, KOp
@@ -12,35 +11,33 @@ from ..ir.view import View
 
 
 def _val(v: Any) -> Any:
+    """JSON keeps bools, ints and lists (read back as tuples) apart by itself; floats go as text so that
+    inf and nan stay strict JSON; views are tagged."""
     if isinstance(v, View):
         return {"view": [list(v.shape), list(v.strides), v.offset, [[list(c), lo, hi] for c, lo, hi in v.mask]]}
-    if isinstance(v, bool):
-        return {"bool": v}
     if isinstance(v, float):
-        return {"float": repr(v) if math.isfinite(v) else str(v)}
+        return {"float": repr(v)}
     if isinstance(v, int):
         return v
     if isinstance(v, tuple | list):
-        return {"tuple": [_val(x) for x in v]}
+        return [_val(x) for x in v]
     raise TypeError(f"cannot serialise {type(v).__name__}")
 
 
 def _unval(v: Any) -> Any:
-    if isinstance(v, bool) or not isinstance(v, int | dict):
-        raise ValueError("bad attribute value")
     if isinstance(v, int):
         return v
+    if isinstance(v, list):
+        return tuple(_unval(e) for e in v)
+    if not isinstance(v, dict) or len(v) != 1:
+        raise ValueError("bad attribute value")
     (kind, x), = v.items()
     if kind == "view":
         shape, strides, offset, mask = x
         return View(tuple(int(s) for s in shape), tuple(int(s) for s in strides), int(offset),
                     tuple((tuple(int(c) for c in cs), int(lo), int(hi)) for cs, lo, hi in mask))
-    if kind == "bool":
-        return bool(x)
-    if kind == "float":
+    if kind == "float" and isinstance(x, str):
         return float(x)
-    if kind == "tuple":
-        return tuple(_unval(e) for e in x)
     raise ValueError(f"unknown attribute kind {kind!r}")
 
 
