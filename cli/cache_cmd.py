@@ -109,6 +109,14 @@ def _show(signature: str, cache: str | None, as_json: bool, n: int) -> None:
     console.print(tt)
 
 
+def _report(as_json: bool, data: dict[str, Any], text: str) -> None:
+    """What a command did: ``data`` as JSON, or ``text`` (holding paths: never markup) for people."""
+    if as_json:
+        emit_json(data)
+    else:
+        console.print(text, markup=False, soft_wrap=True)
+
+
 def _row(table: Table, *cells: str) -> None:
     table.add_row(*(Text(c) for c in cells))  # names come from models: never read them as markup
 
@@ -185,11 +193,8 @@ def register(app: typer.Typer) -> None:
         """Write the whole cache to a portable file."""
         with _open(cache, readonly=True) as c:
             n = c.export(file)
-            path = c.path
-        if as_json:
-            emit_json({"cache": str(path), "file": file, "records": n})
-        else:
-            console.print(f"exported {n} records from {path} to {file}", markup=False, soft_wrap=True)
+        _report(as_json, {"cache": str(c.path), "file": file, "records": n},
+                f"exported {n} records from {c.path} to {file}")
 
     @cache_app.command("import")
     @handle_errors
@@ -197,16 +202,11 @@ def register(app: typer.Typer) -> None:
                 cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
         """Merge an export: trials de-duplicated, the faster winner kept per key."""
         with _open(cache, readonly=False) as c:
-            report = c.import_(file)
-            path = c.path
-        if as_json:
-            emit_json({"cache": str(path), **_plain(report)})
-            return
-        r = report
-        console.print(
-            f"imported into {path}: {r.trials_added} trials ({r.trials_duplicate} already there), "
-            f"{r.kernels_added} new kernels, winners {r.winners_added} new / {r.winners_replaced} faster / "
-            f"{r.winners_kept} kept", markup=False, soft_wrap=True)
+            r = c.import_(file)
+        _report(as_json, {"cache": str(c.path), **_plain(r)},
+                f"imported into {c.path}: {r.trials_added} trials ({r.trials_duplicate} already there), "
+                f"{r.kernels_added} new kernels, winners {r.winners_added} new / {r.winners_replaced} faster / "
+                f"{r.winners_kept} kept")
 
     @cache_app.command("prune")
     @handle_errors
@@ -222,13 +222,9 @@ def register(app: typer.Typer) -> None:
             failed = True
         keep = _current_toolchains() if other_toolchains else None
         with _open(cache, readonly=False) as c:
-            report = c.prune(older_than=age, other_toolchains=keep, failed=failed, dry_run=dry_run)
-            path = c.path
-        if as_json:
-            emit_json({"cache": str(path), **_plain(report)})
-        else:
-            verb = "would remove" if dry_run else "removed"
-            console.print(f"{verb} {report.trials} trials, {report.winners} winners, {report.kernels} kernels "
-                          f"from {path}", markup=False, soft_wrap=True)
+            r = c.prune(older_than=age, other_toolchains=keep, failed=failed, dry_run=dry_run)
+        _report(as_json, {"cache": str(c.path), **_plain(r)},
+                f"{'would remove' if dry_run else 'removed'} {r.trials} trials, {r.winners} winners, "
+                f"{r.kernels} kernels from {c.path}")
 
     app.add_typer(cache_app, name="cache")
