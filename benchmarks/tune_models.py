@@ -25,7 +25,7 @@ from luminal.cli.modelcheck import load_model_proto, make_inputs
 from luminal.config import parse_duration
 from luminal.frontend_onnx import load
 from luminal.runtime.compile import compile_graph
-from luminal.search.tuner import tune, tuned_decisions
+from luminal.search.tuner import tune
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 
@@ -55,8 +55,7 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
     report = tune(graph, "cpu", budget_s, cache=cache, storage=storage, seed=seed, threads=threads)
     tune_s = time.monotonic() - t0
     default = compile_graph(graph, "cpu")
-    tc = TuningCache(cache)
-    tuned = compile_graph(graph, "cpu", cache=tc, decisions=tuned_decisions(graph, "cpu", tc))
+    tuned = compile_graph(graph, "cpu", cache=TuningCache(cache))  # with the tuned fusion decisions too
     sess = _ort(path, threads)
     out_names = [o.name for o in sess.get_outputs()]
     runners = {"luminal default": lambda: default.run(feeds), "luminal tuned": lambda: tuned.run(feeds),

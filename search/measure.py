@@ -13,6 +13,7 @@ from typing import Any
 
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge
+from ..errors import LuminalError
 from ..ir.graph import Graph
 from .jobs import CompileJob, KernelJob, Measurement, ModelJob
 from .timing import TimingPlan
@@ -21,15 +22,18 @@ from .worker import Cancelled, Worker, WorkerContext, WorkerLost, start_method
 PAIRED_MIN_REPS = 15
 
 
+def refuse_untimed(backend: Any) -> None:
+    """The interpreter (a backend or its name) checks correctness only: nothing on it is timed."""
+    if getattr(backend, "name", backend) == "interpret":
+        raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
+                           "tune with --backend cuda on a GPU or --backend cpu")
+
+
 class Measurer:
     def __init__(self, backend: Any, graph: Graph | None = None, workers: int = 1, plan: TimingPlan | None = None,
                  timeout_s: float = 10.0, seed: int = 0, threads: int | None = None,
                  stop: Callable[[], bool] | None = None):
-        if getattr(backend, "name", None) == "interpret":
-            from ..errors import LuminalError
-
-            raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
-                               "tune with --backend cuda on a GPU or --backend cpu")
+        refuse_untimed(backend)
         self.backend = backend
         self.plan = plan or TimingPlan()
         self.timeout_s = timeout_s

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.fingerprint import backend_fingerprints
-from ..codegen.partition import Edge, decisions_from_config, fusible_edges, fusion_key, graph_signature, partition
+from ..codegen.partition import Edge, fusible_edges, graph_signature, partition
 from ..errors import LuminalError
 from ..ir.graph import Graph
-from .measure import Measurement, Measurer
+from .measure import Measurement, Measurer, refuse_untimed
 from .report import TuneReport
 from .samplers import make_sampler
 from .scheduler import pick
@@ -88,9 +88,7 @@ class Tuner:
                  progress: Callable[[TuneReport], None] | None = None):
         from ..cache import TuningCache
 
-        if getattr(backend, "name", None) == "interpret":
-            raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
-                               "tune with --backend cuda on a GPU or --backend cpu")
+        refuse_untimed(backend)
         if budget_s <= 0:
             raise LuminalError("the tuning budget must be positive")
         self.clock = _Clock(time.monotonic(), budget_s)
@@ -326,10 +324,8 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
          threads: int | None = None) -> TuneReport:
     """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds."""
     start = time.monotonic()
+    refuse_untimed(backend)
     if isinstance(backend, str):
-        if backend == "interpret":
-            raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
-                               "tune with --backend cuda on a GPU or --backend cpu")
         from ..codegen.backend import get_backend
 
         backend = get_backend(backend)
@@ -347,14 +343,3 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
     report = tuner.run()
     report.elapsed_s = time.monotonic() - start
     return report
-
-
-
-def tuned_decisions(graph: Graph, backend: Any, cache: Any) -> dict[Edge, bool]:
-    """The fusion decisions a tuning run found for this graph on this device (empty: the default)."""
-    if isinstance(backend, str):
-        from ..codegen.backend import get_backend
-
-        backend = get_backend(backend)
-    w = cache.best(fusion_key(graph), *backend_fingerprints(backend))
-    return decisions_from_config(graph, w.config) if w is not None else {}
