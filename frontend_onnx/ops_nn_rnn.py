@@ -185,28 +185,47 @@ def _outputs(ctx: OpContext, s: _Rnn, ys: list[list[Tensor]], finals: list[list[
     return outs
 
 
+def _run(ctx: OpContext, s: _Rnn, inits: list[list[Tensor]], direction) -> list[Tensor | None]:
+    """Unroll every direction. ``direction(d)`` gives (the step inputs, ``step``), where
+    ``step(x_t, states)`` returns the new states, h first; ``inits`` holds each state's initial
+    value per direction. A sequence past its length keeps its states and outputs zeros."""
+    ys, finals, orders = [], [[] for _ in inits], []
+    for d in range(s.dirs):
+        xw, step = direction(d)
+        xw, steps, order = _time_order(s, d, xw)
+        states = [init[d] for init in inits]
+        out: list[Tensor] = [None] * s.seq
+        for t in steps:
+            new = step(_step_input(xw, t), states)
+            valid = _valid(s, t)
+            states = [_hold(valid, n, old) for n, old in zip(new, states)]
+            out[t] = _hold(valid, new[0], Tensor.full(new[0].shape, 0, new[0].dtype))
+        ys.append(out)
+        orders.append(order)
+        for k, v in enumerate(states):
+            finals[k].append(_final(s, v))
+    return _outputs(ctx, s, ys, finals, orders)
+
+
 @op("LSTM")
 def lstm_op(ctx: OpContext) -> list[Tensor | None]:
     s = _setup(ctx, 4)
     hid, dt = s.hidden, s.dtype
-    h0, c0 = _state(ctx, 5, s), _state(ctx, 6, s)
     p = ctx.input(7)
     input_forget = bool(ctx.attr("input_forget", 0))
     acts = activations(ctx, ["Sigmoid", "Tanh", "Tanh"], s.dirs)
-    ys, hs, cs, orders = [], [], [], []
-    for d in range(s.dirs):
+
+    def direction(d: int):
         f, g, hact = acts[d]
         xw, rt, _ = _direction(ctx, s, d, 4, 4 * hid)
         peep = None
         if p is not None:
             pd = p.shrink([(d, d + 1), (0, 3 * hid)]).reshape((3 * hid,)).cast(dt)
             peep = [_cols(pd, k * hid, (k + 1) * hid).reshape((1, hid)).expand((s.batch, hid)) for k in range(3)]
-        h, c = h0[d], c0[d]
-        out: list[Tensor] = [None] * s.seq
-        xw, steps, order = _time_order(s, d, xw)
-        orders.append(order)
-        for t in steps:
-            gates = _step_input(xw, t).add(h.matmul(rt))
+
+        def step(xt: Tensor, states: list[Tensor]) -> list[Tensor]:
+            h, c = states
+            gates = xt.add(h.matmul(rt))
             gi, go, gf, gc = (_cols(gates, k * hid, (k + 1) * hid) for k in range(4))
             if peep is not None:
                 gi = gi.add(peep[0].mul(c))
@@ -216,75 +235,50 @@ def lstm_op(ctx: OpContext) -> list[Tensor | None]:
             c_new = f_t.mul(c).add(i_t.mul(g(_clip(gc, s.clip))))
             if peep is not None:
                 go = go.add(peep[1].mul(c_new))
-            h_new = f(_clip(go, s.clip)).mul(hact(c_new))
-            valid = _valid(s, t)
-            h, c = _hold(valid, h_new, h), _hold(valid, c_new, c)
-            out[t] = _hold(valid, h_new, Tensor.full(h.shape, 0, h.dtype))
-        ys.append(out)
-        hs.append(_final(s, h))
-        cs.append(_final(s, c))
-    return _outputs(ctx, s, ys, [hs, cs], orders)
+            return [f(_clip(go, s.clip)).mul(hact(c_new)), c_new]
+
+        return xw, step
+
+    return _run(ctx, s, [_state(ctx, 5, s), _state(ctx, 6, s)], direction)
 
 
 @op("GRU")
 def gru_op(ctx: OpContext) -> list[Tensor | None]:
     s = _setup(ctx, 3)
     hid = s.hidden
-    h0 = _state(ctx, 5, s)
     linear_before_reset = bool(ctx.attr("linear_before_reset", 0))
     acts = activations(ctx, ["Sigmoid", "Tanh"], s.dirs)
-    ys, hs, orders = [], [], []
-    for d in range(s.dirs):
+
+    def direction(d: int):
         f, g = acts[d]
         xw, rt, rbh = _direction(ctx, s, d, 3, 2 * hid)
         rzr, rh = _cols(rt, 0, 2 * hid), _cols(rt, 2 * hid, 3 * hid)
-        h = h0[d]
-        out: list[Tensor] = [None] * s.seq
-        xw, steps, order = _time_order(s, d, xw)
-        orders.append(order)
-        for t in steps:
-            xt = _step_input(xw, t)
+
+        def step(xt: Tensor, states: list[Tensor]) -> list[Tensor]:
+            (h,) = states
             zr = _cols(xt, 0, 2 * hid).add(h.matmul(rzr))
             z = f(_clip(_cols(zr, 0, hid), s.clip))
             r = f(_clip(_cols(zr, hid, 2 * hid), s.clip))
-            if linear_before_reset:
-                rec = h.matmul(rh)
-                if rbh is not None:
-                    rec = rec.add(rbh.expand(rec.shape))
-                pre = _cols(xt, 2 * hid, 3 * hid).add(r.mul(rec))
-            else:
-                rec = r.mul(h).matmul(rh)
-                if rbh is not None:
-                    rec = rec.add(rbh.expand(rec.shape))
-                pre = _cols(xt, 2 * hid, 3 * hid).add(rec)
+            rec = h.matmul(rh) if linear_before_reset else r.mul(h).matmul(rh)
+            if rbh is not None:
+                rec = rec.add(rbh.expand(rec.shape))
+            pre = _cols(xt, 2 * hid, 3 * hid).add(r.mul(rec) if linear_before_reset else rec)
             hh = g(_clip(pre, s.clip))
-            h_new = z.neg().add(1).mul(hh).add(z.mul(h))
-            valid = _valid(s, t)
-            h = _hold(valid, h_new, h)
-            out[t] = _hold(valid, h_new, Tensor.full(h.shape, 0, h.dtype))
-        ys.append(out)
-        hs.append(_final(s, h))
-    return _outputs(ctx, s, ys, [hs], orders)
+            return [z.neg().add(1).mul(hh).add(z.mul(h))]
+
+        return xw, step
+
+    return _run(ctx, s, [_state(ctx, 5, s)], direction)
 
 
 @op("RNN")
 def rnn_op(ctx: OpContext) -> list[Tensor | None]:
     s = _setup(ctx, 1)
-    h0 = _state(ctx, 5, s)
     acts = activations(ctx, ["Tanh"], s.dirs)
-    ys, hs, orders = [], [], []
-    for d in range(s.dirs):
+
+    def direction(d: int):
         (f,) = acts[d]
         xw, rt, _ = _direction(ctx, s, d, 1, s.hidden)
-        h = h0[d]
-        out: list[Tensor] = [None] * s.seq
-        xw, steps, order = _time_order(s, d, xw)
-        orders.append(order)
-        for t in steps:
-            h_new = f(_clip(_step_input(xw, t).add(h.matmul(rt)), s.clip))
-            valid = _valid(s, t)
-            h = _hold(valid, h_new, h)
-            out[t] = _hold(valid, h_new, Tensor.full(h.shape, 0, h.dtype))
-        ys.append(out)
-        hs.append(_final(s, h))
-    return _outputs(ctx, s, ys, [hs], orders)
+        return xw, lambda xt, states: [f(_clip(xt.add(states[0].matmul(rt)), s.clip))]
+
+    return _run(ctx, s, [_state(ctx, 5, s)], direction)
