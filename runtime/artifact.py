@@ -139,8 +139,6 @@ def load_artifact(path: str | Path, backend: str | Backend | None = None,
         if any(n in constants and (constants[n].shape, constants[n].dtype) != (b.shape, b.dtype.np)
                for k in kernels for n, b in zip(k.input_nodes, k.inputs)):
             raise ValueError("a weight does not match the kernels that read it")
-    except LuminalError:
-        raise
     except (KeyError, TypeError, ValueError, AttributeError, OSError) as e:
         raise LuminalError(f"artifact {d} is malformed: {type(e).__name__}: {e}") from None
     for k, s in zip(kernels, schedules):
