@@ -45,9 +45,10 @@ def _models(model: str | None, shape: list[str] | None, atol: float | None, rtol
 def _default_storage(cache: str | None) -> str | None:
     """The studies.db that `luminal tune` keeps next to the cache, when it exists."""
     from ..cache import default_cache_path
+    from ..search.studies import default_storage
 
-    path = (Path(cache).expanduser() if cache else default_cache_path()).parent / "studies.db"
-    return str(path) if path.is_file() else None
+    url = default_storage(Path(cache) if cache else default_cache_path())
+    return url if Path(url.removeprefix("sqlite:///")).is_file() else None
 
 
 def _table(doc: dict) -> Table:

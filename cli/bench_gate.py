@@ -9,8 +9,7 @@ from typing import Any
 
 from ..errors import LuminalError
 from .bench_stats import bootstrap_ratio
-
-SUBJECT = "luminal"
+from .benchlib import SUBJECT
 
 
 @dataclass(frozen=True)
