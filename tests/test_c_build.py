@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from codegen_util import fusion_block, graph
 
 from luminal.codegen import backend as backend_mod
 from luminal.codegen.c import build
@@ -19,22 +20,6 @@ from luminal.errors import LuminalError
 from luminal.ir import DType, Graph, Tensor, optimize, run_reference
 
 RNG = np.random.default_rng(3)
-
-
-def _model():
-    x = Tensor.input("x", (4, 6, 8), DType.float32)
-    w = Tensor.const(RNG.standard_normal((8, 5)).astype(np.float32))
-    b = Tensor.const(RNG.standard_normal((5,)).astype(np.float32))
-    h = x.matmul(w).add(b).relu()
-    s = h.softmax(-1)
-    m = x.mean((-1,), keepdim=True)
-    v = x.sub(m).square().mean((-1,), keepdim=True)
-    ln = x.sub(m).mul(v.add(1e-5).rsqrt())
-    t = ln.permute((0, 2, 1)).exp().add(1.0)
-    idx = Tensor.const(np.array([3, 0, 7, 7, 1]))
-    gth = x.gather(idx.reshape((1, 1, 5)).expand((4, 6, 5)), 2).tanh()
-    outs = [s, ln, t, gth]
-    return optimize(Graph([x.node], [o.contiguous().node for o in outs], ["s", "ln", "t", "g"]))
 
 
 _CACHE_SCRIPT = """
@@ -81,7 +66,7 @@ def test_cache_dir_respects_env(tmp_path, monkeypatch):
 
 def test_in_process_recompile_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("LUMINAL_C_CACHE", str(tmp_path))
-    g = _model()
+    g = fusion_block(3)
     be = CPUBackend()
     items = [(k, be.default_schedule(k)) for k in partition(g, {})]
     before = dict(build.STATS)
@@ -112,7 +97,7 @@ def test_generated_source_has_no_model_strings():
 
 
 def test_random_fusion_decisions_are_correct():
-    g = _model()
+    g = fusion_block(3)
     xv = RNG.standard_normal((4, 6, 8)).astype(np.float32)
     want = run_reference(g, {"x": xv})
     edges = fusible_edges(g)
@@ -131,7 +116,7 @@ def test_random_fusion_decisions_are_correct():
 def test_thread_count_from_env_and_schedule(monkeypatch):
     monkeypatch.setenv("LUMINAL_NUM_THREADS", "3")
     x = Tensor.input("x", (300, 200), DType.float32)
-    g = optimize(Graph([x.node], [x.softmax(-1).contiguous().node], ["y"]))
+    g = graph([x], [x.softmax(-1)])
     be = CPUBackend()
     (k,) = partition(g, {})
     s = be.default_schedule(k)

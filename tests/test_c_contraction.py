@@ -6,30 +6,20 @@ import random
 
 import numpy as np
 import pytest
+from codegen_util import compare_cpu
+from codegen_util import graph as _graph
 
 from luminal.codegen.c.backend import CPUBackend
-from luminal.codegen.c.check import run_graph
 from luminal.codegen.c.contraction import plan_contraction
 from luminal.codegen.partition import partition
 from luminal.frontend_onnx.ops_nn_conv import conv
-from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+from luminal.ir import DType, Tensor
 
 RNG = np.random.default_rng(5)
 
 
-def _graph(inputs, outs):
-    return optimize(Graph([t.node for t in inputs], [o.contiguous().node for o in outs],
-                          [f"o{i}" for i in range(len(outs))]))
-
-
-def _compare(g, feeds, rtol=2e-5, atol=2e-5, schedules=None, kernels=None):
-    want = run_reference(g, feeds)
-    got = run_graph(g, feeds, schedules=schedules, kernels=kernels)
-    for w, r, n in zip(want, got, g.output_names):
-        assert r.shape == w.shape and r.dtype == w.dtype, n
-        scale = max(1.0, float(np.abs(w.astype(np.float64)).max()))
-        np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol * scale,
-                                   err_msg=n)
+def _compare(g, feeds, rtol=2e-5, atol=2e-5, **run):
+    compare_cpu(g, feeds, rtol, atol, scaled=True, **run)
 
 
 def _contractions(g):

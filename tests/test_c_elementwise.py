@@ -4,35 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codegen_util import compare_cpu, graph
 
 from luminal.codegen.c.check import run_graph
 from luminal.codegen.partition import partition
-from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+from luminal.ir import DType, Tensor, run_reference
 
 RNG = np.random.default_rng(7)
 
 
 def _check(outs: list[Tensor], feeds: dict, names=None, rtol=2e-6, atol=2e-6, decisions=None):
-    inputs = [t.node for t in _inputs(outs)]
-    g = optimize(Graph(inputs, [o.contiguous().node for o in outs], names or [f"o{i}" for i in range(len(outs))]))
-    want = run_reference(g, feeds)
-    got = run_graph(g, feeds, decisions)
-    for w, r, n, node in zip(want, got, g.output_names, g.outputs):
-        # the reference returns 0-d outputs as shape (1,) (np.ascontiguousarray)
-        w = w.reshape(node.shape)
-        assert r.dtype == w.dtype and r.shape == w.shape, n
-        if w.dtype.kind == "f" or w.dtype.name == "bfloat16":
-            np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=n)
-        else:
-            np.testing.assert_array_equal(r, w, err_msg=n)
+    g = graph(list(_INPUTS), outs, names)
+    compare_cpu(g, feeds, rtol, atol, decisions=decisions)
     return g
 
 
 _INPUTS: list[Tensor] = []
-
-
-def _inputs(outs):
-    return list(_INPUTS)
 
 
 def _input(name, shape, dtype=DType.float32):
@@ -158,7 +145,7 @@ def test_zero_size_tensors():
     feeds = {"x": np.zeros((0, 5), np.float32), "y": np.zeros((3, 0), np.float32), "w": np.zeros((0, 4), np.float32)}
     _check(outs, feeds)
     # an empty contraction sums nothing (the reference returns uninitialised memory here, so compare with zeros)
-    g = optimize(Graph([y.node, w.node], [y.matmul(w).contiguous().node], ["mm"]))
+    g = graph([y, w], [y.matmul(w)], ["mm"])
     (got,) = run_graph(g, {"y": feeds["y"], "w": feeds["w"]})
     np.testing.assert_array_equal(got, np.zeros((3, 4), np.float32))
 
@@ -173,7 +160,7 @@ def test_random_valid_schedules_agree():
     y = _input("y", (129, 70))
     outs = [x.mul(y.transpose(0, 1)).exp().add(x.pad(((0, 0), (2, 0))).shrink(((0, 70), (0, 129)))),
             x.sigmoid(), x.lt(0.0).where(x, y.transpose(0, 1).sin())]
-    g = optimize(Graph([x.node, y.node], [o.contiguous().node for o in outs], ["a", "b", "c"]))
+    g = graph([x, y], outs, ["a", "b", "c"])
     feeds = {"x": RNG.standard_normal((70, 129)).astype(np.float32),
              "y": RNG.standard_normal((129, 70)).astype(np.float32)}
     want = run_reference(g, feeds)

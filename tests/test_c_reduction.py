@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codegen_util import compare_cpu
+from codegen_util import graph as _graph
 
 from luminal.codegen.c.check import run_graph
 from luminal.codegen.partition import partition
-from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+from luminal.ir import DType, Tensor, run_reference
 
 RNG = np.random.default_rng(11)
 
 
-def _graph(inputs, outs):
-    return optimize(Graph([t.node for t in inputs], [o.contiguous().node for o in outs],
-                          [f"o{i}" for i in range(len(outs))]))
-
-
-def _compare(g, feeds, rtol=1e-5, atol=1e-6, decisions=None, schedules=None):
-    want = run_reference(g, feeds)
-    got = run_graph(g, feeds, decisions, schedules)
-    for w, r, n, node in zip(want, got, g.output_names, g.outputs):
-        # the reference returns 0-d outputs as shape (1,) (np.ascontiguousarray)
-        w = w.reshape(node.shape)
-        assert r.dtype == w.dtype and r.shape == w.shape, n
-        if w.dtype.kind in "fV" or w.dtype.name == "bfloat16":
-            np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=n)
-        else:
-            np.testing.assert_array_equal(r, w, err_msg=n)
+def _compare(g, feeds, rtol=1e-5, atol=1e-6, **run):
+    compare_cpu(g, feeds, rtol, atol, **run)
 
 
 def test_softmax_is_one_kernel():

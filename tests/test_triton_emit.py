@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codegen_util import fusion_block, graph
 
 from luminal.codegen.partition import partition
 from luminal.codegen.triton import schedule as sched
 from luminal.frontend_onnx.ops_nn_conv import conv
-from luminal.ir import DType, Graph, Tensor, optimize, run_reference
+from luminal.ir import DType, Graph, Tensor, run_reference
 from luminal.runtime.compile import compile_graph
 
 
@@ -30,11 +31,6 @@ TOL = {DType.float32: 2e-5, DType.float16: 3e-3, DType.bfloat16: 2e-2}
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     return request.param
-
-
-def graph(inputs: list[Tensor], outputs: list[Tensor]) -> Graph:
-    return optimize(Graph([t.node for t in inputs], [o.contiguous().node for o in outputs],
-                          [f"y{i}" for i in range(len(outputs))]))
 
 
 def feeds_for(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -243,27 +239,12 @@ def test_contraction_fallback_integer(backend):
 
 
 # -- fusion decisions ---------------------------------------------------------------------
-def _block():
-    rng = np.random.default_rng(0)
-    x = Tensor.input("x", (4, 6, 8), DType.float32)
-    w = Tensor.const(rng.standard_normal((8, 5)).astype(np.float32))
-    b = Tensor.const(rng.standard_normal((5,)).astype(np.float32))
-    s = x.matmul(w).add(b).relu().softmax(-1)
-    m = x.mean((-1,), keepdim=True)
-    v = x.sub(m).square().mean((-1,), keepdim=True)
-    ln = x.sub(m).mul(v.add(1e-5).rsqrt())
-    t = ln.permute((0, 2, 1)).exp().add(1.0)
-    idx = Tensor.const(np.array([3, 0, 7, 7, 1]))
-    gth = x.gather(idx.reshape((1, 1, 5)).expand((4, 6, 5)), 2).tanh()
-    return graph([x], [s, ln, t, gth])
-
-
 def test_random_fusion_decisions(backend):
     import random
 
     from luminal.codegen.partition import fusible_edges
 
-    g = _block()
+    g = fusion_block(0)
     edges = fusible_edges(g)
     rnd = random.Random(7)
     trials = [{}, {e: False for e in edges}] + [{e: rnd.random() < 0.5 for e in edges} for _ in range(4)]
