@@ -298,12 +298,16 @@ def bench_model(model: BenchModel, settings: Settings,
 # ---------------------------------------------------------------- the whole document
 
 def environment(backend: str, threads: int) -> dict[str, Any]:
-    """Who measured: versions, the device and toolchain fingerprints of the backend that ran."""
-    from ..cache.fingerprint import device_fingerprint, package_version, toolchain_fingerprint
+    """Who measured: versions, the device and toolchain fingerprints of the backend that ran (for a compiled
+    backend, the keys its winners are stored under in the tuning cache)."""
+    from ..cache.fingerprint import backend_fingerprints, device_fingerprint, package_version, toolchain_fingerprint
 
-    fp_backend = backend if backend in ("cuda", "cpu", "interpret", "reference") else "cpu"
-    device = device_fingerprint(fp_backend)
-    toolchain = toolchain_fingerprint(fp_backend)
+    if backend == "reference":  # the numpy executor: no codegen backend, nothing tuned
+        device, toolchain = device_fingerprint(backend), toolchain_fingerprint(backend)
+    else:
+        from ..codegen.backend import get_backend
+
+        device, toolchain = backend_fingerprints(get_backend(backend))
     return {
         "luminal": __version__,
         "python": platform.python_version(),
