@@ -24,11 +24,8 @@ MANIFEST = "manifest.json"
 
 
 def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _fingerprints(backend: Backend) -> dict[str, Any]:
@@ -65,7 +62,7 @@ def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | 
         "format": FORMAT, "format_version": FORMAT_VERSION, "luminal_version": __version__,
         "model": {"sha256": file_sha256(model_path) if model_path else None,
                   "path": str(Path(model_path).resolve()) if model_path else None,
-                  "shapes": {k: (list(v) if isinstance(v, tuple | list) else v) for k, v in (shapes or {}).items()}},
+                  "shapes": shapes or {}},
         "backend": model.backend.name, "toolchain": model.backend.toolchain(),
         "fingerprints": _fingerprints(model.backend),
         "inputs": [s.to_json() for s in model.inputs], "outputs": [s.to_json() for s in model.outputs],
