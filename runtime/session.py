@@ -39,6 +39,8 @@ class InferenceSession:
             self._model = compile_model(p, shapes, backend, cache)
         else:
             raise LuminalError(f"no model file or artifact directory at {p}")
+        self._specs = {s.name: s for s in self._model.inputs}
+        self._names = [s.name for s in self._model.outputs]
 
     @property
     def model(self) -> CompiledModel:
@@ -57,7 +59,7 @@ class InferenceSession:
             ) -> list[np.ndarray]:
         if not isinstance(input_feed, dict):
             raise LuminalError("input_feed must be a dict of input name -> array")
-        specs = {s.name: s for s in self._model.inputs}
+        specs, names = self._specs, self._names
         unknown = [k for k in input_feed if k not in specs]
         if unknown:
             raise LuminalError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
@@ -66,7 +68,6 @@ class InferenceSession:
         if missing:
             raise LuminalError(f"missing input(s) {', '.join(map(repr, missing))}")
         feeds = {name: _check(specs[name], value) for name, value in input_feed.items()}
-        names = [s.name for s in self._model.outputs]
         wanted = names if not output_names else list(output_names)
         bad = [n for n in wanted if n not in names]
         if bad:
