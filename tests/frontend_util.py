@@ -10,11 +10,6 @@ from onnx import helper, numpy_helper
 from luminal import ir
 from luminal.frontend_onnx import load
 
-ELEM = {np.dtype(np.float32): onnx.TensorProto.FLOAT, np.dtype(np.float16): onnx.TensorProto.FLOAT16,
-        np.dtype(np.float64): onnx.TensorProto.DOUBLE, np.dtype(np.int64): onnx.TensorProto.INT64,
-        np.dtype(np.int32): onnx.TensorProto.INT32, np.dtype(np.bool_): onnx.TensorProto.BOOL,
-        np.dtype(np.uint8): onnx.TensorProto.UINT8, np.dtype(np.int8): onnx.TensorProto.INT8}
-
 
 def make_model(nodes, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray] | None = None,
                outputs: list[str] | None = None, opset: int = 17, input_shapes: dict | None = None,
@@ -23,7 +18,7 @@ def make_model(nodes, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray]
     inputs = []
     for name, v in feeds.items():
         shape = (input_shapes or {}).get(name, list(v.shape))
-        inputs.append(helper.make_tensor_value_info(name, ELEM[v.dtype], shape))
+        inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), shape))
     outputs = outputs or [o for o in nodes[-1].output if o]
     init = [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()]
     g = helper.make_graph(nodes, "test", inputs, [helper.make_empty_tensor_value_info(o) for o in outputs], init)

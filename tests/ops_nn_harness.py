@@ -8,17 +8,9 @@ import onnxruntime as ort
 from onnx import helper
 
 from luminal.frontend_onnx import ops_nn  # noqa: F401  (registers the ops)
+from luminal.frontend_onnx.importer import const_tensor, materialise
 from luminal.frontend_onnx.registry import OpContext, lookup
-from luminal.ir import DType, Graph, Node, Op, Tensor, optimize, run_reference
-
-_ONNX_TYPE = {
-    DType.float32: onnx.TensorProto.FLOAT, DType.float16: onnx.TensorProto.FLOAT16,
-    DType.int64: onnx.TensorProto.INT64, DType.int32: onnx.TensorProto.INT32, DType.bool: onnx.TensorProto.BOOL,
-}
-
-
-def _onnx_type(arr: np.ndarray) -> int:
-    return _ONNX_TYPE[DType.from_numpy(arr.dtype)]
+from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference
 
 
 def luminal_run(op_type: str, inputs: list, attrs: dict, n_out: int = 1, opset: int = 17,
@@ -32,8 +24,7 @@ def luminal_run(op_type: str, inputs: list, attrs: dict, n_out: int = 1, opset: 
         if a is None:
             tensors.append(None)
         elif k in consts:
-            # Tensor.const makes a 0-d array shape [1]; view it back as 0-d
-            tensors.append(Tensor.const(a, DType.from_numpy(a.dtype)).reshape(a.shape))
+            tensors.append(const_tensor(a))
         else:
             t = Tensor.input(in_names[k], a.shape, DType.from_numpy(a.dtype))
             tensors.append(t)
@@ -46,17 +37,10 @@ def luminal_run(op_type: str, inputs: list, attrs: dict, n_out: int = 1, opset: 
     if not isinstance(outs, list | tuple):
         outs = [outs]
     got = [(name, t) for name, t in zip(out_names, outs) if name and t is not None]
-    g = Graph(graph_inputs, [_materialise(t).node for _, t in got], [name for name, _ in got])
+    g = Graph(graph_inputs, [materialise(t).node for _, t in got], [name for name, _ in got])
     g = optimize(g)
     vals = run_reference(g, feeds)
     return {name: v for (name, _), v in zip(got, vals)}, g
-
-
-def _materialise(t: Tensor) -> Tensor:
-    if t.view.is_contiguous and t.node.shape == t.shape:
-        return t
-    # a Node, not Tensor.contiguous(): that folds a broadcast constant back into a view
-    return Tensor(Node(Op.Contiguous, ((t.node, t.view),), t.shape, t.dtype, {}))
 
 
 def ort_run(op_type: str, inputs: list, attrs: dict, out_types: dict, opset: int = 17,
@@ -71,9 +55,10 @@ def ort_run(op_type: str, inputs: list, attrs: dict, out_types: dict, opset: int
         if k in consts:
             inits.append(onnx.numpy_helper.from_array(a, in_names[k]))
         else:
-            g_in.append(helper.make_tensor_value_info(in_names[k], _onnx_type(a), a.shape))
+            g_in.append(helper.make_tensor_value_info(in_names[k], helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
             feeds[in_names[k]] = a
-    g_out = [helper.make_tensor_value_info(n, _onnx_type(out_types[n]), None) for n in out_names if n]
+    g_out = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(out_types[n].dtype), None)
+             for n in out_names if n]
     graph = helper.make_graph([node], "t", g_in, g_out, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
