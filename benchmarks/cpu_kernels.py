@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 if __name__ == "__main__":  # thread counts of numpy's BLAS are read when numpy loads
     _t = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
@@ -27,6 +26,7 @@ if __name__ == "__main__":  # thread counts of numpy's BLAS are read when numpy 
         os.environ.setdefault("OMP_NUM_THREADS", _t)
 
 import numpy as np  # noqa: E402
+from benchutil import median_time, spread  # noqa: E402
 
 GEMMS = [  # (name, batch, M, K, N)
     ("gemm 1024^3", 1, 1024, 1024, 1024),
@@ -37,56 +37,19 @@ GEMMS = [  # (name, batch, M, K, N)
 ]
 
 
-def _time(fn, reps: int) -> float:
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
-
-
-def _stats(xs: list[float]) -> dict:
-    a = np.asarray(xs)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90))}
-
-
-def _compile(graph, schedule_overrides: dict | None = None):
+def _runner(graph, feeds: dict[str, np.ndarray], overrides: dict | None = None):
+    """A closure running the graph kernel by kernel on preallocated buffers (``overrides`` on the default
+    schedule of every contraction)."""
     from luminal.codegen.backend import get_backend
+    from luminal.codegen.c.check import bind
     from luminal.codegen.partition import partition
 
     be = get_backend("cpu")
     kernels = partition(graph, {})
-    items = []
-    for k in kernels:
-        s = be.default_schedule(k)
-        if schedule_overrides and k.form == "contraction":
-            s.update(schedule_overrides)
-        items.append((k, s))
-    return be, kernels, be.compile(items)
-
-
-def _runner(graph, feeds: dict[str, np.ndarray], overrides: dict | None = None):
-    """A closure running the graph kernel by kernel on preallocated buffers."""
-    from luminal.ir.graph import Op
-
-    be, kernels, fns = _compile(graph, overrides)
-    vals = {n.id: be.from_numpy(feeds[n.attrs["name"]]) for n in graph.inputs}
-    for n in graph.toposort():
-        if n.op is Op.Constant:
-            vals[n.id] = be.from_numpy(np.ascontiguousarray(n.attrs["value"]))
-    plan = []
-    for k, f in zip(kernels, fns):
-        outs = [be.empty(b.shape, b.dtype.np) for _, b in k.outputs]
-        for nid, o in zip(k.output_nodes, outs):
-            vals[nid] = o
-        plan.append((f, [vals[i] for i in k.input_nodes] + outs))
-
-    def run():
-        for f, bufs in plan:
-            f(bufs)
-
-    return run, [vals[o.id] for o in graph.outputs], len(kernels)
+    schedules = [{**be.default_schedule(k), **overrides} if overrides and k.form == "contraction" else None
+                 for k in kernels]
+    run, outs, kernels = bind(graph, feeds, schedules=schedules, kernels=kernels, backend=be)
+    return run, outs, len(kernels)
 
 
 ORT_SPIN = False
@@ -148,13 +111,13 @@ def bench_gemms(threads: int, rounds: int, reps: int, impls: list[str]) -> list[
         groups = [[c for c in contenders if c != "luminal-blas"], [c for c in contenders if c == "luminal-blas"]]
         for group in groups:
             for c in group:
-                _time(contenders[c], 3)
+                median_time(contenders[c], 3)
             for _ in range(rounds if group else 0):
                 for c in group:
-                    times[c].append(_time(contenders[c], reps))
+                    times[c].append(median_time(contenders[c], reps))
         row = {"case": name, "flops": flops}
         for c, ts in times.items():
-            row[c] = _stats([flops / t / 1e9 for t in ts])
+            row[c] = spread([flops / t / 1e9 for t in ts])
         for impl in impls:
             row[f"ratio-{impl}"] = row[f"luminal-{impl}"]["median"] / row["onnxruntime"]["median"]
         out.append(row)
@@ -193,13 +156,13 @@ def bench_memory(rounds: int, reps: int) -> list[dict]:
         run()
         np.testing.assert_allclose(outs[0], ref(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
         tc, tk = [], []
-        _time(copy, 3)
-        _time(run, 3)
+        median_time(copy, 3)
+        median_time(run, 3)
         for _ in range(rounds):
-            tc.append(_time(copy, reps))
-            tk.append(_time(run, reps))
-        bw_copy = _stats([nbytes / t / 1e9 for t in tc])
-        bw_k = _stats([nbytes / t / 1e9 for t in tk])
+            tc.append(median_time(copy, reps))
+            tk.append(median_time(run, reps))
+        bw_copy = spread([nbytes / t / 1e9 for t in tc])
+        bw_k = spread([nbytes / t / 1e9 for t in tk])
         ratio = bw_k["median"] / bw_copy["median"]
         out.append({"case": name, "kernels": nk, "copy_GBps": bw_copy, "luminal_GBps": bw_k, "ratio": ratio})
         print(f"{name:28s} kernels={nk} luminal={bw_k['median']:.1f} [{bw_k['p10']:.1f},{bw_k['p90']:.1f}] GB/s  "

@@ -24,6 +24,7 @@ if __name__ == "__main__":
         os.environ.setdefault("OPENBLAS_NUM_THREADS", _t)
 
 import numpy as np  # noqa: E402
+from benchutil import median_time, spread  # noqa: E402
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 
@@ -40,15 +41,6 @@ def _feeds(sess, rng) -> dict[str, np.ndarray]:
         else:
             feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
-
-
-def _median_time(fn, reps: int) -> float:
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
 
 
 def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
@@ -73,12 +65,11 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
                     / (np.abs(np.asarray(w, np.float64)).max() + 1e-30)) for g, w in zip(got, want))
     tl, tr = [], []
     for _ in range(rounds):
-        tl.append(_median_time(lambda: ours.run(None, feeds), reps))
-        tr.append(_median_time(lambda: ref.run(None, ort_feeds), reps))
+        tl.append(median_time(lambda: ours.run(None, feeds), reps))
+        tr.append(median_time(lambda: ref.run(None, ort_feeds), reps))
 
     def stats(ts):
-        return {"median_ms": 1e3 * float(np.median(ts)), "p10_ms": 1e3 * float(np.percentile(ts, 10)),
-                "p90_ms": 1e3 * float(np.percentile(ts, 90))}
+        return {f"{k}_ms": 1e3 * v for k, v in spread(ts).items()}
 
     row = {"model": name, "compile_s": compile_s, "max_rel_err": err, "kernels": len(ours.model.kernels),
            "luminal": stats(tl), "onnxruntime": stats(tr)}

@@ -10,10 +10,11 @@ from ..kernel import Kernel
 from ..partition import partition
 
 
-def run_graph(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = None,
-              schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
-              backend=None) -> list[np.ndarray]:
-    """Partition (or take ``kernels``), compile every kernel with its schedule (default when None), run."""
+def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = None,
+         schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None, backend=None):
+    """Partition (or take ``kernels``), compile every kernel with its schedule (default when None) and bind it
+    to buffers holding the feeds, constants and every kernel output. Returns (run: one pass over the kernels,
+    the graph's output buffers, the kernels)."""
     from .backend import CPUBackend
 
     be = backend or CPUBackend()
@@ -26,9 +27,26 @@ def run_graph(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None
     for n in graph.toposort():
         if n.op is Op.Constant:
             vals[n.id] = be.from_numpy(np.ascontiguousarray(n.attrs["value"]))
+    steps = []
     for k, f in zip(kernels, fns):
         outs = [be.empty(b.shape, b.dtype.np) for _, b in k.outputs]
-        f([vals[i] for i in k.input_nodes] + outs)
-        for nid, o in zip(k.output_nodes, outs):
-            vals[nid] = o
-    return [be.to_numpy(vals[o.id]) for o in graph.outputs]
+        steps.append((f, [vals[i] for i in k.input_nodes] + outs))
+        vals.update(zip(k.output_nodes, outs))
+
+    def run() -> None:
+        for f, bufs in steps:
+            f(bufs)
+
+    return run, [vals[o.id] for o in graph.outputs], kernels
+
+
+def run_graph(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = None,
+              schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
+              backend=None) -> list[np.ndarray]:
+    """Partition (or take ``kernels``), compile every kernel with its schedule (default when None), run."""
+    from .backend import CPUBackend
+
+    be = backend or CPUBackend()
+    run, outs, _ = bind(graph, feeds, decisions, schedules, kernels, be)
+    run()
+    return [be.to_numpy(o) for o in outs]
