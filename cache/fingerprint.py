@@ -170,9 +170,7 @@ def device_fingerprint(backend: str, index: int = 0) -> Fingerprint:
 def backend_fingerprints(backend: Any) -> tuple[Fingerprint, Fingerprint]:
     """The (device, toolchain) keys a backend's winners are stored and looked up under: the
     toolchain includes everything the backend says its binaries depend on (compiler, flags, SIMD)."""
-    name = backend.name
-    device = device_fingerprint(name) if name == "cuda" else Fingerprint.of(name, {"backend": name, **cpu_info()})
-    return device, toolchain_fingerprint(name, dict(backend.toolchain()))
+    return device_fingerprint(backend.name), toolchain_fingerprint(backend.name, dict(backend.toolchain()))
 
 
 def toolchain_fingerprint(backend: str, compiler_info: dict[str, Any] | None = None) -> Fingerprint:
