@@ -41,7 +41,18 @@ def gather_elements_op(ctx: OpContext) -> Tensor:
     if idx.ndim != data.ndim:
         raise fail(ctx, "indices must have the rank of data")
     ranges = [(0, s) if k == axis else (0, idx.shape[k]) for k, s in enumerate(data.shape)]
-    return data.shrink(ranges).gather(_index(idx), axis)
+    return data.shrink(ranges).gather(idx, axis)
+
+
+def _flat_index(idx: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """The row-major position in ``dims`` of each index tuple along idx's last axis (negative
+    indices wrap), shaped ``idx.shape[:-1] + (1,)``."""
+    lin = None
+    for j, n in enumerate(dims):
+        part = idx.shrink([(0, s) for s in idx.shape[:-1]] + [(j, j + 1)])
+        part = part.lt(0).where(part.add(n), part).mul(int(math.prod(dims[j + 1:])))
+        lin = part if lin is None else lin.add(part)
+    return Tensor.full(idx.shape[:-1] + (1,), 0, idx.dtype) if lin is None else lin
 
 
 @op("GatherND")
@@ -52,19 +63,12 @@ def gather_nd_op(ctx: OpContext) -> Tensor:
     if b + m > data.ndim or idx.shape[:b] != data.shape[:b]:
         raise fail(ctx, "indices do not fit data")
     dims = data.shape[b:b + m]
-    lin = None
-    for j in range(m):
-        part = idx.shrink([(0, s) if k < idx.ndim - 1 else (j, j + 1) for k, s in enumerate(idx.shape)])
-        part = part.lt(0).where(part.add(dims[j]), part)
-        part = part.mul(int(math.prod(dims[j + 1:])))
-        lin = part if lin is None else lin.add(part)
+    lin = _flat_index(idx, dims)
     batch, post = data.shape[:b], data.shape[b + m:]
     p = int(math.prod(dims))
     flat = data.reshape(batch + (p,) + post)
     ib = idx.shape[b:-1]
     kb = int(math.prod(ib))
-    if lin is None:
-        lin = Tensor.full(idx.shape[:-1] + (1,), 0, idx.dtype)
     lin = lin.reshape(batch + (kb,) + (1,) * len(post)).expand(batch + (kb,) + post)
     out = flat.gather(lin, b)
     return out.reshape(idx.shape[:-1] + post)
@@ -232,11 +236,7 @@ def cumsum(x: Tensor, axis: int, exclusive: bool, reverse: bool) -> Tensor:
     xt = x.permute(order)
     full = xt.shape[:-1] + (n, n)
     prodt = xt.unsqueeze([-2]).expand(full).mul(mask.reshape((1,) * (len(full) - 2) + (n, n)).expand(full))
-    out = prodt.sum((-1,))
-    back = [0] * x.ndim
-    for k, o in enumerate(order):
-        back[o] = k
-    return out.permute(back)
+    return prodt.sum((-1,)).permute(np.argsort(order))
 
 
 def _scatter(ctx: OpContext, data: Tensor, onehot: Tensor, upd: Tensor, hit_axes: tuple[int, ...]) -> Tensor:
@@ -283,9 +283,6 @@ def scatter_elements_op(ctx: OpContext) -> Tensor:
     idx = idx.lt(0).where(idx.add(n), idx)
     # move the scatter axis last, then route each update k to output j where idx[.., k] == j
     order = [k for k in range(r) if k != axis] + [axis]
-    back = [0] * r
-    for k, o in enumerate(order):
-        back[o] = k
     it, ut = idx.permute(order), upd.permute(order).cast(data.dtype)
     full = it.shape + (n,)
     onehot = it.unsqueeze([r]).expand(full).eq(Tensor.iota(full, r, it.dtype))
@@ -298,7 +295,7 @@ def scatter_elements_op(ctx: OpContext) -> Tensor:
         # updates cover only a corner of data on the other axes
         inside = Tensor.full(lead + (n,), True, DType.bool).pad(pad)
         out = inside.where(out.pad(pad), dt)
-    return out.permute(back)
+    return out.permute(np.argsort(order))
 
 
 @op("ScatterND")
@@ -308,17 +305,10 @@ def scatter_nd_op(ctx: OpContext) -> Tensor:
     if m > data.ndim or upd.shape != idx.shape[:-1] + data.shape[m:]:
         raise fail(ctx, "indices and updates do not fit data")
     dims = data.shape[:m]
-    lin = None
-    for j in range(m):
-        part = idx.shrink([(0, s) for s in idx.shape[:-1]] + [(j, j + 1)])
-        part = part.lt(0).where(part.add(dims[j]), part).mul(int(math.prod(dims[j + 1:])))
-        lin = part if lin is None else lin.add(part)
     p = int(math.prod(dims))
     k = int(math.prod(idx.shape[:-1]))
     rest = data.shape[m:]
-    if lin is None:
-        lin = Tensor.full((k, 1), 0, idx.dtype)
-    lin = lin.reshape((1, k) + (1,) * len(rest))
+    lin = _flat_index(idx, dims).reshape((1, k) + (1,) * len(rest))
     full = (p, k) + (1,) * len(rest)
     onehot = lin.expand(full).eq(Tensor.iota(full, 0, lin.dtype))
     u = upd.cast(data.dtype).reshape((1, k) + rest)
