@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -65,7 +66,7 @@ def _ls(cache: str | None, as_json: bool, limit: int) -> None:
     for k in kernels[:limit]:
         models = ", ".join(k.models[:3]) + (f" +{len(k.models) - 3}" if len(k.models) > 3 else "")
         _row(table, k.signature[:16], k.form or "-", models or "-", str(k.n_trials), str(k.n_winners),
-                      _x(k.best_speedup), (k.last_seen or "-")[:10])
+             _x(k.best_speedup), (k.last_seen or "-")[:10])
     console.print(table)
     if len(kernels) > limit:
         console.print(f"... {len(kernels) - limit} more (--limit)")
@@ -78,9 +79,7 @@ def _show(signature: str, cache: str | None, as_json: bool, n: int) -> None:
         winners = c.winners(sig)
         trials = c.trials(sig)
     ok = sorted((t for t in trials if t.status == "ok" and t.median_ns is not None), key=lambda t: t.median_ns)
-    by_status: dict[str, int] = {}
-    for t in trials:
-        by_status[t.status] = by_status.get(t.status, 0) + 1
+    by_status = dict(Counter(t.status for t in trials))
     if as_json:
         emit_json({"kernel": _plain(kernel), "winners": [_plain(w) for w in winners], "by_status": by_status,
                    "fastest_trials": [_plain(t) for t in ok[:n]]})
@@ -96,7 +95,7 @@ def _show(signature: str, cache: str | None, as_json: bool, n: int) -> None:
         wt.add_column(col)
     for w in winners:
         _row(wt, w.device, w.toolchain, _ms(w.median_ns), _ms(w.default_ns), _x(w.speedup), str(w.n_trials),
-                   _config_text(w.config), w.updated_at[:19])
+             _config_text(w.config), w.updated_at[:19])
     console.print(wt)
     tt = Table(title=f"fastest {min(n, len(ok))} of {len(trials)} trials "
                      f"({', '.join(f'{k} {v}' for k, v in sorted(by_status.items())) or 'none'})",
@@ -105,7 +104,7 @@ def _show(signature: str, cache: str | None, as_json: bool, n: int) -> None:
         tt.add_column(col)
     for t in ok[:n]:
         _row(tt, str(t.id), _ms(t.median_ns), _ms(t.p10_ns), _ms(t.p90_ns), str(t.n_samples), t.device,
-                   _config_text(t.config))
+             _config_text(t.config))
     console.print(tt)
 
 
