@@ -42,3 +42,10 @@ def view_run(view: View, dims: tuple[int, ...], shape: tuple[int, ...]) -> int |
     if any(c[d] for c, _, _ in view.mask for d in dims if shape[d] != 1):
         return None
     return run_coeff(view.strides, dims, shape)
+
+
+def view_exprs(view: View) -> list[tuple[tuple[int, ...], int, int | None]]:
+    """The affine expressions a read through ``view`` evaluates, as (coefficients, constant, bound): first the
+    element's address (bound None), then each mask constraint, shifted so that it holds where
+    ``0 <= value < bound``."""
+    return [(view.strides, view.offset, None)] + [(c, -lo, hi - lo) for c, lo, hi in view.mask]

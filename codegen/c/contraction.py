@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields, replace
 
 from ...ir.dtypes import DType
 from ...ir.view import View
-from ..index import run_coeff
+from ..index import run_coeff, view_exprs
 from ..kernel import Contraction, Kernel
 from . import ctypes_map as ct
 from .emit import _indent
@@ -91,7 +91,7 @@ def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> 
     call time. Returns (fill statements, {(expr, group): ("lin", coef) | ("tab", array)}, table length)."""
     from .emit import unravel
 
-    exprs = [view.strides] + [c for c, _, _ in view.mask]
+    exprs = [co for co, _, _ in view_exprs(view)]
     terms: dict[tuple[int, str], tuple[str, object]] = {}
     fill: list[str] = []
     total = 0
@@ -135,8 +135,9 @@ def _operand(name: str, buf: int, dt: DType, view: View, terms: dict, gidx: dict
         parts = [_term(terms, e, g, gidx[g]) for g in ("batch", "m", "n", "k") if g in gidx]
         return "(" + " + ".join([p for p in parts if p] + [str(const)]) + ")"
 
-    x = ct.load(dt, f"in{buf}[{expr(0, view.offset)}]")
-    conds = [f"((uint64_t){expr(i + 1, -lo)} < {hi - lo}ULL)" for i, (_, lo, hi) in enumerate(view.mask)]
+    (_, offset, _), *masks = view_exprs(view)
+    x = ct.load(dt, f"in{buf}[{expr(0, offset)}]")
+    conds = [f"((uint64_t){expr(e, k)} < {b}ULL)" for e, (_, k, b) in enumerate(masks, start=1)]
     return x, " && ".join(conds) if conds else "1"
 
 
@@ -180,10 +181,9 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     a segment is one strided copy between two zero fills whose bounds come from the mask by integer division,
     and tables are read once per segment and K row, not per element."""
     N = plan.sizes[2]
-    exprs = [vb.strides] + [c for c, _, _ in vb.mask]
-    consts = [vb.offset] + [-lo for _, lo, _ in vb.mask]
+    exprs = view_exprs(vb)
     if plan.n:
-        size_l, step = kernel.full[plan.n[-1]], [co[plan.n[-1]] for co in exprs]
+        size_l, step = kernel.full[plan.n[-1]], [co[plan.n[-1]] for co, _, _ in exprs]
     else:  # N = 1
         size_l, step = 1, [0] * len(exprs)
     L = [f"const int64_t jmax = lum_min64({nr}, {N} - q * {nr});",
@@ -193,9 +193,9 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
           f"    const int64_t n = q * {nr} + j;",
           f"    const int64_t len = lum_min64({size_l} - n % {size_l}, jmax - j);",
           "    sj[ns] = j; sl[ns] = len;"]
-    for e in range(len(exprs)):
+    for e, (_, const, _) in enumerate(exprs):
         parts = [x for x in (_term(terms, e, "batch", "ib"), _term(terms, e, "n", "n")) if x]
-        L.append(f"    sb{e}[ns] = {' + '.join(parts + [str(consts[e])])};")
+        L.append(f"    sb{e}[ns] = {' + '.join(parts + [str(const)])};")
     L += ["    j += len;", "}",
           "for (int64_t k = k0; k < k1; k++) {",
           f"    float *restrict d = dst + (k - k0) * {nr};"]
@@ -204,8 +204,8 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     L += ["    for (int64_t s = 0; s < ns; s++) {",
           "        float *restrict ds = d + sj[s];",
           "        int64_t lo = 0, hi = sl[s];"]
-    for e, (_, lo_e, hi_e) in enumerate(vb.mask, start=1):
-        r, c = hi_e - lo_e, step[e]
+    for e, (_, _, r) in enumerate(exprs[1:], start=1):
+        c = step[e]
         L.append(f"        {{ const int64_t v = sb{e}[s] + kt{e};")
         if c == 0:
             L.append(f"          if ((uint64_t)v >= {r}ULL) hi = 0; }}")

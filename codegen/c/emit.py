@@ -13,7 +13,7 @@ import math
 
 from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
-from ..index import digits
+from ..index import digits, view_exprs
 from ..kernel import Kernel, KOp
 from . import ctypes_map as ct
 from .normalize import normalize
@@ -62,9 +62,11 @@ class Body:
         return unravel(self.linear(space), shape)
 
     @staticmethod
-    def valid(view: View, ex: list[str]) -> str | None:
-        conds = [f"((uint64_t){affine(c, -lo, ex)} < {hi - lo}ULL)" for c, lo, hi in view.mask]
-        return " && ".join(conds) if conds else None
+    def read(view: View, ex: list[str]) -> tuple[str, str | None]:
+        """(element offset, validity or None) of ``view`` at index expressions ``ex``."""
+        (co, k, _), *masks = view_exprs(view)
+        conds = [f"((uint64_t){affine(c, k, ex)} < {b}ULL)" for c, k, b in masks]
+        return affine(co, k, ex), " && ".join(conds) or None
 
     # -- values --------------------------------------------------------------
     def value(self, n: int) -> list[str]:
@@ -85,9 +87,8 @@ class Body:
         view: View = op.attr("view")
         if view.never_valid:
             return "0"
-        ex = self.idx_for(view.shape, op.space)
-        x = ct.load(op.dtype, f"in{op.attr('buf')}[{affine(view.strides, view.offset, ex)}]")
-        ok = self.valid(view, ex)
+        at, ok = self.read(view, self.idx_for(view.shape, op.space))
+        x = ct.load(op.dtype, f"in{op.attr('buf')}[{at}]")
         return f"(({ok}) ? {x} : 0)" if ok else x
 
     def _iota(self, op: KOp) -> str:
@@ -95,12 +96,9 @@ class Body:
         if view.never_valid:
             return "0"
         base, axis = op.attr("shape"), op.attr("axis")
-        ex = self.idx_for(view.shape, op.space)
-        flat = affine(view.strides, view.offset, ex)
+        flat, ok = self.read(view, self.idx_for(view.shape, op.space))
         inner = math.prod(base[axis + 1:])
-        x = f"(({flat} / {inner}) % {base[axis]})"
-        x = ct.cast(DType.int64, op.dtype, x)
-        ok = self.valid(view, ex)
+        x = ct.cast(DType.int64, op.dtype, f"(({flat} / {inner}) % {base[axis]})")
         return f"(({ok}) ? {x} : 0)" if ok else x
 
     def _gather(self, n: int, op: KOp) -> list[str]:
@@ -113,8 +111,8 @@ class Body:
         d = view.shape[axis]
         g = f"g{n}"
         ex[axis] = g
-        x = ct.load(op.dtype, f"in{op.attr('buf')}[{affine(view.strides, view.offset, ex)}]")
-        ok = self.valid(view, ex)
+        at, ok = self.read(view, ex)
+        x = ct.load(op.dtype, f"in{op.attr('buf')}[{at}]")
         if ok:
             x = f"(({ok}) ? {x} : 0)"
         a = op.args[0]

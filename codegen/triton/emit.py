@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
-from ..index import digits, view_run
+from ..index import digits, view_exprs, view_run
 from ..kernel import Kernel, KOp
 from .schedule import CONSTEXPRS, kind_of, split_ok
 
@@ -109,14 +109,17 @@ class OpEmitter:
         return self._unravel[key]
 
     def address(self, view: View, idx: list[str], zero: str) -> tuple[str, str | None]:
-        terms = [f"{i} * {s}" if s != 1 else i for i, s in zip(idx, view.strides) if s and i != "0"]
-        addr = f"{zero} + {view.offset}" + "".join(f" + {t}" for t in terms)
+        def expr(co: tuple[int, ...], const: int) -> str:
+            return f"{zero} + {const}" + "".join(f" + {i} * {c}" if c != 1 else f" + {i}"
+                                                 for i, c in zip(idx, co) if c and i != "0")
+
+        (co, offset, _), *masks = view_exprs(view)
+        addr = expr(co, offset)
         conds = []
-        for c, lo, hi in view.mask:
-            e = " + ".join(f"{i} * {v}" if v != 1 else i for i, v in zip(idx, c) if v and i != "0") or "0"
+        for c, k, b in masks:
             name = self.w.tmp("e")
-            self.w(f"{name} = {zero} + {e}")
-            conds.append(f"({name} >= {lo}) & ({name} < {hi})")
+            self.w(f"{name} = {expr(c, k)}")
+            conds.append(f"({name} >= 0) & ({name} < {b})")
         if view.never_valid:
             conds.append(f"({zero} != {zero})")
         return addr, (" & ".join(conds) if conds else None)
