@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_nn_util import fail, need, spatial_pads, wants, windows
+from .ops_reduce import lp_norm
 from .registry import OpContext, op
 
 
@@ -272,14 +273,6 @@ def global_max_pool_op(ctx: OpContext) -> Tensor:
     return x.max(tuple(range(2, x.ndim)), keepdim=True)
 
 
-def _lp(t: Tensor, p: float, axes: tuple[int, ...], keepdim: bool) -> Tensor:
-    if p == 1:
-        return t.abs().sum(axes, keepdim)
-    if p == 2:
-        return t.mul(t).sum(axes, keepdim).sqrt()
-    return t.abs().pow(float(p)).sum(axes, keepdim).pow(1.0 / p)
-
-
 @op("LpPool")
 def lp_pool_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
@@ -288,13 +281,13 @@ def lp_pool_op(ctx: OpContext) -> Tensor:
         raise fail(ctx, f"p must be positive, got {p}")
     xw, (kernel, *_rest) = _pool_windows(ctx, x, 0.0)
     nd = len(kernel)
-    return _lp(xw, p, tuple(range(2 + nd, 2 + 2 * nd)), False)
+    return lp_norm(xw, p, tuple(range(2 + nd, 2 + 2 * nd)), False)
 
 
 @op("GlobalLpPool")
 def global_lp_pool_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
-    return _lp(x, float(ctx.attr("p", 2)), tuple(range(2, x.ndim)), True)
+    return lp_norm(x, float(ctx.attr("p", 2)), tuple(range(2, x.ndim)), True)
 
 
 @op("DeformConv")

@@ -10,6 +10,7 @@ from ..ir import DType, Tensor
 from .ops_elementwise import gelu_erf, gelu_tanh
 from .ops_nn_index import gather_axis
 from .ops_nn_util import RandomOpError, fail, need, wants
+from .ops_reduce import lp_norm
 from .registry import OpContext, op
 
 
@@ -210,13 +211,9 @@ def lp_norm_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
     axis = int(ctx.attr("axis", -1)) % x.ndim
     p = int(ctx.attr("p", 2))
-    if p == 1:
-        norm = x.abs().sum((axis,), keepdim=True)
-    elif p == 2:
-        norm = x.mul(x).sum((axis,), keepdim=True).sqrt()
-    else:
+    if p not in (1, 2):
         raise fail(ctx, f"p must be 1 or 2, got {p}")
-    norm = norm.expand(x.shape)
+    norm = lp_norm(x, p, (axis,), True).expand(x.shape)
     zero = norm.eq(0)
     return zero.where(Tensor.full(x.shape, 0, x.dtype), x.div(zero.where(Tensor.full(x.shape, 1, x.dtype), norm)))
 

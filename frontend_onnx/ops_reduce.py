@@ -52,6 +52,15 @@ def logsumexp(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
     return s if keepdim else s.reshape([d for k, d in enumerate(x.shape) if k not in axes])
 
 
+def lp_norm(x: Tensor, p: float, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    """(sum |x|^p)^(1/p) over ``axes``."""
+    if p == 1:
+        return x.abs().sum(axes, keepdim)
+    if p == 2:
+        return x.mul(x).sum(axes, keepdim).sqrt()
+    return x.abs().pow(float(p)).sum(axes, keepdim).pow(1.0 / p)
+
+
 _REDUCE = {
     "ReduceSum": lambda x, a, k: x.sum(a, k),
     "ReduceMean": lambda x, a, k: x.mean(a, k),
@@ -59,8 +68,8 @@ _REDUCE = {
     "ReduceMin": lambda x, a, k: x.min(a, k),
     "ReduceProd": prod,
     "ReduceSumSquare": lambda x, a, k: x.mul(x).sum(a, k),
-    "ReduceL1": lambda x, a, k: x.abs().sum(a, k),
-    "ReduceL2": lambda x, a, k: x.mul(x).sum(a, k).sqrt(),
+    "ReduceL1": lambda x, a, k: lp_norm(x, 1, a, k),
+    "ReduceL2": lambda x, a, k: lp_norm(x, 2, a, k),
     "ReduceLogSum": lambda x, a, k: x.sum(a, k).log(),
     "ReduceLogSumExp": logsumexp,
 }
