@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..codegen.kernel import Kernel
 from ..codegen.partition import partition
 from ..ir.graph import Graph
@@ -10,13 +12,10 @@ _LEAVES = ("Load", "Const", "Iota")
 
 
 def kernel_row(k: Kernel) -> dict:
-    counts: dict[str, int] = {}
-    for o in k.ops:
-        if o.op not in _LEAVES:
-            counts[o.op] = counts.get(o.op, 0) + 1
+    counts = Counter(o.op for o in k.ops if o.op not in _LEAVES)
     return {"signature": k.signature, "form": k.form, "full": list(k.full), "reduce_axes": list(k.reduce_axes),
             "inputs": len(k.inputs), "outputs": len(k.outputs), "primitives": dict(sorted(counts.items())),
-            "fused": sum(counts.values()), "bytes": k.bytes_moved, "flops": k.flops}
+            "fused": counts.total(), "bytes": k.bytes_moved, "flops": k.flops}
 
 
 def kernel_table(graph: Graph, decisions: dict | None = None) -> list[dict]:
