@@ -31,6 +31,7 @@ from typing import Any
 from .errors import LuminalError
 
 BACKENDS = ("auto", "cuda", "cpu", "interpret", "reference")
+DEFAULT_ATOL, DEFAULT_RTOL = 1e-4, 1e-3  # output tolerances of `check` and `bench` when nothing sets them
 Shape = int | tuple[int, ...]
 
 

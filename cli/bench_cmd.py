@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError
 from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, parse_shapes
 
@@ -23,7 +24,7 @@ def _models(model: str | None, shape: list[str] | None, atol: float | None, rtol
     """What to bench: MODEL (taking name, shapes and tolerances from the configuration when it lists the
     same file), else every configured model. Command-line options win."""
     from ..config import ModelConfig, configured_models
-    from .benchlib import DEFAULT_ATOL, DEFAULT_RTOL, BenchModel
+    from .benchlib import BenchModel
 
     if model:
         path = Path(model)
@@ -90,8 +91,8 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(None, "--threads", help="CPU threads for every runtime (default: config, "
                                                             "else all cores)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the inputs, the round order and the bootstrap."),
-        atol: float = typer.Option(None, "--atol", help="Parity tolerance (default: config, else 1e-4)."),
-        rtol: float = typer.Option(None, "--rtol", help="Parity tolerance (default: config, else 1e-3)."),
+        atol: float = typer.Option(None, "--atol", help=f"Parity tolerance (default: config, else {DEFAULT_ATOL:g})."),
+        rtol: float = typer.Option(None, "--rtol", help=f"Parity tolerance (default: config, else {DEFAULT_RTOL:g})."),
         confidence: float = typer.Option(0.95, "--confidence", help="Level of the bootstrap intervals."),
         json_path: str = typer.Option(None, "--json", help="Write every sample and the environment as JSON "
                                                            "('-': stdout)."),

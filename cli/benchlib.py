@@ -18,14 +18,13 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
+from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError
 from .bench_stats import bootstrap_ratio, measure_interleaved, summarize
 
 SCHEMA_ID = "luminal-bench/1"
 SUBJECT = "luminal"
 PEERS = ("onnxruntime", "torch")
-DEFAULT_ATOL = 1e-4
-DEFAULT_RTOL = 1e-3
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ from dataclasses import asdict
 import typer
 from rich.table import Table
 
+from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
 
-DEFAULT_BACKEND, DEFAULT_ATOL, DEFAULT_RTOL = "reference", 1e-4, 1e-3
+DEFAULT_BACKEND = "reference"
 
 
 def _fmt(x: float) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError
 from ..frontend_onnx.conformance import compare
 from ..ir import Graph, run_reference
@@ -224,7 +225,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
 
 
 def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str = "reference",
-                atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0, cache: str | None = None) -> CheckReport:
+                atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, seed: int = 0,
+                cache: str | None = None) -> CheckReport:
     """Run the model on onnxruntime and on a luminal backend with the same seeded inputs."""
     from ..frontend_onnx import load
 
