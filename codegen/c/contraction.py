@@ -128,7 +128,7 @@ def _term(terms: dict, e: int, g: str, idx: str) -> str | None:
     return f"{v}[{idx}]" if kind == "tab" else (idx if v == 1 else f"{v}*{idx}")
 
 
-def _operand(name: str, buf: int, dt: DType, view: View, terms: dict, gidx: dict[str, str]) -> tuple[str, str]:
+def _operand(buf: int, dt: DType, view: View, terms: dict, gidx: dict[str, str]) -> tuple[str, str]:
     """(value expression, validity expression) of the operand at group indices ``gidx``."""
 
     def expr(e: int, const: int) -> str:
@@ -235,8 +235,7 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     nb, M, N, K = plan.sizes
     mr, nr = sched["mr"], sched["nr"]
     mc, nc = sched["mc"], sched["nc"]
-    kc = sched["kc"] or K
-    kc = min(kc, K)
+    kc = min(sched["kc"] or K, K)
     direct = not sched["pack_b"]
     pm, pn = -(-M // mr), -(-N // nr)
     groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
@@ -278,22 +277,19 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     par = "" if nb * M * N * K >= PAR_MIN_MACS else " if(0)"
     L.append(f"    #pragma omp parallel num_threads(nt){par}")
     L.append("    {")
-    # pack A: panel (ib, p) holds K x MR
-    ax, aok = _operand("a", kernel.ops[plan.a].attr("buf"), oa.dtype, va, names_a,
-                       {"batch": "ib", "m": "m", "k": "k"})
-    start_a = len(L)
-    L.append("        #pragma omp for schedule(dynamic, 1)" + (" nowait" if size_b else ""))
-    L.append(f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{")
-    L.append(f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;")
-    L.append(f"            float *dst = ap + t * {K * mr};")
-    L.append(f"            for (int64_t i = 0; i < {mr}; i++) {{")
-    L.append(f"                int64_t m = p * {mr} + i;")
-    L.append(f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0.0f; continue; }}")
-    L.append(f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0.0f;")
-    L.append("            }")
-    L.append("        }")
-    if direct_a:  # A is read in place
-        del L[start_a:]
+    if not direct_a:  # pack A: panel (ib, p) holds K x MR (read in place otherwise)
+        ax, aok = _operand(oa.attr("buf"), oa.dtype, va, names_a, {"batch": "ib", "m": "m", "k": "k"})
+        L += ["        #pragma omp for schedule(dynamic, 1)" + (" nowait" if size_b else ""),
+              f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{",
+              f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;",
+              f"            float *dst = ap + t * {K * mr};",
+              f"            for (int64_t i = 0; i < {mr}; i++) {{",
+              f"                int64_t m = p * {mr} + i;",
+              f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0.0f;"
+              " continue; }",
+              f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0.0f;",
+              "            }",
+              "        }"]
     pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, nr)
     if size_b:
         L += ["        #pragma omp for schedule(dynamic, 1)",
@@ -386,5 +382,4 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L.append("    free(lum_tab);")
     L.append("    return 0;")
     L.append("}")
-    src = "\n".join(L) + "\n"
-    return src
+    return "\n".join(L) + "\n"
