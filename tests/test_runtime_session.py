@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from runtime_util import make_model
 
 from luminal.errors import LuminalError
 from luminal.ir import DType, Graph, Tensor, optimize
@@ -29,21 +28,6 @@ def _cuda() -> bool:
 
 
 BACKENDS = ["interpret", pytest.param("cuda", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here"))]
-
-
-def make_model(path, seed=0, hidden=12):
-    rng = np.random.default_rng(seed)
-    w = numpy_helper.from_array(rng.standard_normal((8, hidden)).astype(np.float32), "w")
-    b = numpy_helper.from_array(rng.standard_normal((hidden,)).astype(np.float32), "b")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("Softmax", ["r"], ["probs"], axis=-1),
-             helper.make_node("ReduceMax", ["r"], ["peak"], keepdims=0, axes=[1])]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                          [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", hidden]),
-                           helper.make_tensor_value_info("peak", TensorProto.FLOAT, ["batch"])], [w, b])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(m, str(path))
-    return path
 
 
 @pytest.fixture
