@@ -116,10 +116,9 @@ class Launch:
 def source(kernel: Kernel, sched: Schedule) -> str:
     plan = plan_contraction(kernel)
     if plan is not None:
-        s = dict(sched)
-        if s.get("impl") == "blas":
+        if sched.get("impl") == "blas":
             return BlasKernel.epilogue_source(kernel, plan)
-        return emit_contraction(kernel, s, plan, schedule.simd_width())
+        return emit_contraction(kernel, sched, plan, schedule.simd_width())
     if kernel.reduce_axes:
         if sched.get("lanes", 0) and lanes_apply(kernel):
             return emit_reduction_lanes(kernel, sched)

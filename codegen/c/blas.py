@@ -64,8 +64,10 @@ class BlasKernel:
     @staticmethod
     def epilogue_source(kernel: Kernel, plan: Plan) -> str:
         from .emit import emit_elementwise
+        from .schedule import default_schedule
 
-        return emit_elementwise(epilogue_kernel(kernel, plan), {"vec": 0, "unroll": 1, "threads": 0, "block": 16384})
+        epi = epilogue_kernel(kernel, plan)
+        return emit_elementwise(epi, default_schedule(epi))
 
     def __call__(self, buffers) -> None:
         k, p = self.kernel, self.plan
