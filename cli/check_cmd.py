@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
             models = configured_models()
             project = load_config()
             be = backend or (project.backend if project and project.backend else DEFAULT_BACKEND)
+            cache = cache or (str(project.cache) if project and project.cache else None)  # where tune put winners
             jobs = [(str(m.path), {**m.shapes, **parse_shapes(shape)}, be,
                      atol if atol is not None else (m.atol if m.atol is not None else DEFAULT_ATOL),
                      rtol if rtol is not None else (m.rtol if m.rtol is not None else DEFAULT_RTOL))

@@ -165,3 +165,15 @@ def test_check_without_model_or_config_is_exit_2(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = _invoke("check")
     assert r.exit_code == 2 and "no MODEL given" in r.output
+
+
+def test_check_without_model_uses_the_configured_cache(embed_model, tmp_path, monkeypatch):
+    (tmp_path / "luminal.toml").write_text(
+        f'cache = "proj.db"\n[[models]]\nname = "embed"\npath = "{embed_model}"\nshapes = {{ batch = 2, seq = 3 }}\n')
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    real = modelcheck.check_model
+    monkeypatch.setattr(modelcheck, "check_model", lambda *a, cache=None, **kw: seen.append(cache) or real(*a, **kw))
+    r = _invoke("check", "--json", "-")
+    assert r.exit_code == 0, r.output
+    assert seen == [str(tmp_path / "proj.db")]
