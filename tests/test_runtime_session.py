@@ -10,7 +10,7 @@ import pytest
 from runtime_util import make_model
 
 from luminal.errors import LuminalError
-from luminal.ir import DType, Graph, Tensor, optimize
+from luminal.ir import DType, Graph, Tensor, optimize, run_reference
 from luminal.runtime.artifact import write_artifact
 from luminal.runtime.compile import compile_graph, compile_model
 from luminal.runtime.plan import plan_buffers
@@ -114,8 +114,6 @@ def test_buffer_plan_reuses_memory():
 
 @pytest.mark.parametrize("build", [transformer_layer, small_cnn])
 def test_sample_graphs_end_to_end(build):
-    from luminal.ir import run_reference
-
     g = build()
     m = compile_graph(g, "interpret")
     x = np.random.default_rng(0).standard_normal(g.inputs[0].shape).astype(np.float32)
@@ -131,7 +129,6 @@ def test_cache_schedules_used(tmp_path):
     from luminal.cache import TuningCache, backend_fingerprints
     from luminal.codegen.backend import get_backend
     from luminal.codegen.partition import partition
-    from luminal.ir import DType, Graph, Tensor, optimize
 
     a = Tensor.input("a", (20, 48), DType.float32)
     b = Tensor.input("b", (48, 24), DType.float32)
@@ -149,8 +146,6 @@ def test_cache_schedules_used(tmp_path):
     assert m.schedules[m.kernels.index(next(k for k in m.kernels if k.form == "contraction"))] == tuned
     feeds = {"a": np.random.default_rng(0).standard_normal((20, 48)).astype(np.float32),
              "b": np.random.default_rng(1).standard_normal((48, 24)).astype(np.float32)}
-    from luminal.ir import run_reference
-
     for x, y in zip(m.run(feeds), run_reference(g, feeds)):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
 
@@ -189,8 +184,6 @@ def test_compile_uses_the_tuned_fusion_decisions(tmp_path):
 def test_constant_outputs_and_masked_scalar_constants(backend):
     """Graph outputs that are constants (0-d too) come back in their shape; a scalar constant read
     through a pad mask is a kernel input like any weight."""
-    from luminal.ir import run_reference
-
     x = Tensor.input("x", (4, 4), DType.float32)
     c0, c1 = Tensor.const(np.float32(3.0)), Tensor.const(np.arange(4.0, dtype=np.float32))
     g = optimize(Graph([x.node], [x.exp().pad(((1, 1), (1, 1)), value=1.0).contiguous().node, c0.node, c1.node],
