@@ -10,7 +10,7 @@ from ..ir import DType, Tensor
 from .ops_elementwise import gelu_erf, gelu_tanh
 from .ops_nn_index import gather_axis
 from .ops_nn_util import RandomOpError, fail, need, wants
-from .ops_reduce import lp_norm
+from .ops_reduce import lp_norm, normalise
 from .registry import OpContext, op
 
 
@@ -45,7 +45,7 @@ def _batch_norm_training(ctx: OpContext, x: Tensor, scale, bias, mean, var, eps:
     """Normalise with the batch statistics; also the momentum-updated running mean and variance."""
     momentum = float(ctx.attr("momentum", 0.9))
     axes = (0,) + tuple(range(2, x.ndim))
-    y, bmean, inv, bvar = _normalise(x, axes, eps, with_var=True)
+    y, bmean, _, bvar = normalise(x, axes, eps)
     y = y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
         _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
     c = x.shape[1]
@@ -55,22 +55,11 @@ def _batch_norm_training(ctx: OpContext, x: Tensor, scale, bias, mean, var, eps:
     return [y, run_mean if wants(ctx, 1) else None, run_var if wants(ctx, 2) else None]
 
 
-def _normalise(x: Tensor, axes: tuple[int, ...], eps: float, with_var: bool = False):
-    """(x - mean) * inv_std over ``axes``; also returns mean and inv_std (kept dims), and var if asked."""
-    mean = x.mean(axes, keepdim=True)
-    d = x.sub(mean.expand(x.shape))
-    var = d.mul(d).mean(axes, keepdim=True)
-    inv = var.add(eps).rsqrt()
-    if with_var:
-        return d.mul(inv.expand(x.shape)), mean, inv, var
-    return d.mul(inv.expand(x.shape)), mean, inv
-
-
 @op("InstanceNormalization")
 def instance_norm_op(ctx: OpContext) -> Tensor:
     x, scale, bias = need(ctx, 0), need(ctx, 1), need(ctx, 2)
     eps = float(ctx.attr("epsilon", 1e-5))
-    y, _, _ = _normalise(x, tuple(range(2, x.ndim)), eps)
+    y = normalise(x, tuple(range(2, x.ndim)), eps)[0]
     return y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
         _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
 
@@ -82,7 +71,7 @@ def layer_norm_op(ctx: OpContext) -> list[Tensor | None]:
     eps = float(ctx.attr("epsilon", 1e-5))
     stash = int(ctx.attr("stash_type", 1))
     work = x.cast(DType.float32) if stash == 1 and x.dtype.is_float else x
-    y, mean, inv = _normalise(work, tuple(range(axis, x.ndim)), eps)
+    y, mean, inv, _ = normalise(work, tuple(range(axis, x.ndim)), eps)
     y = y.cast(x.dtype).mul(scale.cast(x.dtype).expand(x.shape))
     if bias is not None:
         y = y.add(bias.cast(x.dtype).expand(x.shape))
@@ -171,9 +160,7 @@ def rms_norm_op(ctx: OpContext) -> Tensor:
     axis = int(ctx.attr("axis", -1)) % x.ndim
     eps = float(ctx.attr("epsilon", 1e-5))
     work = x.cast(DType.float32) if int(ctx.attr("stash_type", 1)) == 1 and x.dtype.is_float else x
-    axes = tuple(range(axis, x.ndim))
-    inv = work.mul(work).mean(axes, keepdim=True).add(eps).rsqrt()
-    y = work.mul(inv.expand(x.shape)).cast(x.dtype)
+    y = normalise(work, tuple(range(axis, x.ndim)), eps, rms=True)[0].cast(x.dtype)
     return y.mul(scale.cast(x.dtype).expand(x.shape))
 
 
@@ -187,7 +174,7 @@ def group_norm_op(ctx: OpContext) -> Tensor:
         raise fail(ctx, f"num_groups {g} does not divide {c} channels")
     work = x.cast(DType.float32) if int(ctx.attr("stash_type", 1)) == 1 and x.dtype.is_float else x
     grouped = work.reshape((n, g, -1))
-    y, _, _ = _normalise(grouped, (2,), eps)
+    y = normalise(grouped, (2,), eps)[0]
     y = y.reshape(x.shape).cast(x.dtype)
     if scale.numel == g and g != c:  # opset 18: one scale and bias per group
         scale = scale.reshape((g, 1)).expand((g, c // g)).reshape((c,))

@@ -117,17 +117,14 @@ def arg_op(ctx: OpContext) -> Tensor:
 MS = "com.microsoft"
 
 
-def _norm_last(x: Tensor, eps: float, gamma: Tensor, beta: Tensor | None, rms: bool):
-    """Normalise over the last axis; returns (y, mean or None, inverse std)."""
-    n = x.shape[-1]
-    xc = x.cast(DType.float32)
-    mean = None if rms else xc.sum((-1,), keepdim=True).mul(1.0 / n)
-    centred = xc if rms else xc.sub(mean.expand(x.shape))
-    inv = centred.mul(centred).sum((-1,), keepdim=True).mul(1.0 / n).add(eps).sqrt().recip()
-    y = centred.mul(inv.expand(x.shape)).cast(x.dtype).mul(gamma)
-    if beta is not None:
-        y = y.add(beta)
-    return y, mean, inv
+def normalise(x: Tensor, axes: tuple[int, ...], eps: float, rms: bool = False):
+    """(x - mean) / sqrt(var + eps) over ``axes``, or x / sqrt(mean(x^2) + eps) when ``rms``;
+    returns (y, mean (None when rms), inverse std, var), the statistics with kept dims."""
+    mean = None if rms else x.mean(axes, keepdim=True)
+    d = x if rms else x.sub(mean.expand(x.shape))
+    var = d.mul(d).mean(axes, keepdim=True)
+    inv = var.add(eps).rsqrt()
+    return d.mul(inv.expand(x.shape)), mean, inv, var
 
 
 @op("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", domain=MS)
@@ -138,21 +135,18 @@ def skip_layer_norm(ctx: OpContext) -> list[Tensor | None]:
     s = x.add(skip)
     if bias is not None:
         s = s.add(bias)
-    y, mean, inv = _norm_last(s, float(ctx.attr("epsilon", 1e-12)), gamma, beta, rms)
-    return [y, mean, inv, s]
+    y, mean, inv, _ = normalise(s.cast(DType.float32), (s.ndim - 1,), float(ctx.attr("epsilon", 1e-12)), rms)
+    y = y.cast(s.dtype).mul(gamma)
+    return [y if beta is None else y.add(beta), mean, inv, s]
 
 
 @op("SimplifiedLayerNormalization")
 def simplified_layer_norm(ctx: OpContext) -> list[Tensor | None]:
     x, scale = ctx.inputs[0], ctx.inputs[1]
     axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
-    if axis != x.ndim - 1:
-        lead, n = x.shape[:axis], math.prod(x.shape[axis:])
-        y, _, inv = _norm_last(x.reshape(lead + (n,)), float(ctx.attr("epsilon", 1e-5)),
-                               Tensor.full((n,), 1, x.dtype), None, True)
-        return [y.reshape(x.shape).mul(scale), inv.reshape(lead + (1,) * (x.ndim - axis))]
-    y, _, inv = _norm_last(x, float(ctx.attr("epsilon", 1e-5)), scale, None, True)
-    return [y, inv]
+    y, _, inv, _ = normalise(x.cast(DType.float32), tuple(range(axis, x.ndim)), float(ctx.attr("epsilon", 1e-5)),
+                             rms=True)
+    return [y.cast(x.dtype).mul(scale), inv]
 
 
 @op("FusedMatMul", domain=MS)
