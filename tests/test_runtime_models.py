@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from luminal.cli.modelcheck import load_model_proto, make_inputs
 from luminal.runtime.session import InferenceSession
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
@@ -23,13 +24,7 @@ def test_small_model_interpret_matches_onnxruntime(name):
         pytest.skip(f"{name} not exported (run examples/export_models.py --small-only)")
     shapes = json.loads((MODELS / "manifest.json").read_text())[name]["shapes"]
     sess = InferenceSession(path, backend="interpret", shapes=shapes)
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for i in sess.get_inputs():
-        if "float" in i.type:
-            feeds[i.name] = rng.standard_normal(i.shape).astype(np.float32)
-        else:
-            feeds[i.name] = rng.integers(0, 2, i.shape).astype(np.int64 if "int64" in i.type else np.int32)
+    feeds = make_inputs(sess.model.inputs, load_model_proto(str(path)), seed=0)
     got = sess.run(None, feeds)
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         [o.name for o in sess.get_outputs()], feeds)
