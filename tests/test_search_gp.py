@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import statistics
-from pathlib import Path
 
 import optuna
 import pytest
+import search_util as helpers
 from optuna.trial import TrialState
 
 from luminal.codegen.backend import Knob
@@ -17,11 +16,6 @@ from luminal.search.samplers import ModelSampler, make_sampler
 from luminal.search.space import FusionSpace, ScheduleSpace, schedule_key
 from luminal.search.timing import TimingPlan
 from luminal.search.tuner import tune
-
-HELPERS = Path(__file__).with_name("test_search_helpers.py")
-_spec = importlib.util.spec_from_file_location("search_helpers", HELPERS)
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+import search_util as helpers
 
 from luminal.cache.records import SampleStats
 from luminal.codegen.partition import fusible_edges, partition
@@ -15,10 +13,6 @@ from luminal.search.measure import Measurer
 from luminal.search.stats import beats
 from luminal.search.timing import TimingPlan
 from luminal.search.verify import mismatch
-
-_spec = importlib.util.spec_from_file_location("search_helpers", Path(__file__).with_name("test_search_helpers.py"))
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
 
 PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5)
 

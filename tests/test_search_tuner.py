@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import search_util as helpers
 from optuna.trial import TrialState
 
 from luminal.cache import TuningCache
@@ -25,11 +25,6 @@ from luminal.search.scheduler import TaskState, pick
 from luminal.search.space import ScheduleSpace
 from luminal.search.timing import TimingPlan
 from luminal.search.tuner import tune
-
-HELPERS = Path(__file__).with_name("test_search_helpers.py")
-_spec = importlib.util.spec_from_file_location("search_helpers", HELPERS)
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
 
 PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5)
 
@@ -76,9 +71,9 @@ def test_budget_is_kept(tmp_path):
 
 def _script(tmp_path, budget):
     code = f"""
-        import importlib.util, json, sys
-        spec = importlib.util.spec_from_file_location("h", {str(HELPERS)!r})
-        h = importlib.util.module_from_spec(spec); spec.loader.exec_module(h)
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import search_util as h
         from luminal.search.timing import TimingPlan
         from luminal.search.tuner import tune
         r = tune(h.small_graph(), h.FakeBackend(modes=("ok", "wrong")), {budget}, sampler="random", seed=3,

@@ -1,5 +1,5 @@
 """A numpy backend for the search tests: one knob changes speed, others crash, hang, answer wrong
-or fail to compile. Loaded by path from the other test_search files (no tests of its own)."""
+or fail to compile. Shared by the test_search files."""
 
 from __future__ import annotations
 
