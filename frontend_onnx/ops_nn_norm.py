@@ -14,9 +14,11 @@ from .ops_reduce import lp_norm, normalise
 from .registry import OpContext, op
 
 
-def _channel(t: Tensor, ndim: int) -> Tensor:
-    """A per-channel (C,) tensor shaped to broadcast over (N, C, *spatial)."""
-    return t.reshape((1, -1) + (1,) * (ndim - 2))
+def _channel_affine(y: Tensor, scale: Tensor, bias: Tensor) -> Tensor:
+    """y * scale + bias, with per-channel (C,) scale and bias broadcast over (N, C, *spatial)."""
+    shape = (1, -1) + (1,) * (y.ndim - 2)
+    return y.mul(scale.cast(y.dtype).reshape(shape).expand(y.shape)).add(
+        bias.cast(y.dtype).reshape(shape).expand(y.shape))
 
 
 @op("BatchNormalization")
@@ -37,7 +39,7 @@ def batch_norm_op(ctx: OpContext) -> list[Tensor | None]:
     else:
         ca = scale.cast(x.dtype).mul(var.cast(x.dtype).add(eps).rsqrt())
         cb = bias.cast(x.dtype).sub(mean.cast(x.dtype).mul(ca))
-    y = x.mul(_channel(ca, x.ndim).expand(x.shape)).add(_channel(cb, x.ndim).expand(x.shape))
+    y = _channel_affine(x, ca, cb)
     return [y] + [None] * (len(ctx.node.output) - 1)
 
 
@@ -46,8 +48,7 @@ def _batch_norm_training(ctx: OpContext, x: Tensor, scale, bias, mean, var, eps:
     momentum = float(ctx.attr("momentum", 0.9))
     axes = (0,) + tuple(range(2, x.ndim))
     y, bmean, _, bvar = normalise(x, axes, eps)
-    y = y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
-        _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
+    y = _channel_affine(y, scale, bias)
     c = x.shape[1]
     keep = (1, c) + (1,) * (x.ndim - 2)
     run_mean = mean.cast(x.dtype).reshape(keep).mul(momentum).add(bmean.mul(1 - momentum)).reshape((c,))
@@ -60,8 +61,7 @@ def instance_norm_op(ctx: OpContext) -> Tensor:
     x, scale, bias = need(ctx, 0), need(ctx, 1), need(ctx, 2)
     eps = float(ctx.attr("epsilon", 1e-5))
     y = normalise(x, tuple(range(2, x.ndim)), eps)[0]
-    return y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
-        _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
+    return _channel_affine(y, scale, bias)
 
 
 @op("LayerNormalization")
@@ -179,8 +179,7 @@ def group_norm_op(ctx: OpContext) -> Tensor:
     if scale.numel == g and g != c:  # opset 18: one scale and bias per group
         scale = scale.reshape((g, 1)).expand((g, c // g)).reshape((c,))
         bias = bias.reshape((g, 1)).expand((g, c // g)).reshape((c,))
-    return y.mul(_channel(scale.cast(x.dtype), x.ndim).expand(x.shape)).add(
-        _channel(bias.cast(x.dtype), x.ndim).expand(x.shape))
+    return _channel_affine(y, scale, bias)
 
 
 @op("MeanVarianceNormalization")
