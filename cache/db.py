@@ -46,6 +46,7 @@ _TRIAL_COLS = ("uid", "signature", "device", "toolchain", "config", "status", "m
                "n_samples", "samples", "created_at")  # the fields of a Trial after its id
 _INSERT_TRIAL = f"INTO trials ({', '.join(_TRIAL_COLS)}) VALUES ({', '.join('?' * len(_TRIAL_COLS))})"
 _SELECT_TRIALS = f"SELECT id, {', '.join(_TRIAL_COLS)} FROM trials"
+_IN_SIGNATURES = " WHERE signature IN (SELECT value FROM json_each(?))"  # the signatures of a JSON list
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -532,7 +533,7 @@ class TuningCache:
         counts = dict.fromkeys(ImportReport.__dataclass_fields__, 0)
         trials: list[tuple] = []
         trial_row = operator.itemgetter(*_TRIAL_COLS)
-        touched: set[tuple[str, str, str]] = set()
+        touched: set[str] = set()  # signatures whose winners need their trials recounted
 
         def flush() -> None:
             before = self.conn.total_changes
@@ -552,7 +553,7 @@ class TuningCache:
                         rec["samples"] = dumps(rec["samples"]) if rec.get("samples") else None
                         row = trial_row(rec)
                         trials.append(row)
-                        touched.add(row[1:4])
+                        touched.add(row[1])
                         if len(trials) >= BATCH:
                             flush()
                     elif kind in ("device", "toolchain"):
@@ -566,12 +567,9 @@ class TuningCache:
                         key = (rec["signature"], rec["device"], rec["toolchain"])
                         counts["winners_" + self._write_winner(key, dumps(rec["config"]), rec["median_ns"],
                                                                rec["default_ns"], rec["updated_at"], force=False)] += 1
-                        touched.add(key)
+                        touched.add(rec["signature"])
                 flush()
-                self.conn.executemany(
-                    "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = ?1"
-                    " AND t.device = ?2 AND t.toolchain = ?3) WHERE signature = ?1 AND device = ?2 AND toolchain = ?3",
-                    sorted(touched))
+                self.conn.execute(schema.RECOUNT_TRIALS + _IN_SIGNATURES, (dumps(sorted(touched)),))
         finally:
             self.conn.execute("PRAGMA cache_size = -2000")
         return ImportReport(**counts)
@@ -626,17 +624,11 @@ class TuningCache:
                     marks = ", ".join("?" * len(keep)) or "NULL"
                     n_trials += delete("trials", f"toolchain NOT IN ({marks})", keep)
                     n_winners += delete("winners", f"toolchain NOT IN ({marks})", keep)
-                self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS pruned (signature TEXT PRIMARY KEY)")
-                self.conn.execute("DELETE FROM pruned")
-                self.conn.executemany("INSERT INTO pruned VALUES (?)", [(s,) for s in touched])
+                pruned = (dumps(sorted(touched)),)
                 n_kernels = self.conn.execute(
-                    "DELETE FROM kernels WHERE signature IN (SELECT signature FROM pruned)"
-                    " AND signature NOT IN (SELECT signature FROM trials)"
-                    " AND signature NOT IN (SELECT signature FROM winners)").rowcount
-                self.conn.execute(
-                    "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = winners.signature"
-                    " AND t.device = winners.device AND t.toolchain = winners.toolchain)"
-                    " WHERE signature IN (SELECT signature FROM pruned)")
+                    "DELETE FROM kernels" + _IN_SIGNATURES + " AND signature NOT IN (SELECT signature FROM trials)"
+                    " AND signature NOT IN (SELECT signature FROM winners)", pruned).rowcount
+                self.conn.execute(schema.RECOUNT_TRIALS + _IN_SIGNATURES, pruned)
                 report = PruneReport(n_trials, n_winners, n_kernels, dry_run)
                 if dry_run:
                     raise _Rollback

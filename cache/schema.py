@@ -13,6 +13,9 @@ APPLICATION_ID = 0x4C4D4E54  # "LMNT" in the SQLite header, so `file` can tell w
 SCHEMA_VERSION = 2
 TABLES = ("meta", "fingerprints", "kernels", "trials", "winners")
 STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result")
+# every winner's n_trials counted afresh from its trials; append a WHERE to narrow it
+RECOUNT_TRIALS = ("UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = winners.signature"
+                  " AND t.device = winners.device AND t.toolchain = winners.toolchain)")
 
 
 def create(db: Database) -> None:
@@ -64,10 +67,7 @@ def _v1_to_v2(db: Database) -> None:
     winners.add_column("default_ns", int)
     winners.add_column("speedup", float)
     winners.add_column("n_trials", int, not_null_default=0)
-    db.execute(
-        "UPDATE winners SET n_trials = (SELECT count(*) FROM trials t WHERE t.signature = winners.signature"
-        " AND t.device = winners.device AND t.toolchain = winners.toolchain)"
-    )
+    db.execute(RECOUNT_TRIALS)
     _indexes(db)
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
