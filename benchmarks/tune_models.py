@@ -1,7 +1,7 @@
 """Every example model's latency after `tune --budget` against the untuned default and onnxruntime (CPU).
 
-The three run interleaved, round by round, on the same seeded inputs and the same thread count;
-the tuned model is also checked against the untuned one.
+The three run interleaved, round by round (luminal bench's measure_interleaved), on the same seeded
+inputs and the same thread count; the tuned model is also checked against the untuned one.
 
     python examples/export_models.py --small-only      # once
     python benchmarks/tune_models.py --budget 10m [--size small|full|all] [--only NAME] [--json out.json]
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from luminal.cache import TuningCache
+from luminal.cli.bench_stats import measure_interleaved, summarize
 from luminal.cli.modelcheck import load_model_proto, make_inputs
 from luminal.config import parse_duration
 from luminal.frontend_onnx import load
@@ -40,10 +40,8 @@ def _ort(path: Path, threads: int):
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
-def _stats(samples: list[int]) -> dict:
-    a = np.asarray(samples, dtype=np.float64) / 1e3
-    p10, med, p90 = np.percentile(a, [10, 50, 90])
-    return {"median_us": round(float(med), 1), "p10_us": round(float(p10), 1), "p90_us": round(float(p90), 1)}
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 1)
 
 
 def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, threads: int, rounds: int,
@@ -62,17 +60,9 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
                "onnxruntime": lambda: sess.run(out_names, feeds)}
     a, b = default.run(feeds), tuned.run(feeds)
     agree = all(np.allclose(x, y, rtol=1e-3, atol=1e-4, equal_nan=True) for x, y in zip(a, b))
-    for fn in runners.values():  # warm-up
-        for _ in range(3):
-            fn()
-    samples: dict[str, list[int]] = {k: [] for k in runners}
-    for _ in range(rounds):
-        for name, fn in runners.items():
-            t = time.perf_counter_ns()
-            fn()
-            samples[name].append(time.perf_counter_ns() - t)
-    res = {k: _stats(v) for k, v in samples.items()}
-    med = {k: statistics.median(v) for k, v in samples.items()}
+    stats = {k: summarize(v) for k, v in measure_interleaved(runners, runs=rounds, seed=seed).items()}
+    res = {k: {"median_us": _us(s.median_s), "p10_us": _us(s.p10_s), "p90_us": _us(s.p90_s)} for k, s in stats.items()}
+    med = {k: s.median_s for k, s in stats.items()}
     return {"model": path.name, "shapes": shapes, "budget_s": budget_s, "tune_s": round(tune_s, 1),
             "trials": report.trials, "statuses": report.statuses, "kernels": len(report.kernels),
             "stopped": report.stopped, "tuned_matches_default": agree, "latency": res,
