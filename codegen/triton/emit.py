@@ -84,7 +84,7 @@ class OpEmitter:
         self.big = big
         self.names: dict[int, str] = {}
         self._lin: dict[str, str] = {}
-        self._unravel: dict[tuple, list[str]] = {}
+        self._idx: dict[tuple, list[str]] = {}
 
     # -- indexing ----------------------------------------------------------
     def lin(self, space: str) -> str:
@@ -104,9 +104,14 @@ class OpEmitter:
         if tuple(shape) == tuple(sp.dims):
             return list(sp.idx)
         key = (space, tuple(shape))
-        if key not in self._unravel:
-            self._unravel[key] = _unravel(self.w, self.lin(space), shape, lambda d: self.w.tmp("u"))
-        return self._unravel[key]
+        if key not in self._idx:
+            self._idx[key] = _unravel(self.w, self.lin(space), shape, lambda d: self.w.tmp("u"))
+        return self._idx[key]
+
+    def forget(self, space: str) -> None:
+        """Drop the index variables derived for ``space``: its indices are being redefined (a new chunk)."""
+        self._lin.pop(space, None)
+        self._idx = {key: v for key, v in self._idx.items() if key[0] != space}
 
     def address(self, view: View, idx: list[str], zero: str) -> tuple[str, str | None]:
         def expr(co: tuple[int, ...], const: int) -> str:
@@ -344,9 +349,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
         if trailing:
             w(f"fl = rid * {rlen} + j")
         _unravel(w, "j", [k.full[d] for d in red_dims], lambda n: f"f{red_dims[n]}")
-        e._lin.pop("full", None)
-        for key in [key for key in e._unravel if key[0] == "full"]:
-            del e._unravel[key]
+        e.forget("full")
 
     lv = _levels(k)
     reds = [i for i, op in enumerate(k.ops) if op.op in REDUCE]
