@@ -321,7 +321,6 @@ def check_supported(model: str | Path | onnx.ModelProto) -> None:
     """Raise one LuminalError listing every op type the frontend does not know."""
     if not isinstance(model, onnx.ModelProto):
         model = read_model(model)[0]  # a mapped file: cheap
-    _register_ops()
     opsets = _opsets(model)
     local = {(f.domain, f.name) for f in model.functions}
     bodies = [n for g in all_graphs(model.graph) for n in g.node]
@@ -356,10 +355,6 @@ def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
         msg = str(e).strip().splitlines()
         raise LuminalError(f"cannot inline the model's local functions: {msg[0][:200] if msg else type(e).__name__}") \
             from None
-
-
-def _register_ops() -> None:
-    from . import ops_control, ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401
 
 
 # -- shapes --------------------------------------------------------------------
