@@ -47,14 +47,14 @@ class _Frame:
                 f'viewBox="0 0 {self.width} {self.height}" role="img"><title>{escape(title)}</title>',
                 f'<rect x="0" y="0" width="{self.width}" height="{self.height}" fill="white"/>']
 
-    def x_axis(self, label: str) -> list[str]:
+    def x_axis(self, label: str, label_y: float | None = None) -> list[str]:
         out = [f'<line x1="{self.x0}" y1="{self.y1}" x2="{self.x1}" y2="{self.y1}" stroke="#333"/>']
         for t in nice_ticks(self.xlo, self.xhi):
             x = self.px(t)
             out.append(f'<line x1="{x:.1f}" y1="{self.y1}" x2="{x:.1f}" y2="{self.y1 + 4}" stroke="#333"/>'
                        f'<text x="{x:.1f}" y="{self.y1 + 16}" text-anchor="middle" {FONT}>{fmt(t)}</text>')
-        out.append(f'<text x="{(self.x0 + self.x1) / 2:.1f}" y="{self.height - 4}" text-anchor="middle" '
-                   f'{FONT}>{escape(label)}</text>')
+        out.append(f'<text x="{(self.x0 + self.x1) / 2:.1f}" y="{self.height - 4 if label_y is None else label_y}" '
+                   f'text-anchor="middle" {FONT}>{escape(label)}</text>')
         return out
 
     def y_axis(self, label: str) -> list[str]:
@@ -128,9 +128,7 @@ def line_plot(series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel:
         ly = f.y1 + 40 + 18 * (i // 3)
         out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
                    f'<text x="{lx + 14}" y="{ly}" {FONT}>{escape(name[:40])}</text>')
-    out += f.x_axis(xlabel)[:-1]
-    out.append(f'<text x="{(f.x0 + f.x1) / 2:.1f}" y="{f.y1 + 28}" text-anchor="middle" {FONT}>'
-               f'{escape(xlabel)}</text>')
+    out += f.x_axis(xlabel, label_y=f.y1 + 28)  # above the legend
     out.append("</svg>")
     return "\n".join(out)
 
