@@ -8,7 +8,6 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from ..errors import LuminalError
 from .common import console, emit_json, fail, handle_errors, parse_shapes
 
 MAX_ROWS = 20  # kernels shown, the slowest first
@@ -92,11 +91,7 @@ def register(app: typer.Typer) -> None:
         else:
             if shape:
                 fail("--shape needs a MODEL; configured models take their shapes from the configuration")
-            try:
-                models = configured_models()
-            except LuminalError as e:
-                fail(str(e))
-            jobs = [(str(m.path), dict(m.shapes)) for m in models]
+            jobs = [(str(m.path), dict(m.shapes)) for m in configured_models()]  # its LuminalError: one line, exit 2
         if budget is None and (config is None or config.budget is None):
             fail("--budget is required (e.g. --budget 10m), or set budget in [tool.luminal]")
         total = parse_duration(budget, "--budget") if budget is not None else config.budget
