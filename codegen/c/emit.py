@@ -282,6 +282,22 @@ def _red_loop(k: Kernel, stmts: list[str], pragma: list[str]) -> list[str]:
     return pragma + head + _indent(stmts, 4) + ["}"]
 
 
+def _passes(k: Kernel, body: Body, sched: dict):
+    """(full-space outputs as (output, op, buffer), the full space's linear index, the stash or None)."""
+    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
+    return full_outs, body.linear("full"), _stash(k, body, full_outs) if sched.get("stash", True) else None
+
+
+def _update(op: KOp, a: int, acc: str, nan: str) -> list[str]:
+    """Statements folding v<a> into the accumulator ``acc`` of reduction ``op`` (and a float max's NaN flag)."""
+    if op.op == "SumReduce":
+        return [f"{acc} = {acc} | v{a};" if op.dtype is DType.bool else f"{acc} += v{a};"]
+    upd = [f"{acc} = v{a} > {acc} ? v{a} : {acc};"]
+    if ct.COMPUTE[op.dtype] == "float":
+        upd.append(f"{nan} |= (v{a} != v{a});")
+    return upd
+
+
 def _arg_stmts(body: Body, n: int, stash, lin: str) -> list[str]:
     """Statements computing the argument of reduction ``n`` (stored when it is the stashed one)."""
     a = body.k.ops[n].args[0]
@@ -315,9 +331,7 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
     def red_loop(stmts: list[str], simd_extra: str) -> list[str]:
         return _red_loop(k, stmts, _simd(sched, simd_extra).split("\n"))
 
-    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
-    lin = body.linear("full")
-    stash = _stash(k, body, full_outs) if sched.get("stash", True) else None
+    full_outs, lin, stash = _passes(k, body, sched)
     for n, op in enumerate(k.ops):
         if op.space != "row":
             continue
@@ -329,16 +343,13 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
         stmts = _arg_stmts(body, n, stash, lin)
         if op.op == "SumReduce":
             row_stmts.append(f"{t} acc{n} = 0;")
-            upd = f"acc{n} = acc{n} | v{a};" if op.dtype is DType.bool else f"acc{n} += v{a};"
             extra = f" reduction(|:acc{n})" if op.dtype is DType.bool else f" reduction(+:acc{n})"
-            row_stmts += red_loop(stmts + [upd], extra)
+            row_stmts += red_loop(stmts + _update(op, a, f"acc{n}", f"nan{n}"), extra)
             row_stmts.append(f"{t} v{n} = {ct.round_to(op.dtype, f'acc{n}')};")
         else:
             row_stmts.append(f"{t} acc{n} = {_MAX_INIT[t]}; int nan{n} = 0;")
-            upd = [f"acc{n} = v{a} > acc{n} ? v{a} : acc{n};"]
-            if t == "float":
-                upd.append(f"nan{n} |= (v{a} != v{a});")
-            row_stmts += red_loop(stmts + upd, f" reduction(max:acc{n}) reduction(|:nan{n})")
+            row_stmts += red_loop(stmts + _update(op, a, f"acc{n}", f"nan{n}"),
+                                  f" reduction(max:acc{n}) reduction(|:nan{n})")
             row_stmts.append(f"{t} v{n} = nan{n} ? ({t})NAN : acc{n};" if t == "float" else f"{t} v{n} = acc{n};")
     if full_outs:
         row_stmts += red_loop(_out_stmts(body, full_outs, stash, lin, lambda need: []), "")
@@ -388,12 +399,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
         return _simd(sched, extra).split("\n") + ["for (int64_t j = 0; j < nl; j++) {",
                                                   f"    const int64_t i{din} = c0 + j;"] + _indent(stmts, 4) + ["}"]
 
-    def red_loop(stmts: list[str]) -> list[str]:
-        return _red_loop(k, stmts, [])
-
-    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
-    lin = body.linear("full")
-    stash = _stash(k, body, full_outs) if sched.get("stash", True) else None
+    full_outs, lin, stash = _passes(k, body, sched)
     for n, op in enumerate(k.ops):
         if op.space != "row":
             continue
@@ -404,25 +410,22 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
             arrays.add(n)
             continue
         a = op.args[0]
-        stmts = scalars(body.full_needed([a])) + _arg_stmts(body, n, stash, lin)
+        stmts = scalars(body.full_needed([a])) + _arg_stmts(body, n, stash, lin) \
+            + _update(op, a, f"a{n}[j]", f"nan{n}[j]")
         if op.op == "SumReduce":
             st += lane_loop([f"a{n}[j] = 0;"])
-            upd = f"a{n}[j] = a{n}[j] | v{a};" if op.dtype is DType.bool else f"a{n}[j] += v{a};"
-            st += red_loop(lane_loop(stmts + [upd]))
+            st += _red_loop(k, lane_loop(stmts), [])
             if op.dtype.compute is not op.dtype:
                 st += lane_loop([f"a{n}[j] = {ct.round_to(op.dtype, f'a{n}[j]')};"])
         else:
             st.append(f"uint8_t nan{n}[{lanes}];")
             st += lane_loop([f"a{n}[j] = {_MAX_INIT[t]}; nan{n}[j] = 0;"])
-            upd = [f"a{n}[j] = v{a} > a{n}[j] ? v{a} : a{n}[j];"]
-            if t == "float":
-                upd.append(f"nan{n}[j] |= (v{a} != v{a});")
-            st += red_loop(lane_loop(stmts + upd))
+            st += _red_loop(k, lane_loop(stmts), [])
             if t == "float":
                 st += lane_loop([f"if (nan{n}[j]) a{n}[j] = NAN;"])
         arrays.add(n)
     if full_outs:
-        st += red_loop(lane_loop(_out_stmts(body, full_outs, stash, lin, scalars)))
+        st += _red_loop(k, lane_loop(_out_stmts(body, full_outs, stash, lin, scalars)), [])
     row_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "row"]
     if row_outs:
         rlin = body.linear("row")
