@@ -210,12 +210,25 @@ def _indent(lines: list[str], n: int) -> list[str]:
     return [pad + x for x in "\n".join(lines).split("\n")]
 
 
+def _function(k: Kernel, body: list[str], loop: tuple[str, int] | None = None, par: str | None = None) -> str:
+    """The kernel function: ``body`` once, or in a loop of ``loop = (variable, count)`` iterations, an OpenMP
+    parallel one by the pragma ``par`` when there is more than one."""
+    lines = _signature(k)
+    if loop is None:
+        lines += _indent(body, 4) if body else []
+    else:
+        var, count = loop
+        if par and count > 1:
+            lines.append("    " + par)
+        lines += [f"    for (int64_t {var} = 0; {var} < {count}LL; {var}++) {{", *_indent(body, 8), "    }"]
+    return PRELUDE + "\n".join(lines + ["    return 0;", "}"]) + "\n"
+
+
 def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     k = normalize(kernel)
     body = Body(k)
     n = len(k.full)
     numel = math.prod(k.full)
-    lines = _signature(k)
     inner_stmts = []
     for i in body.full_needed([o for o, _ in k.outputs]):
         inner_stmts += body.value(i)
@@ -223,29 +236,17 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     for j, (o, buf) in enumerate(k.outputs):
         inner_stmts.append(f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};")
     if numel == 0:
-        return PRELUDE + "\n".join(lines + ["    return 0;", "}"]) + "\n"
+        return _function(k, [])
     if n == 0:
-        lines += _indent(inner_stmts, 4) + ["    return 0;", "}"]
-        return PRELUDE + "\n".join(lines) + "\n"
+        return _function(k, inner_stmts)
     inner = k.full[-1]
-    rows = numel // inner
     ch = max(1, min(inner, sched.get("block", inner)))
     nch = -(-inner // ch)
-    tiles = rows * nch
-    par = _par(numel, sched)
-    if par:
-        lines.append("    " + par)
-    lines.append(f"    for (int64_t t = 0; t < {tiles}LL; t++) {{")
-    lines.append(f"        int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});")
-    lines.append("        (void)r;")
-    outer = unravel("r", k.full[:-1])
-    for d in range(n - 1):
-        lines.append(f"        const int64_t i{d} = {outer[d]};")
-    lines += _indent(_simd(sched).split("\n"), 8)
-    lines.append(f"        for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{")
-    lines += _indent(inner_stmts, 12)
-    lines += ["        }", "    }", "    return 0;", "}"]
-    return PRELUDE + "\n".join(lines) + "\n"
+    tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});", "(void)r;"]
+    tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", k.full[:-1]))]
+    tile += _simd(sched).split("\n")
+    tile += [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{", *_indent(inner_stmts, 4), "}"]
+    return _function(k, tile, ("t", numel // inner * nch), _par(numel, sched))
 
 
 def _stash(k: Kernel, body: Body, full_outs) -> tuple[int, int, int] | None:
@@ -323,7 +324,6 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
     body = Body(k)
     kept = [d for d in range(len(k.full)) if d not in body.red]
     rows = math.prod(k.full[d] for d in kept)
-    lines = _signature(k)
     row_stmts: list[str] = []
     for d, e in zip(kept, unravel("r", tuple(k.full[d] for d in kept))):
         row_stmts.append(f"const int64_t i{d} = {e};")
@@ -356,13 +356,7 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
     for j, (o, b) in enumerate(k.outputs):
         if k.ops[o].space == "row":
             row_stmts.append(f"out{j}[r] = {ct.store(b.dtype, f'v{o}')};")
-    par = _par(math.prod(k.full), sched, sched.get("rows_per_thread", 0))
-    if par and rows > 1:
-        lines.append("    " + par)
-    lines.append(f"    for (int64_t r = 0; r < {rows}LL; r++) {{")
-    lines += _indent(row_stmts, 8)
-    lines += ["    }", "    return 0;", "}"]
-    return PRELUDE + "\n".join(lines) + "\n"
+    return _function(k, row_stmts, ("r", rows), _par(math.prod(k.full), sched, sched.get("rows_per_thread", 0)))
 
 
 def lanes_apply(kernel: Kernel) -> bool:
@@ -384,7 +378,6 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     nch = -(-size // lanes)
     outer = [d for d in range(nd) if d not in body.red and d != din]
     tiles = math.prod(k.full[d] for d in outer) * nch
-    lines = _signature(k)
     st: list[str] = [f"int64_t ro = t / {nch}, c0 = (t % {nch}) * {lanes}, nl = lum_min64({lanes}, {size} - c0);",
                      "(void)ro;"]
     for d, e in zip(outer, unravel("ro", tuple(k.full[d] for d in outer))):
@@ -430,10 +423,4 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     if row_outs:
         rlin = body.linear("row")
         st += lane_loop([f"out{j}[{rlin}] = {ct.store(b.dtype, f'a{o}[j]')};" for j, o, b in row_outs])
-    par = _par(math.prod(k.full), sched)
-    if par and tiles > 1:
-        lines.append("    " + par)
-    lines.append(f"    for (int64_t t = 0; t < {tiles}LL; t++) {{")
-    lines += _indent(st, 8)
-    lines += ["    }", "    return 0;", "}"]
-    return PRELUDE + "\n".join(lines) + "\n"
+    return _function(k, st, ("t", tiles), _par(math.prod(k.full), sched))
