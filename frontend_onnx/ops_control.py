@@ -66,7 +66,7 @@ def loop_op(ctx: OpContext) -> list[Tensor | None]:
     trip_t, cond_t = ctx.input(0), ctx.input(1)
     carried = list(ctx.inputs[2:])
     body = ctx.attr("body")
-    trip = None if trip_t is None else int(ctx.const(0).reshape(-1)[0])
+    trip = None if trip_t is None else ctx.ints(0)[0]
     go = True if cond_t is None else bool(ctx.const(1).reshape(-1)[0])
     if trip is None and cond_t is None:
         raise LuminalError(f"node {ctx.node.name!r} (Loop): runs forever (no trip count, no condition)")
@@ -173,7 +173,7 @@ def _seq(ctx: OpContext, i: int = 0) -> Sequence:
 
 def _position(ctx: OpContext, i: int, n: int, default: int, insert: bool = False) -> int:
     p = ctx.input(i)
-    pos = default if p is None else int(ctx.const(i).reshape(-1)[0])
+    pos = default if p is None else ctx.ints(i)[0]
     hi = n + 1 if insert else n
     if not -hi <= pos < hi:
         raise ValueError(f"sequence position {pos} out of range for length {n}")

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_nn_util import fail, ints, need, take
+from .ops_nn_util import fail, need, take
 from .registry import OpContext, op
 
 
@@ -96,7 +96,7 @@ def one_hot_op(ctx: OpContext) -> Tensor:
 @op("Tile")
 def tile_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
-    reps = ints(ctx, 1) or []
+    reps = ctx.ints(1) or []
     if len(reps) != x.ndim or any(r < 0 for r in reps):
         raise fail(ctx, "repeats must have one non-negative value per dim")
     t = x.reshape(tuple(v for s in x.shape for v in (1, s)))
@@ -107,7 +107,7 @@ def tile_op(ctx: OpContext) -> Tensor:
 @op("Trilu")
 def trilu_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
-    k = ints(ctx, 1)
+    k = ctx.ints(1)
     k = k[0] if k else 0
     upper = bool(ctx.attr("upper", 1))
     if x.ndim < 2:
@@ -129,13 +129,13 @@ def pad_op(ctx: OpContext) -> Tensor:
         value = float(ctx.attr("value", 0.0))
         axes = list(range(r))
     else:
-        pads = ints(ctx, 1) or []
+        pads = ctx.ints(1) or []
         cv = ctx.input(2)
         value = 0
         if cv is not None and cv.numel:
             value = np.asarray(ctx.const(2)).reshape(-1)[0].item()
-        ax = ints(ctx, 3)
-        axes = [a % r for a in ax] if ax is not None else list(range(r))
+        ax = ctx.ints(3)
+        axes = [a % r for a in ax] if ax else list(range(r))
     if len(pads) != 2 * len(axes):
         raise fail(ctx, f"pads has {len(pads)} values for {len(axes)} axes")
     per = [(0, 0)] * r
@@ -195,7 +195,7 @@ def space_to_depth_op(ctx: OpContext) -> Tensor:
 
 
 def _scan_axis(ctx: OpContext, x: Tensor) -> int:
-    ax = ints(ctx, 1)
+    ax = ctx.ints(1)
     if not ax:
         raise fail(ctx, "axis is required")
     return ax[0] % x.ndim

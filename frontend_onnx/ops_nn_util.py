@@ -27,14 +27,6 @@ def need(ctx: OpContext, i: int) -> Tensor:
     return t
 
 
-def ints(ctx: OpContext, i: int) -> list[int] | None:
-    """A constant integer input as a list, None when absent or empty."""
-    v = ctx.const(i)
-    if v is None or v.size == 0:
-        return None
-    return [int(x) for x in v.reshape(-1)]
-
-
 def wants(ctx: OpContext, k: int) -> bool:
     """Whether the node asks for output k."""
     return k < len(ctx.node.output) and bool(ctx.node.output[k])

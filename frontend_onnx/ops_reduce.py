@@ -181,7 +181,7 @@ MAX_TOPK = 256
 def topk(ctx: OpContext) -> list[Tensor]:
     """k rounds of (max, first index of it, mask it out); k must be known and at most MAX_TOPK."""
     x = ctx.inputs[0]
-    k = int(np.asarray(ctx.const(1)).reshape(-1)[0]) if ctx.opset >= 10 else int(ctx.attr("k"))
+    k = ctx.ints(1)[0] if ctx.opset >= 10 else int(ctx.attr("k"))
     axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
     n = x.shape[axis]
     if not 0 <= k <= n:

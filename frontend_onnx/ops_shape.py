@@ -14,17 +14,12 @@ from .registry import OpContext, op
 MAX_RANGE = 1 << 31
 
 
-def _ints(ctx: OpContext, i: int) -> list[int] | None:
-    v = ctx.const(i)
-    return None if v is None else [int(x) for x in np.asarray(v).reshape(-1)]
-
-
 def axes_arg(ctx: OpContext, since: int, index: int = 1) -> list[int] | None:
     """``axes`` from the attribute before opset ``since``, from input ``index`` from it on."""
     if ctx.opset < since:
         a = ctx.attr("axes")
         return None if a is None else [int(x) for x in a]
-    return _ints(ctx, index)
+    return ctx.ints(index)
 
 
 def norm_axis(a: int, rank: int) -> int:
@@ -52,7 +47,7 @@ def constant(ctx: OpContext) -> Tensor:
 
 @op("ConstantOfShape")
 def constant_of_shape(ctx: OpContext) -> Tensor:
-    shape = _ints(ctx, 0)
+    shape = ctx.ints(0)
     if any(s < 0 for s in shape):
         raise ValueError(f"negative dimension in {shape}")
     value = ctx.attr("value")
@@ -81,7 +76,7 @@ def size_op(ctx: OpContext) -> Tensor:
 @op("Reshape")
 def reshape(ctx: OpContext) -> Tensor:
     x = ctx.inputs[0]
-    spec = _ints(ctx, 1) if ctx.opset >= 5 else [int(s) for s in ctx.attr("shape")]
+    spec = ctx.ints(1) if ctx.opset >= 5 else [int(s) for s in ctx.attr("shape")]
     allowzero = bool(ctx.attr("allowzero", 0))
     shape = []
     for k, s in enumerate(spec):
@@ -150,7 +145,7 @@ def transpose(ctx: OpContext) -> Tensor:
 @op("Expand")
 def expand(ctx: OpContext) -> Tensor:
     x = ctx.inputs[0]
-    shape = broadcast_shape(x.shape, tuple(_ints(ctx, 1)))
+    shape = broadcast_shape(x.shape, tuple(ctx.ints(1)))
     return x.expand(shape)
 
 
@@ -206,7 +201,7 @@ def split(ctx: OpContext) -> list[Tensor]:
     n_out = len(ctx.node.output)
     sizes = [int(s) for s in ctx.attr("split")] if ctx.opset < 13 and ctx.attr("split") is not None else None
     if ctx.opset >= 13:
-        sizes = _ints(ctx, 1)
+        sizes = ctx.ints(1)
     if sizes is None:
         n = int(ctx.attr("num_outputs", n_out))
         chunk = -(-d // n) if n else 0
@@ -251,7 +246,7 @@ def slice_op(ctx: OpContext) -> Tensor:
         axes = ctx.attr("axes")
         steps = None
     else:
-        starts, ends, axes, steps = _ints(ctx, 1), _ints(ctx, 2), _ints(ctx, 3), _ints(ctx, 4)
+        starts, ends, axes, steps = ctx.ints(1), ctx.ints(2), ctx.ints(3), ctx.ints(4)
     if len(starts) != len(ends):
         raise ValueError("starts and ends differ in length")
     axes = list(range(len(starts))) if axes is None else [norm_axis(int(a), x.ndim) for a in axes]
@@ -313,7 +308,7 @@ _WINDOWS = {"HannWindow": (0.5, 0.5, 0.0), "HammingWindow": (25 / 46, 21 / 46, 0
 
 @op(*_WINDOWS)
 def window(ctx: OpContext) -> Tensor:
-    size = int(np.asarray(ctx.const(0)).reshape(-1)[0])
+    size = ctx.ints(0)[0]
     if not 0 <= size <= FOLD_LIMIT:
         raise ValueError(f"window size {size} out of range")
     a0, a1, a2 = _WINDOWS[ctx.node.op_type]

@@ -43,6 +43,11 @@ class OpContext:
                                "must be constant after shape folding")
         return t.numpy()
 
+    def ints(self, i: int) -> list[int] | None:
+        """Constant input i as a flat list of ints; None when absent."""
+        v = self.const(i)
+        return None if v is None else [int(x) for x in v.reshape(-1)]
+
 
 OpFn = Callable[[OpContext], "Tensor | list[Tensor | None]"]
 REGISTRY: dict[tuple[str, str], OpFn] = {}
