@@ -40,7 +40,7 @@ def mapped(a):
         a = a.base
     return isinstance(a.obj if isinstance(a, memoryview) else a, mmap.mmap)
 
-import mmap, numpy, onnx
+import mmap, numpy
 from onnx.external_data_helper import _get_all_tensors, uses_external_data
 from luminal import ir
 from luminal.frontend_onnx import importer
@@ -55,7 +55,7 @@ consts = [n.attrs["value"] for n in res.graph.toposort() if n.op is ir.Op.Consta
 const_bytes = sum(v.nbytes for v in consts)
 mapped_bytes = sum(v.nbytes for v in consts if mapped(v))
 del res, consts
-m = onnx.load(str(path), load_external_data=False)
+m = importer.read_model(path)[0]  # the mapped read: weights stay in the file
 files = {next((e.value for e in t.external_data if e.key == "location"), None)
          for t in _get_all_tensors(m) if uses_external_data(t)}
 size = path.stat().st_size + sum((path.parent / f).stat().st_size for f in files if f)
