@@ -16,17 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-if __name__ == "__main__":  # thread counts of numpy's BLAS are read when numpy loads
-    _t = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
-               if a.startswith("--threads")), "0")
-    if _t != "0":
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", _t)
-        os.environ.setdefault("OMP_NUM_THREADS", _t)
+from benchutil import blas_threads_from_argv, median_time, spread
+
+if __name__ == "__main__":
+    blas_threads_from_argv("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
 
 import numpy as np  # noqa: E402
-from benchutil import median_time, spread  # noqa: E402
 
 GEMMS = [  # (name, batch, M, K, N)
     ("gemm 1024^3", 1, 1024, 1024, 1024),

@@ -13,18 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+from benchutil import blas_threads_from_argv, median_time, spread
+
 if __name__ == "__main__":
-    _t = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
-               if a.startswith("--threads")), "0")
-    if _t != "0":
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", _t)
+    blas_threads_from_argv("OPENBLAS_NUM_THREADS")
 
 import numpy as np  # noqa: E402
-from benchutil import median_time, spread  # noqa: E402
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 
