@@ -17,7 +17,7 @@ from ..errors import LuminalError
 from ..ir.graph import Graph
 from .jobs import CompileJob, KernelJob, Measurement, ModelJob
 from .timing import TimingPlan
-from .worker import Cancelled, Worker, WorkerContext, WorkerLost, start_method
+from .worker import Cancelled, Worker, WorkerContext, WorkerLost, start_method, wait_any
 
 PAIRED_MIN_REPS = 15
 
@@ -58,10 +58,11 @@ class Measurer:
                     i, s = todo.pop(0)
                     worker.submit(CompileJob(kernel, s))
                     busy[w] = (i, time.monotonic() + self.timeout_s * 3)
+            wait_any([self.pool[w] for w in busy], Worker.POLL_S)
             for w in list(busy):
                 i, deadline = busy[w]
                 try:
-                    reply = self.pool[w].try_recv(0.01)
+                    reply = self.pool[w].try_recv()
                 except WorkerLost as e:
                     results[i] = Measurement("compile_error", message=f"compiler {e}")
                     del busy[w]

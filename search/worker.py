@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import connection
 from typing import Any
 
 from ..ir.graph import Graph
@@ -192,6 +193,11 @@ class Worker:
                 pass
         self.kill()
         self.proc = None
+
+
+def wait_any(workers: list[Worker], timeout_s: float) -> None:
+    """Until one of ``workers`` has answered or died, or ``timeout_s`` has passed."""
+    connection.wait([x for w in workers for x in (w.conn, w.proc.sentinel)], timeout_s)
 
 
 def _exit_reason(code: int | None) -> str:
