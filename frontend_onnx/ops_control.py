@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import LuminalError
 from ..ir import DType, Tensor
-from .ops_shape import concat, stack
+from .ops_shape import concat, split_sizes, stack
 from .registry import OpContext, op
 
 
@@ -228,16 +228,8 @@ def split_to_sequence(ctx: OpContext) -> list:
         sizes, squeeze = [n] * (d // n) + ([d % n] if d % n else []), False
     else:
         sizes, squeeze = [int(v) for v in split], False
-    if sum(sizes) != d:
-        raise ValueError(f"split sizes {sizes} do not add up to {d}")
-    parts, start = Sequence(), 0
-    for n in sizes:
-        ranges = [(0, e) for e in x.shape]
-        ranges[axis] = (start, start + n)
-        p = x.shrink(ranges)
-        parts.append(p.squeeze([axis]) if squeeze else p)
-        start += n
-    return [parts]
+    parts = split_sizes(x, axis, sizes)
+    return [Sequence(p.squeeze([axis]) for p in parts) if squeeze else Sequence(parts)]
 
 
 @op("ConcatFromSequence")

@@ -208,8 +208,13 @@ def split(ctx: OpContext) -> list[Tensor]:
         if ctx.opset < 18 and d % n:
             raise ValueError(f"cannot split {d} evenly into {n}")
         sizes = [min(chunk, max(d - chunk * k, 0)) for k in range(n)]
-    if sum(sizes) != d or any(s < 0 for s in sizes):
-        raise ValueError(f"split sizes {sizes} do not add up to {d}")
+    return split_sizes(x, axis, sizes)
+
+
+def split_sizes(x: Tensor, axis: int, sizes: list[int]) -> list[Tensor]:
+    """``x`` cut along ``axis`` into consecutive parts of ``sizes``."""
+    if sum(sizes) != x.shape[axis] or any(s < 0 for s in sizes):
+        raise ValueError(f"split sizes {sizes} do not add up to {x.shape[axis]}")
     outs, start = [], 0
     for s in sizes:
         ranges = [(0, e) for e in x.shape]
