@@ -81,7 +81,7 @@ def _cache_root() -> Path:
     return Path(base) / f"onnx-{onnx.__version__}-v{_CACHE_VERSION}"
 
 
-def _write_tensor(item, path: Path) -> None:
+def write_tensor(item, path: Path) -> None:
     if isinstance(item, onnx.TensorProto):
         data = item.SerializeToString()
     elif isinstance(item, (np.ndarray, np.generic)):
@@ -112,9 +112,9 @@ def _materialise_node_cases(root: Path) -> None:
                 ds = d / f"test_data_set_{k}"
                 ds.mkdir()
                 for i, x in enumerate(inputs):
-                    _write_tensor(x, ds / f"input_{i}.pb")
+                    write_tensor(x, ds / f"input_{i}.pb")
                 for i, x in enumerate(outputs):
-                    _write_tensor(x, ds / f"output_{i}.pb")
+                    write_tensor(x, ds / f"output_{i}.pb")
         except TypeError as e:
             (d / "UNSUPPORTED").write_text(f"test data holds a {e} (sequence/optional values)")
         if c.rtol != 1e-3 or c.atol != 1e-7:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from luminal.frontend_onnx import conformance as conf
 
@@ -85,9 +85,9 @@ def _write_case(root: Path, name: str, model: onnx.ModelProto, inputs, outputs) 
     ds.mkdir(parents=True)
     onnx.save(model, str(d / "model.onnx"))
     for i, x in enumerate(inputs):
-        (ds / f"input_{i}.pb").write_bytes(numpy_helper.from_array(x).SerializeToString())
+        conf.write_tensor(x, ds / f"input_{i}.pb")
     for i, x in enumerate(outputs):
-        (ds / f"output_{i}.pb").write_bytes(numpy_helper.from_array(x).SerializeToString())
+        conf.write_tensor(x, ds / f"output_{i}.pb")
     return conf.Case(f"local/{name}", str(d))
 
 
