@@ -250,12 +250,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise LuminalError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def read_config_file(path: Path) -> Config | None:
-    """A luminal.toml (keys at top level) or a pyproject.toml (keys under [tool.luminal]; None when absent)."""
-    path = Path(path)
-    if not path.is_file():
-        raise LuminalError(f"config file {str(path)!r} not found")
-    data = _read_toml(path)
+def _parse_file(path: Path, data: dict[str, Any]) -> Config | None:
+    """The configuration in a parsed luminal.toml (keys at top level) or pyproject.toml (keys under
+    [tool.luminal]; None when absent)."""
     if path.name == "pyproject.toml":
         tool = data.get("tool", {})
         if not isinstance(tool, dict) or "luminal" not in tool:
@@ -264,21 +261,37 @@ def read_config_file(path: Path) -> Config | None:
     return parse_config(data, path, path.name)
 
 
-def find_config_file(start_dir: Path | None = None) -> Path | None:
-    """luminal.toml, else a pyproject.toml with [tool.luminal], in start_dir or its parents.
-    The search stops at the first folder holding .git (the repository root)."""
+def read_config_file(path: Path) -> Config | None:
+    """A luminal.toml (keys at top level) or a pyproject.toml (keys under [tool.luminal]; None when absent)."""
+    path = Path(path)
+    if not path.is_file():
+        raise LuminalError(f"config file {str(path)!r} not found")
+    return _parse_file(path, _read_toml(path))
+
+
+def _find(start_dir: Path | None) -> tuple[Path, dict[str, Any]] | None:
+    """The first luminal.toml, or pyproject.toml with [tool.luminal], in start_dir or its parents (up to the
+    folder holding .git), with its parsed TOML."""
     here = Path(start_dir or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "luminal.toml").is_file():
-            return folder / "luminal.toml"
+            return folder / "luminal.toml", _read_toml(folder / "luminal.toml")
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
-            tool = _read_toml(pyproject).get("tool", {})
+            data = _read_toml(pyproject)
+            tool = data.get("tool", {})
             if isinstance(tool, dict) and "luminal" in tool:
-                return pyproject
+                return pyproject, data
         if (folder / ".git").exists():
             break
     return None
+
+
+def find_config_file(start_dir: Path | None = None) -> Path | None:
+    """luminal.toml, else a pyproject.toml with [tool.luminal], in start_dir or its parents.
+    The search stops at the first folder holding .git (the repository root)."""
+    found = _find(start_dir)
+    return found[0] if found else None
 
 
 def load_config(start_dir: Path | None = None, path: Path | str | None = None) -> Config | None:
@@ -286,16 +299,22 @@ def load_config(start_dir: Path | None = None, path: Path | str | None = None) -
     ``path``; None when there is none."""
     if path is not None:
         return read_config_file(Path(path))
-    found = find_config_file(start_dir)
-    return read_config_file(found) if found else None
+    found = _find(start_dir)
+    return _parse_file(*found) if found else None
 
 
 def configured_models(start_dir: Path | None = None, path: Path | str | None = None) -> list[ModelConfig]:
     """What `tune`, `bench` and `check` act on when no MODEL is given. Raises LuminalError when there is
     no configuration or it lists no models."""
-    config = load_config(start_dir, path)
     where = Path(path) if path is not None else Path(start_dir or Path.cwd()).resolve()
+    return models_of(load_config(start_dir, path), where)
+
+
+def models_of(config: Config | None, searched_from: Path | None = None) -> list[ModelConfig]:
+    """The models of a loaded configuration (found from ``searched_from``, default: the current folder);
+    LuminalError when there is none or it lists none."""
     if config is None:
+        where = searched_from or Path.cwd().resolve()
         raise LuminalError(f"no MODEL given and no [tool.luminal] in pyproject.toml or luminal.toml "
                            f"(searched from {where})")
     if not config.models:

@@ -23,7 +23,7 @@ def _models(model: str | None, shape: list[str] | None, atol: float | None, rtol
             config_path: str | None, config):
     """What to bench: MODEL (taking name, shapes and tolerances from the configuration when it lists the
     same file), else every configured model. Command-line options win."""
-    from ..config import ModelConfig, configured_models
+    from ..config import ModelConfig, models_of
     from .benchlib import BenchModel
 
     if model:
@@ -36,7 +36,7 @@ def _models(model: str | None, shape: list[str] | None, atol: float | None, rtol
     elif shape:
         raise LuminalError("--shape needs a MODEL; configured models take their shapes from the config")
     else:
-        configured = configured_models(path=config_path)
+        configured = models_of(config, Path(config_path) if config_path else None)
     return [BenchModel(m.name, m.path, dict(m.shapes),
                        atol if atol is not None else (m.atol if m.atol is not None else DEFAULT_ATOL),
                        rtol if rtol is not None else (m.rtol if m.rtol is not None else DEFAULT_RTOL))

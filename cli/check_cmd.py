@@ -59,10 +59,10 @@ def register(app: typer.Typer) -> None:
             jobs = [(model, parse_shapes(shape), backend or DEFAULT_BACKEND,
                      DEFAULT_ATOL if atol is None else atol, DEFAULT_RTOL if rtol is None else rtol)]
         else:
-            from ..config import configured_models, load_config
+            from ..config import load_config, models_of
 
-            models = configured_models()
             project = load_config()
+            models = models_of(project)
             be = backend or (project.backend if project and project.backend else DEFAULT_BACKEND)
             cache = cache or (str(project.cache) if project and project.cache else None)  # where tune put winners
             jobs = [(str(m.path), {**m.shapes, **parse_shapes(shape)}, be,
