@@ -25,7 +25,6 @@ TL = {
     DType.int32: "tl.int32",
     DType.bool: "tl.int1",
 }
-LEAVES = ("Load", "Const", "Iota")
 REDUCE = ("SumReduce", "MaxReduce")
 _INT_CLAMP = {DType.int32: (-2147483648.0, 2147483520.0), DType.int64: (-9.2e18, 9.2e18)}
 
@@ -310,7 +309,7 @@ def _cone(k: Kernel, roots: list[int]) -> list[int]:
     stack = list(roots)
     while stack:
         i = stack.pop()
-        if i in need or k.ops[i].space != "full" or k.ops[i].op in REDUCE:
+        if i in need or k.ops[i].space != "full":
             continue
         need.add(i)
         stack.extend(k.ops[i].args)
