@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import LuminalError
+from .records import dumps
 from .schema import STATUSES
 
 FORMAT = "luminal-tuning-cache-export"
@@ -44,9 +45,9 @@ def write(path: str | Path, header: dict[str, Any], records: Iterable[dict[str, 
     n = 0
     try:
         with f:
-            f.write(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **header}, sort_keys=True) + "\n")
+            f.write(dumps({"format": FORMAT, "version": FORMAT_VERSION, **header}) + "\n")
             for rec in records:
-                f.write(json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n")
+                f.write(dumps(rec) + "\n")
                 n += 1
         os.replace(tmp, path)
     except BaseException:
