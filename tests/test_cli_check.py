@@ -177,3 +177,17 @@ def test_check_without_model_uses_the_configured_cache(embed_model, tmp_path, mo
     r = _invoke("check", "--json", "-")
     assert r.exit_code == 0, r.output
     assert seen == [str(tmp_path / "proj.db")]
+
+
+def test_names_from_the_model_are_never_markup(tmp_path):
+    path = tmp_path / "m[red].onnx"
+    node = helper.make_node("Relu", ["[/in]"], ["[/out]"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("[/in]", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("[/out]", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    r = _invoke("check", str(path))
+    assert r.exit_code == 0, r.output
+    assert "[/out]" in r.output and "m[red].onnx" in r.output
+    r = _invoke("inspect", str(path))
+    assert r.exit_code == 0, r.output
+    assert "[/in]" in r.output and "[/out]" in r.output and "m[red].onnx" in r.output
