@@ -203,6 +203,12 @@ class StudyTask:
     def best_ns(self) -> float:
         return self.inc.median_ns if self.inc is not None else math.inf
 
+    @property
+    def default_ns(self) -> float | None:
+        """The default point's median time, once it ran fine."""
+        d = self.default_m
+        return d.median_ns if d is not None and d.ok else None
+
 
 class KernelTask(StudyTask):
     def __init__(self, kernel: Kernel, signature: str, study: optuna.Study | Callable[[], optuna.Study],
@@ -217,9 +223,8 @@ class KernelTask(StudyTask):
         return schedule_key(point)
 
     def report(self) -> KernelReport:
-        d = self.default_m
         return KernelReport(self.signature, self.kernel.form, self.count, self.trials, dict(self.statuses),
-                            d.median_ns if d and d.ok else None, self.inc.median_ns if self.inc else None,
+                            self.default_ns, self.inc.median_ns if self.inc else None,
                             self.incumbent, self.note, self.cached, self.pruned)
 
 
@@ -231,8 +236,10 @@ class FusionTask(StudyTask):
     def key(self, point: dict[Edge, bool]) -> str:
         return decisions_key(point)
 
+    def unfused(self) -> list[list[int]]:
+        """The edges the incumbent plan leaves unfused."""
+        return [list(e) for e, v in (self.incumbent or {}).items() if not v]
+
     def report(self) -> FusionReport:
-        d = self.default_m
-        off = [list(e) for e, v in (self.incumbent or {}).items() if not v]
-        return FusionReport(len(self.space.edges), self.trials, dict(self.statuses),
-                            d.median_ns if d and d.ok else None, self.inc.median_ns if self.inc else None, off)
+        return FusionReport(len(self.space.edges), self.trials, dict(self.statuses), self.default_ns,
+                            self.inc.median_ns if self.inc else None, self.unfused())

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.fingerprint import backend_fingerprints
-from ..codegen.partition import Edge, fusible_edges, graph_signature, partition
+from ..codegen.partition import Edge, fusible_edges, fusion_key, partition
 from ..errors import LuminalError
 from ..ir.graph import Graph
+from .jobs import STATUSES
 from .measure import Measurement, Measurer, refuse_untimed
 from .report import TuneReport
 from .samplers import make_sampler
@@ -112,13 +113,13 @@ class Tuner:
         self.threads = threads
         self.model_name = model_name
         self.tasks: dict[str, KernelTask] = {}
-        self.gsig = graph_signature(graph)
+        self.fusion_key = fusion_key(graph)  # its tuned decisions' key in the cache
         edges = fusible_edges(graph) if fusion else []
         self.fusion: FusionTask | None = None
         if edges:
             space = FusionSpace(edges)
             smp, note = make_sampler(sampler, seed, space, "fusion")
-            study = open_study(self.storage, f"luminal-fusion-{self.gsig}-{self.device.key}-{self.toolchain.key}",
+            study = open_study(self.storage, f"luminal-{self.fusion_key}-{self.device.key}-{self.toolchain.key}",
                                smp)
             self.fusion = FusionTask(study, space, note)
             if note:
@@ -156,7 +157,7 @@ class Tuner:
 
     # -- measuring ----------------------------------------------------------
     def _record(self, task: KernelTask, schedule: dict[str, Any], m: Measurement) -> None:
-        if m.status in ("ok", "compile_error", "crash", "timeout", "wrong_result"):
+        if m.status in STATUSES:  # not "skipped"
             self.cache.record_trial(task.signature, self.device, self.toolchain, schedule, m.status,
                                     m.samples_ns or None)
 
@@ -239,25 +240,17 @@ class Tuner:
                         f"({after.median_ns / 1e3:.0f} vs {before.median_ns / 1e3:.0f} µs): no winners written")
 
     def _write_winners(self) -> None:
+        winners = [] if self.keep_default else [(t.signature, t, t.incumbent) for t in self.tasks.values()]
+        f = self.fusion
+        if f is not None and f.incumbent is not None and not self.keep_default:
+            winners.append((self.fusion_key, f, {"unfused": sorted(f.unfused())}))
         n = 0
-        if self.keep_default:
-            self.report.winners_written = 0
-            return
-        for task in self.tasks.values():
+        for key, task, config in winners:
             if task.inc is None or not task.inc.ok:
                 continue
-            d = task.default_m
-            default_ns = int(d.median_ns) if d is not None and d.ok else None
-            self.cache.propose_winner(task.signature, self.device, self.toolchain, task.incumbent,
-                                      max(1, int(task.inc.median_ns)), default_ns)
-            n += 1
-        f = self.fusion
-        if f is not None and f.inc is not None and f.incumbent is not None:
-            off = sorted([list(e) for e, v in f.incumbent.items() if not v])
-            d = f.default_m
-            self.cache.propose_winner(f"fusion-{self.gsig}", self.device, self.toolchain, {"unfused": off},
-                                      max(1, int(f.inc.median_ns)),
-                                      int(d.median_ns) if d is not None and d.ok else None)
+            d = task.default_ns
+            self.cache.propose_winner(key, self.device, self.toolchain, config, max(1, int(task.inc.median_ns)),
+                                      None if d is None else int(d))
             n += 1
         self.report.winners_written = n
 
