@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import LuminalError
 from ..ir import DType, Tensor
-from .ops_shape import concat, split_sizes, stack
+from .ops_shape import concat, norm_axis, split_sizes, stack
 from .registry import OpContext, op
 
 
@@ -218,7 +218,7 @@ def sequence_erase(ctx: OpContext) -> list:
 @op("SplitToSequence")
 def split_to_sequence(ctx: OpContext) -> list:
     x = ctx.inputs[0]
-    axis = int(ctx.attr("axis", 0)) % x.ndim
+    axis = norm_axis(int(ctx.attr("axis", 0)), x.ndim)
     d = x.shape[axis]
     split = ctx.const(1)
     if split is None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_nn_util import fail, need, take
+from .ops_shape import norm_axis
 from .registry import OpContext, op
 
 
@@ -37,7 +38,7 @@ def gather_op(ctx: OpContext) -> Tensor:
 @op("GatherElements")
 def gather_elements_op(ctx: OpContext) -> Tensor:
     data, idx = need(ctx, 0), need(ctx, 1)
-    axis = int(ctx.attr("axis", 0)) % data.ndim
+    axis = norm_axis(int(ctx.attr("axis", 0)), data.ndim)
     if idx.ndim != data.ndim:
         raise fail(ctx, "indices must have the rank of data")
     ranges = [(0, s) if k == axis else (0, idx.shape[k]) for k, s in enumerate(data.shape)]
@@ -135,7 +136,7 @@ def pad_op(ctx: OpContext) -> Tensor:
         if cv is not None and cv.numel:
             value = np.asarray(ctx.const(2)).reshape(-1)[0].item()
         ax = ctx.ints(3)
-        axes = [a % r for a in ax] if ax else list(range(r))
+        axes = [norm_axis(a, r) for a in ax] if ax else list(range(r))
     if len(pads) != 2 * len(axes):
         raise fail(ctx, f"pads has {len(pads)} values for {len(axes)} axes")
     per = [(0, 0)] * r
@@ -198,7 +199,7 @@ def _scan_axis(ctx: OpContext, x: Tensor) -> int:
     ax = ctx.ints(1)
     if not ax:
         raise fail(ctx, "axis is required")
-    return ax[0] % x.ndim
+    return norm_axis(ax[0], x.ndim)
 
 
 @op("CumSum")
@@ -276,7 +277,7 @@ def _scatter(ctx: OpContext, data: Tensor, onehot: Tensor, upd: Tensor, hit_axes
 def scatter_elements_op(ctx: OpContext) -> Tensor:
     data, idx, upd = need(ctx, 0), _index(need(ctx, 1)), need(ctx, 2)
     r = data.ndim
-    axis = int(ctx.attr("axis", 0)) % r
+    axis = norm_axis(int(ctx.attr("axis", 0)), r)
     if idx.shape != upd.shape or idx.ndim != r:
         raise fail(ctx, "indices and updates must have data's rank and one shape")
     n = data.shape[axis]

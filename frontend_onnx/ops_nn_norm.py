@@ -11,6 +11,7 @@ from .ops_elementwise import gelu_erf, gelu_tanh
 from .ops_nn_index import gather_axis
 from .ops_nn_util import RandomOpError, fail, need, wants
 from .ops_reduce import lp_norm, normalise
+from .ops_shape import norm_axis
 from .registry import OpContext, op
 
 
@@ -67,7 +68,7 @@ def instance_norm_op(ctx: OpContext) -> Tensor:
 @op("LayerNormalization")
 def layer_norm_op(ctx: OpContext) -> list[Tensor | None]:
     x, scale, bias = need(ctx, 0), need(ctx, 1), ctx.input(2)
-    axis = int(ctx.attr("axis", -1)) % x.ndim
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
     eps = float(ctx.attr("epsilon", 1e-5))
     stash = int(ctx.attr("stash_type", 1))
     work = x.cast(DType.float32) if stash == 1 and x.dtype.is_float else x
@@ -157,7 +158,7 @@ def dropout_op(ctx: OpContext) -> list[Tensor | None]:
 @op("RMSNormalization")
 def rms_norm_op(ctx: OpContext) -> Tensor:
     x, scale = need(ctx, 0), need(ctx, 1)
-    axis = int(ctx.attr("axis", -1)) % x.ndim
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
     eps = float(ctx.attr("epsilon", 1e-5))
     work = x.cast(DType.float32) if int(ctx.attr("stash_type", 1)) == 1 and x.dtype.is_float else x
     y = normalise(work, tuple(range(axis, x.ndim)), eps, rms=True)[0].cast(x.dtype)
@@ -185,7 +186,7 @@ def group_norm_op(ctx: OpContext) -> Tensor:
 @op("MeanVarianceNormalization")
 def mean_variance_norm_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
-    axes = tuple(a % x.ndim for a in (ctx.attr("axes") or [0, 2, 3]))
+    axes = tuple(norm_axis(a, x.ndim) for a in (ctx.attr("axes") or [0, 2, 3]))
     mean = x.mean(axes, keepdim=True)
     var = x.mul(x).mean(axes, keepdim=True).sub(mean.mul(mean))
     std = var.relu().sqrt().add(1e-9)
@@ -195,7 +196,7 @@ def mean_variance_norm_op(ctx: OpContext) -> Tensor:
 @op("LpNormalization")
 def lp_norm_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
-    axis = int(ctx.attr("axis", -1)) % x.ndim
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
     p = int(ctx.attr("p", 2))
     if p not in (1, 2):
         raise fail(ctx, f"p must be 1 or 2, got {p}")

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_nn_util import fail, need, take
+from .ops_shape import norm_axis
 from .registry import OpContext, op
 
 F32 = np.float32
@@ -164,7 +165,7 @@ def _apply(x: Tensor, axis: int, taps, outside, extrapolation: float) -> Tensor:
 
 def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tensor:
     r = x.ndim
-    axes = [a % r for a in (ctx.attr("axes") or range(r))]
+    axes = [norm_axis(a, r) for a in (ctx.attr("axes") or range(r))]
     mode = ctx.attr("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
         raise fail(ctx, f"unknown mode {mode!r}")
@@ -361,7 +362,7 @@ def center_crop_pad_op(ctx: OpContext) -> Tensor:
     shape = ctx.const(1)
     if shape is None:
         raise fail(ctx, "shape must be constant")
-    axes = [a % x.ndim for a in (ctx.attr("axes") or range(x.ndim))]
+    axes = [norm_axis(a, x.ndim) for a in (ctx.attr("axes") or range(x.ndim))]
     target = [int(v) for v in shape.reshape(-1)]
     if len(target) != len(axes):
         raise fail(ctx, "shape must have one value per axis")
