@@ -3,7 +3,7 @@
 Each kernel's schedule space is cut down (some knobs fixed) until every valid point can be
 compiled, verified and timed here with the C backend. The searches are then replayed against
 that table of measured times, many seeds each, through the tuner's own ask/dedupe/prune loop
-(search.tasks.StudyTask), so only the samplers differ. A trial is a new valid point measured;
+(search.tasks.KernelTask), so only the samplers differ. A trial is a new valid point measured;
 repeats and invalid points cost nothing in the tuner and are not counted. ``gp+transfer`` is the gp
 sampler when the kernels are tuned one after another in one study storage (as in one tuning run,
 or a cache kept across runs): each learns from the trials of the kernels before it.
@@ -33,7 +33,7 @@ from luminal.search import tasks
 from luminal.search.measure import Measurement, Measurer
 from luminal.search.samplers import make_sampler
 from luminal.search.space import ScheduleSpace, schedule_key
-from luminal.search.tasks import StudyTask
+from luminal.search.tasks import KernelTask
 from luminal.search.timing import TimingPlan
 
 METHODS = ("random", "tpe", "gp", "gp+transfer")
@@ -129,8 +129,7 @@ def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, ta
     space = ScheduleSpace(backend, kernel)
     smp, _ = make_sampler(sampler, seed, space, "bench")
     study = optuna.create_study(sampler=smp, direction="minimize", storage=storage)
-    task = StudyTask("bench", study, space, 1.0)
-    task.key = schedule_key
+    task = KernelTask(kernel, "bench", study, space, 1, None)
     task.enqueue_default()  # as in the tuner, trial 0 is the default schedule
     best = float("inf")
     valid = len(table)
