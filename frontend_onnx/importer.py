@@ -132,15 +132,6 @@ def with_shape(t: Tensor, shape: tuple[int, ...]) -> Tensor:
     return t
 
 
-def dense(t: Tensor) -> Tensor:
-    """A small constant backed by an array of its own shape rather than a broadcast scalar
-    (Tensor's folding of scalar constants ignores pad masks in their views)."""
-    if not t.is_const or t.node.attrs["value"].ndim or t.numel > FOLD_LIMIT or t.numel <= 1:
-        return t
-    value = np.array(t.numpy(), dtype=t.dtype.np, order="C").reshape(t.shape)
-    return Tensor(ir.Node(ir.Op.Constant, (), t.shape, t.dtype, {"value": value}))
-
-
 def materialise(t: Tensor) -> Tensor:
     """A tensor backed by its own contiguous node of its own shape (graph outputs need one)."""
     if t.is_const:

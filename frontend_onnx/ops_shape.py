@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir import DType, Tensor, broadcast_shape
 from ..ir.tensor import FOLD_LIMIT
-from .importer import array_dtype, const_tensor, dense, onnx_dtype, sparse_value
+from .importer import array_dtype, const_tensor, onnx_dtype, sparse_value
 from .registry import OpContext, op
 
 MAX_RANGE = 1 << 31
@@ -168,7 +168,7 @@ def concat(xs: list[Tensor], axis: int) -> Tensor:
         if n:
             pads = [(0, 0)] * rank
             pads[axis] = (before, total - before - n)
-            parts.append(dense(t.cast(dtype)).pad(pads))
+            parts.append(t.cast(dtype).pad(pads))
         before += n
     if not parts:
         shape = list(xs[0].shape)
