@@ -148,15 +148,16 @@ class Worker:
             if self.conn.poll(wait_s):
                 return self.conn.recv()
         except (EOFError, OSError):
-            self.proc.join(1)
-            code = self.proc.exitcode
-            self.kill()
-            raise WorkerLost("crash", f"worker died ({_exit_reason(code)})") from None
+            raise self._died() from None
         if not self.proc.is_alive():
-            code = self.proc.exitcode
-            self.kill()
-            raise WorkerLost("crash", f"worker died ({_exit_reason(code)})")
+            raise self._died()
         return None
+
+    def _died(self) -> WorkerLost:
+        self.proc.join(1)
+        code = self.proc.exitcode
+        self.kill()
+        return WorkerLost("crash", f"worker died ({_exit_reason(code)})")
 
     def wait(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> Any:
         deadline = time.monotonic() + timeout_s
