@@ -26,6 +26,10 @@ def _x(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def _failed(statuses: dict[str, int]) -> int:
+    return sum(v for s, v in statuses.items() if s != "ok")
+
+
 def progress_table(report) -> Table:
     t = Table(title=f"tuning {report.model} on {report.backend}: {report.elapsed_s:.0f} of {report.budget_s:.0f} s, "
                     f"{report.trials} trials")
@@ -33,18 +37,16 @@ def progress_table(report) -> Table:
         t.add_column(col, justify="left" if col in ("kernel", "form") else "right")
     ranked = sorted(report.kernels, key=lambda k: -(k.best_ns or 0) * k.count)
     for k in ranked[:MAX_ROWS]:
-        failed = sum(v for s, v in k.statuses.items() if s != "ok")
-        t.add_row(k.signature[:10], k.form, str(k.count), str(k.trials), str(failed), _t(k.default_ns),
+        t.add_row(k.signature[:10], k.form, str(k.count), str(k.trials), str(_failed(k.statuses)), _t(k.default_ns),
                   _t(k.best_ns), _x(k.default_ns, k.best_ns))
     if len(ranked) > MAX_ROWS:
         rest = ranked[MAX_ROWS:]
         t.add_row(f"{len(rest)} more", "", str(sum(k.count for k in rest)), str(sum(k.trials for k in rest)),
-                  str(sum(v for k in rest for s, v in k.statuses.items() if s != "ok")), "", "", "")
+                  str(sum(_failed(k.statuses) for k in rest)), "", "", "")
     f = report.fusion
     if f is not None:
-        failed = sum(v for s, v in f.statuses.items() if s != "ok")
-        t.add_row("fusion", f"{f.edges} edges", "1", str(f.trials), str(failed), _t(f.default_ns), _t(f.best_ns),
-                  _x(f.default_ns, f.best_ns))
+        t.add_row("fusion", f"{f.edges} edges", "1", str(f.trials), str(_failed(f.statuses)), _t(f.default_ns),
+                  _t(f.best_ns), _x(f.default_ns, f.best_ns))
     return t
 
 
