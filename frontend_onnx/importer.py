@@ -358,6 +358,17 @@ class _Binder:
     used: set[str] = field(default_factory=set)
     unbound: list[str] = field(default_factory=list)
 
+    def given(self, d: str) -> int:
+        """The value given for dimension name ``d`` (an int, or a 1-tuple from ``d=N`` parsing)."""
+        v = self.shapes[d]
+        if isinstance(v, tuple):
+            if len(v) != 1:
+                raise LuminalError(f"dimension {d!r} takes one integer, got {list(v)}")
+            v = v[0]
+        if not isinstance(v, int | np.integer) or v < 0:
+            raise LuminalError(f"dimension {d!r} must be a non-negative integer")
+        return int(v)
+
     def bind(self, name: str, value: int, why: str) -> None:
         if name in self.symbols and self.symbols[name] != value:
             raise LuminalError(f"dimension {name!r} bound to {self.symbols[name]} and to {value} ({why})")
@@ -379,9 +390,8 @@ class _Binder:
                     if d.HasField("dim_value") and d.dim_value >= 0 and d.dim_value != v:
                         raise LuminalError(f"input {name!r} dim {k} is fixed to {d.dim_value}, but {v} was given")
                     if d.HasField("dim_param") and d.dim_param:
-                        given = self.shapes.get(d.dim_param)
-                        if given is not None and d.dim_param not in self.input_names:
-                            given = given[0] if isinstance(given, tuple) and len(given) == 1 else given
+                        if d.dim_param in self.shapes and d.dim_param not in self.input_names:
+                            given = self.given(d.dim_param)
                             if given != v:
                                 raise LuminalError(f"dimension {d.dim_param!r} given as {given}, but the shape of "
                                                    f"input {name!r} makes it {v}")
@@ -407,22 +417,14 @@ class _Binder:
             if isinstance(d, str):
                 if d not in self.symbols:
                     if d in self.shapes:
-                        v = self.shapes[d]
-                        if isinstance(v, tuple):
-                            if len(v) != 1:
-                                raise LuminalError(f"dimension {d!r} takes one integer, got {list(v)}")
-                            v = v[0]
-                        if not isinstance(v, int | np.integer) or v < 0:
-                            raise LuminalError(f"dimension {d!r} must be a non-negative integer")
                         self.used.add(d)
-                        self.symbols[d] = int(v)
+                        self.symbols[d] = self.given(d)
                     else:
                         self.unbound.append(d)
                         self.symbols[d] = 1
                 elif d in self.shapes:
                     self.used.add(d)
-                    v = self.shapes[d]
-                    v = v[0] if isinstance(v, tuple) and len(v) == 1 else v
+                    v = self.given(d)
                     if v != self.symbols[d]:
                         raise LuminalError(f"dimension {d!r} given as {v} but an input shape makes it "
                                            f"{self.symbols[d]}")
