@@ -164,13 +164,20 @@ def device_fingerprint(backend: str, index: int = 0) -> Fingerprint:
         return Fingerprint.of("cuda", {"backend": "cuda", **info})
     if backend not in ("cpu", "interpret", "reference"):
         raise LuminalError(f"unknown backend {backend!r}: expected cuda, cpu, interpret or reference")
+    return _host_device(backend)
+
+
+def _host_device(backend: str) -> Fingerprint:
     return Fingerprint.of(backend, {"backend": backend, **cpu_info()})
 
 
 def backend_fingerprints(backend: Any) -> tuple[Fingerprint, Fingerprint]:
     """The (device, toolchain) keys a backend's winners are stored and looked up under: the
-    toolchain includes everything the backend says its binaries depend on (compiler, flags, SIMD)."""
-    return device_fingerprint(backend.name), toolchain_fingerprint(backend.name, dict(backend.toolchain()))
+    toolchain includes everything the backend says its binaries depend on (compiler, flags, SIMD).
+    Any backend but cuda times on this host's CPU, including ones registered by others."""
+    name = backend.name
+    device = device_fingerprint(name) if name == "cuda" else _host_device(name)
+    return device, toolchain_fingerprint(name, dict(backend.toolchain()))
 
 
 def toolchain_fingerprint(backend: str, compiler_info: dict[str, Any] | None = None) -> Fingerprint:
