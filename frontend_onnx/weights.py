@@ -16,6 +16,7 @@ import math
 import mmap
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,9 +237,7 @@ def map_model(path: Path) -> MappedModel | None:
     inits = proto.graph.initializer
     if len(inits) != len(raws):
         return None
-    names: dict[str, int] = {}
-    for t in inits:
-        names[t.name] = names.get(t.name, 0) + 1
+    names = Counter(t.name for t in inits)
     out = MappedModel(proto)
     for t, raw in zip(inits, raws):
         if raw is None:
