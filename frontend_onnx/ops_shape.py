@@ -160,7 +160,7 @@ def concat(xs: list[Tensor], axis: int) -> Tensor:
     dtype = xs[0].dtype
     total = sum(t.shape[axis] for t in xs)
     if all(t.is_const for t in xs) and math.prod(xs[0].shape[:axis] + xs[0].shape[axis + 1:]) * total <= FOLD_LIMIT:
-        # folded directly: Tensor's scalar folding would drop the pad masks of all-equal constants
+        # one numpy call rather than folding a sum of padded views
         return const_tensor(np.concatenate([t.cast(dtype).numpy() for t in xs], axis), dtype)
     parts, before = [], 0
     for t in xs:
