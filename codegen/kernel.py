@@ -21,6 +21,8 @@ from ..ir.dtypes import DType
 from ..ir.view import View
 
 FORMS = ("elementwise", "reduction", "contraction", "gather")
+REDUCE_OPS = ("SumReduce", "MaxReduce")  # the KOps that go from the full to the row space
+LEAF_OPS = ("Load", "Const", "Iota")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,20 @@ class Kernel:
     def space_shape(self, space: str) -> tuple[int, ...]:
         return self.full if space == "full" else self.row
 
+    def full_cone(self, roots: list[int], stop: frozenset[int] = frozenset()) -> list[int]:
+        """The full-space ops that ``roots`` depend on through full-space ops (not past ``stop``), in SSA
+        order: what a pass over the reduced dims must compute."""
+        need: set[int] = set()
+        stack = [r for r in roots if self.ops[r].space == "full"]
+        while stack:
+            i = stack.pop()
+            if i in need:
+                continue
+            need.add(i)
+            if i not in stop:
+                stack += [a for a in self.ops[i].args if self.ops[a].space == "full"]
+        return sorted(need)
+
     def canonical(self) -> str:
         """Text of the kernel with only structure: shapes, dtypes, views, ops."""
         lines = [f"{self.form} full={list(self.full)} reduce={list(self.reduce_axes)}"]
@@ -102,9 +118,9 @@ class Kernel:
     def flops(self) -> int:
         n = 0
         for o in self.ops:
-            if o.op in ("Load", "Const", "Iota"):
+            if o.op in LEAF_OPS:
                 continue
-            n += math.prod(self.space_shape(o.space if o.op not in ("SumReduce", "MaxReduce") else "full"))
+            n += math.prod(self.space_shape("full" if o.op in REDUCE_OPS else o.space))
         return n
 
     @property
@@ -146,7 +162,7 @@ def reads_dim(view: View, d: int) -> bool:
 
 
 def contraction_of(kernel: Kernel) -> Contraction | None:
-    reds = [i for i, o in enumerate(kernel.ops) if o.op in ("SumReduce", "MaxReduce")]
+    reds = [i for i, o in enumerate(kernel.ops) if o.op in REDUCE_OPS]
     if len(reds) != 1 or kernel.ops[reds[0]].op != "SumReduce":
         return None
     red = reds[0]

@@ -7,7 +7,7 @@ import numpy as np
 from ..ir.graph import Node, Op
 from ..ir.reference import eval_node, read
 from ..ir.view import View
-from .kernel import Kernel
+from .kernel import REDUCE_OPS, Kernel
 
 
 def _through(view: View, buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -29,7 +29,7 @@ def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
             vals.append(_through(op.attr("view"), np.ascontiguousarray(iota), shape))
             continue
         args = [np.broadcast_to(vals[a], shape) if op.space == "full" else vals[a] for a in op.args]
-        if op.op in ("SumReduce", "MaxReduce"):
+        if op.op in REDUCE_OPS:
             node = Node(Op(op.op), (), kernel.row, op.dtype, {"axes": op.attr("axes")})
             vals.append(np.asarray(eval_node(node, [np.broadcast_to(vals[op.args[0]], kernel.full)])))
             continue

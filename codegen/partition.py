@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.view import View, contiguous_strides
-from .kernel import Buffer, Kernel, KOp, reads_dim
+from .kernel import LEAF_OPS, Buffer, Kernel, KOp, reads_dim
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
 
@@ -193,10 +193,10 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
 
     def add(op: KOp) -> int:
         key = (op.op, op.args, op.dtype, op.space, op.attrs)
-        if op.op in ("Load", "Const", "Iota") and key in leaf_cache:
+        if op.op in LEAF_OPS and key in leaf_cache:
             return leaf_cache[key]
         ops.append(op)
-        if op.op in ("Load", "Const", "Iota"):
+        if op.op in LEAF_OPS:
             leaf_cache[key] = len(ops) - 1
         return len(ops) - 1
 

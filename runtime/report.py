@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..codegen.kernel import Kernel
+from ..codegen.kernel import LEAF_OPS, Kernel
 from ..codegen.partition import partition
 from ..ir.graph import Graph
 
-_LEAVES = ("Load", "Const", "Iota")
-
 
 def kernel_row(k: Kernel) -> dict:
-    counts = Counter(o.op for o in k.ops if o.op not in _LEAVES)
+    counts = Counter(o.op for o in k.ops if o.op not in LEAF_OPS)
     return {"signature": k.signature, "form": k.form, "full": list(k.full), "reduce_axes": list(k.reduce_axes),
             "inputs": len(k.inputs), "outputs": len(k.outputs), "primitives": dict(sorted(counts.items())),
             "fused": counts.total(), "bytes": k.bytes_moved, "flops": k.flops}

@@ -14,7 +14,7 @@ import math
 from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_exprs
-from ..kernel import Kernel, KOp
+from ..kernel import REDUCE_OPS, Kernel, KOp
 from . import ctypes_map as ct
 from .normalize import normalize
 from .prelude import PRELUDE
@@ -165,19 +165,6 @@ class Body:
         fn = {"Exp2": "lum_exp2", "Log2": "lum_log2", "Sin": "sinf", "Sqrt": "sqrtf"}[name]
         return ct.cast(DType.float32, dt, f"{fn}((float){a[0]})")
 
-    def full_needed(self, targets: list[int], stop: frozenset[int] = frozenset()) -> list[int]:
-        """Full-space ops the targets depend on (through full-space ops only, not past ``stop``), in order."""
-        need: set[int] = set()
-        stack = [t for t in targets if self.k.ops[t].space == "full"]
-        while stack:
-            n = stack.pop()
-            if n in need:
-                continue
-            need.add(n)
-            if n not in stop:
-                stack += [a for a in self.k.ops[n].args if self.k.ops[a].space == "full"]
-        return sorted(need)
-
 
 def _signature(k: Kernel) -> list[str]:
     lines = ["int lum_kernel(void **b, int nt) {", "    (void)nt;"]
@@ -230,7 +217,7 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     n = len(k.full)
     numel = math.prod(k.full)
     inner_stmts = []
-    for i in body.full_needed([o for o, _ in k.outputs]):
+    for i in k.full_cone([o for o, _ in k.outputs]):
         inner_stmts += body.value(i)
     lin = body.linear("full")
     for j, (o, buf) in enumerate(k.outputs):
@@ -252,13 +239,13 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
 def _stash(k: Kernel, body: Body, full_outs) -> tuple[int, int, int] | None:
     """(output, op, reduction): the last reduction's argument is also needed by the full-space outputs;
     its pass stores it in a float32 output, and the output pass reads it back instead of recomputing it."""
-    reds = [n for n, op in enumerate(k.ops) if op.op in ("SumReduce", "MaxReduce")]
+    reds = [n for n, op in enumerate(k.ops) if op.op in REDUCE_OPS]
     if not reds or not full_outs:
         return None
     a = k.ops[reds[-1]].args[0]
     if k.ops[a].space != "full" or ct.COMPUTE[k.ops[a].dtype] != "float":
         return None
-    if a not in body.full_needed([o for _, o, _ in full_outs]):
+    if a not in k.full_cone([o for _, o, _ in full_outs]):
         return None
     for j, _, b in full_outs:
         if b.dtype is DType.float32:
@@ -302,7 +289,7 @@ def _update(op: KOp, a: int, acc: str, nan: str) -> list[str]:
 def _arg_stmts(body: Body, n: int, stash, lin: str) -> list[str]:
     """Statements computing the argument of reduction ``n`` (stored when it is the stashed one)."""
     a = body.k.ops[n].args[0]
-    stmts = [x for i in body.full_needed([a]) for x in body.value(i)]
+    stmts = [x for i in body.k.full_cone([a]) for x in body.value(i)]
     if stash and stash[2] == n:
         stmts.append(f"out{stash[0]}[{lin}] = v{a};")
     return stmts
@@ -312,7 +299,7 @@ def _out_stmts(body: Body, full_outs, stash, lin: str, prefix) -> list[str]:
     """Statements computing and storing the full-space outputs (the stashed value read back);
     ``prefix(needed ops)`` gives statements to put first."""
     stop = frozenset([stash[1]] if stash else [])
-    need = body.full_needed([o for _, o, _ in full_outs], stop)
+    need = body.k.full_cone([o for _, o, _ in full_outs], stop)
     stmts = prefix([i for i in need if i not in stop])
     for i in need:
         stmts += [f"float v{i} = out{stash[0]}[{lin}];"] if i in stop else body.value(i)
@@ -335,7 +322,7 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
     for n, op in enumerate(k.ops):
         if op.space != "row":
             continue
-        if op.op not in ("SumReduce", "MaxReduce"):
+        if op.op not in REDUCE_OPS:
             row_stmts += body.value(n)
             continue
         a = op.args[0]
@@ -398,12 +385,12 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
             continue
         t = ct.COMPUTE[op.dtype]
         st.append(f"{t} a{n}[{lanes}];")
-        if op.op not in ("SumReduce", "MaxReduce"):
+        if op.op not in REDUCE_OPS:
             st += lane_loop(scalars([n]) + body.value(n) + [f"a{n}[j] = v{n};"])
             arrays.add(n)
             continue
         a = op.args[0]
-        stmts = scalars(body.full_needed([a])) + _arg_stmts(body, n, stash, lin) \
+        stmts = scalars(k.full_cone([a])) + _arg_stmts(body, n, stash, lin) \
             + _update(op, a, f"a{n}[j]", f"nan{n}[j]")
         if op.op == "SumReduce":
             st += lane_loop([f"a{n}[j] = 0;"])

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ...ir.view import View
 from ..index import run_coeff
-from ..kernel import Kernel, KOp
+from ..kernel import REDUCE_OPS, Kernel, KOp
 
 
 def _views(kernel: Kernel) -> list[tuple[View, str]]:
@@ -65,7 +65,7 @@ def normalize(kernel: Kernel) -> Kernel:
             assert nv.shape == probe.space_shape(op.space)
             op = KOp(op.op, op.args, op.dtype, op.space,
                      tuple((k, nv if k == "view" else v) for k, v in op.attrs))
-        elif op.op in ("SumReduce", "MaxReduce"):
+        elif op.op in REDUCE_OPS:
             op = KOp(op.op, op.args, op.dtype, op.space, (("axes", new_red),))
         ops.append(op)
     return replace(kernel, full=full, reduce_axes=new_red, ops=ops)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_exprs, view_run
-from ..kernel import Kernel, KOp
+from ..kernel import REDUCE_OPS, Kernel, KOp
 from .schedule import CONSTEXPRS, kind_of, split_ok
 
 TL = {
@@ -25,7 +25,6 @@ TL = {
     DType.int32: "tl.int32",
     DType.bool: "tl.int1",
 }
-REDUCE = ("SumReduce", "MaxReduce")
 _INT_CLAMP = {DType.int32: (-2147483648.0, 2147483520.0), DType.int64: (-9.2e18, 9.2e18)}
 
 
@@ -299,21 +298,8 @@ def _levels(k: Kernel) -> list[int]:
     lv: list[int] = []
     for op in k.ops:
         base = max((lv[a] for a in op.args), default=0)
-        lv.append(base + 1 if op.op in REDUCE else base)
+        lv.append(base + 1 if op.op in REDUCE_OPS else base)
     return lv
-
-
-def _cone(k: Kernel, roots: list[int]) -> list[int]:
-    """Full-space ops feeding ``roots`` (stopping at row-space values), in SSA order."""
-    need: set[int] = set()
-    stack = list(roots)
-    while stack:
-        i = stack.pop()
-        if i in need or k.ops[i].space != "full":
-            continue
-        need.add(i)
-        stack.extend(k.ops[i].args)
-    return sorted(need)
 
 
 def emit_reduction(k: Kernel, schedule: dict) -> str:
@@ -351,13 +337,13 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
         e.forget("full")
 
     lv = _levels(k)
-    reds = [i for i, op in enumerate(k.ops) if op.op in REDUCE]
+    reds = [i for i, op in enumerate(k.ops) if op.op in REDUCE_OPS]
     passes = sorted({lv[k.ops[r].args[0]] for r in reds})
     done: set[int] = set()
 
     def emit_ready_rows() -> None:
         for i, op in enumerate(k.ops):
-            if i in done or op.space != "row" or op.op in REDUCE:
+            if i in done or op.space != "row" or op.op in REDUCE_OPS:
                 continue
             if all(a in done for a in op.args):
                 e.emit(i, op)
@@ -383,7 +369,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
             w.indent += 1
             w("j = j0 + jr")
             chunk_indices()
-        for i in _cone(k, [k.ops[r].args[0] for r in mine]):
+        for i in k.full_cone([k.ops[r].args[0] for r in mine]):
             if single and i in emitted_full:
                 continue
             e.emit(i, k.ops[i], suffix)
@@ -422,7 +408,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
             w.indent += 1
             w("j = j0 + jr")
             chunk_indices()
-        for i in _cone(k, [i for _, i, _ in full_outs]):
+        for i in k.full_cone([i for _, i, _ in full_outs]):
             if single and i in emitted_full:
                 continue
             e.emit(i, k.ops[i], suffix)
