@@ -19,7 +19,9 @@ from luminal.codegen.partition import fusible_edges, partition
 from luminal.codegen.triton import schedule as sched
 from luminal.codegen.triton.emit import emit
 from luminal.runtime.plan import plan_kernels
-from luminal.runtime.sample_graphs import SAMPLES
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from sample_graphs import SAMPLES  # noqa: E402  (the IR-built sample graphs the tests use)
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 MAX_TRANSFORMER_KERNELS = 10

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sample_graphs import small_cnn, transformer_layer
 
 from luminal.ir import run_reference
 from luminal.runtime.compile import compile_graph
-from luminal.runtime.sample_graphs import small_cnn, transformer_layer
 
 
 @pytest.mark.parametrize("build", [transformer_layer, small_cnn])

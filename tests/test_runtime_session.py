@@ -8,13 +8,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from runtime_util import make_model
+from sample_graphs import small_cnn, transformer_layer
 
 from luminal.errors import LuminalError
 from luminal.ir import DType, Graph, Tensor, optimize, run_reference
 from luminal.runtime.artifact import write_artifact
 from luminal.runtime.compile import compile_graph, compile_model
 from luminal.runtime.plan import plan_buffers
-from luminal.runtime.sample_graphs import small_cnn, transformer_layer
 from luminal.runtime.session import InferenceSession
 
 

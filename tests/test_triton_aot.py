@@ -7,11 +7,11 @@ import json
 import os
 
 import pytest
+from sample_graphs import SAMPLES
 
 from luminal.codegen.partition import partition
 from luminal.codegen.triton import schedule as sched
 from luminal.codegen.triton.aot import compile_aot
-from luminal.runtime.sample_graphs import SAMPLES
 
 ARCHS = (80, 90)
 

@@ -267,8 +267,9 @@ def test_sources_hold_no_model_strings():
 def test_random_fusion_transformer_layer(backend):
     import random
 
+    from sample_graphs import transformer_layer
+
     from luminal.codegen.partition import fusible_edges
-    from luminal.runtime.sample_graphs import transformer_layer
 
     g = transformer_layer(seq=8, dim=16)
     edges = fusible_edges(g)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import DType, Graph, Tensor, optimize
+from luminal.ir import DType, Graph, Tensor, optimize
 
 
 def _w(rng, *shape, scale: float | None = None, dtype: DType = DType.float32) -> Tensor:
@@ -45,7 +45,7 @@ def transformer_layer(batch: int = 1, seq: int = 16, dim: int = 32, heads: int =
 
 def small_cnn(batch: int = 1, size: int = 16, seed: int = 0) -> Graph:
     """conv3x3+bias+relu, strided conv3x3+relu, global average pool, linear."""
-    from ..frontend_onnx.ops_nn_conv import conv
+    from luminal.frontend_onnx.ops_nn_conv import conv
 
     rng = np.random.default_rng(seed)
     x = Tensor.input("x", (batch, 3, size, size), DType.float32)
