@@ -75,7 +75,7 @@ def get_backend(name: str) -> Backend:
 
     _load_builtin()
     if name == "auto":
-        name = "cuda" if _gpu_visible() else "cpu"
+        name = "cuda" if "cuda" in _BACKENDS and _BACKENDS["cuda"]().available() is None else "cpu"
     if name not in _BACKENDS:
         raise LuminalError(f"unknown backend {name!r}; choose from auto, {', '.join(sorted(_BACKENDS))}")
     backend = _BACKENDS[name]()
@@ -83,21 +83,6 @@ def get_backend(name: str) -> Backend:
     if missing:
         raise LuminalError(f"backend {name!r} cannot run here: {missing}")
     return backend
-
-
-def _gpu_visible() -> bool:
-    import os
-    import shutil
-
-    # importing torch costs seconds: look for the NVIDIA driver first
-    if not os.path.exists("/dev/nvidiactl") and not shutil.which("nvidia-smi"):
-        return False
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
 
 
 def _load_builtin() -> None:

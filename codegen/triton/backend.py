@@ -129,6 +129,9 @@ class TritonBackend:
         self._arch: int | None = None
 
     def available(self) -> str | None:
+        # importing torch costs seconds: without an NVIDIA driver there is no GPU to find
+        if not self.interpret and not os.path.exists("/dev/nvidiactl") and not shutil.which("nvidia-smi"):
+            return "no CUDA GPU is visible"
         try:
             import torch
             import triton  # noqa: F401
