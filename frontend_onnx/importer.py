@@ -104,15 +104,9 @@ def array_dtype(dt: np.dtype) -> DType:
     dt = np.dtype(dt)
     if dt.kind in "USO":
         raise LuminalError("string tensors are not supported")
-    if dt.kind == "b":
-        return DType.bool
-    if dt.kind == "f" and dt.itemsize == 8:
-        return DType.float32
-    if dt.kind in "iu":
-        return DType.int64 if dt.itemsize == 8 or (dt.kind == "u" and dt.itemsize == 4) else DType.int32
     try:
-        return DType.from_numpy(dt)
-    except TypeError:
+        return onnx_dtype(onnx.helper.np_dtype_to_tensor_dtype(dt))
+    except (KeyError, ValueError, TypeError):
         raise LuminalError(f"unsupported tensor element type {dt}") from None
 
 
