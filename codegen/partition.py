@@ -148,15 +148,17 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
     return _launch_order(kernels)
 
 
-def graph_signature(graph: Graph) -> str:
-    """Identifies a graph by the canonical text of its default kernels (no names, no weights)."""
-    text = "\n".join(k.canonical() for k in partition(graph))
+def graph_signature(graph: Graph, default_kernels: list[Kernel] | None = None) -> str:
+    """Identifies a graph by the canonical text of its default kernels (no names, no weights);
+    pass them when already partitioned."""
+    kernels = default_kernels if default_kernels is not None else partition(graph)
+    text = "\n".join(k.canonical() for k in kernels)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def fusion_key(graph: Graph) -> str:
+def fusion_key(graph: Graph, default_kernels: list[Kernel] | None = None) -> str:
     """The tuning-cache signature under which a graph's tuned fusion decisions are kept."""
-    return f"fusion-{graph_signature(graph)}"
+    return f"fusion-{graph_signature(graph, default_kernels)}"
 
 
 def decisions_from_config(graph: Graph, config: dict) -> dict[Edge, bool]:

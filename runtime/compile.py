@@ -29,19 +29,15 @@ def graph_specs(graph: Graph) -> tuple[list[TensorSpec], list[TensorSpec], dict[
 
 
 def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[str, Schedule] | None,
-                     cache: Any, stats: CompileStats) -> list[Schedule]:
-    """Per kernel: an explicit schedule (by signature), else the cache's winner, else the default."""
-    device = toolchain = None
-    if cache is not None:
-        from ..cache import backend_fingerprints
-
-        device, toolchain = backend_fingerprints(backend)
+                     cache: Any, keys: tuple | None, stats: CompileStats) -> list[Schedule]:
+    """Per kernel: an explicit schedule (by signature), else the cache's winner (under the backend's
+    ``keys``), else the default."""
     out = []
     for k in kernels:
         sig = k.signature
         chosen = (schedules or {}).get(sig)
         if chosen is None and cache is not None:
-            winner = cache.best(sig, device, toolchain)
+            winner = cache.best(sig, *keys)
             if winner is not None:
                 chosen = dict(winner.config)
                 stats.cache_hits += 1
@@ -54,24 +50,22 @@ def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[st
     return out
 
 
-def tuned_decisions(graph: Graph, backend: Backend, cache: Any) -> dict | None:
-    """The fusion decisions a tuning run stored for this graph on this device, if any."""
-    from ..cache import backend_fingerprints
-    from ..codegen.partition import decisions_from_config, fusion_key
-
-    winner = cache.best(fusion_key(graph), *backend_fingerprints(backend))
-    return decisions_from_config(graph, winner.config) if winner is not None else None
-
-
 def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict[str, Schedule] | None = None,
                   decisions: dict | None = None, cache: Any = None) -> CompiledModel:
     t0 = time.perf_counter()
     be = resolve_backend(backend)
-    if decisions is None and cache is not None:
-        decisions = tuned_decisions(graph, be, cache)
+    keys = None
     kernels = partition(graph, decisions)
+    if cache is not None:
+        from ..cache import backend_fingerprints
+        from ..codegen.partition import decisions_from_config, fusion_key
+
+        keys = backend_fingerprints(be)
+        tuned = cache.best(fusion_key(graph, kernels), *keys) if decisions is None else None
+        if tuned is not None:  # the fusion decisions a tuning run stored for this graph on this device
+            kernels = partition(graph, decisions_from_config(graph, tuned.config))
     stats = CompileStats(kernels=len(kernels), forms=dict(Counter(k.form for k in kernels)))
-    chosen = choose_schedules(kernels, be, schedules, cache, stats)
+    chosen = choose_schedules(kernels, be, schedules, cache, keys, stats)
     inputs, outputs, constants = graph_specs(graph)
     model = CompiledModel(be, kernels, chosen, inputs, outputs, constants, stats=stats)
     stats.compile_s = time.perf_counter() - t0
