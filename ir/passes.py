@@ -69,7 +69,7 @@ def fold_constants(graph: Graph) -> Graph:
             return _copy(n, srcs)
         if all(s.op is Op.Constant for s, _ in srcs):
             val = eval_node(n, [read(s.attrs["value"], v) for s, v in srcs])
-            return Node(Op.Constant, (), n.shape, n.dtype, {"value": np.ascontiguousarray(val)})
+            return Node(Op.Constant, (), n.shape, n.dtype, {"value": np.ascontiguousarray(val).reshape(n.shape)})
         return _copy(n, srcs)
 
     return _rebuild(graph, visit)

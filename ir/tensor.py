@@ -311,14 +311,15 @@ class Tensor:
 
     def div(self, other) -> Tensor:
         other = self._coerce(other)
-        if self.dtype.is_int and other.dtype.is_int:
-            return self.int_div(other)
+        x = self.expand(broadcast_shape(self.shape, other.shape))  # the scalar shortcut keeps the shape
+        if x.dtype.is_int and other.dtype.is_int:
+            return x.int_div(other)
         s = other.scalar()
-        if s is not None and s != 0 and self.dtype.is_float:
-            return self.mul(1.0 / s)
+        if s is not None and s != 0 and x.dtype.is_float:
+            return x.mul(1.0 / s)
         if not other.dtype.is_float:
-            other = other.cast(self.dtype if self.dtype.is_float else DType.float32)
-        return self.mul(other.recip())
+            other = other.cast(x.dtype if x.dtype.is_float else DType.float32)
+        return x.mul(other.recip())
 
     def int_div(self, other) -> Tensor:
         """Integer division truncating toward zero, as C and ONNX Div do."""
@@ -333,38 +334,43 @@ class Tensor:
 
     def pow(self, other) -> Tensor:
         other = self._coerce(other)
+        x = self.expand(broadcast_shape(self.shape, other.shape))  # the scalar shortcuts keep the shape
         s = other.scalar()
         if s is not None:
             if s == 0:
-                return Tensor.full(self.shape, 1, self.dtype)
+                return Tensor.full(x.shape, 1, x.dtype)
             if s == 1:
-                return self
+                return x
             if s == 2:
-                return self.mul(self)
+                return x.mul(x)
             if s == 3:
-                return self.mul(self).mul(self)
+                return x.mul(x).mul(x)
             if s == 0.5:
-                return self.sqrt()
+                return x.sqrt()
             if s == -1:
-                return self.recip()
+                return x.recip()
             if s == -0.5:
-                return self.sqrt().recip()
-        if self.dtype.is_int:
-            out = self.cast(DType.float32).pow(other.cast(DType.float32))
-            return out.add(out.lt(0).where(-0.5, 0.5)).cast(self.dtype)
-        other = other.cast(self.dtype)
-        mag = self.abs().log2().mul(other).exp2()
+                return x.sqrt().recip()
+        if x.dtype.is_int:
+            out = x.cast(DType.float32).pow(other.cast(DType.float32))
+            return out.add(out.lt(0).where(-0.5, 0.5)).cast(x.dtype)
+        other = other.cast(x.dtype)
+        mag = x.abs().log2().mul(other).exp2()
         odd = other.mod(2.0).abs().eq(1.0)
         is_int = other.floor().eq(other)
-        neg = self.lt(0)
+        neg = x.lt(0)
         signed = (neg & odd).where(mag.neg(), mag)
-        nan = Tensor.full(signed.shape, float("nan"), self.dtype)
+        nan = Tensor.full(signed.shape, float("nan"), x.dtype)
         return (neg & is_int.logical_not()).where(nan, signed)
 
     def exp(self) -> Tensor:
+        if self.dtype in (DType.float16, DType.bfloat16):  # x*log2(e) rounded to half would cost 0.2%
+            return self.cast(DType.float32).exp().cast(self.dtype)
         return self.mul(LOG2E).exp2()
 
     def log(self) -> Tensor:
+        if self.dtype in (DType.float16, DType.bfloat16):
+            return self.cast(DType.float32).log().cast(self.dtype)
         return self.log2().mul(LN2)
 
     def cos(self) -> Tensor:
@@ -384,10 +390,13 @@ class Tensor:
         return self._coerce(other).lt(self)
 
     def le(self, other) -> Tensor:
+        other = self._coerce(other)
+        if self.dtype.is_float or other.dtype.is_float:  # false where either side is NaN
+            return self.lt(other) | self.eq(other)
         return self.gt(other).logical_not()
 
     def ge(self, other) -> Tensor:
-        return self.lt(other).logical_not()
+        return self._coerce(other).le(self)
 
     def eq(self, other) -> Tensor:
         other = self._coerce(other)
@@ -613,4 +622,4 @@ def _fold(node: Node, srcs: Sequence[Tensor]) -> Tensor:
     if node.numel > FOLD_LIMIT:
         return Tensor(node)
     vals = [read(t.node.attrs["value"], t.view) for t in srcs]
-    return Tensor.const(np.ascontiguousarray(eval_node(node, vals)), node.dtype)
+    return Tensor.const(np.ascontiguousarray(eval_node(node, vals)).reshape(node.shape), node.dtype)
