@@ -111,19 +111,9 @@ def array_dtype(dt: np.dtype) -> DType:
 
 
 def const_tensor(arr, dtype: DType | None = None) -> Tensor:
-    """A constant; keeps 0-d arrays 0-d (Tensor.const alone makes them shape [1])."""
+    """A constant of an ONNX-typed array (narrow ints and doubles widened as the IR computes them)."""
     arr = np.asarray(arr)
-    t = Tensor.const(arr, dtype or array_dtype(arr.dtype))
-    return t if t.shape == arr.shape else t.reshape(arr.shape)
-
-
-def with_shape(t: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """``t`` viewed as ``shape`` when only the rank of a folded scalar went astray (a folded
-    0-d constant comes back from Tensor.const as shape [1])."""
-    shape = tuple(shape)
-    if t.shape != shape and t.numel == math.prod(shape):
-        return t.reshape(shape)
-    return t
+    return Tensor.const(arr, dtype or array_dtype(arr.dtype))
 
 
 def materialise(t: Tensor) -> Tensor:

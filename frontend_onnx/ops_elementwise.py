@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 from functools import reduce
 
 import numpy as np
 from onnx import TensorProto, helper
 
 from ..ir import DType, Tensor, broadcast_shape
-from . import registry
-from .importer import const_tensor, onnx_dtype, with_shape
-from .registry import OpContext
-
-
-def op(*names: str):
-    """registry.op for broadcasting ops: the result keeps the broadcast shape of the inputs."""
-
-    def deco(fn):
-        @functools.wraps(fn)
-        def run(ctx: OpContext):
-            out = fn(ctx)
-            return with_shape(out, broadcast_shape(*(t.shape for t in ctx.inputs if t is not None)))
-
-        registry.op(*names)(run)
-        return fn
-
-    return deco
+from .importer import const_tensor, onnx_dtype
+from .registry import OpContext, op
 
 
 def _x(ctx: OpContext) -> Tensor:
@@ -101,17 +84,6 @@ def unary(ctx: OpContext) -> Tensor:
 @op("Identity")
 def identity(ctx: OpContext) -> Tensor:
     return _x(ctx)
-
-
-def less_equal(a: Tensor, b: Tensor) -> Tensor:
-    """a <= b, false where either side is NaN (Tensor.le is not(a > b), true for NaN)."""
-    if a.dtype.is_float or b.dtype.is_float:
-        return a.lt(b) | a.eq(b)
-    return a.le(b)
-
-
-def greater_equal(a: Tensor, b: Tensor) -> Tensor:
-    return less_equal(b, a)
 
 
 def _both_const_ints(a: Tensor, b: Tensor) -> bool:
@@ -200,11 +172,11 @@ def _channel_slope(x: Tensor, slope: Tensor) -> Tensor:
                          f"{list(x.shape)} nor has one value per channel") from None
 
 
-@registry.op("PRelu")
+@op("PRelu")
 def prelu(ctx: OpContext) -> Tensor:
     x, slope = ctx.inputs[0], ctx.inputs[1]
     slope = _channel_slope(x, slope)
-    return with_shape(x.lt(0).where(x.mul(slope.cast(x.dtype)), x), broadcast_shape(x.shape, slope.shape))
+    return x.lt(0).where(x.mul(slope.cast(x.dtype)), x)
 
 
 @op("HardSwish")
@@ -235,8 +207,8 @@ def _mod(a: Tensor, b: Tensor, fmod: bool) -> Tensor:
 
 _BINARY = {
     "Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Div": divide, "Equal": Tensor.eq,
-    "Less": Tensor.lt, "LessOrEqual": less_equal, "Greater": Tensor.gt,
-    "GreaterOrEqual": greater_equal, "And": Tensor.__and__, "Or": Tensor.__or__, "Xor": Tensor.__xor__,
+    "Less": Tensor.lt, "LessOrEqual": Tensor.le, "Greater": Tensor.gt,
+    "GreaterOrEqual": Tensor.ge, "And": Tensor.__and__, "Or": Tensor.__or__, "Xor": Tensor.__xor__,
 }
 
 
@@ -305,7 +277,7 @@ def cast(ctx: OpContext) -> Tensor:
     return _x(ctx).cast(onnx_dtype(int(to)))
 
 
-@registry.op("CastLike")
+@op("CastLike")
 def cast_like(ctx: OpContext) -> Tensor:
     return _x(ctx).cast(ctx.inputs[1].dtype)
 
@@ -329,17 +301,17 @@ def _biased(ctx: OpContext) -> Tensor:
     return x if bias is None else x.add(bias)
 
 
-@registry.op("Gelu", domain=MS)
+@op("Gelu", domain=MS)
 def ms_gelu(ctx: OpContext) -> Tensor:
     return gelu_erf(ctx.inputs[0])
 
 
-@registry.op("BiasGelu", domain=MS)
+@op("BiasGelu", domain=MS)
 def ms_bias_gelu(ctx: OpContext) -> Tensor:
     return gelu_erf(_biased(ctx))
 
 
-@registry.op("FastGelu", domain=MS)
+@op("FastGelu", domain=MS)
 def ms_fast_gelu(ctx: OpContext) -> Tensor:
     return gelu_tanh(_biased(ctx))
 
@@ -348,12 +320,12 @@ def swish(x: Tensor, alpha: float) -> Tensor:
     return x.mul(x.mul(alpha).sigmoid())
 
 
-@registry.op("QuickGelu", domain=MS)
+@op("QuickGelu", domain=MS)
 def ms_quick_gelu(ctx: OpContext) -> Tensor:
     return swish(ctx.inputs[0], float(ctx.attr("alpha", 1.702)))
 
 
-@registry.op("BiasAdd", domain=MS)
+@op("BiasAdd", domain=MS)
 def ms_bias_add(ctx: OpContext) -> Tensor:
     return ctx.inputs[0].add(ctx.inputs[1]).add(ctx.inputs[2])
 
@@ -382,7 +354,7 @@ def _per_axis(p: Tensor, x: Tensor, axis: int, block: int) -> Tensor:
     return p.reshape([p.numel if k == axis else 1 for k in range(x.ndim)])
 
 
-@registry.op("DequantizeLinear")
+@op("DequantizeLinear")
 def dequantize_linear(ctx: OpContext) -> Tensor:
     x, scale, zp = ctx.inputs[0], ctx.inputs[1], ctx.input(2)
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
@@ -395,7 +367,7 @@ def dequantize_linear(ctx: OpContext) -> Tensor:
     return out.cast(onnx_dtype(dt) if dt else scale.dtype)
 
 
-@registry.op("QuantizeLinear")
+@op("QuantizeLinear")
 def quantize_linear(ctx: OpContext) -> Tensor:
     x, scale, zp = ctx.inputs[0], ctx.inputs[1], ctx.input(2)
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))

@@ -9,7 +9,7 @@ import numpy as np
 from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
 from . import registry
-from .importer import const_tensor, with_shape
+from .importer import const_tensor
 from .ops_elementwise import activation
 from .ops_shape import axes_arg, concat, norm_axis
 from .registry import OpContext, op
@@ -94,7 +94,7 @@ def reduce_op(ctx: OpContext) -> Tensor:
         if dtype.is_int and isinstance(value, float) and not math.isfinite(value):
             dtype = DType.float32
         return Tensor.full(shape, value, dtype)
-    return with_shape(_REDUCE[kind](x, axes, keepdim), shape)
+    return _REDUCE[kind](x, axes, keepdim)
 
 
 @op("ArgMax", "ArgMin")
@@ -107,9 +107,7 @@ def arg_op(ctx: OpContext) -> Tensor:
         x = x.cast(DType.int32)
     if ctx.node.op_type == "ArgMin":
         x = x.neg()
-    shape = [1 if k == axis else s for k, s in enumerate(x.shape)] if keepdim else \
-        [s for k, s in enumerate(x.shape) if k != axis]
-    return with_shape(x.argmax(axis, keepdim, last), shape)
+    return x.argmax(axis, keepdim, last)
 
 
 # -- com.microsoft fused normalisations and FusedMatMul (onnxruntime's optimised graphs) -------
