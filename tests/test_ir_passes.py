@@ -116,3 +116,28 @@ def test_conv_as_window_contraction_matches_numpy():
             for j in range(3):
                 expect[0, o, i, j] = (xpv[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] * w[o]).sum()
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_comparisons_with_nan_match_numpy():
+    xs = np.array([np.nan, 1.0, 2.0, -np.inf], np.float32)
+    ys = np.array([1.0, np.nan, 2.0, -np.inf], np.float32)
+    x, y = Tensor.input("x", (4,), DType.float32), Tensor.input("y", (4,), DType.float32)
+    outs = [x.le(y), x.ge(y), x.eq(y), x.ne(y)]
+    got = run_reference(optimize(Graph([x.node, y.node], [o.node for o in outs], list("abcd"))), {"x": xs, "y": ys})
+    for g, want in zip(got, [xs <= ys, xs >= ys, xs == ys, xs != ys]):
+        np.testing.assert_array_equal(g, want)
+
+
+def test_scalar_shortcuts_and_folding_keep_shapes():
+    two = Tensor.const(np.float32(2.0))
+    one = Tensor.const(np.array([3.0], np.float32))
+    assert two.div(one).shape == (1,) and two.pow(Tensor.const(np.array([2.0], np.float32))).shape == (1,)
+    assert Tensor.const(np.array([1.0, 2.0], np.float32)).shrink([(0, 1)]).reshape(()).exp().shape == ()
+
+
+def test_half_precision_exp_is_rounded_once():
+    xs = np.linspace(-8, 8, 4001).astype(np.float16)
+    x = Tensor.input("x", xs.shape, DType.float16)
+    (out,) = run_reference(optimize(Graph([x.node], [x.exp().node], ["y"])), {"x": xs})
+    want = np.exp(xs.astype(np.float64))
+    assert np.abs(out.astype(np.float64) / want - 1).max() <= 2 ** -11
