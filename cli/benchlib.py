@@ -103,59 +103,17 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
     stats = getattr(compiled, "stats", None)
     info = {"backend": settings.backend, "cache": str(cache.path),
             **({"compile": asdict(stats)} if stats is not None and is_dataclass(stats) else {})}
-    profile = getattr(compiled, "profile", None)
-    kernel_times = ((lambda: normalize_kernel_times(profile(feeds))) if callable(profile)
-                    else (lambda: profile_kernels(compiled, feeds)))
-    return Runner(SUBJECT, call, lambda: dict(zip(names, call())), info, kernel_times)
+    return Runner(SUBJECT, call, lambda: dict(zip(names, call())), info, lambda: profile_kernels(compiled, feeds))
 
 
 def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], repeats: int = 5) -> list[dict[str, Any]]:
-    """Median time of each kernel of a CompiledModel over ``repeats`` runs, each kernel fenced by device
-    synchronisation (so the sum exceeds the pipelined end-to-end time on a GPU). Empty when the model does
-    not expose its kernels."""
-    kernels, launchers, backend = (getattr(compiled, a, None) for a in ("kernels", "compiled", "backend"))
-    if not isinstance(launchers, list) or not kernels or len(kernels) != len(launchers) or backend is None:
+    """Median time of each kernel of a CompiledModel (CompiledModel.profile); empty for a model
+    that cannot profile its kernels."""
+    profile = getattr(compiled, "profile", None)
+    if profile is None:
         return []
-    times: list[list[int]] = [[] for _ in launchers]
-
-    def timed(i: int, fn: Callable) -> Callable:
-        def run(buffers):
-            backend.synchronize()
-            t0 = time.perf_counter_ns()
-            fn(buffers)
-            backend.synchronize()
-            times[i].append(time.perf_counter_ns() - t0)
-        return run
-
-    compiled.compiled = [timed(i, fn) for i, fn in enumerate(launchers)]
-    try:
-        for _ in range(repeats):
-            compiled.run(feeds)
-    finally:
-        compiled.compiled = launchers
-    out = []
-    for i, (k, t) in enumerate(zip(kernels, times)):
-        if t:
-            label = f"#{i} {getattr(k, 'form', 'kernel')} {str(getattr(k, 'signature', ''))[:8]}".strip()
-            out.append({"name": label, "seconds": float(np.median(t)) / 1e9})
-    return out
-
-
-def normalize_kernel_times(raw: Any) -> list[dict[str, Any]]:
-    """Per-kernel timings as [{name, seconds}] from a mapping, (name, seconds) pairs, or objects/dicts
-    with name and seconds (or time_s)."""
-    items = raw.items() if isinstance(raw, Mapping) else raw or []
-    out = []
-    for item in items:
-        if isinstance(item, tuple | list) and len(item) == 2:
-            name, secs = item
-        elif isinstance(item, Mapping):
-            name, secs = item.get("name"), item.get("seconds", item.get("time_s"))
-        else:
-            name, secs = getattr(item, "name", None), getattr(item, "seconds", getattr(item, "time_s", None))
-        if name is not None and isinstance(secs, int | float):
-            out.append({"name": str(name), "seconds": float(secs)})
-    return out
+    return [{"name": f"#{i} {k.form} {k.signature[:8]}", "seconds": t}
+            for i, (k, t) in enumerate(zip(compiled.kernels, profile(feeds, repeats)))]
 
 
 def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,

@@ -50,9 +50,16 @@ class Backend(Protocol):
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[CompiledKernel]:
         """Compile many kernels at once (in parallel where it helps)."""
 
+    def launcher(self, compiled: Sequence[CompiledKernel], buffers: Sequence[Sequence[Any]]) -> Callable[[], None]:
+        """The kernels bound once to fixed buffers (each kernel's inputs then outputs), run in order."""
+
     def from_numpy(self, array: np.ndarray) -> Any: ...
 
-    def to_numpy(self, buffer: Any) -> np.ndarray: ...
+    def write(self, buffer: Any, array: np.ndarray) -> None:
+        """Copy a host array into an existing buffer of its shape (converting the dtype)."""
+
+    def to_numpy(self, buffer: Any) -> np.ndarray:
+        """A host copy of a buffer (never a view that a later run overwrites)."""
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
 
@@ -60,6 +67,17 @@ class Backend(Protocol):
 
     def toolchain(self) -> dict[str, Any]:
         """Versions and flags that the generated binaries depend on (for the cache key)."""
+
+
+def sequential_launcher(compiled: Sequence[CompiledKernel], buffers: Sequence[Sequence[Any]]) -> Callable[[], None]:
+    """A launcher for backends with nothing faster: call each kernel on its bound buffers in order."""
+    steps = [(ck, list(b)) for ck, b in zip(compiled, buffers)]
+
+    def launch() -> None:
+        for ck, b in steps:
+            ck(b)
+
+    return launch
 
 
 _BACKENDS: dict[str, Callable[[], Backend]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,9 +62,11 @@ class CompiledModel:
         self._weights = {n: backend.from_numpy(v) for n, v in constants.items() if n in read}
         self._const_outputs = {o.node: np.broadcast_to(constants[o.node], o.shape).astype(o.dtype.np)
                                for o in outputs if o.node in constants}
-        self._buffers = self._allocate()
-        # (the compiled list it was made for, (launch, buffers by node, input writers)): rebuilt when replaced
-        self._bound: tuple[list, tuple[Callable[[], None], dict[int, Any], list]] | None = None
+        buffers = self._allocate()
+        values = {**self._weights, **{i.node: backend.empty(i.shape, i.dtype.np) for i in inputs}, **buffers}
+        self._values = values  # every buffer by graph node: weights, inputs (rewritten each run), outputs
+        self._args = [[values[n] for n in (*k.input_nodes, *k.output_nodes)] for k in kernels]
+        self._launch = backend.launcher(self.compiled, self._args)
 
     @functools.cached_property
     def sources(self) -> list[str]:
@@ -86,54 +89,42 @@ class CompiledModel:
                 buffers[n] = arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
         return buffers
 
-    def _bind(self) -> tuple[Callable[[], None], dict[int, Any], list]:
-        """The kernels' argument lists, made once, and how each run's inputs get into them: host (numpy)
-        buffers of their own that each run overwrites, bound by the backend's launcher where it has one;
-        else buffers uploaded on each run and put in place of the inputs in the argument lists."""
-        be = self.backend
-        values: dict[int, Any] = {**self._weights, **{s.node: be.empty(s.shape, s.dtype.np) for s in self.inputs},
-                                  **self._buffers}
-        args = [[values[n] for n in (*k.input_nodes, *k.output_nodes)] for k in self.kernels]
-        if all(isinstance(values[s.node], np.ndarray) for s in self.inputs):
-            writers = [(s, values[s.node], None) for s in self.inputs]
-            launcher = getattr(be, "launcher", None)
-            if launcher is not None:
-                return launcher(self.compiled, args), values, writers
-        else:
-            writers = [(s, None, [(a, i) for a, k in zip(args, self.kernels)
-                                  for i, n in enumerate((*k.input_nodes, *k.output_nodes)) if n == s.node])
-                       for s in self.inputs]
-        steps = list(zip(self.compiled, args))
+    def _write_inputs(self, feeds: dict[str, np.ndarray]) -> None:
+        for spec in self.inputs:
+            self.backend.write(self._values[spec.node], feeds[spec.name])
 
-        def launch() -> None:
-            for ck, a in steps:
-                ck(a)
-
-        return launch, values, writers
+    def _outputs(self) -> list[np.ndarray]:
+        self.backend.synchronize()
+        return [self._const_outputs[spec.node].copy() if spec.node in self._const_outputs
+                else self.backend.to_numpy(self._values[spec.node]) for spec in self.outputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Outputs in graph order; ``feeds`` are already validated arrays of the input specs."""
-        if self._bound is None or self._bound[0] is not self.compiled:
-            self._bound = (self.compiled, self._bind())
-        launch, values, writers = self._bound[1]
-        for spec, host, places in writers:
-            if host is not None:
-                np.copyto(host, feeds[spec.name], casting="unsafe")
-            else:
-                buf = values[spec.node] = self.backend.from_numpy(
-                    np.asarray(feeds[spec.name]).astype(spec.dtype.np, copy=False))
-                for a, i in places:
-                    a[i] = buf
-        launch()
-        self.backend.synchronize()
-        out = []
-        for spec in self.outputs:
-            if spec.node in self._const_outputs:
-                out.append(self._const_outputs[spec.node].copy())
-                continue
-            buf = values[spec.node]
-            out.append(np.array(buf if isinstance(buf, np.ndarray) else self.backend.to_numpy(buf)))
-        return out
+        self._write_inputs(feeds)
+        self._launch()
+        return self._outputs()
+
+    def profile(self, feeds: dict[str, np.ndarray], repeats: int = 5) -> list[float]:
+        """Median seconds of each kernel over ``repeats`` runs, each kernel fenced by device
+        synchronisation (so the sum exceeds the pipelined end-to-end time on a GPU)."""
+        be = self.backend
+        times: list[list[int]] = [[] for _ in self.compiled]
+
+        def timed(i: int, ck: Callable) -> Callable:
+            def run(buffers) -> None:
+                be.synchronize()
+                t0 = time.perf_counter_ns()
+                ck(buffers)
+                be.synchronize()
+                times[i].append(time.perf_counter_ns() - t0)
+
+            return run
+
+        launch = be.launcher([timed(i, ck) for i, ck in enumerate(self.compiled)], self._args)
+        for _ in range(repeats):
+            self._write_inputs(feeds)
+            launch()
+        return [float(np.median(t)) / 1e9 for t in times]
 
     @property
     def planned_bytes(self) -> int:

@@ -167,6 +167,9 @@ class CPUBackend:
         np.copyto(out, a)
         return out
 
+    def write(self, buffer: np.ndarray, array: np.ndarray) -> None:
+        np.copyto(buffer, array, casting="unsafe")
+
     def to_numpy(self, buffer: np.ndarray) -> np.ndarray:
         return np.array(buffer, copy=True)
 

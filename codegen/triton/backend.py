@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...ir.dtypes import DType
-from ..backend import Knob, Schedule, register_backend
+from ..backend import Knob, Schedule, register_backend, sequential_launcher
 from ..kernel import Kernel
 from . import schedule as sched
 from .emit import emit
@@ -185,13 +185,19 @@ class TritonBackend:
             t = torch.from_numpy(a.copy())
         return t.to(self.device)
 
+    def launcher(self, compiled, buffers):
+        return sequential_launcher(compiled, buffers)
+
+    def write(self, buffer, array: np.ndarray) -> None:
+        buffer.copy_(self.from_numpy(np.asarray(array)).reshape(buffer.shape))  # copy_ converts the dtype
+
     def to_numpy(self, buffer) -> np.ndarray:
         import torch
 
         t = buffer.detach().to("cpu")
         if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(DType.bfloat16.np)
-        return t.numpy()
+            return t.view(torch.int16).numpy().view(DType.bfloat16.np).copy()
+        return t.numpy().copy()
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype):
         import torch
