@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.fingerprint import backend_fingerprints
+from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge, fusible_edges, fusion_key, partition
 from ..errors import LuminalError
 from ..ir.graph import Graph
@@ -113,7 +114,8 @@ class Tuner:
         self.threads = threads
         self.model_name = model_name
         self.tasks: dict[str, KernelTask] = {}
-        self.fusion_key = fusion_key(graph)  # its tuned decisions' key in the cache
+        default = partition(graph)
+        self.fusion_key = fusion_key(graph, default)  # its tuned decisions' key in the cache
         edges = fusible_edges(graph) if fusion else []
         self.fusion: FusionTask | None = None
         if edges:
@@ -125,16 +127,16 @@ class Tuner:
             if note:
                 self.report.notes.append(note)
         self.decisions: dict[Edge, bool] = {}
-        self._plan_kernels(self.decisions)
+        self._plan_kernels(default)
         # seconds the numpy reference of the whole model may take, on top of a candidate's timeout
         self.model_prep_s = 2.0 + sum(t.kernel.flops * t.count for t in self.tasks.values()) / 2e7
 
     # -- tasks ----------------------------------------------------------------
-    def _plan_kernels(self, decisions: dict[Edge, bool]) -> None:
-        """Kernel tasks for the partition under ``decisions``: weights are occurrence counts."""
+    def _plan_kernels(self, partitioned: list[Kernel]) -> None:
+        """Kernel tasks for the graph's partition under the current decisions: weights are occurrence counts."""
         counts: dict[str, int] = {}
         kernels = {}
-        for k in partition(self.graph, decisions):
+        for k in partitioned:
             sig = k.signature
             counts[sig] = counts.get(sig, 0) + 1
             kernels.setdefault(sig, k)
@@ -210,7 +212,7 @@ class Tuner:
                 task.default_m = r
             if task.consider(dec, r, compare) and task.incumbent is not None:
                 self.decisions = dict(task.incumbent)
-                self._plan_kernels(self.decisions)
+                self._plan_kernels(partition(self.graph, self.decisions))
         task.state.record(task.best_ns, time.monotonic() - t0, len(pending))
 
     def _finish(self, m: Measurer, final_deadline: float) -> None:
