@@ -112,14 +112,13 @@ class StudyTask:
             self.state.done = True
         return pending
 
-    def _enqueue(self, point: Any, pending: list, keys: set[str]) -> bool:
+    def _enqueue(self, point: Any, pending: list, keys: set[str]) -> None:
         self.study.enqueue_trial(self.space.encode(point))
         trial = self.study.ask()
         point = self.space.suggest(trial)
         claim(trial)
         pending.append((trial, point))
         keys.add(self.key(point))
-        return True
 
     def _explore(self, pending: list, keys: set[str]) -> bool:
         """The sampler only proposes points it has seen: hand it a random unseen one instead."""
@@ -131,7 +130,8 @@ class StudyTask:
             if not self.space.valid(point):
                 self.invalid.add(k)
                 continue
-            return self._enqueue(point, pending, keys)
+            self._enqueue(point, pending, keys)
+            return True
         return False
 
     def tell(self, trial: optuna.Trial | None, point: Any, m: Measurement) -> None:

@@ -46,9 +46,6 @@ class _Clock:
     def deadline(self) -> float:
         return self.start + self.budget_s
 
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
-
 
 class _Stop:
     """Set by Ctrl-C / SIGTERM: the run ends cleanly and keeps what it found."""
