@@ -65,6 +65,9 @@ class Backend(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def fork_safe(self) -> bool:
+        """Whether a process forked from this one can still run this backend's kernels."""
+
     def toolchain(self) -> dict[str, Any]:
         """Versions and flags that the generated binaries depend on (for the cache key)."""
 

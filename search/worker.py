@@ -63,8 +63,8 @@ def _deep(fn: Callable[[], Any]) -> Any:
 
 
 def start_method(backend: Any) -> str:
-    # a CUDA context does not survive fork; everything else starts fastest by fork
-    return "spawn" if getattr(backend, "name", None) == "cuda" or "fork" not in mp.get_all_start_methods() else "fork"
+    """fork, the fastest, where a forked child can run the backend's kernels; else spawn."""
+    return "fork" if "fork" in mp.get_all_start_methods() and backend.fork_safe() else "spawn"
 
 
 def _die_with_parent() -> None:
@@ -119,6 +119,9 @@ class Worker:
         self.restarts = 0
 
     def _start(self) -> None:
+        if self.method == "fork" and not self.ctx.backend.fork_safe():  # it ran kernels here since
+            self.method = "spawn"
+            self.mp = mp.get_context("spawn")
         parent, child = self.mp.Pipe()
         ctx = self.ctx
         if self.method != "fork" and not isinstance(ctx.backend, str):

@@ -80,6 +80,9 @@ class FakeBackend:
     def synchronize(self):
         pass
 
+    def fork_safe(self):
+        return True
+
     def toolchain(self):
         return {"fake": 1}
 

@@ -109,3 +109,34 @@ def test_mismatch_tolerances():
     assert mismatch(e.astype(np.float16) + np.float16(1e-3), e.astype(np.float16), DType.float16) is None
     assert mismatch(np.array([1, 2]), np.array([1, 3]), DType.int64) == "1 of 2 values differ"
     assert mismatch(np.array([np.nan, 1.0]), np.array([0.0, 1.0]), DType.float32) is not None
+
+
+def test_measuring_after_this_process_ran_openmp_kernels():
+    """An OpenMP team started in the tuning process does not survive a fork: workers must not inherit it."""
+    from luminal.codegen.backend import get_backend
+    from luminal.ir import Graph, Tensor
+    from luminal.runtime.compile import compile_graph
+
+    a = Tensor.input("a", (128, 128), DType.float32)
+    b = Tensor.input("b", (128, 128), DType.float32)
+    g = Graph([a.node, b.node], [a.matmul(b).relu().contiguous().node], ["y"])
+    cpu = get_backend("cpu")
+    x = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
+    compile_graph(g, cpu).run({"a": x, "b": x})  # runs a parallel region here, in the parent
+    m = Measurer(cpu, workers=0, plan=PLAN, timeout_s=10)
+    try:
+        (kernel,) = partition(g)
+        (r,) = m.measure(kernel, [cpu.default_schedule(kernel)])
+    finally:
+        m.close()
+    assert r.ok, (r.status, r.message)
+
+
+def test_cpu_timer_evicts_the_last_level_cache():
+    from luminal.codegen.backend import get_backend
+    from luminal.search.timing import CpuTimer, _size, last_level_cache_bytes
+
+    assert _size("32768K\n") == 32 << 20 and _size("1M") == 1 << 20 and _size("512") == 512
+    timer = CpuTimer(get_backend("cpu"))
+    assert timer.flush.nbytes >= 2 * last_level_cache_bytes() >= 2 << 20
+    assert timer(lambda: None) >= 0

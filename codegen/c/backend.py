@@ -132,6 +132,11 @@ class CPUBackend:
     def available(self) -> str | None:
         return None if build.toolchain() is not None else build.missing_message()
 
+    def fork_safe(self) -> bool:
+        # the OpenMP threads of a kernel library loaded here are not in a forked child, whose first
+        # parallel region (GNU libgomp) would then wait for them forever
+        return not build.libraries_loaded()
+
     def space(self, kernel: Kernel) -> list[Knob]:
         return schedule.space(kernel)
 

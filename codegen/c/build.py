@@ -172,5 +172,10 @@ def build(sources: list[str], jobs: int | None = None) -> list[ctypes._CFuncPtr]
     return fns
 
 
+def libraries_loaded() -> int:
+    """How many kernel libraries this process has loaded (each brings the OpenMP runtime's threads)."""
+    return len(_loaded)
+
+
 def missing_message() -> str:
     return "no C compiler found: install gcc or clang (or set CC)"

@@ -128,6 +128,9 @@ class TritonBackend:
         self.interpret = interpret
         self._arch: int | None = None
 
+    def fork_safe(self) -> bool:
+        return False  # a CUDA context does not survive fork
+
     def available(self) -> str | None:
         # importing torch costs seconds: without an NVIDIA driver there is no GPU to find
         if not self.interpret and not os.path.exists("/dev/nvidiactl") and not shutil.which("nvidia-smi"):
