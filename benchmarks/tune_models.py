@@ -78,7 +78,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cache", default=None, help="tuning cache (default: a fresh one next to --json or in /tmp)")
+    ap.add_argument("--cache", default=None,
+                    help="tuning cache, its studies next to it (default: a fresh one in a new temporary folder)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     manifest_path = MODELS / "manifest.json"
@@ -86,7 +87,7 @@ def main() -> None:
         sys.exit("no example models: run python examples/export_models.py first")
     manifest = json.loads(manifest_path.read_text())
     budget = parse_duration(args.budget, "--budget")
-    cache = Path(args.cache or Path(tempfile.gettempdir()) / "luminal-tune-models" / "tuning.db")
+    cache = Path(args.cache or Path(tempfile.mkdtemp(prefix="luminal-tune-models-")) / "tuning.db")
     cache.parent.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{cache.parent / 'studies.db'}"
     rows = []

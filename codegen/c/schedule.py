@@ -118,8 +118,9 @@ def valid(kernel: Kernel, sched: Schedule) -> bool:
     plan = plan_contraction(kernel)
     if plan is None:
         return not (sched["vec"] and sched["unroll"] > 1)  # unrolled loops are vectorised by gcc itself
-    if sched["impl"] == "blas":
-        return True
+    if sched["impl"] == "blas":  # the generated GEMM's knobs mean nothing here: one point per thread count
+        d = default_schedule(kernel)
+        return all(sched[k] == d[k] for k in d if k not in ("impl", "threads"))
     vw = simd_width()
     regs = 32 if vw == 16 else 16
     mr, nr = sched["mr"], sched["nr"]
