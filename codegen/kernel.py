@@ -50,6 +50,7 @@ class KOp:
 class Buffer:
     shape: tuple[int, ...]
     dtype: DType
+    constant: bool = False  # a model weight: the same values on every run (a backend may re-lay it out once)
 
     @property
     def numel(self) -> int:
@@ -102,7 +103,8 @@ class Kernel:
     def canonical(self) -> str:
         """Text of the kernel with only structure: shapes, dtypes, views, ops."""
         lines = [f"{self.form} full={list(self.full)} reduce={list(self.reduce_axes)}"]
-        lines += [f"in{i} {b.dtype.value}{list(b.shape)}" for i, b in enumerate(self.inputs)]
+        lines += [f"in{i} {b.dtype.value}{list(b.shape)}{' const' if b.constant else ''}"
+                  for i, b in enumerate(self.inputs)]
         for i, o in enumerate(self.ops):
             attrs = " ".join(f"{k}={_fmt(v)}" for k, v in o.attrs)
             lines.append(f"%{i} {o.space} {o.op}{list(o.args)} {o.dtype.value} {attrs}".rstrip())

@@ -205,7 +205,7 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
     def buf(s: Node) -> int:
         if s.id not in input_nodes:
             input_nodes[s.id] = len(inputs)
-            inputs.append(Buffer(s.shape, s.dtype))
+            inputs.append(Buffer(s.shape, s.dtype, s.op is Op.Constant))
         return input_nodes[s.id]
 
     def operand(s: Node, v: View, space: str) -> int:

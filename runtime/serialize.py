@@ -45,7 +45,7 @@ def _unval(v: Any) -> Any:
 def kernel_to_json(k: Kernel) -> dict:
     return {
         "form": k.form, "full": list(k.full), "reduce_axes": list(k.reduce_axes),
-        "inputs": [[list(b.shape), b.dtype.value] for b in k.inputs],
+        "inputs": [[list(b.shape), b.dtype.value, b.constant] for b in k.inputs],
         "ops": [[o.op, list(o.args), o.dtype.value, o.space, [[n, _val(v)] for n, v in o.attrs]] for o in k.ops],
         "outputs": [[i, list(b.shape), b.dtype.value] for i, b in k.outputs],
         "input_nodes": list(k.input_nodes), "output_nodes": list(k.output_nodes),
@@ -66,7 +66,7 @@ def kernel_from_json(d: dict) -> Kernel:
             ops.append(KOp(op, tuple(int(a) for a in args), DType(dt), space,
                            tuple((str(n), _unval(v)) for n, v in attrs)))
         k = Kernel(d["form"], tuple(int(s) for s in d["full"]), tuple(int(a) for a in d["reduce_axes"]),
-                   [Buffer(tuple(int(s) for s in sh), DType(dt)) for sh, dt in d["inputs"]], ops,
+                   [Buffer(tuple(int(s) for s in sh), DType(dt), bool(c)) for sh, dt, c in d["inputs"]], ops,
                    [(int(i), Buffer(tuple(int(s) for s in sh), DType(dt))) for i, sh, dt in d["outputs"]],
                    [int(n) for n in d["input_nodes"]], [int(n) for n in d["output_nodes"]])
         if k.form not in FORMS or any(not 0 <= a < i for i, o in enumerate(ops) for a in o.args):

@@ -214,3 +214,35 @@ def test_few_rows_against_weights_laid_out_n_by_k_swap_roles(m):
     be = CPUBackend()
     for s in _schedules(be, cs[0]) + [{**be.default_schedule(cs[0]), "impl": "blas"}]:
         _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("m,k,n,transposed", [(128, 96, 80, False), (40, 33, 17, True), (300, 40, 64, False)])
+def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
+    """A weight B is packed on the first call into panels the kernel keeps; later calls (new A) reuse them, and
+    the same compiled kernel called with another weight packs that one."""
+    from luminal.codegen.c.contraction import packed_b
+    from luminal.ir import run_reference
+
+    w = RNG.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+    x = Tensor.input("x", (m, k), DType.float32)
+    wt = Tensor.const(w)
+    y = x.matmul(wt.transpose(0, 1) if transposed else wt).relu()
+    g = _graph([x], [y])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend()
+    sched = {**be.default_schedule(c), "pack_b": True}
+    assert c.inputs[c.ops[plan_contraction(c).b].attr("buf")].constant
+    bi, floats = packed_b(c, sched)
+    assert floats >= k * n
+    (ck,) = be.compile([(c, sched)])
+    out = np.empty((m, n), np.float32)
+    weights = {"w1": w, "w2": RNG.standard_normal(w.shape).astype(np.float32)}
+    for name in ("w1", "w1", "w2", "w1"):
+        xv = RNG.standard_normal((m, k)).astype(np.float32)
+        ins = [xv if i != bi else weights[name] for i in range(len(c.inputs))]
+        ck(ins + [out])
+        want = np.maximum(xv @ (weights[name].T if transposed else weights[name]), 0)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    compare_cpu(g, {"x": RNG.standard_normal((m, k)).astype(np.float32)}, 1e-4, 1e-4, scaled=True,
+                schedules=[sched if kk is c else None for kk in ks], kernels=ks)
+    assert run_reference(g, {"x": np.zeros((m, k), np.float32)})[0].shape == (m, n)

@@ -14,7 +14,7 @@ from ..backend import Knob, Schedule, register_backend
 from ..kernel import Kernel
 from . import build, schedule
 from .blas import BlasKernel
-from .contraction import emit_contraction, plan_contraction
+from .contraction import emit_contraction, packed_b, plan_contraction
 from .emit import emit_elementwise, emit_reduction, emit_reduction_lanes, lanes_apply
 
 ALIGN = 64
@@ -31,17 +31,31 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
 
 
 class CKernel:
-    """A compiled kernel: call with buffers ordered as kernel.inputs then kernel outputs."""
+    """A compiled kernel: call with buffers ordered as kernel.inputs then kernel outputs. A kernel that packs a
+    constant B once (``packed``: B's input index and the panels' size) gets the panels and their filled flag
+    as two more buffers, kept here for as long as that B lives."""
 
-    def __init__(self, fn, nbuf: int, threads: int):
+    def __init__(self, fn, nbuf: int, threads: int, packed: tuple[int, int] | None = None):
         self._fn = fn
-        self._arr = ctypes.c_void_p * nbuf
+        self._arr = ctypes.c_void_p * (nbuf + (2 if packed else 0))
         self.threads = threads
         self.address = ctypes.cast(fn, ctypes.c_void_p).value
         self._last: tuple[list, Any] | None = None  # weak references to the last buffers, their pointer array
+        self._packed = packed
+        self._panels: dict[int, tuple[Any, np.ndarray, np.ndarray]] = {}  # id(B) -> (weak B, panels, flag)
+
+    def _panels_of(self, b: np.ndarray) -> list[np.ndarray]:
+        assert self._packed is not None
+        entry = self._panels.get(id(b))
+        if entry is None or entry[0]() is not b:
+            self._panels = {k: v for k, v in self._panels.items() if v[0]() is not None}
+            entry = (weakref.ref(b), aligned_empty((self._packed[1],), np.float32), np.zeros(1, np.int32))
+            self._panels[id(b)] = entry
+        return [entry[1], entry[2]]
 
     def pointers(self, buffers: Sequence[Any]):
-        return self._arr(*[b.ctypes.data for b in buffers])
+        extra = self._panels_of(buffers[self._packed[0]]) if self._packed else []
+        return self._arr(*[b.ctypes.data for b in [*buffers, *extra]])
 
     def __call__(self, buffers: Sequence[Any]) -> None:
         last = self._last
@@ -156,7 +170,7 @@ class CPUBackend:
             threads = s.get("threads", 0) or schedule.default_threads()
             plan = plan_contraction(k)
             blas = plan is not None and s.get("impl") == "blas"
-            ck = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads)
+            ck = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads, packed_b(k, s))
             if blas:
                 ck = BlasKernel(k, plan, ck)
             out.append(ck)

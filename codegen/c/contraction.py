@@ -39,6 +39,7 @@ class Plan(Contraction):
 
     b_direct: bool = False  # B is float32, unmasked, unit stride over flattened N: readable without packing
     a_direct: bool = False  # A is float32, unmasked, unit stride over flattened K, affine rows
+    b_const: bool = False  # B is a model weight: packed once, on the first call, into a buffer the caller keeps
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -56,7 +57,19 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
                 and run_coeff(vb.strides, c.n, c.full) == 1 and any(vb.strides[d] for d in c.k))
     a_direct = (kernel.ops[c.a].dtype is DType.float32 and not va.mask and bool(c.k)
                 and run_coeff(va.strides, c.k, c.full) == 1 and run_coeff(va.strides, c.m, c.full) is not None)
-    return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct)
+    b_const = kernel.inputs[kernel.ops[c.b].attr("buf")].constant
+    return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
+                b_const=b_const)
+
+
+def packed_b(kernel: Kernel, sched: dict) -> tuple[int, int] | None:
+    """(input index of B, floats of its panels) when the kernel packs a constant B once: the caller then
+    passes two more buffers, the panels and an int that is 0 until they are filled."""
+    plan = plan_contraction(kernel)
+    if plan is None or not plan.b_const or not sched.get("pack_b") or sched.get("impl") != "generated":
+        return None
+    nb, _, n, k = plan.sizes
+    return kernel.ops[plan.b].attr("buf"), nb * -(-n // sched["nr"]) * k * sched["nr"]
 
 
 def plan_contraction(kernel: Kernel) -> Plan | None:
@@ -237,6 +250,7 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     mc, nc = sched["mc"], sched["nc"]
     kc = min(sched["kc"] or K, K)
     direct = not sched["pack_b"]
+    once = packed_b(kernel, sched) is not None
     pm, pn = -(-M // mr), -(-N // nr)
     groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
     oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
@@ -267,12 +281,16 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     size_a = 0 if direct_a else -(-nb * pm * K * mr // 16) * 16  # keep the packed B panels 64-byte aligned
     # one row block: each B block is used once, so it is packed right before use, into a per-thread buffer
     # that stays in cache, instead of into one panel array for all of B
-    tile_b = not direct and mt == 1
-    size_b = 0 if direct or tile_b else -(-nb * pn * K * nr // 16) * 16
+    tile_b = not direct and mt == 1 and not once
+    size_b = 0 if direct or tile_b or once else -(-nb * pn * K * nr // 16) * 16
     size_bt = nc * kc if tile_b else 0
     L.append(f"    float *ap = lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc + size_bt});")
     L.append("    if (!ap) { free(lum_tab); return 1; }")
     L.append(f"    float *bpk = ap + {size_a}; float *ctiles = bpk + {size_b}; (void)bpk;")
+    if once:
+        nbuf = len(kernel.inputs) + len(kernel.outputs)
+        L.append(f"    int *lum_packed = (int *)b[{nbuf + 1}]; const int lum_pack = !*lum_packed;")
+        L.append(f"    bpk = (float *)b[{nbuf}];")
     # small contractions run on the calling thread: waking a team costs more than it saves
     par = "" if nb * M * N * K >= PAR_MIN_MACS else " if(0)"
     L.append(f"    #pragma omp parallel num_threads(nt){par}")
@@ -291,12 +309,13 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
               "            }",
               "        }"]
     pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, nr)
-    if size_b:
-        L += ["        #pragma omp for schedule(dynamic, 1)",
+    if size_b or once:
+        L += ["        if (lum_pack) {" if once else "        {",
+              "        #pragma omp for schedule(dynamic, 1)",
               f"        for (int64_t t = 0; t < {nb * pn}LL; t++) {{",
               f"            const int64_t ib = t / {pn}, q = t % {pn}, k0 = 0, k1 = {K}; (void)ib;",
               f"            float *dst = bpk + t * {K * nr};"]
-        L += _indent(pack_b, 12) + ["        }"]
+        L += _indent(pack_b, 12) + ["        }", "        }"]
     L.append("        #ifdef _OPENMP")
     L.append(f"        float *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc + size_bt};")
     L.append("        #else")
@@ -379,6 +398,8 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     L += _indent(epi, 12)
     L.append("        }")
     L.append("    }")
+    if once:
+        L.append("    *lum_packed = 1;")
     L.append("    free(lum_tab);")
     L.append("    return 0;")
     L.append("}")

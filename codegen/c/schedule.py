@@ -78,15 +78,17 @@ def default_schedule(kernel: Kernel) -> Schedule:
     if plan is not None:
         vw = simd_width()
         nb, m, n, _ = plan.sizes
-        # few rows of A: packing B (usually the weights) costs more than reading it in place
-        direct = plan.b_direct and n % (2 * vw) == 0 and m <= 128
+        # few rows of A against a B packed on every call: packing costs more than reading B in place. A weight
+        # is packed once, and its panels then stream contiguously: inside BERT-base, 768x768 and 768x3072 ran
+        # 17% faster than with the weight read in place, 3072x768 at par
+        direct = not plan.b_const and plan.b_direct and n % (2 * vw) == 0 and m <= 128
         if direct:
             mc = 48 if m > 24 else 24  # measured best with B read in place (M = 128: 1.2-1.6x over 72/96)
         else:
             # one row block when M fits, else 96: a short last block only costs its own rows, while small
             # blocks reload every B panel per block (M=256, N=196, K=2304: 96 rows 1.9x faster than 24)
-            mc = min((c for c in (24, 48, 72, 96) if c >= m), default=96)
-        nc = 256
+            mc = min((c for c in (24, 48, 72, 96, 144) if c >= m), default=96)
+        nc = 128 if plan.b_const else 256
         # enough MC x NC tiles to keep every thread busy
         while nb * -(-m // mc) * -(-n // nc) < 4 * default_threads() and (nc > 64 or mc > 24):
             if nc > 64:
