@@ -8,7 +8,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from .common import console, emit_json, fail, handle_errors, parse_shapes
+from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, fail, handle_errors, parse_shapes
 
 MAX_ROWS = 20  # kernels shown, the slowest first
 
@@ -67,16 +67,16 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(None, help="The ONNX model; without it, the models in [tool.luminal]."),
         budget: str = typer.Option(None, "--budget", help="Time to spend: 30s, 10m, 1h (split across models)."),
         backend: str = typer.Option(None, "--backend", help="auto, cpu or cuda."),
-        shape: list[str] = typer.Option(None, "--shape", help="Bind dims: batch=1,seq=128 or input=1x3x224x224."),
+        shape: list[str] = SHAPE_OPT,
         sampler: str = typer.Option("gp", "--sampler", help="gp (a Gaussian-process cost model over the valid "
                                     "points that learns across kernels), tpe, random, cmaes or grid."),
         seed: int = typer.Option(0, "--seed", help="Seed of the samplers and of the verification inputs."),
         storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: studies.db by the cache)."),
         workers: int = typer.Option(None, "--workers", help="Compile workers (default: min(4, cores))."),
-        cache: str = typer.Option(None, "--cache", help="The tuning cache file."),
+        cache: str = CACHE_OPT,
         timeout: float = typer.Option(None, "--timeout", help="Seconds before a candidate counts as hung."),
         no_fusion: bool = typer.Option(False, "--no-fusion", help="Keep the default fusion; tune schedules only."),
-        json_path: str = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout)."),
+        json_path: str = JSON_FILE_OPT,
     ) -> None:
         """Tune fusion decisions and kernel schedules on this machine; winners go to the tuning cache."""
         from ..config import configured_models, load_config, parse_duration
