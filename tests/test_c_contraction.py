@@ -232,7 +232,7 @@ def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
     be = CPUBackend()
     sched = {**be.default_schedule(c), "pack_b": True}
     assert c.inputs[c.ops[plan_contraction(c).b].attr("buf")].constant
-    bi, floats = packed_b(c, sched)
+    bi, floats, _ = packed_b(c, sched)
     assert floats >= k * n
     (ck,) = be.compile([(c, sched)])
     out = np.empty((m, n), np.float32)
@@ -243,6 +243,11 @@ def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
         ck(ins + [out])
         want = np.maximum(xv @ (weights[name].T if transposed else weights[name]), 0)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    # another schedule with the same panel width reads the panels the first one filled for w1
+    (ck2,) = be.compile([(c, {**sched, "mc": 24 if sched["mc"] != 24 else 48, "kc": 128})])
+    xv = RNG.standard_normal((m, k)).astype(np.float32)
+    ck2([xv if i != bi else weights["w1"] for i in range(len(c.inputs))] + [out])
+    np.testing.assert_allclose(out, np.maximum(xv @ (w.T if transposed else w), 0), rtol=1e-4, atol=1e-4)
     compare_cpu(g, {"x": RNG.standard_normal((m, k)).astype(np.float32)}, 1e-4, 1e-4, scaled=True,
                 schedules=[sched if kk is c else None for kk in ks], kernels=ks)
     assert run_reference(g, {"x": np.zeros((m, k), np.float32)})[0].shape == (m, n)

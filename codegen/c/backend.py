@@ -30,31 +30,39 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     return raw[start:start + n].view(dtype).reshape(shape)
 
 
+# panels of constant B operands: id(B) -> {(kernel signature, NR): (panels, filled flag)}, dropped with B. They
+# depend only on B and the panel layout, so every kernel and candidate that reads B the same way shares them.
+_PANELS: dict[int, dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def _panels(b: np.ndarray, key: tuple[str, int], floats: int) -> list[np.ndarray]:
+    per = _PANELS.get(id(b))
+    if per is None:
+        per = _PANELS[id(b)] = {}
+        weakref.finalize(b, _PANELS.pop, id(b), None)
+    if key not in per:
+        per[key] = (aligned_empty((floats,), np.float32), np.zeros(1, np.int32))
+    return list(per[key])
+
+
 class CKernel:
     """A compiled kernel: call with buffers ordered as kernel.inputs then kernel outputs. A kernel that packs a
-    constant B once (``packed``: B's input index and the panels' size) gets the panels and their filled flag
-    as two more buffers, kept here for as long as that B lives."""
+    constant B once (``packed``: B's input index, the panels' size and layout) gets the panels and their
+    filled flag as two more buffers, kept for as long as that B lives."""
 
-    def __init__(self, fn, nbuf: int, threads: int, packed: tuple[int, int] | None = None):
+    def __init__(self, fn, nbuf: int, threads: int, packed: tuple[int, int, tuple[str, int]] | None = None):
         self._fn = fn
         self._arr = ctypes.c_void_p * (nbuf + (2 if packed else 0))
         self.threads = threads
         self.address = ctypes.cast(fn, ctypes.c_void_p).value
         self._last: tuple[list, Any] | None = None  # weak references to the last buffers, their pointer array
         self._packed = packed
-        self._panels: dict[int, tuple[Any, np.ndarray, np.ndarray]] = {}  # id(B) -> (weak B, panels, flag)
-
-    def _panels_of(self, b: np.ndarray) -> list[np.ndarray]:
-        assert self._packed is not None
-        entry = self._panels.get(id(b))
-        if entry is None or entry[0]() is not b:
-            self._panels = {k: v for k, v in self._panels.items() if v[0]() is not None}
-            entry = (weakref.ref(b), aligned_empty((self._packed[1],), np.float32), np.zeros(1, np.int32))
-            self._panels[id(b)] = entry
-        return [entry[1], entry[2]]
 
     def pointers(self, buffers: Sequence[Any]):
-        extra = self._panels_of(buffers[self._packed[0]]) if self._packed else []
+        extra = []
+        if self._packed:
+            bi, floats, key = self._packed
+            extra = _panels(buffers[bi], key, floats)
         return self._arr(*[b.ctypes.data for b in [*buffers, *extra]])
 
     def __call__(self, buffers: Sequence[Any]) -> None:

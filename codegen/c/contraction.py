@@ -62,14 +62,15 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
                 b_const=b_const)
 
 
-def packed_b(kernel: Kernel, sched: dict) -> tuple[int, int] | None:
-    """(input index of B, floats of its panels) when the kernel packs a constant B once: the caller then
-    passes two more buffers, the panels and an int that is 0 until they are filled."""
+def packed_b(kernel: Kernel, sched: dict) -> tuple[int, int, tuple[str, int]] | None:
+    """(input index of B, floats of its panels, their layout) when the kernel packs a constant B once: the
+    caller then passes two more buffers, the panels and an int that is 0 until they are filled."""
     plan = plan_contraction(kernel)
     if plan is None or not plan.b_const or not sched.get("pack_b") or sched.get("impl") != "generated":
         return None
     nb, _, n, k = plan.sizes
-    return kernel.ops[plan.b].attr("buf"), nb * -(-n // sched["nr"]) * k * sched["nr"]
+    nr = sched["nr"]
+    return kernel.ops[plan.b].attr("buf"), nb * -(-n // nr) * k * nr, (kernel.signature, nr)
 
 
 def plan_contraction(kernel: Kernel) -> Plan | None:
