@@ -30,6 +30,7 @@ class TimingPlan:
     cap_s: float = 0.25
     min_reps: int = 5
     max_reps: int = 2000
+    flush: bool = True  # evict the caches before each timed run (off only for backends that touch no memory)
 
 
 def _size(text: str) -> int:
@@ -51,15 +52,17 @@ def last_level_cache_bytes() -> int:
 
 
 class CpuTimer:
-    """Wall clock; before each run, reading a buffer twice the last-level cache evicts what the last run
-    left there (reads, since large stores may bypass the cache)."""
+    """Wall clock; ``flush`` reads a buffer twice the last-level cache, which evicts what the last run left
+    there (reads, since large stores may bypass the cache)."""
 
     def __init__(self, backend: Any):
         self.backend = backend
-        self.flush = np.ones(2 * last_level_cache_bytes() // 8)
+        self._evict = np.ones(2 * last_level_cache_bytes() // 8)
+
+    def flush(self) -> None:
+        self._evict.sum()
 
     def __call__(self, fn: Callable[[], None]) -> int:
-        self.flush.sum()
         t0 = time.perf_counter_ns()
         fn()
         self.backend.synchronize()
@@ -67,18 +70,20 @@ class CpuTimer:
 
 
 class CudaTimer:
-    """CUDA events around the launch only; a 256 MB write before each run evicts L2."""
+    """CUDA events around the launch only; ``flush`` writes 256 MB, which evicts L2."""
 
     def __init__(self, backend: Any):
         import torch
 
         self.torch = torch
-        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self._evict = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
 
+    def flush(self) -> None:
+        self._evict.zero_()
+
     def __call__(self, fn: Callable[[], None]) -> int:
-        self.flush.zero_()
         self.start.record()
         fn()
         self.end.record()
@@ -86,12 +91,12 @@ class CudaTimer:
         return int(self.start.elapsed_time(self.end) * 1e6)
 
 
-def make_timer(backend: Any) -> Callable[[Callable[[], None]], int]:
+def make_timer(backend: Any) -> CpuTimer | CudaTimer:
     return CudaTimer(backend) if backend.name == "cuda" else CpuTimer(backend)
 
 
-def interleaved(timer: Callable[[Callable[[], None]], int], fns: list[Callable[[], None]],
-                plan: TimingPlan, sync: Callable[[], None]) -> list[list[int]]:
+def interleaved(timer: CpuTimer | CudaTimer, fns: list[Callable[[], None]], plan: TimingPlan,
+                sync: Callable[[], None]) -> list[list[int]]:
     """Warm every candidate up by time, then time them in rounds (one run of each per round)."""
     for fn in fns:
         t_end = time.perf_counter() + plan.warmup_s
@@ -110,6 +115,8 @@ def interleaved(timer: Callable[[Callable[[], None]], int], fns: list[Callable[[
         if rounds >= 5 and time.perf_counter() > t_hard:
             break
         for k, fn in enumerate(fns):
+            if plan.flush:
+                timer.flush()
             samples[k].append(timer(fn))
         rounds += 1
     return samples

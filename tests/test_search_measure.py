@@ -14,7 +14,7 @@ from luminal.search.stats import beats
 from luminal.search.timing import TimingPlan
 from luminal.search.verify import mismatch
 
-PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5)
+PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5, flush=False)  # the fake backend touches no memory
 
 
 @pytest.fixture
@@ -134,9 +134,17 @@ def test_measuring_after_this_process_ran_openmp_kernels():
 
 def test_cpu_timer_evicts_the_last_level_cache():
     from luminal.codegen.backend import get_backend
-    from luminal.search.timing import CpuTimer, _size, last_level_cache_bytes
+    from luminal.search.timing import CpuTimer, _size, interleaved, last_level_cache_bytes
 
     assert _size("32768K\n") == 32 << 20 and _size("1M") == 1 << 20 and _size("512") == 512
     timer = CpuTimer(get_backend("cpu"))
-    assert timer.flush.nbytes >= 2 * last_level_cache_bytes() >= 2 << 20
-    assert timer(lambda: None) >= 0
+    assert timer._evict.nbytes >= 2 * last_level_cache_bytes() >= 2 << 20
+    calls = []
+    timer.flush = lambda: calls.append("flush")
+    samples = interleaved(timer, [lambda: calls.append("run")], TimingPlan(warmup_s=0, cap_s=0, min_reps=3),
+                          lambda: None)
+    assert len(samples[0]) == 3 and calls[-6:] == ["flush", "run"] * 3
+    calls.clear()
+    interleaved(timer, [lambda: calls.append("run")], TimingPlan(warmup_s=0, cap_s=0, min_reps=3, flush=False),
+                lambda: None)
+    assert "flush" not in calls

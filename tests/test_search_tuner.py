@@ -26,7 +26,7 @@ from luminal.search.space import ScheduleSpace
 from luminal.search.timing import TimingPlan
 from luminal.search.tuner import tune
 
-PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5)
+PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5, flush=False)  # the fake backend touches no memory
 
 
 def _tune(tmp_path, backend, budget, **kw):
@@ -78,7 +78,7 @@ def _script(tmp_path, budget):
         from luminal.search.tuner import tune
         r = tune(h.small_graph(), h.FakeBackend(modes=("ok", "wrong")), {budget}, sampler="random", seed=3,
                  cache={str(tmp_path / 'tuning.db')!r}, storage="sqlite:///{tmp_path / 'studies.db'}",
-                 timeout_s=0.5, plan=TimingPlan(0.005, 0.02, 5), workers=1)
+                 timeout_s=0.5, plan=TimingPlan(0.005, 0.02, 5, flush=False), workers=1)
         print(json.dumps(r.to_json()))
     """
     path = tmp_path / "run.py"
