@@ -251,3 +251,21 @@ def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
     compare_cpu(g, {"x": RNG.standard_normal((m, k)).astype(np.float32)}, 1e-4, 1e-4, scaled=True,
                 schedules=[sched if kk is c else None for kk in ks], kernels=ks)
     assert run_reference(g, {"x": np.zeros((m, k), np.float32)})[0].shape == (m, n)
+
+
+@pytest.mark.parametrize("stride,dtype", [(1, DType.float32), (2, DType.float32), (1, DType.float16)])
+def test_conv_rows_wider_than_a_panel(stride, dtype):
+    """Rows of 40 outputs hold whole panels (one fixed-length copy each) next to panels cut by the padding
+    or by a row end."""
+    x = Tensor.input("x", (1, 4, 6, 80 if stride == 2 else 40), dtype)
+    wt = Tensor.const(RNG.standard_normal((6, 4, 3, 3)).astype(dtype.np))
+    y = conv(x, wt, 1, [1, stride], [1, 1], [(1, 1), (1, 1)], [6, 40])
+    g = _graph([x], [y.relu()])
+    ks, cs = _contractions(g)
+    assert len(cs) == 1 and plan_contraction(cs[0]) is not None
+    feeds = {"x": RNG.standard_normal(x.shape).astype(dtype.np)}
+    be = CPUBackend()
+    for s in _schedules(be, cs[0]):
+        assert s["pack_b"]
+        tol = 2e-5 if dtype is DType.float32 else 2e-2
+        _compare(g, feeds, rtol=tol, atol=tol, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)

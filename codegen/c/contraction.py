@@ -230,8 +230,14 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
             L.append(f"          lo = lum_max64(lo, lum_fdiv(v - {r}, {-c}) + 1);"
                      f" hi = lum_min64(hi, lum_fdiv(v, {-c}) + 1); }}")
     L += ["        lo = lum_min64(lo, sl[s]); hi = lum_max64(hi, lo);",
-          "        for (int64_t w = 0; w < lo; w++) ds[w] = 0.0f;",
-          f"        const {ct.STORAGE[dt]} *restrict src = in{buf} + sb0[s] + kt0;",
+          f"        const {ct.STORAGE[dt]} *restrict src = in{buf} + sb0[s] + kt0;"]
+    # a whole panel row from one run: a loop of fixed length, which the compiler unrolls and vectorises
+    L += [f"        if (lo == 0 && hi == {nr}) {{",
+          "            #pragma omp simd",
+          f"            for (int64_t w = 0; w < {nr}; w++) ds[w] = {ct.load(dt, f'src[{step[0]} * w]')};",
+          "            continue;",
+          "        }"]
+    L += ["        for (int64_t w = 0; w < lo; w++) ds[w] = 0.0f;",
           "        #pragma omp simd",
           f"        for (int64_t w = lo; w < hi; w++) ds[w] = {ct.load(dt, f'src[{step[0]} * w]')};",
           "        for (int64_t w = hi; w < sl[s]; w++) ds[w] = 0.0f;",
