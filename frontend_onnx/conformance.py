@@ -377,9 +377,18 @@ def _import(model: onnx.ModelProto, feeds: dict[str, np.ndarray], baked: list[st
                 baked.append(k)
 
 
-def run_case(case: Case) -> CaseResult:
-    from ..ir import run_reference
+def _run(graph, feeds: dict[str, np.ndarray], backend: str) -> list[np.ndarray]:
+    """The graph's outputs from the reference executor, or compiled for ``backend``."""
+    if backend == "reference":
+        from ..ir import run_reference
 
+        return run_reference(graph, feeds)
+    from ..runtime.compile import compile_graph
+
+    return compile_graph(graph, backend).run(feeds)
+
+
+def run_case(case: Case, backend: str = "reference") -> CaseResult:
     t0 = time.perf_counter()
     d = Path(case.model_dir)
     model = onnx.load(str(d / "model.onnx"))
@@ -405,7 +414,7 @@ def run_case(case: Case) -> CaseResult:
             except Exception as e:  # the importer's error is the failure reason
                 res.status, res.reason = "failed", _one_line(f"import: {type(e).__name__}: {e}{_where(e)}")
                 return res
-            got = dict(zip(imported.graph.output_names, run_reference(imported.graph, live)))
+            got = dict(zip(imported.graph.output_names, _run(imported.graph, live, backend)))
             for k, (name, want) in enumerate(zip(out_names, expected)):
                 if name not in got:
                     res.status, res.reason = "failed", f"output #{k} missing"
@@ -426,7 +435,7 @@ def run_case(case: Case) -> CaseResult:
 
 # ---------------------------------------------------------------- the pool
 
-def _worker(conn) -> None:
+def _worker(conn, backend: str) -> None:
     import warnings
 
     warnings.simplefilter("ignore")
@@ -438,13 +447,13 @@ def _worker(conn) -> None:
             return
         if case is None:
             return
-        conn.send(run_case(case))
+        conn.send(run_case(case, backend))
 
 
 class _Slot:
-    def __init__(self, ctx):
+    def __init__(self, ctx, backend: str):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, backend), daemon=True)
         self.proc.start()
         child.close()
         self.case: Case | None = None
@@ -461,14 +470,15 @@ class _Slot:
 
 
 def run_cases(cases: Sequence[Case], workers: int = 2, timeout: float = 60.0,
-              progress=None) -> list[CaseResult]:
-    """Run every case in worker processes; a case past ``timeout`` seconds fails."""
+              progress=None, backend: str = "reference") -> list[CaseResult]:
+    """Run every case in worker processes, through the reference executor or compiled for ``backend``; a
+    case past ``timeout`` seconds fails."""
     if not cases:
         return []
     ctx = multiprocessing.get_context("forkserver" if sys.platform != "win32" else "spawn")
     todo = list(cases)[::-1]
     results: dict[str, CaseResult] = {}
-    slots = [_Slot(ctx) for _ in range(max(1, min(workers, len(cases))))]
+    slots = [_Slot(ctx, backend) for _ in range(max(1, min(workers, len(cases))))]
     try:
         for s in slots:
             if todo:
@@ -487,11 +497,11 @@ def run_cases(cases: Sequence[Case], workers: int = 2, timeout: float = 60.0,
                     except (EOFError, OSError):
                         r = CaseResult(s.case.name, "failed", f"worker died (exit code {s.proc.exitcode})")
                         s.kill()
-                        s = slots[i] = _Slot(ctx)
+                        s = slots[i] = _Slot(ctx, backend)
                 elif now - s.started > timeout:
                     r = CaseResult(s.case.name, "failed", f"timeout after {timeout:g} s", seconds=timeout)
                     s.kill()
-                    s = slots[i] = _Slot(ctx)
+                    s = slots[i] = _Slot(ctx, backend)
                 if r is None:
                     continue
                 results[r.name] = r
@@ -571,7 +581,10 @@ def _print_report(results: Sequence[CaseResult], summary: dict, show_failures: i
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m luminal.frontend_onnx.conformance",
-                                description="Run the ONNX backend test cases through luminal's reference executor.")
+                                description="Run the ONNX backend test cases through luminal (the reference "
+                                            "executor, or compiled for a backend).")
+    p.add_argument("--backend", default="reference", choices=("reference", "cpu", "cuda", "interpret"),
+                   help="run the imported graphs on the reference executor (default) or compiled for a backend")
     p.add_argument("--json", metavar="F", help="write the results as JSON to F ('-' for stdout)")
     p.add_argument("--filter", metavar="SUBSTR", help="only cases whose name contains SUBSTR")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated case kinds ({','.join(KINDS)})")
@@ -591,7 +604,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = select(collect_cases(kinds), a.filter, read_passing(passing_file) if a.passing_only else None)
     if a.update and (a.filter or a.passing_only or len(kinds) != len(KINDS)):
         p.error("--update needs the full run (no --filter, --kinds or --passing-only)")
-    results = run_cases(cases, a.workers, a.timeout)
+    if a.update and a.backend != "reference":
+        p.error("--update keeps the reference executor's passing list")
+    results = run_cases(cases, a.workers, a.timeout, backend=a.backend)
     summary = summarise(results)
     if a.json:
         data = dict(summary, results=[asdict(r) for r in results])

@@ -154,11 +154,11 @@ def test_main_writes_json(tmp_path):
 PASSING = conf.read_passing()
 
 
-def _check_passing(names: list[str]) -> None:
+def _check_passing(names: list[str], backend: str = "reference") -> None:
     cases = conf.select(conf.collect_cases(), names=names)
     missing = sorted(set(names) - {c.name for c in cases})
     assert not missing, f"cases in passing.txt that this onnx does not ship: {missing[:10]}"
-    results = conf.run_cases(cases, workers=2, timeout=120)
+    results = conf.run_cases(cases, workers=2, timeout=120, backend=backend)
     broken = [f"{r.name}: {r.status} {r.reason}" for r in results if r.status != "passed"]
     assert not broken, f"{len(broken)} kept cases stopped passing:\n" + "\n".join(broken[:40])
 
@@ -175,3 +175,13 @@ def test_kept_cases_still_pass_subset():
 @pytest.mark.slow
 def test_kept_cases_still_pass_all():
     _check_passing(PASSING)
+
+
+def test_kept_cases_pass_compiled_for_cpu_subset():
+    """A deterministic fifth of passing.txt, compiled to C kernels instead of run by the reference executor."""
+    _check_passing(PASSING[1::5], backend="cpu")
+
+
+@pytest.mark.slow
+def test_kept_cases_pass_compiled_for_cpu_all():
+    _check_passing(PASSING, backend="cpu")
