@@ -131,7 +131,9 @@ class Measurer:
                       prep_s: float = 5.0, deadline: float | None = None) -> list[Measurement]:
         if self._late(deadline, len(variants)):
             return [Measurement("skipped") for _ in variants]
-        return self._run(ModelJob(variants, self.seed, self._paired(len(variants))), len(variants), prep_s)
+        # a whole model is its own context: no flush (it was there so one kernel would see what a model leaves)
+        plan = replace(self._paired(len(variants)), flush=False)
+        return self._run(ModelJob(variants, self.seed, plan), len(variants), prep_s)
 
     def close(self) -> None:
         for w in [self.timer, *self.pool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import warnings
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from optuna.trial import TrialState
 from ..errors import LuminalError
 
 HOST = socket.gethostname()
+CREATE_TRIES = 5
+OPENED_BY = "opened_by"  # study attribute: host:pid of the processes that opened it
+CREATE_RACE = ("already exists", "alembic_version", "database is locked")
 
 
 def default_storage(cache_path: Path) -> str:
@@ -29,12 +33,19 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         kwargs = {"connect_args": {"timeout": 60}}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except Exception as e:
-        raise LuminalError(f"cannot open the study storage {url}: {str(e).splitlines()[0]}") from None
+    for attempt in range(CREATE_TRIES):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            break
+        except Exception as e:
+            # processes creating the same new storage at once: the losers of the race to create a table or
+            # write the schema version find the schema there when they try again
+            if any(m in str(e) for m in CREATE_RACE) and attempt + 1 < CREATE_TRIES:
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise LuminalError(f"cannot open the study storage {url}: {str(e).splitlines()[0]}") from None
     if url.startswith("sqlite:"):
         _fast_sqlite(storage)
     return storage
@@ -68,14 +79,21 @@ def open_study(storage: optuna.storages.BaseStorage, name: str,
                sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
                                 load_if_exists=True)
-    # trials left running by a tuning process on this host that was killed: fail them
+    # trials left running by a tuning process on this host that was killed: fail them. A trial is claimed
+    # only once its point is sampled (inside study.ask()), so one killed before that has no owner: it is
+    # stale when no other process that opened the study is alive
+    me = f"{HOST}:{os.getpid()}"
+    live = [o for o in study.user_attrs.get(OPENED_BY, [])
+            if not o.startswith(f"{HOST}:") or _alive(int(o.rpartition(":")[2]))]
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         host, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
-        if host == HOST and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        dead_owner = host == HOST and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid))
+        if dead_owner or (not pid and not live):
             try:
                 study.tell(t.number, state=TrialState.FAIL)
             except Exception:  # another process got there first
                 pass
+    study.set_user_attr(OPENED_BY, [o for o in live if o != me] + [me])
     return study
 
 

@@ -21,7 +21,7 @@ from ..cache.fingerprint import backend_fingerprints
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge, fusible_edges, fusion_key, partition
 from ..errors import LuminalError
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Op
 from .jobs import STATUSES
 from .measure import Measurement, Measurer, refuse_untimed
 from .report import TuneReport
@@ -31,7 +31,7 @@ from .space import FusionSpace, ScheduleSpace
 from .stats import beats
 from .studies import default_storage, open_storage, open_study
 from .tasks import FusionTask, KernelTask
-from .timing import TimingPlan
+from .timing import TimingPlan, last_level_cache_bytes
 from .worker import Cancelled
 
 FINAL_SHARE = 0.15  # at most this share of the budget is kept for the final re-timing
@@ -73,10 +73,14 @@ class _Stop:
             signal.signal(sig, h)
 
 
-def _plan_for(budget_s: float) -> TimingPlan:
+def _plan_for(budget_s: float, graph: Graph, backend: Any) -> TimingPlan:
     # short budgets time each candidate for less; the warm-up and repeat floor stay
     cap = min(0.25, max(0.02, budget_s / 400))
-    return TimingPlan(warmup_s=min(0.05, cap), cap_s=cap)
+    # a model whose weights fit in the CPU's last-level cache finds them there on every run, so its kernels
+    # are timed warm; a bigger one streams each weight from memory, so they are timed after a flush
+    weights = sum(n.attrs["value"].nbytes for n in graph.toposort() if n.op is Op.Constant)
+    flush = backend.name == "cuda" or weights > last_level_cache_bytes()
+    return TimingPlan(warmup_s=min(0.05, cap), cap_s=cap, flush=flush)
 
 
 class Tuner:
@@ -102,7 +106,7 @@ class Tuner:
         self.device, self.toolchain = backend_fingerprints(backend)
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self.batch = max(1, self.workers)
-        self.plan = plan or _plan_for(budget_s)
+        self.plan = plan or _plan_for(budget_s, graph, backend)
         self.timeout_s = timeout_s if timeout_s is not None else min(20.0, max(2.0, budget_s / 20))
         self.keep_default = False
         self.report = TuneReport(model_name, backend.name, self.device.key, self.toolchain.key, sampler, seed,
@@ -213,7 +217,10 @@ class Tuner:
         task.state.record(task.best_ns, time.monotonic() - t0, len(pending))
 
     def _finish(self, m: Measurer, final_deadline: float) -> None:
-        """Re-time each kernel's finalists together, then the whole model before and after."""
+        """Re-time each kernel's finalists together, then the whole model before and after (its time is
+        kept back from the finalists)."""
+        e2e_need = 2 * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 1.0
+        final_deadline = min(final_deadline, self.clock.deadline - e2e_need)
         for task in sorted(self.tasks.values(), key=lambda t: -t.best_ns * t.count):
             pts = task.finalists()
             if len(pts) < 2 or task.state.weight == 0:
@@ -222,9 +229,8 @@ class Tuner:
             if time.monotonic() + need > final_deadline or self.stop():
                 continue
             task.settle(pts, m.compare(task.kernel, pts))
-        need = 2 * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 1.0
         if self.fusion is not None or self.schedules():
-            if time.monotonic() + need <= self.clock.deadline and not self.stop():
+            if time.monotonic() + e2e_need <= self.clock.deadline and not self.stop():
                 before, after = m.measure_model([({}, {}), (self.decisions, self.schedules())], self.model_prep_s)
                 self.report.e2e_default_ns = before.median_ns if before.ok else None
                 self.report.e2e_tuned_ns = after.median_ns if after.ok else None

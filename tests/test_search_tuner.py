@@ -256,3 +256,55 @@ def test_winners_that_lose_end_to_end_are_not_written(tmp_path, monkeypatch):
     assert report.winners_written == 0
     assert any("slower than the default" in n for n in report.notes)
     assert TuningCache(tmp_path / "tuning.db").best(_sig(), report.device, report.toolchain) is None
+
+
+def _open(url, q):
+    from luminal.search.studies import open_storage
+
+    try:
+        open_storage(url)
+        q.put("ok")
+    except Exception as e:
+        q.put(str(e))
+
+
+def test_processes_creating_one_new_study_storage_at_once_all_open_it(tmp_path):
+    """Two tuning runs started together on a fresh studies.db (a CI matrix sharing a cache folder) race to
+    create Optuna's schema; the losers retry instead of failing."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    for k in range(4):
+        url = f"sqlite:///{tmp_path / f'studies{k}.db'}"
+        q = ctx.Queue()
+        procs = [ctx.Process(target=_open, args=(url, q)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [q.get(timeout=5) for _ in procs] == ["ok"] * 4
+
+
+def _ask_and_die(url):
+    from luminal.search.studies import open_storage, open_study
+
+    study = open_study(open_storage(url), "s", optuna.samplers.RandomSampler(seed=0))
+    study.ask()  # killed before the point was sampled and claimed: a RUNNING trial with no owner
+    os._exit(0)
+
+
+def test_a_trial_asked_by_a_killed_process_before_its_claim_is_failed_on_resume(tmp_path):
+    import multiprocessing as mp
+
+    from luminal.search.studies import open_storage, open_study
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    p = mp.get_context("fork").Process(target=_ask_and_die, args=(url,))
+    p.start()
+    p.join(60)
+    study = open_study(open_storage(url), "s", optuna.samplers.RandomSampler(seed=0))
+    assert [t.state for t in study.get_trials()] == [TrialState.FAIL]
+    # a live process's unclaimed trial is left alone
+    study.ask()
+    again = open_study(open_storage(url), "s", optuna.samplers.RandomSampler(seed=0))
+    assert [t.state for t in again.get_trials()] == [TrialState.FAIL, TrialState.RUNNING]
