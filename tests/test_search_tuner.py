@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import search_util as helpers
@@ -308,3 +309,22 @@ def test_a_trial_asked_by_a_killed_process_before_its_claim_is_failed_on_resume(
     study.ask()
     again = open_study(open_storage(url), "s", optuna.samplers.RandomSampler(seed=0))
     assert [t.state for t in again.get_trials()] == [TrialState.FAIL, TrialState.RUNNING]
+
+
+def test_kernels_are_timed_after_a_flush_only_when_the_weights_outgrow_the_cache():
+    from types import SimpleNamespace
+
+    from luminal.ir import DType, Graph, Tensor
+    from luminal.search.timing import last_level_cache_bytes
+    from luminal.search.tuner import _plan_for
+
+    def graph(weight_floats: int) -> Graph:
+        x = Tensor.input("x", (1, weight_floats), DType.float32)
+        w = Tensor.const(np.arange(weight_floats, dtype=np.float32))
+        return Graph([x.node], [x.mul(w.reshape((1, weight_floats))).contiguous().node], ["y"])
+
+    cpu, cuda = SimpleNamespace(name="cpu"), SimpleNamespace(name="cuda")
+    small, big = graph(1024), graph(last_level_cache_bytes() // 4 + 1024)
+    assert not _plan_for(60, small, cpu).flush
+    assert _plan_for(60, big, cpu).flush
+    assert _plan_for(60, small, cuda).flush  # L2 is flushed on the GPU whatever the model
