@@ -17,7 +17,7 @@ from ..errors import LuminalError
 from ..ir.graph import Graph
 from .jobs import CompileJob, KernelJob, Measurement, ModelJob
 from .timing import TimingPlan
-from .worker import Cancelled, Worker, WorkerContext, WorkerLost, start_method, wait_any
+from .worker import Cancelled, Worker, WorkerContext, WorkerLost, wait_any
 
 PAIRED_MIN_REPS = 15
 
@@ -39,10 +39,9 @@ class Measurer:
         self.timeout_s = timeout_s
         self.seed = seed
         self.stop = stop
-        method = start_method(backend)
         ctx = WorkerContext(backend, graph, threads)
-        self.timer = Worker(ctx, method)
-        self.pool = [Worker(WorkerContext(backend, None, threads), method) for _ in range(max(0, workers))]
+        self.timer = Worker(ctx)
+        self.pool = [Worker(WorkerContext(backend, None, threads)) for _ in range(max(0, workers))]
 
     # -- compile pool -------------------------------------------------------
     def compile_many(self, kernel: Kernel, schedules: list[dict[str, Any]]) -> list[Measurement | None]:

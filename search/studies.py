@@ -65,9 +65,13 @@ def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
     storage.engine.dispose()
 
 
-def _alive(pid: int) -> bool:
+def _alive(owner: str) -> bool:
+    """Whether the process ``host:pid`` may still run: certainly not when it was on this host and is gone."""
+    host, _, pid = owner.rpartition(":")
+    if host != HOST or not pid.isdigit():
+        return True
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
@@ -81,14 +85,12 @@ def open_study(storage: optuna.storages.BaseStorage, name: str,
                                 load_if_exists=True)
     # trials left running by a tuning process on this host that was killed: fail them. A trial is claimed
     # only once its point is sampled (inside study.ask()), so one killed before that has no owner: it is
-    # stale when no other process that opened the study is alive
+    # stale when no process that opened the study is alive
     me = f"{HOST}:{os.getpid()}"
-    live = [o for o in study.user_attrs.get(OPENED_BY, [])
-            if not o.startswith(f"{HOST}:") or _alive(int(o.rpartition(":")[2]))]
+    live = [o for o in study.user_attrs.get(OPENED_BY, []) if _alive(o)]
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        host, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
-        dead_owner = host == HOST and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid))
-        if dead_owner or (not pid and not live):
+        owner = str(t.user_attrs.get("owner", ""))
+        if (owner and owner != me and not _alive(owner)) or (not owner and not live):
             try:
                 study.tell(t.number, state=TrialState.FAIL)
             except Exception:  # another process got there first

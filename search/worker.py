@@ -110,26 +110,24 @@ def _serve(conn: Any, ctx: WorkerContext) -> None:
 class Worker:
     POLL_S = 0.05
 
-    def __init__(self, ctx: WorkerContext, method: str):
+    def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
-        self.mp = mp.get_context(method)
-        self.method = method
         self.proc: Any = None
         self.conn: Any = None
         self.restarts = 0
 
     def _start(self) -> None:
-        if self.method == "fork" and not self.ctx.backend.fork_safe():  # it ran kernels here since
-            self.method = "spawn"
-            self.mp = mp.get_context("spawn")
-        parent, child = self.mp.Pipe()
+        # decided at every start: the backend may have become unsafe to fork since the last one
         ctx = self.ctx
-        if self.method != "fork" and not isinstance(ctx.backend, str):
+        method = "spawn" if isinstance(ctx.backend, str) else start_method(ctx.backend)
+        if method == "spawn" and not isinstance(ctx.backend, str):
             graph = ctx.graph
             if graph is not None and not isinstance(graph, bytes):
                 graph = _deep(lambda: pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
             ctx = self.ctx = WorkerContext(ctx.backend.name, graph, ctx.threads)
-        self.proc = self.mp.Process(target=_serve, args=(child, ctx), daemon=True)
+        context = mp.get_context(method)
+        parent, child = context.Pipe()
+        self.proc = context.Process(target=_serve, args=(child, ctx), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
