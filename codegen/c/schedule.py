@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+from ...cache.fingerprint import cpu_info
 from ..backend import Knob, Schedule
 from ..kernel import Kernel
 from .contraction import plan_contraction
@@ -27,16 +28,12 @@ def default_threads() -> int:
 
 @lru_cache(maxsize=1)
 def simd_width() -> int:
-    """float32 lanes of the widest vector unit (from /proc/cpuinfo where available; read once: every
-    ``space`` and ``valid`` call of a search asks)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
-    except OSError:
-        return 8
-    if " avx512f" in flags:
+    """float32 lanes of the widest vector unit (read once: every ``space`` and ``valid`` call of a search
+    asks)."""
+    isa = set(cpu_info()["isa"])
+    if "avx512f" in isa:
         return 16
-    if " avx" in flags or " asimd" in flags:
+    if "avx" in isa or "asimd" in isa:
         return 8
     return 4
 
