@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         json_path: str = JSON_FILE_OPT,
     ) -> None:
         """Tune fusion decisions and kernel schedules on this machine; winners go to the tuning cache."""
-        from ..config import configured_models, load_config, parse_duration
+        from ..config import load_config, models_of, parse_duration
         from ..search.samplers import SAMPLERS
         from ..search.tuner import tune
 
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         else:
             if shape:
                 fail("--shape needs a MODEL; configured models take their shapes from the configuration")
-            jobs = [(str(m.path), dict(m.shapes)) for m in configured_models()]  # its LuminalError: one line, exit 2
+            jobs = [(str(m.path), dict(m.shapes)) for m in models_of(config)]  # its LuminalError: one line, exit 2
         if budget is None and (config is None or config.budget is None):
             fail("--budget is required (e.g. --budget 10m), or set budget in [tool.luminal]")
         total = parse_duration(budget, "--budget") if budget is not None else config.budget

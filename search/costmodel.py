@@ -50,9 +50,10 @@ class Fit:
     rho: float
 
     def _cov(self, a: np.ndarray, ta: np.ndarray, b: np.ndarray, tb: np.ndarray) -> np.ndarray:
-        k = np.exp(-self.scale * self.enc.distance(a, b))
-        same = ta[:, None] == tb[None, :]
-        return k * np.where(same, 1.0, self.rho) + OFFSET * same
+        return self._kernel(self.enc.distance(a, b), ta[:, None] == tb[None, :])
+
+    def _kernel(self, dist: np.ndarray, same: np.ndarray) -> np.ndarray:
+        return np.exp(-self.scale * dist) * np.where(same, 1.0, self.rho) + OFFSET * same
 
     def thompson(self, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One draw of the standardised log times of ``cand`` from the posterior."""
@@ -79,9 +80,11 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     vals.insert(0, (y - np.mean(y)) / sd if len(y) else y)
     X, T, Y = np.concatenate(xs), np.concatenate(ts), np.concatenate(vals)
     best_fit = None
+    dist = enc.distance(X, X)  # the same for every length scale
+    same = T[:, None] == T[None, :]
     for scale in SCALES:
         f = Fit(enc, X, T, np.zeros(0), np.zeros(0), scale, rho)
-        k = f._cov(X, T, X, T) + NOISE * np.eye(len(X))
+        k = f._kernel(dist, same) + NOISE * np.eye(len(X))
         try:
             chol = np.linalg.cholesky(k)
         except np.linalg.LinAlgError:

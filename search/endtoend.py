@@ -35,22 +35,12 @@ class ModelRunner:
         self.launch: Callable[[], None] | None = None
 
     def feed(self, arrays: Sequence[np.ndarray]) -> None:
-        """Upload the inputs and bind the kernels to the buffers, through the backend's launcher where it has
-        one (as the runtime does), so a plan is timed the way a compiled model runs."""
+        """Upload the inputs and bind the kernels to the buffers through the backend's launcher (as the runtime
+        does), so a plan is timed the way a compiled model runs."""
         for n, a in zip(self.graph.inputs, arrays):
             self.bufs[n.id] = self.backend.from_numpy(np.ascontiguousarray(a.astype(n.dtype.np).reshape(n.shape)))
         args = [[self.bufs[i] for i in k.input_nodes] + [self.bufs[i] for i in k.output_nodes] for k in self.kernels]
-        launcher = getattr(self.backend, "launcher", None)
-        if launcher is not None:
-            self.launch = launcher(self.compiled, args)
-            return
-        steps = list(zip(self.compiled, args))
-
-        def launch() -> None:
-            for fn, a in steps:
-                fn(a)
-
-        self.launch = launch
+        self.launch = self.backend.launcher(self.compiled, args)
 
     def __call__(self) -> None:
         self.launch()

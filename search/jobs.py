@@ -22,8 +22,6 @@ from ..ir.graph import Graph
 from .timing import TimingPlan, interleaved, make_timer
 from .verify import mismatch, random_inputs
 
-STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result")
-
 
 @dataclass
 class Measurement:

@@ -57,9 +57,11 @@ class CpuTimer:
 
     def __init__(self, backend: Any):
         self.backend = backend
-        self._evict = np.ones(2 * last_level_cache_bytes() // 8)
+        self._evict: np.ndarray | None = None  # made on the first flush: most plans never flush
 
     def flush(self) -> None:
+        if self._evict is None:
+            self._evict = np.ones(2 * last_level_cache_bytes() // 8)
         self._evict.sum()
 
     def __call__(self, fn: Callable[[], None]) -> int:

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..cache.fingerprint import backend_fingerprints
+from ..cache.schema import STATUSES
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge, fusible_edges, fusion_key, partition
 from ..errors import LuminalError
 from ..ir.graph import Graph, Op
-from .jobs import STATUSES
 from .measure import Measurement, Measurer, refuse_untimed
 from .report import TuneReport
 from .samplers import make_sampler

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from luminal.codegen.backend import Knob
+from luminal.codegen.backend import Knob, sequential_launcher
 from luminal.codegen.kernel_eval import run_kernel
 from luminal.ir.dtypes import DType
 from luminal.ir.graph import Graph
@@ -82,6 +82,9 @@ class FakeBackend:
 
     def fork_safe(self):
         return True
+
+    def launcher(self, compiled, buffers):
+        return sequential_launcher(compiled, buffers)
 
     def toolchain(self):
         return {"fake": 1}
