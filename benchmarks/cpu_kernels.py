@@ -108,7 +108,7 @@ def bench_gemms(threads: int, rounds: int, reps: int, impls: list[str]) -> list[
         for group in groups:
             for c in group:
                 median_time(contenders[c], 3)
-            for _ in range(rounds if group else 0):
+            for _ in range(rounds):
                 for c in group:
                     times[c].append(median_time(contenders[c], reps))
         row = {"case": name, "flops": flops}

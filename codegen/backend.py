@@ -96,7 +96,9 @@ def get_backend(name: str) -> Backend:
 
     _load_builtin()
     if name == "auto":
-        name = "cuda" if "cuda" in _BACKENDS and _BACKENDS["cuda"]().available() is None else "cpu"
+        if "cuda" in _BACKENDS and (cuda := _BACKENDS["cuda"]()).available() is None:
+            return cuda
+        name = "cpu"
     if name not in _BACKENDS:
         raise LuminalError(f"unknown backend {name!r}; choose from auto, {', '.join(sorted(_BACKENDS))}")
     backend = _BACKENDS[name]()

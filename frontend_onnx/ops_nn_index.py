@@ -21,7 +21,7 @@ def gather_axis(data: Tensor, indices: Tensor, axis: int) -> Tensor:
     axis %= data.ndim
     pre, post = data.shape[:axis], data.shape[axis + 1:]
     k = indices.numel
-    flat = _index(indices).reshape((1,) * axis + (k,) + (1,) * len(post))
+    flat = indices.reshape((1,) * axis + (k,) + (1,) * len(post))
     out = data.gather(flat.expand(pre + (k,) + post), axis)
     return out.reshape(pre + indices.shape + post)
 

@@ -7,7 +7,6 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from luminal.frontend_onnx import ops_nn  # noqa: F401  (registers the ops)
 from luminal.frontend_onnx.importer import const_tensor, materialise
 from luminal.frontend_onnx.registry import OpContext, lookup
 from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference

@@ -13,6 +13,7 @@ from luminal.codegen.kernel_eval import run_kernel
 from luminal.ir.dtypes import DType
 from luminal.ir.graph import Graph
 from luminal.ir.tensor import Tensor
+from luminal.search.timing import TimingPlan
 
 UNIT_S = 100e-6
 
@@ -36,6 +37,10 @@ class FakeKernel:
         t_end = time.perf_counter() + s.get("speed", 1) * UNIT_S
         while time.perf_counter() < t_end:
             pass
+
+
+# short timings; no cache flush, since the fake kernels touch no memory
+PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5, flush=False)
 
 
 class FakeBackend:

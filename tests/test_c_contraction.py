@@ -220,6 +220,7 @@ def test_few_rows_against_weights_laid_out_n_by_k_swap_roles(m):
 def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
     """A weight B is packed on the first call into panels the kernel keeps; later calls (new A) reuse them, and
     the same compiled kernel called with another weight packs that one."""
+    from luminal.codegen.c.backend import _PANELS
     from luminal.codegen.c.contraction import packed_b
     from luminal.ir import run_reference
 
@@ -243,11 +244,17 @@ def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
         ck(ins + [out])
         want = np.maximum(xv @ (weights[name].T if transposed else weights[name]), 0)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    # one set of panels per weight, filled once
+    for name in ("w1", "w2"):
+        ((panels, filled),) = _PANELS[id(weights[name])].values()
+        assert filled[0] == 1 and panels.size == floats
+    w1_panels = _PANELS[id(weights["w1"])]
     # another schedule with the same panel width reads the panels the first one filled for w1
     (ck2,) = be.compile([(c, {**sched, "mc": 24 if sched["mc"] != 24 else 48, "kc": 128})])
     xv = RNG.standard_normal((m, k)).astype(np.float32)
     ck2([xv if i != bi else weights["w1"] for i in range(len(c.inputs))] + [out])
     np.testing.assert_allclose(out, np.maximum(xv @ (w.T if transposed else w), 0), rtol=1e-4, atol=1e-4)
+    assert _PANELS[id(weights["w1"])] is w1_panels and len(w1_panels) == 1
     compare_cpu(g, {"x": RNG.standard_normal((m, k)).astype(np.float32)}, 1e-4, 1e-4, scaled=True,
                 schedules=[sched if kk is c else None for kk in ks], kernels=ks)
     assert run_reference(g, {"x": np.zeros((m, k), np.float32)})[0].shape == (m, n)

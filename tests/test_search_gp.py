@@ -14,7 +14,6 @@ from luminal.codegen.backend import Knob
 from luminal.codegen.partition import partition
 from luminal.search.samplers import ModelSampler, make_sampler
 from luminal.search.space import FusionSpace, ScheduleSpace, schedule_key
-from luminal.search.timing import TimingPlan
 from luminal.search.tuner import tune
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -128,6 +127,6 @@ def test_tune_with_gp_finds_the_fastest_schedule(tmp_path):
     backend = helpers.FakeBackend(modes=("ok", "bad"), speeds=(1, 2, 4, 8))
     report = tune(helpers.small_graph(), backend, 8, cache=tmp_path / "tuning.db",
                   storage=f"sqlite:///{tmp_path / 'studies.db'}", sampler="gp", workers=1, fusion=False,
-                  timeout_s=0.5, plan=TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5, flush=False))
+                  timeout_s=0.5, plan=helpers.PLAN)
     (k,) = report.kernels
     assert k.best_config == {"speed": 1, "mode": "ok"} and not report.notes

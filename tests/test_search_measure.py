@@ -14,7 +14,7 @@ from luminal.search.stats import beats
 from luminal.search.timing import TimingPlan
 from luminal.search.verify import mismatch
 
-PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5, flush=False)  # the fake backend touches no memory
+PLAN = helpers.PLAN
 
 
 @pytest.fixture

@@ -24,10 +24,9 @@ from luminal.errors import LuminalError
 from luminal.search.samplers import make_sampler
 from luminal.search.scheduler import TaskState, pick
 from luminal.search.space import ScheduleSpace
-from luminal.search.timing import TimingPlan
 from luminal.search.tuner import tune
 
-PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5, flush=False)  # the fake backend touches no memory
+PLAN = helpers.PLAN
 
 
 def _tune(tmp_path, backend, budget, **kw):
@@ -75,11 +74,10 @@ def _script(tmp_path, budget):
         import json, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import search_util as h
-        from luminal.search.timing import TimingPlan
         from luminal.search.tuner import tune
         r = tune(h.small_graph(), h.FakeBackend(modes=("ok", "wrong")), {budget}, sampler="random", seed=3,
                  cache={str(tmp_path / 'tuning.db')!r}, storage="sqlite:///{tmp_path / 'studies.db'}",
-                 timeout_s=0.5, plan=TimingPlan(0.005, 0.02, 5, flush=False), workers=1)
+                 timeout_s=0.5, plan=h.PLAN, workers=1)
         print(json.dumps(r.to_json()))
     """
     path = tmp_path / "run.py"

@@ -30,8 +30,8 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     return raw[start:start + n].view(dtype).reshape(shape)
 
 
-# panels of constant B operands: id(B) -> {(kernel signature, NR): (panels, filled flag)}, dropped with B. They
-# depend only on B and the panel layout, so every kernel and candidate that reads B the same way shares them.
+# panels of constant B operands: id(B) -> {(kernel signature, NR): (panels, filled flag)}, dropped with B. The
+# layout depends on how the kernel reads B and on NR, so every schedule of a kernel with that NR shares them.
 _PANELS: dict[int, dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]] = {}
 
 

@@ -33,10 +33,7 @@ def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = No
         steps.append((f, [vals[i] for i in k.input_nodes] + outs))
         vals.update(zip(k.output_nodes, outs))
 
-    def run() -> None:
-        for f, bufs in steps:
-            f(bufs)
-
+    run = be.launcher([f for f, _ in steps], [bufs for _, bufs in steps])  # the runtime's launch path
     return run, [vals[o.id] for o in graph.outputs], kernels
 
 
