@@ -303,6 +303,12 @@ def load_config(start_dir: Path | None = None, path: Path | str | None = None) -
     return _parse_file(*found) if found else None
 
 
+def cache_of(given: str | None, config: Config | None) -> str | None:
+    """The tuning cache a command uses: ``--cache`` when given, else the configuration's ``cache`` (None: the
+    cache's own default)."""
+    return given or (str(config.cache) if config and config.cache else None)
+
+
 def configured_models(start_dir: Path | None = None, path: Path | str | None = None) -> list[ModelConfig]:
     """What `tune`, `bench` and `check` act on when no MODEL is given. Raises LuminalError when there is
     no configuration or it lists no models."""

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..config import DEFAULT_ATOL, DEFAULT_RTOL
+from ..config import DEFAULT_ATOL, DEFAULT_RTOL, cache_of
 from ..errors import LuminalError
 from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, parse_shapes
 
@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
         settings = Settings(backend=resolve_backend(backend), against=parse_against(against), runs=runs,
                             time_s=None if runs is not None else (time_s or DEFAULT_TIME_S), warmup_s=warmup,
                             seed=seed, threads=threads,
-                            cache=cache or (str(config.cache) if config and config.cache else None),
+                            cache=cache_of(cache, config),
                             confidence=confidence)
         doc = new_document(settings)
         if storage is None and html_path:

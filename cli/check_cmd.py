@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..config import DEFAULT_ATOL, DEFAULT_RTOL
+from ..config import DEFAULT_ATOL, DEFAULT_RTOL, cache_of
 from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
 
 DEFAULT_BACKEND = "reference"
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             project = load_config()
             models = models_of(project)
             be = backend or (project.backend if project and project.backend else DEFAULT_BACKEND)
-            cache = cache or (str(project.cache) if project and project.cache else None)  # where tune put winners
+            cache = cache_of(cache, project)  # where tune put winners
             jobs = [(str(m.path), {**m.shapes, **parse_shapes(shape)}, be,
                      atol if atol is not None else (m.atol if m.atol is not None else DEFAULT_ATOL),
                      rtol if rtol is not None else (m.rtol if m.rtol is not None else DEFAULT_RTOL))

@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         json_path: str = JSON_FILE_OPT,
     ) -> None:
         """Tune fusion decisions and kernel schedules on this machine; winners go to the tuning cache."""
-        from ..config import load_config, models_of, parse_duration
+        from ..config import cache_of, load_config, models_of, parse_duration
         from ..search.samplers import SAMPLERS
         from ..search.tuner import tune
 
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 backend = "auto"
         if backend not in ("auto", "cpu", "cuda"):
             fail(f"cannot tune with backend {backend!r}: only auto, cpu and cuda are timed")
-        cache_path = cache or (str(config.cache) if config and config.cache else None)
+        cache_path = cache_of(cache, config)
         threads = config.threads if config else None
 
         reports = []
