@@ -149,7 +149,7 @@ def make_inputs(inputs: list, model: onnx.ModelProto, seed: int) -> dict[str, np
         free = [d for d in shape if not isinstance(d, int)]
         if free:
             raise LuminalError(f"input {io.name!r} has unbound dimension {free[0]!r}; bind it with --shape")
-        dt = np.dtype(_np_dtype(io.dtype))
+        dt = np.dtype(_np_dtype(getattr(io, "declared", None) or io.dtype))
         if dt.kind == "f":
             x = rng.standard_normal(shape, dtype=np.float32).astype(dt)
         elif dt.kind in "iu":
@@ -173,13 +173,16 @@ def _one_line(e: Exception) -> str:
 
 
 def onnxruntime_session(model_path: str, threads: int, providers: tuple[str, ...] = ("CPUExecutionProvider",),
-                        spinning: bool = True) -> Any:
-    """An onnxruntime session on ``threads`` intra-op threads (``spinning=False``: idle threads sleep)."""
+                        spinning: bool = True, optimize: bool = True) -> Any:
+    """An onnxruntime session on ``threads`` intra-op threads (``spinning=False``: idle threads sleep;
+    ``optimize=False``: the graph as written, without onnxruntime's fusions)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     opts.intra_op_num_threads = threads
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if not spinning:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
@@ -189,7 +192,8 @@ def onnxruntime_session(model_path: str, threads: int, providers: tuple[str, ...
 
 
 def run_onnxruntime(model_path: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    sess = onnxruntime_session(model_path, min(4, os.cpu_count() or 1))
+    # the model as written: onnxruntime's fused kernels (QDQ pairs folded into integer convs) round differently
+    sess = onnxruntime_session(model_path, min(4, os.cpu_count() or 1), optimize=False)
     names = [o.name for o in sess.get_outputs()]
     try:
         outs = sess.run(names, dict(feeds))

@@ -41,6 +41,9 @@ PASSING_FILE = Path(__file__).resolve().parent.parent / "tests" / "conformance" 
 _SUPPORTED_ELEM = {
     onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
     onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL,
+    # computed in int32 / int64 and returned as the model declares them
+    onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
 }
 # why a dtype the IR lacks cannot simply be computed in a narrower one
 _DTYPE_NOTES = {"double": "no float64 in the IR; float32 results miss double tolerance"}

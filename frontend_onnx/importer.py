@@ -29,6 +29,7 @@ class IOInfo:
     name: str
     dtype: DType
     shape: tuple[int, ...]
+    declared: str | None = None  # the model's numpy dtype where the IR computes in another (uint8 as int32)
 
 
 @dataclass
@@ -108,6 +109,18 @@ def array_dtype(dt: np.dtype) -> DType:
         return onnx_dtype(onnx.helper.np_dtype_to_tensor_dtype(dt))
     except (KeyError, ValueError, TypeError):
         raise LuminalError(f"unsupported tensor element type {dt}") from None
+
+
+def _declared(g: onnx.GraphProto, computed: Mapping[str, DType], outputs: bool = False) -> dict[str, str]:
+    """The graph inputs (or outputs) whose declared element type the IR computes in another dtype."""
+    out = {}
+    for vi in g.output if outputs else g.input:
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if vi.name in computed and _ELEM.get(elem) is computed[vi.name]:
+            written = onnx.helper.tensor_dtype_to_np_dtype(elem)
+            if written != computed[vi.name].np:
+                out[vi.name] = written.name
+    return out
 
 
 def const_tensor(arr, dtype: DType | None = None) -> Tensor:
@@ -621,13 +634,14 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
     if unbound:
         warnings.append(f"unbound dimensions default to 1: {', '.join(_clean(u) for u in unbound)}")
 
+    declared = _declared(g, {name: dt for name, dt, _ in resolved})
     scope: ChainMap = ChainMap()
     inputs, in_nodes = [], []
     for name, dt, shape in resolved:
         t = Tensor.input(name, shape, dt)
         scope[name] = t
         in_nodes.append(t.node)
-        inputs.append(IOInfo(name, dt, shape))
+        inputs.append(IOInfo(name, dt, shape, declared.get(name)))
     imp = Importer(opsets, warnings)
     for vi in list(g.input) + list(g.value_info):
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
@@ -642,10 +656,11 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
             raise LuminalError(f"graph output {_clean(o.name)!r} is a sequence; only tensor outputs are supported")
         out_tensors.append(materialise(t))
         names.append(o.name)
-    graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(binder.symbols))
+    declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True))
+    graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(binder.symbols), declared)
     if optimize:
         graph = ir.optimize(graph)
-    outputs = [IOInfo(nm, n.dtype, tuple(n.shape)) for nm, n in zip(names, graph.outputs)]
+    outputs = [IOInfo(nm, n.dtype, tuple(n.shape), declared.get(nm)) for nm, n in zip(names, graph.outputs)]
     counts = {}
     for sub in all_graphs(g):
         for n in sub.node:

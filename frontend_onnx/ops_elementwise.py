@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import reduce
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from ..ir import DType, Tensor, broadcast_shape
 from .importer import const_tensor, onnx_dtype
@@ -333,55 +333,3 @@ def ms_bias_add(ctx: OpContext) -> Tensor:
 @op("Swish")
 def swish_op(ctx: OpContext) -> Tensor:
     return swish(_x(ctx), float(ctx.attr("alpha", 1.0)))
-
-
-# -- quantisation (QDQ models): elementwise with per-tensor, per-axis or blocked scales ------------
-
-# the saturation range of each quantised ONNX type (computed in a wider IR integer type)
-_QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
-           TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-(2 ** 31), 2 ** 31 - 1)}
-
-
-def _per_axis(p: Tensor, x: Tensor, axis: int, block: int) -> Tensor:
-    """A scale or zero point broadcast against x: scalar, 1-D along ``axis``, or blocked along it."""
-    if p.ndim == 0 or p.numel == 1:
-        return p.reshape(())
-    axis %= x.ndim
-    if block:
-        rep = p.unsqueeze([axis + 1]).expand(p.shape[:axis + 1] + (block,) + p.shape[axis + 1:])
-        rep = rep.reshape(p.shape[:axis] + (p.shape[axis] * block,) + p.shape[axis + 1:])
-        return rep.shrink([(0, d) for d in x.shape])
-    return p.reshape([p.numel if k == axis else 1 for k in range(x.ndim)])
-
-
-@op("DequantizeLinear")
-def dequantize_linear(ctx: OpContext) -> Tensor:
-    x, scale, zp = ctx.inputs[0], ctx.inputs[1], ctx.input(2)
-    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
-    s = _per_axis(scale, x, axis, block)
-    v = x.cast(DType.float32)
-    if zp is not None:
-        v = v.sub(_per_axis(zp, x, axis, block).cast(DType.float32))
-    out = v.mul(s.cast(DType.float32))
-    dt = int(ctx.attr("output_dtype", 0))
-    return out.cast(onnx_dtype(dt) if dt else scale.dtype)
-
-
-@op("QuantizeLinear")
-def quantize_linear(ctx: OpContext) -> Tensor:
-    x, scale, zp = ctx.inputs[0], ctx.inputs[1], ctx.input(2)
-    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
-    qtype = int(ctx.attr("output_dtype", 0)) or TensorProto.UINT8
-    if zp is not None:
-        # the IR widens 8- and 16-bit integers; the zero point's type as written sets the range
-        written = ctx.importer.source_dtype(ctx.node.input[2]) if ctx.importer is not None else None
-        if written is None:
-            raise NotImplementedError("QuantizeLinear with a zero point of undeclared type")
-        qtype = helper.np_dtype_to_tensor_dtype(np.dtype(written))
-    if qtype not in _QRANGE:
-        raise NotImplementedError(f"QuantizeLinear to {TensorProto.DataType.Name(qtype)}")
-    lo, hi = _QRANGE[qtype]
-    y = x.cast(DType.float32).div(_per_axis(scale, x, axis, block).cast(DType.float32)).round()
-    if zp is not None:
-        y = y.add(_per_axis(zp, x, axis, block).cast(DType.float32))
-    return y.maximum(float(lo)).minimum(float(hi)).cast(onnx_dtype(qtype))

@@ -49,7 +49,11 @@ def _bias(y: Tensor, b: Tensor | None) -> Tensor:
 
 @op("Conv")
 def conv_op(ctx: OpContext) -> Tensor:
-    x, w = need(ctx, 0), need(ctx, 1)
+    return _bias(conv_node(ctx, need(ctx, 0), need(ctx, 1)), ctx.input(2))
+
+
+def conv_node(ctx: OpContext, x: Tensor, w: Tensor) -> Tensor:
+    """The convolution a Conv-like node's attributes describe, without bias."""
     if x.ndim < 3 or w.ndim != x.ndim:
         raise fail(ctx, f"input rank {x.ndim} and weight rank {w.ndim} do not fit a convolution")
     group = int(ctx.attr("group", 1))
@@ -61,7 +65,7 @@ def conv_op(ctx: OpContext) -> Tensor:
     strides, dilations, pads, outs = _geometry(ctx, x, kernel)
     if w.dtype != x.dtype:
         w = w.cast(x.dtype)
-    return _bias(conv(x, w, group, strides, dilations, pads, outs), ctx.input(2))
+    return conv(x, w, group, strides, dilations, pads, outs)
 
 
 @op("ConvTranspose")

@@ -43,6 +43,17 @@ class OpContext:
                                "must be constant after shape folding")
         return t.numpy()
 
+    def declare(self, k: int, dtype) -> None:
+        """Record the element type output k has in the model (the IR computes uint8 and int8 in int32)."""
+        if self.importer is not None and k < len(self.node.output):
+            self.importer.written[self.node.output[k]] = np.dtype(dtype)
+
+    def written(self, i: int) -> np.dtype | None:
+        """The element type input i has in the model, where the import knows it."""
+        if self.importer is None or i >= len(self.node.input):
+            return None
+        return self.importer.source_dtype(self.node.input[i])
+
     def ints(self, i: int) -> list[int] | None:
         """Constant input i as a flat list of ints; None when absent."""
         v = self.const(i)

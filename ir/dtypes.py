@@ -59,6 +59,11 @@ _NUMPY = {
 }
 
 
+def as_declared(x: np.ndarray, declared: str | None) -> np.ndarray:
+    """An output in the dtype its model declares (narrow integers wrap, as the model's own arithmetic would)."""
+    return x if declared is None or x.dtype == declared else x.astype(declared)
+
+
 def promote(a: DType, b: DType) -> DType:
     if a == b:
         return a

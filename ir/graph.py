@@ -29,6 +29,7 @@ class Op(enum.Enum):
     # binary
     Add = "Add"
     Mul = "Mul"
+    Div = "Div"  # floats only: the correctly rounded quotient (integer division is built from Mod)
     Mod = "Mod"
     LessThan = "LessThan"
     # select
@@ -46,7 +47,7 @@ class Op(enum.Enum):
 
 SOURCES = frozenset({Op.Input, Op.Constant, Op.Iota})
 UNARY = frozenset({Op.Exp2, Op.Log2, Op.Sin, Op.Sqrt, Op.Recip, Op.Cast})
-BINARY = frozenset({Op.Add, Op.Mul, Op.Mod, Op.LessThan})
+BINARY = frozenset({Op.Add, Op.Mul, Op.Div, Op.Mod, Op.LessThan})
 ELEMENTWISE = UNARY | BINARY | {Op.Where, Op.Contiguous}
 REDUCE = frozenset({Op.SumReduce, Op.MaxReduce})
 
@@ -92,6 +93,9 @@ class Graph:
     output_names: list[str]
     # symbolic dims that were bound while importing: name -> value
     bindings: dict[str, int] = field(default_factory=dict)
+    # inputs and outputs whose model type the IR computes in another dtype (uint8 as int32, double
+    # as float32): name -> the numpy dtype name callers feed and get back
+    declared: dict[str, str] = field(default_factory=dict)
 
     @property
     def input_names(self) -> list[str]:

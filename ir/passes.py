@@ -56,7 +56,7 @@ def _rebuild(graph: Graph, visit) -> Graph:
         else:
             outputs.append(new[o.id])
     inputs = [new[i.id] for i in graph.inputs]
-    return Graph(inputs, outputs, list(graph.output_names), dict(graph.bindings))
+    return Graph(inputs, outputs, list(graph.output_names), dict(graph.bindings), dict(graph.declared))
 
 
 def _copy(n: Node, srcs) -> Node:

@@ -10,7 +10,7 @@ import string
 
 import numpy as np
 
-from .dtypes import DType
+from .dtypes import DType, as_declared
 from .graph import Graph, Node, Op
 from .view import View
 
@@ -103,6 +103,8 @@ def eval_node(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             r = np.logical_or(*xs) if dt is DType.bool else xs[0] + xs[1]
         elif op is Op.Mul:
             r = np.logical_and(*xs) if dt is DType.bool else xs[0] * xs[1]
+        elif op is Op.Div:
+            r = xs[0] / xs[1]
         elif op is Op.Mod:
             if dt.is_int:
                 a, b = xs
@@ -165,4 +167,4 @@ def run(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
                     del vals[s.id]
         if n.id in contraction_only:
             continue
-    return [vals[n.id] for n in graph.outputs]
+    return [as_declared(vals[n.id], graph.declared.get(name)) for n, name in zip(graph.outputs, graph.output_names)]

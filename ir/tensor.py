@@ -315,11 +315,11 @@ class Tensor:
         if x.dtype.is_int and other.dtype.is_int:
             return x.int_div(other)
         s = other.scalar()
-        if s is not None and s != 0 and x.dtype.is_float:
-            return x.mul(1.0 / s)
+        if s is not None and s != 0 and x.dtype.is_float and math.frexp(s)[0] in (0.5, -0.5):
+            return x.mul(1.0 / s)  # a power of two: the product is the quotient
         if not other.dtype.is_float:
             other = other.cast(x.dtype if x.dtype.is_float else DType.float32)
-        return x.mul(other.recip())
+        return x._binary(Op.Div, other)
 
     def int_div(self, other) -> Tensor:
         """Integer division truncating toward zero, as C and ONNX Div do."""

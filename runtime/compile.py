@@ -22,8 +22,10 @@ def resolve_backend(backend: str | Backend) -> Backend:
 
 
 def graph_specs(graph: Graph) -> tuple[list[TensorSpec], list[TensorSpec], dict[int, np.ndarray]]:
-    inputs = [TensorSpec(n.attrs["name"], n.id, n.shape, n.dtype) for n in graph.inputs]
-    outputs = [TensorSpec(name, n.id, n.shape, n.dtype) for name, n in zip(graph.output_names, graph.outputs)]
+    dec = graph.declared
+    inputs = [TensorSpec(n.attrs["name"], n.id, n.shape, n.dtype, dec.get(n.attrs["name"])) for n in graph.inputs]
+    outputs = [TensorSpec(name, n.id, n.shape, n.dtype, dec.get(name))
+               for name, n in zip(graph.output_names, graph.outputs)]
     constants = {n.id: n.attrs["value"] for n in graph.toposort() if n.op is Op.Constant}
     return inputs, outputs, constants
 

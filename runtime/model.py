@@ -13,7 +13,7 @@ import numpy as np
 from ..codegen.backend import Backend, Schedule
 from ..codegen.kernel import Kernel
 from ..errors import LuminalError
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, as_declared
 from .plan import plan_kernels
 
 
@@ -23,13 +23,17 @@ class TensorSpec:
     node: int
     shape: tuple[int, ...]
     dtype: DType
+    declared: str | None = None  # the model's numpy dtype where the IR computes in another (Graph.declared)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "node": self.node, "shape": list(self.shape), "dtype": self.dtype.value}
+        d = {"name": self.name, "node": self.node, "shape": list(self.shape), "dtype": self.dtype.value}
+        return d | ({"declared": self.declared} if self.declared else {})
 
     @staticmethod
     def from_json(d: dict) -> TensorSpec:
-        return TensorSpec(str(d["name"]), int(d["node"]), tuple(int(s) for s in d["shape"]), DType(d["dtype"]))
+        declared = d.get("declared")
+        return TensorSpec(str(d["name"]), int(d["node"]), tuple(int(s) for s in d["shape"]), DType(d["dtype"]),
+                          str(np.dtype(declared)) if declared else None)
 
 
 @dataclass
@@ -95,8 +99,9 @@ class CompiledModel:
 
     def _outputs(self) -> list[np.ndarray]:
         self.backend.synchronize()
-        return [self._const_outputs[spec.node].copy() if spec.node in self._const_outputs
-                else self.backend.to_numpy(self._values[spec.node]) for spec in self.outputs]
+        return [as_declared(self._const_outputs[spec.node].copy() if spec.node in self._const_outputs
+                            else self.backend.to_numpy(self._values[spec.node]), spec.declared)
+                for spec in self.outputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Outputs in graph order; ``feeds`` are already validated arrays of the input specs."""

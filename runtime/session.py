@@ -9,11 +9,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import LuminalError
-from ..ir.dtypes import DType
 from .model import CompiledModel, TensorSpec
 
-ONNX_TYPE = {DType.float32: "tensor(float)", DType.float16: "tensor(float16)", DType.bfloat16: "tensor(bfloat16)",
-             DType.int64: "tensor(int64)", DType.int32: "tensor(int32)", DType.bool: "tensor(bool)"}
+_ONNX_NAME = {"float32": "float", "float64": "double"}  # numpy names onnxruntime spells otherwise
+
+
+def onnx_type(spec: TensorSpec) -> str:
+    """The type onnxruntime would report for this input or output, e.g. ``tensor(uint8)``."""
+    name = _np(spec).name
+    return f"tensor({_ONNX_NAME.get(name, name)})"
+
+
+def _np(spec: TensorSpec) -> np.dtype:
+    return np.dtype(spec.declared) if spec.declared else spec.dtype.np
 
 
 @dataclass(frozen=True)
@@ -47,10 +55,10 @@ class InferenceSession:
         return self._model
 
     def get_inputs(self) -> list[NodeArg]:
-        return [NodeArg(s.name, list(s.shape), ONNX_TYPE[s.dtype]) for s in self._model.inputs]
+        return [NodeArg(s.name, list(s.shape), onnx_type(s)) for s in self._model.inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [NodeArg(s.name, list(s.shape), ONNX_TYPE[s.dtype]) for s in self._model.outputs]
+        return [NodeArg(s.name, list(s.shape), onnx_type(s)) for s in self._model.outputs]
 
     def get_providers(self) -> list[str]:
         return [self._model.backend.name]
@@ -79,9 +87,9 @@ class InferenceSession:
 
 def _check(spec: TensorSpec, value: Any) -> np.ndarray:
     arr = np.asarray(value)
-    want = spec.dtype.np
+    want = _np(spec)
     if arr.dtype != want and not (arr.dtype.kind in "biu" and np.can_cast(arr.dtype, want, "safe")):
-        raise LuminalError(f"input {spec.name!r}: expected {spec.dtype.value}, got {arr.dtype}")
+        raise LuminalError(f"input {spec.name!r}: expected {want.name}, got {arr.dtype}")
     if tuple(arr.shape) != tuple(spec.shape):
         raise LuminalError(f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(arr.shape)} "
                            "(the model was compiled for fixed shapes; recompile with --shape)")

@@ -63,9 +63,12 @@ def test_unsupported_reasons():
     unknown_op = _model([helper.make_node("NoSuchOp", ["x"], ["y"])], [_vi("x", TensorProto.FLOAT, [2])],
                         [_vi("y", TensorProto.FLOAT, [2])])
     assert conf.unsupported_reason(unknown_op) == "ops NoSuchOp"
+    uint4 = _model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", TensorProto.UINT4, [2])],
+                   [_vi("y", TensorProto.UINT4, [2])])
+    assert conf.unsupported_reason(uint4) == "dtype uint4"
     uint8 = _model([helper.make_node("Identity", ["x"], ["y"])], [_vi("x", TensorProto.UINT8, [2])],
                    [_vi("y", TensorProto.UINT8, [2])])
-    assert conf.unsupported_reason(uint8) == "dtype uint8"
+    assert conf.unsupported_reason(uint8) is None  # computed in int32, returned as uint8
     to_double = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.DOUBLE),
                         helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)],
                        [_vi("x", TensorProto.FLOAT, [2])], [_vi("z", TensorProto.FLOAT, [2])])

@@ -150,6 +150,7 @@ class Body:
                 "Recip": f"(1.0f / {a[0]})",
                 "Add": f"({a[0]} + {a[1]})" if len(a) > 1 else "",
                 "Mul": f"({a[0]} * {a[1]})" if len(a) > 1 else "",
+                "Div": f"({a[0]} / {a[1]})" if len(a) > 1 else "",
                 "Mod": f"fmodf({a[0]}, {a[1]})" if len(a) > 1 else "",
             }[name]
             return ct.round_to(dt, r)

@@ -197,6 +197,8 @@ class OpEmitter:
             return f"({a} | {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} + {cf(b, adt[1])}")
         if op.op == "Mul":
             return f"({a} & {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} * {cf(b, adt[1])}")
+        if op.op == "Div":
+            return out(f"tl.div_rn({cf(a, adt[0])}, {cf(b, adt[1])})")
         if op.op == "Mod":
             if dt.is_int:
                 return f"tl.where({b} == 0, 0, {a} % tl.where({b} == 0, 1, {b})).to({TL[dt]})"

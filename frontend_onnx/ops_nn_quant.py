@@ -1,0 +1,228 @@
+"""Quantised ops (QDQ and QOperator models): integer products accumulate exactly in int32; scales
+and requantisation are elementwise float math. The IR computes 8- and 16-bit integers in int32, so a
+quantised type is read from how the model wrote the zero point (or the input) it comes with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from ..ir import DType, Tensor
+from .importer import onnx_dtype
+from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op
+from .ops_nn_util import fail, need
+from .registry import OpContext, op
+
+# the saturation range of each quantised ONNX type
+_QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
+           TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-(2 ** 31), 2 ** 31 - 1)}
+MS = "com.microsoft"
+
+
+def _qtype(ctx: OpContext, *inputs: int, default: int | None = None) -> int:
+    """The quantised ONNX type of the first of ``inputs`` whose written type the import knows."""
+    for i in inputs:
+        if ctx.input(i) is not None and (dt := ctx.written(i)) is not None:
+            q = helper.np_dtype_to_tensor_dtype(dt)
+            if q not in _QRANGE:
+                raise fail(ctx, f"quantised type {TensorProto.DataType.Name(q)} is not supported")
+            return q
+    if default is None:
+        raise fail(ctx, "the quantised type of the output is not known (no typed zero point)")
+    return default
+
+
+def _per_axis(p: Tensor, x: Tensor, axis: int, block: int = 0) -> Tensor:
+    """A scale or zero point broadcast against x: scalar, 1-D along ``axis``, or blocked along it."""
+    if p.ndim == 0 or p.numel == 1:
+        return p.reshape(())
+    axis %= x.ndim
+    if block:
+        rep = p.unsqueeze([axis + 1]).expand(p.shape[:axis + 1] + (block,) + p.shape[axis + 1:])
+        rep = rep.reshape(p.shape[:axis] + (p.shape[axis] * block,) + p.shape[axis + 1:])
+        return rep.shrink([(0, d) for d in x.shape])
+    return p.reshape([p.numel if k == axis else 1 for k in range(x.ndim)])
+
+
+def _centred(x: Tensor, zp: Tensor | None, axis: int = 0) -> Tensor:
+    """x - zero point in int32 (the zero point a scalar or per ``axis``)."""
+    v = x.cast(DType.int32)
+    return v if zp is None else v.sub(_per_axis(zp, x, axis).cast(DType.int32))
+
+
+def _dequant(x: Tensor, scale: Tensor, zp: Tensor | None, axis: int = 1, block: int = 0) -> Tensor:
+    v = x.cast(DType.float32)
+    if zp is not None:
+        v = v.sub(_per_axis(zp, x, axis, block).cast(DType.float32))
+    return v.mul(_per_axis(scale, x, axis, block).cast(DType.float32))
+
+
+def _quant(y: Tensor, zp: Tensor | None, qtype: int, axis: int = 1, block: int = 0) -> Tensor:
+    """Round half to even, add the zero point, saturate and cast: the tail of every quantisation."""
+    lo, hi = _QRANGE[qtype]
+    y = y.round()
+    if zp is not None:
+        y = y.add(_per_axis(zp, y, axis, block).cast(DType.float32))
+    return y.maximum(float(lo)).minimum(float(hi)).cast(onnx_dtype(qtype))
+
+
+@op("DequantizeLinear")
+def dequantize_linear(ctx: OpContext) -> Tensor:
+    x, scale = need(ctx, 0), need(ctx, 1)
+    out = _dequant(x, scale, ctx.input(2), int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0)))
+    dt = int(ctx.attr("output_dtype", 0))
+    return out.cast(onnx_dtype(dt) if dt else scale.dtype)
+
+
+@op("QuantizeLinear")
+def quantize_linear(ctx: OpContext) -> Tensor:
+    x, scale, zp = need(ctx, 0), need(ctx, 1), ctx.input(2)
+    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    if zp is not None and ctx.written(2) is None:
+        raise fail(ctx, "the zero point's type is not known")
+    qtype = _qtype(ctx, 2, default=int(ctx.attr("output_dtype", 0)) or TensorProto.UINT8)
+    ctx.declare(0, helper.tensor_dtype_to_np_dtype(qtype))
+    y = x.cast(DType.float32).div(_per_axis(scale, x, axis, block).cast(DType.float32))
+    return _quant(y, zp, qtype, axis, block)
+
+
+@op("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx: OpContext) -> list[Tensor]:
+    x = need(ctx, 0).cast(DType.float32)
+    axes = tuple(range(x.ndim))
+    hi, lo = x.max(axes).maximum(0.0), x.min(axes).minimum(0.0)
+    span = hi.sub(lo)
+    scale = span.eq(0.0).where(Tensor.full((), 1.0, DType.float32), span).div(255.0)
+    zp = Tensor.full((), 0.0, DType.float32).sub(lo.div(scale)).maximum(0.0).minimum(255.0).round()
+    y = x.div(scale).round().add(zp).maximum(0.0).minimum(255.0)
+    for k in range(3):
+        ctx.declare(k, np.float32 if k == 1 else np.uint8)
+    return [y.cast(DType.int32), scale, zp.cast(DType.int32)]
+
+
+@op("MatMulInteger")
+def matmul_integer(ctx: OpContext) -> Tensor:
+    a, b = need(ctx, 0), need(ctx, 1)
+    # a's zero point is per row (the second-last axis), b's per column (the last)
+    return _centred(a, ctx.input(2), -2).matmul(_centred(b, ctx.input(3), -1))
+
+
+@op("ConvInteger")
+def conv_integer(ctx: OpContext) -> Tensor:
+    x, w = need(ctx, 0), need(ctx, 1)
+    return conv_node(ctx, _centred(x, ctx.input(2)), _centred(w, ctx.input(3), 0))
+
+
+def _requant(ctx: OpContext, acc: Tensor, scale: Tensor, y_scale: Tensor, y_zp: Tensor | None, qtype: int,
+             axis: int = 1) -> Tensor:
+    """An int32 accumulator times (input scales / output scale), quantised to ``qtype``."""
+    ctx.declare(0, helper.tensor_dtype_to_np_dtype(qtype))
+    s = _per_axis(scale.cast(DType.float32), acc, axis).div(y_scale.cast(DType.float32).reshape(()))
+    return _quant(acc.cast(DType.float32).mul(s), y_zp, qtype)
+
+
+@op("QLinearMatMul")
+def qlinear_matmul(ctx: OpContext) -> Tensor:
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (ctx.input(i) for i in range(8))
+    if a is None or b is None or a_s is None or b_s is None or y_s is None:
+        raise fail(ctx, "QLinearMatMul needs a, b and the three scales")
+    acc = _centred(a, a_zp, -2).matmul(_centred(b, b_zp, -1))
+    # a's scale is per row of a, b's per column of b; both broadcast against the product
+    scale = _per_axis(a_s, acc, -2).cast(DType.float32).mul(_per_axis(b_s, acc, -1).cast(DType.float32))
+    return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 7, 0))
+
+
+@op("QLinearConv")
+def qlinear_conv(ctx: OpContext) -> Tensor:
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (ctx.input(i) for i in range(9))
+    if x is None or w is None or x_s is None or w_s is None or y_s is None:
+        raise fail(ctx, "QLinearConv needs x, w and the three scales")
+    acc = conv_node(ctx, _centred(x, x_zp), _centred(w, w_zp, 0))
+    if bias is not None:
+        acc = acc.add(bias.cast(DType.int32).reshape((1, -1) + (1,) * (acc.ndim - 2)))
+    scale = _per_axis(w_s, acc, 1).cast(DType.float32).mul(x_s.cast(DType.float32).reshape(()))
+    return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 7, 0))
+
+
+# -- onnxruntime's QOperator contrib ops: dequantise the inputs, run the float op, quantise the output --
+
+def _qlinear(float_op: Callable[..., Tensor], arity: int) -> Callable[[OpContext], Tensor]:
+    """A com.microsoft QLinear<Op>: ``arity`` quantised inputs (x, scale, zero point each), then the
+    output's scale and zero point."""
+
+    def fn(ctx: OpContext) -> Tensor:
+        xs = [_dequant(need(ctx, 3 * k), need(ctx, 3 * k + 1), ctx.input(3 * k + 2)) for k in range(arity)]
+        return _requantise_float(ctx, float_op(ctx, *xs), 3 * arity, 2)
+
+    return fn
+
+
+def _requantise_float(ctx: OpContext, y: Tensor, at: int, x_zp: int) -> Tensor:
+    """A float result quantised with the output scale and zero point at inputs ``at``, ``at + 1``."""
+    qtype = _qtype(ctx, at + 1, x_zp)
+    ctx.declare(0, helper.tensor_dtype_to_np_dtype(qtype))
+    return _quant(y.div(need(ctx, at).cast(DType.float32).reshape(())), ctx.input(at + 1), qtype)
+
+
+@op("QLinearConcat", domain=MS)
+def qlinear_concat(ctx: OpContext) -> Tensor:
+    n = (len(ctx.inputs) - 2) // 3
+    xs = [_dequant(need(ctx, 2 + 3 * k), need(ctx, 3 + 3 * k), ctx.input(4 + 3 * k)) for k in range(n)]
+    return _requantise_float(ctx, xs[0].cat(xs[1:], int(ctx.attr("axis"))), 0, 4)
+
+
+class _Shim:
+    """The node's context with a dequantised input 0, for running a float op's function on it."""
+
+    def __init__(self, ctx: OpContext, x: Tensor):
+        self._ctx, self.inputs = ctx, [x]
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def input(self, i: int) -> Tensor | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+
+def _pool(f: Callable[[OpContext], Tensor]) -> Callable[..., Tensor]:
+    """A pooling op's function on a dequantised input; ``channels_last=1`` inputs are NHWC."""
+
+    def g(ctx: OpContext, x: Tensor) -> Tensor:
+        if not ctx.attr("channels_last", 0):
+            return f(_Shim(ctx, x))
+        to_first = [0, x.ndim - 1] + list(range(1, x.ndim - 1))
+        to_last = [0] + list(range(2, x.ndim)) + [1]
+        return f(_Shim(ctx, x.permute(to_first))).permute(to_last)
+
+    return g
+
+
+_FLOAT_OPS: dict[str, tuple[Callable[..., Tensor], int]] = {
+    "QLinearAdd": (lambda ctx, a, b: a.add(b), 2),
+    "QLinearMul": (lambda ctx, a, b: a.mul(b), 2),
+    "QLinearSigmoid": (lambda ctx, x: x.sigmoid(), 1),
+    "QLinearLeakyRelu": (lambda ctx, x: x.lt(0.0).where(x.mul(float(ctx.attr("alpha", 0.01))), x), 1),
+    "QLinearGlobalAveragePool": (_pool(global_average_pool_op), 1),
+    "QLinearAveragePool": (_pool(average_pool_op), 1),
+}
+for _name, (_f, _arity) in _FLOAT_OPS.items():
+    op(_name, domain=MS)(_qlinear(_f, _arity))
+
+
+@op("QGemm", domain=MS)
+def qgemm(ctx: OpContext) -> Tensor:
+    a, a_s, a_zp, b, b_s, b_zp, c, y_s, y_zp = (ctx.input(i) for i in range(9))
+    if a is None or b is None or a_s is None or b_s is None:
+        raise fail(ctx, "QGemm needs A, B and their scales")
+    a = a.transpose() if ctx.attr("transA", 0) else a
+    b = b.transpose() if ctx.attr("transB", 0) else b
+    acc = _centred(a, a_zp, -2).matmul(_centred(b, b_zp, -1))  # b's zero point and scale are per column
+    if c is not None:  # an int32 bias in the accumulator's scale
+        acc = acc.add(c.cast(DType.int32).expand(acc.shape))
+    alpha = float(ctx.attr("alpha", 1.0))
+    scale = _per_axis(b_s, acc, -1).cast(DType.float32).mul(a_s.cast(DType.float32).reshape(())).mul(alpha)
+    if y_s is None:  # a float output
+        return acc.cast(DType.float32).mul(scale)
+    return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 8, 0))

@@ -1,0 +1,150 @@
+"""Quantised models as onnxruntime's quantiser writes them (QDQ, QOperator with contrib ops, dynamic
+integer ops), and models whose inputs and outputs are 8-bit integers: onnxruntime is the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from luminal.cli.modelcheck import check_model
+from luminal.runtime import InferenceSession
+from luminal.runtime.artifact import load_artifact, write_artifact
+from luminal.runtime.compile import compile_model
+
+BACKENDS = ("reference", "cpu")
+
+
+@pytest.fixture(scope="module")
+def float_model(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2)
+            self.fc = torch.nn.Linear(8 * 4 * 4, 10)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            y = torch.sigmoid(self.conv2(y)) + torch.nn.functional.avg_pool2d(y, 2)
+            return self.fc(y.flatten(1))
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("q") / "float.onnx"
+    torch.onnx.export(Net().eval(), torch.randn(1, 3, 8, 8), str(path), opset_version=17, dynamo=False,
+                      input_names=["x"], output_names=["y"])
+    return path
+
+
+def _quantised(float_model, kind: str):
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    class Calib(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.feeds = iter([{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    out = float_model.with_name(f"{kind}.onnx")
+    if kind == "dynamic":
+        quantize_dynamic(str(float_model), str(out))
+    else:
+        fmt = QuantFormat.QDQ if kind == "qdq" else QuantFormat.QOperator
+        # reduce_range: 7-bit weights, so onnxruntime's u8 x s8 kernels (pairs summed in int16) cannot saturate
+        # and its results are the exact ones luminal computes
+        quantize_static(str(float_model), str(out), Calib(), quant_format=fmt, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, per_channel=kind == "qdq", reduce_range=True)
+    return out
+
+
+def _output_step(path) -> float:
+    """The quantisation step of the model's output: the scale of the DequantizeLinear that produces it."""
+    m = onnx.load(str(path))
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    (dq,) = [n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == m.graph.output[0].name]
+    return float(inits[dq.input[1]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["qdq", "qoperator", "dynamic"])
+def test_quantised_model_matches_onnxruntime(float_model, kind, backend):
+    """Integer products are exact, so results match up to a tie rounded the other way after float math
+    summed in another order: at most one quantisation step of the output."""
+    path = _quantised(float_model, kind)
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    expected = {"qdq": {"QuantizeLinear", "DequantizeLinear", "Conv"}, "qoperator": {"QLinearConv", "QGemm"},
+                "dynamic": {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"}}[kind]
+    assert expected <= ops, ops
+    step = _output_step(path) if kind != "dynamic" else 0.05
+    report = check_model(str(path), {}, backend, seed=0, atol=1.01 * step, rtol=0.0)
+    assert report.ok, [(o.name, o.max_abs, step, o.reason) for o in report.outputs]
+
+
+@pytest.fixture(scope="module")
+def uint8_model(tmp_path_factory):
+    img = helper.make_tensor_value_info("img", TensorProto.UINT8, [2, 5])
+    nodes = [helper.make_node("Cast", ["img"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "s"], ["scaled"]),
+             helper.make_node("Add", ["img", "three"], ["wrapped"]),
+             helper.make_node("Cast", ["scaled"], ["back"], to=TensorProto.INT8)]
+    graph = helper.make_graph(
+        nodes, "u8", [img],
+        [helper.make_tensor_value_info("scaled", TensorProto.FLOAT, [2, 5]),
+         helper.make_tensor_value_info("wrapped", TensorProto.UINT8, [2, 5]),
+         helper.make_tensor_value_info("back", TensorProto.INT8, [2, 5])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+         numpy_helper.from_array(np.array(3, np.uint8), "three")])
+    path = tmp_path_factory.mktemp("u8") / "u8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_uint8_inputs_and_outputs_keep_their_types(uint8_model, backend):
+    import onnxruntime as ort
+
+    x = np.array([[0, 1, 100, 200, 252], [253, 254, 255, 7, 9]], np.uint8)
+    want = ort.InferenceSession(str(uint8_model)).run(None, {"img": x})
+    sess = InferenceSession(uint8_model, backend="cpu") if backend == "cpu" else None
+    if sess is not None:
+        assert [i.type for i in sess.get_inputs()] == ["tensor(uint8)"]
+        assert [o.type for o in sess.get_outputs()] == ["tensor(float)", "tensor(uint8)", "tensor(int8)"]
+        got = sess.run(None, {"img": x})
+    else:
+        from luminal.frontend_onnx import load
+        from luminal.ir import run_reference
+
+        got = run_reference(load(str(uint8_model)).graph, {"img": x})
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)  # 255 + 3 wraps to 2, as in the model's uint8 arithmetic
+    assert check_model(str(uint8_model), {}, backend, seed=0).ok
+
+
+def test_declared_types_survive_an_artifact(uint8_model, tmp_path):
+    compiled = compile_model(uint8_model, {}, "cpu")
+    loaded = load_artifact(write_artifact(compiled, tmp_path / "art", uint8_model, {}), "cpu")
+    x = np.full((2, 5), 254, np.uint8)
+    for g, w in zip(loaded.run({"img": x}), compiled.run({"img": x})):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    assert [o.declared for o in loaded.outputs] == [None, "uint8", "int8"]
+
+
+def test_int32_feed_for_a_uint8_input_is_refused(uint8_model):
+    from luminal.errors import LuminalError
+
+    sess = InferenceSession(uint8_model, backend="cpu")
+    with pytest.raises(LuminalError, match="expected uint8"):
+        sess.run(None, {"img": np.zeros((2, 5), np.int32)})
