@@ -14,18 +14,10 @@ from ..errors import LuminalError
 from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
 
 
-def _open_cache(path: str | None):
-    """The given cache file, which must exist; else the default one if it exists; else None."""
-    from .modelcheck import open_cache
-
-    if path is not None and not Path(path).is_file():
-        raise LuminalError(f"tuning cache not found: {path}")
-    return open_cache(path)
-
-
 def run_compile(model: str, backend: str, shape: list[str] | None, out: str | None, cache: str | None) -> dict:
     from ..runtime.artifact import write_artifact
     from ..runtime.compile import compile_graph, import_model, resolve_backend
+    from .modelcheck import open_cache
 
     if not Path(model).is_file():
         raise LuminalError(f"model file not found: {model}")
@@ -34,7 +26,7 @@ def run_compile(model: str, backend: str, shape: list[str] | None, out: str | No
     t0 = time.perf_counter()
     graph = import_model(model, shapes)
     t_import = time.perf_counter() - t0
-    tc = _open_cache(cache)
+    tc = open_cache(cache)
     try:
         compiled = compile_graph(graph, be, cache=tc)
     finally:

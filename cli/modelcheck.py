@@ -86,9 +86,12 @@ def run_backend(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str,
 
 
 def open_cache(path: str | None) -> Any:
-    """The tuning cache whose winners a compiled backend uses: the given file, else the default one if present."""
+    """The tuning cache whose winners a compiled backend uses: the given file, which must exist, else the
+    default one if present."""
     from ..cache import TuningCache, default_cache_path
 
+    if path is not None and not Path(path).is_file():
+        raise LuminalError(f"tuning cache not found: {path}")
     if path is None and not Path(default_cache_path()).is_file():
         return None
     return TuningCache(path, readonly=True)

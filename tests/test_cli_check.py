@@ -191,3 +191,11 @@ def test_names_from_the_model_are_never_markup(tmp_path):
     r = _invoke("inspect", str(path))
     assert r.exit_code == 0, r.output
     assert "[/in]" in r.output and "[/out]" in r.output and "m[red].onnx" in r.output
+
+
+def test_check_missing_cache_file_is_exit_2(embed_model, tmp_path):
+    """A mistyped --cache must not silently check the default schedules."""
+    r = _invoke("check", str(embed_model), "--shape", "batch=1,seq=3", "--backend", "cpu",
+                "--cache", str(tmp_path / "typo.db"))
+    assert r.exit_code == 2 and "tuning cache not found" in r.output, r.output
+    assert not (tmp_path / "typo.db").exists()
