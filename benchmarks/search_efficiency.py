@@ -4,7 +4,8 @@ Each kernel's schedule space is cut down (some knobs fixed) until every valid po
 compiled, verified and timed here with the C backend. The searches are then replayed against
 that table of measured times, many seeds each, through the tuner's own ask/dedupe/prune loop
 (search.tasks.KernelTask), so only the samplers differ. A trial is a new valid point measured;
-repeats and invalid points cost nothing in the tuner and are not counted. ``gp+transfer`` is the gp
+repeats, points that run the same code as one measured before (the backend's identity: same source,
+same threads) and invalid points cost nothing in the tuner and are not counted. ``gp+transfer`` is the gp
 sampler when the kernels are tuned one after another in one study storage (as in one tuning run,
 or a cache kept across runs): each learns from the trials of the kernels before it.
 
@@ -101,13 +102,14 @@ def kernels():
 
 
 def exhaustive(backend, kernel, plan) -> dict[str, float]:
-    """Median time of every valid point of the space (failed points are left out)."""
+    """Median time of one valid point per class of points that run the same code (failed ones left out)."""
     space = ScheduleSpace(backend, kernel)
-    points = []
+    points, classes = [], set()
     for combo in itertools.product(*[p.choices for p in space.params]):
         s = dict(space.default)
         s.update({p.name: v for p, v in zip(space.params, combo)})
-        if space.valid(s):
+        if space.valid(s) and space.key(s) not in classes:
+            classes.add(space.key(s))
             points.append(s)
     m = Measurer(backend, workers=2, plan=plan, timeout_s=20)
     try:
@@ -122,10 +124,21 @@ def exhaustive(backend, kernel, plan) -> dict[str, float]:
     return table
 
 
+def by_class(backend, kernel, table: dict[str, float]) -> dict[str, float]:
+    """The table over classes of points that run the same code: the median of what was measured in each
+    (tables measured before classes were known hold every member)."""
+    space = ScheduleSpace(backend, kernel)
+    members: dict[str, list[float]] = {}
+    for k, t in table.items():
+        members.setdefault(space.key(json.loads(k)), []).append(t)
+    return {c: float(np.median(v)) for c, v in members.items()}
+
+
 def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, target: float,
            storage=None, keep: int = 0) -> int:
-    """Trials (new valid points) until the best is within ``target`` of the exhaustive best; the search goes
-    on to ``keep`` trials (for later kernels to learn from) but the count stops at the first hit."""
+    """Trials (new classes of valid points) until the best is within ``target`` of the exhaustive best; the
+    search goes on to ``keep`` trials (for later kernels to learn from) but the count stops at the first hit.
+    ``table`` is by class (``by_class``)."""
     space = ScheduleSpace(backend, kernel)
     smp, _ = make_sampler(sampler, seed, space, "bench")
     study = optuna.create_study(sampler=smp, direction="minimize", storage=storage)
@@ -140,7 +153,7 @@ def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, ta
         if not pending:
             break
         trial, point = pending[0]
-        t = table.get(schedule_key(point))
+        t = table.get(space.key(point))
         m = Measurement("ok", [int(t)]) if t is not None else Measurement("compile_error")
         task.tell(trial, point, m)
         trials += 1
@@ -202,10 +215,12 @@ def main() -> None:
         if not table:
             print(f"{name}: no valid point ran", file=sys.stderr)
             continue
-        within = sum(1 for v in table.values() if v <= min(table.values()) * 1.05)
-        print(f"{name:28s} {len(table):4d} points, {within} within 5% of the best {min(table.values()) / 1e3:.1f} us "
+        classes = by_class(backend, kernel, table)
+        within = sum(1 for v in classes.values() if v <= min(classes.values()) * 1.05)
+        print(f"{name:28s} {len(table):4d} points in {len(classes):3d} classes, {within} within 5% of the best "
+              f"{min(classes.values()) / 1e3:.1f} us "
               f"(worst {max(table.values()) / 1e3:.1f} us) [{time.time() - t0:.0f} s to measure]", flush=True)
-        todo.append((name, kernel, backend, table))
+        todo.append((name, kernel, backend, by_class(backend, kernel, table)))
     if args.tables:
         with open(args.tables, "w") as f:
             json.dump(saved, f)

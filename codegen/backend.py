@@ -47,6 +47,9 @@ class Backend(Protocol):
     def source(self, kernel: Kernel, schedule: Schedule) -> str:
         """Generated source code for one kernel."""
 
+    def identity(self, kernel: Kernel, schedule: Schedule) -> str:
+        """What the schedule runs as (source and launch): schedules with one identity are one point to time."""
+
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[CompiledKernel]:
         """Compile many kernels at once (in parallel where it helps)."""
 

@@ -317,3 +317,17 @@ def scatter_nd_op(ctx: OpContext) -> Tensor:
     flat = data.reshape((p,) + rest)
     out = _scatter(ctx, flat, onehot, u, (1,))
     return out.reshape(data.shape)
+
+
+@op("ReverseSequence")
+def reverse_sequence_op(ctx: OpContext) -> Tensor:
+    """Reverse the first ``sequence_lens[b]`` steps of each batch entry: a gather along the time axis."""
+    x, lens = need(ctx, 0), need(ctx, 1)
+    t_axis, b_axis = int(ctx.attr("time_axis", 0)), int(ctx.attr("batch_axis", 1))
+    if x.ndim < 2 or {t_axis, b_axis} != {0, 1} or lens.shape != (x.shape[b_axis],):
+        raise fail(ctx, "time and batch axes must be 0 and 1, with one length per batch entry")
+    shape = [1] * x.ndim
+    shape[b_axis] = x.shape[b_axis]
+    n = _index(lens).cast(DType.int64).reshape(shape).expand(x.shape)
+    t = Tensor.iota(x.shape, t_axis, DType.int64)
+    return x.gather(t.lt(n).where(n.sub(t).sub(1), t), t_axis)

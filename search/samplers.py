@@ -73,7 +73,8 @@ def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.sa
 class ModelSampler(optuna.samplers.BaseSampler):
     """Bayesian optimisation over the valid points of a schedule space (search/costmodel.py).
 
-    Each new point is the untried valid point that is fastest in one draw (Thompson sampling) from a
+    Each new point is the untried valid point (one per class of points that run the same code) that is
+    fastest in one draw (Thompson sampling) from a
     Gaussian process fitted on the measured trials, joined (``transfer``) by the trials of other
     kernels' studies in the same storage whose knobs are the same. Invalid points are never proposed;
     spaces too big to list are searched through a fresh random sample of valid points at each step.
@@ -100,6 +101,10 @@ class ModelSampler(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study: optuna.Study, trial: Any, name: str, dist: Any) -> Any:
         return self._random.sample_independent(study, trial, name, dist)
+
+    def _key(self, point: tuple) -> str:
+        """The point's class: points that run the same code are one point to the search (ScheduleSpace.key)."""
+        return self.space.key(self.space.decode(dict(zip(self._names, point))))
 
     def _is_valid(self, point: tuple) -> bool:
         if point not in self._valid:
@@ -162,8 +167,14 @@ class ModelSampler(optuna.samplers.BaseSampler):
         if not search_space or "fixed_params" in trial.system_attrs:
             return {}
         trials = study.get_trials(deepcopy=False)
-        tried = {self._point(t.params) for t in trials if t.state != TrialState.WAITING}
-        pool = [c for c in self._candidates() if c not in tried]
+        classes = {self._key(pt) for t in trials if t.state != TrialState.WAITING
+                   if (pt := self._point(t.params)) is not None}
+        pool = []  # one untried point per class
+        for c in self._candidates():
+            k = self._key(c)
+            if k not in classes:
+                classes.add(k)
+                pool.append(c)
         if not pool:
             return {}
         pts, ys = self._measured(trials)

@@ -89,6 +89,14 @@ class ScheduleSpace:
         self.kernel = kernel
         self.default = dict(backend.default_schedule(kernel))
         self.params = [_param(k, self.default.get(k.name)) for k in backend.space(kernel) if len(k.choices) > 0]
+        self._keys: dict[str, str] = {}
+
+    def key(self, schedule: dict[str, Any]) -> str:
+        """Equal for schedules that run the same code (the backend's identity); an invalid one keeps its own."""
+        sk = schedule_key(schedule)
+        if sk not in self._keys:
+            self._keys[sk] = self.backend.identity(self.kernel, schedule) if self.valid(schedule) else sk
+        return self._keys[sk]
 
     @property
     def size(self) -> int:

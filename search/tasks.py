@@ -21,7 +21,7 @@ from ..codegen.partition import Edge
 from .measure import Measurement
 from .report import FusionReport, KernelReport
 from .scheduler import TaskState
-from .space import FusionSpace, ScheduleSpace, decisions_key, schedule_key
+from .space import FusionSpace, ScheduleSpace, decisions_key
 from .stats import MIN_GAIN, beats
 from .studies import claim
 
@@ -220,7 +220,7 @@ class KernelTask(StudyTask):
         self.note = note
 
     def key(self, point: dict[str, Any]) -> str:
-        return schedule_key(point)
+        return self.space.key(point)
 
     def report(self) -> KernelReport:
         return KernelReport(self.signature, self.kernel.form, self.count, self.trials, dict(self.statuses),

@@ -276,3 +276,22 @@ def test_conv_rows_wider_than_a_panel(stride, dtype):
         assert s["pack_b"]
         tol = 2e-5 if dtype is DType.float32 else 2e-2
         _compare(g, feeds, rtol=tol, atol=tol, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
+
+
+def test_schedules_past_the_sizes_run_the_same_code():
+    """Row blocks past M, K blocks past K and thread counts of a loop without a parallel region are one point to
+    the search; a different micro-kernel is not."""
+    x = Tensor.input("x", (40, 200), DType.float32)
+    g = _graph([x], [x.matmul(Tensor.const(RNG.standard_normal((200, 64)).astype(np.float32))).relu()])
+    (k,) = _contractions(g)[1]
+    be = CPUBackend()
+    base = {**be.default_schedule(k), "mr": 6, "nr": 16, "mc": 48, "nc": 64, "kc": 256, "threads": 2}
+    same = [{**base, "mc": 96}, {**base, "mc": 288}, {**base, "kc": 0}, {**base, "kc": 512}, {**base, "nc": 128}]
+    other = [{**base, "mr": 4}, {**base, "threads": 1}, {**base, "kc": 128}, {**base, "mc": 24}]
+    assert all(be.valid(k, s) for s in same + other)
+    assert {be.identity(k, s) for s in same} == {be.identity(k, base)}
+    assert len({be.identity(k, s) for s in other} | {be.identity(k, base)}) == len(other) + 1
+    y = Tensor.input("y", (3, 4), DType.float32)
+    (ew,) = partition(_graph([y], [y.exp()]), {})
+    one, two = ({**be.default_schedule(ew), "threads": t} for t in (1, 2))
+    assert be.identity(ew, one) == be.identity(ew, two)  # too small for a parallel region either way

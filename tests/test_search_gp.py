@@ -130,3 +130,32 @@ def test_tune_with_gp_finds_the_fastest_schedule(tmp_path):
                   timeout_s=0.5, plan=helpers.PLAN)
     (k,) = report.kernels
     assert k.best_config == {"speed": 1, "mode": "ok"} and not report.notes
+
+
+class Unrolled(Grid):
+    """The unroll knob only matters for blocks of 64 and more: below, the generated code is the same."""
+
+    def identity(self, kernel, s):
+        return repr((s["block"], s["unroll"] if s["block"] >= 64 else 1, s["order"]))
+
+
+def test_points_that_run_the_same_code_are_proposed_once():
+    space = ScheduleSpace(Unrolled(), partition(helpers.small_graph())[0])
+    valid = [s for s in map(space.decode, _combos(space)) if space.valid(s)]
+    classes = {space.key(s) for s in valid}
+    assert len(classes) == 32 < len(valid)
+    _, points = _search(ModelSampler(space, 0), space, len(classes))
+    assert len({space.key(p) for p in points}) == len(classes)
+
+
+def test_the_tuner_times_one_point_per_class(tmp_path):
+    class OneSpeed(helpers.FakeBackend):
+        def identity(self, kernel, s):  # the mode knob changes nothing that runs
+            return repr(s["speed"])
+
+    backend = OneSpeed(modes=("ok", "ok2"), speeds=(1, 2, 4, 8))
+    report = tune(helpers.small_graph(), backend, 8, cache=tmp_path / "tuning.db",
+                  storage=f"sqlite:///{tmp_path / 'studies.db'}", sampler="gp", workers=1, fusion=False,
+                  timeout_s=0.5, plan=helpers.PLAN)
+    for k in report.kernels:
+        assert k.trials <= 4, k

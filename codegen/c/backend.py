@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import weakref
 from collections.abc import Sequence
 from functools import lru_cache
@@ -170,6 +171,14 @@ class CPUBackend:
 
     def source(self, kernel: Kernel, sched: Schedule) -> str:
         return source(kernel, sched)
+
+    def identity(self, kernel: Kernel, sched: Schedule) -> str:
+        # knobs past a kernel's sizes (a row block over all rows, a chunk over all columns, threads for a loop
+        # that runs on one) leave the source as it is; the thread count matters where a parallel region is
+        src = source(kernel, sched)
+        parallel = "omp parallel" in src or sched.get("impl") == "blas"
+        threads = (sched.get("threads", 0) or schedule.default_threads()) if parallel else 1
+        return hashlib.sha1(f"{threads}\n{src}".encode()).hexdigest()
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[Any]:
         fns = build.build([source(k, s) for k, s in items])

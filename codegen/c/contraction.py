@@ -254,7 +254,8 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     full = kernel.full
     nb, M, N, K = plan.sizes
     mr, nr = sched["mr"], sched["nr"]
-    mc, nc = sched["mc"], sched["nc"]
+    # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
+    mc, nc = min(sched["mc"], -(-M // mr) * mr), min(sched["nc"], -(-N // nr) * nr)
     kc = min(sched["kc"] or K, K)
     direct = not sched["pack_b"]
     once = packed_b(kernel, sched) is not None
