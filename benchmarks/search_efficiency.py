@@ -113,15 +113,15 @@ def exhaustive(backend, kernel, plan) -> dict[str, float]:
             points.append(s)
     m = Measurer(backend, workers=2, plan=plan, timeout_s=20)
     try:
-        table = {}
+        ok = []
         for i in range(0, len(points), 8):
             chunk = points[i:i + 8]
-            for s, r in zip(chunk, m.measure(kernel, chunk)):
-                if r.ok:
-                    table[schedule_key(s)] = r.median_ns
+            ok += [s for s, r in zip(chunk, m.measure(kernel, chunk)) if r.ok]
+        # then all of them together, one run of each per round: the machine's drift over the minutes a
+        # table takes falls on every point alike, not on the points measured while it lasted
+        return {schedule_key(s): r.median_ns for s, r in zip(ok, m.compare(kernel, ok)) if r.ok}
     finally:
         m.close()
-    return table
 
 
 def by_class(backend, kernel, table: dict[str, float]) -> dict[str, float]:
