@@ -94,8 +94,11 @@ def test_conv_implicit_gemm(cin, cout, group, ksz, stride, dil, pads):
     _compare(g, feeds)
     be = CPUBackend()
     base = be.default_schedule(cs[0])
-    for over in ({"pack_a": True}, {"pack_a": True, "kc": 128, "mr": 4, "nr": base["nr"] // 2}):
-        s = {**base, **over}
+    # a depthwise conv (one output channel per group) defaults to loops over blocks of output columns
+    assert base["impl"] == ("loops" if cout == group else "generated")
+    gemm = {**base, "impl": "generated"}
+    for s in ({**gemm, "pack_a": True}, {**gemm, "pack_a": True, "kc": 128, "mr": 4, "nr": base["nr"] // 2},
+              {**gemm, "impl": "loops", "lanes": 16}):
         assert be.valid(cs[0], s)
         _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
 
@@ -120,13 +123,15 @@ def test_random_valid_schedules_are_correct():
     (k,) = [k for k in ks if k.form == "contraction"]
     space = be.space(k)
     rnd = random.Random(3)
-    scheds = [be.default_schedule(k), {**be.default_schedule(k), "impl": "blas", "threads": 1}]
+    scheds = [be.default_schedule(k), {**be.default_schedule(k), "impl": "blas", "threads": 1},
+              {**be.default_schedule(k), "impl": "loops", "lanes": 16}]
     while len(scheds) < 14:
         s = {kn.name: rnd.choice(kn.choices) for kn in space}
         if be.valid(k, s):
             scheds.append(s)
     assert any(s["impl"] == "blas" for s in scheds) and any(not s["pack_b"] for s in scheds)
     assert any(not s["pack_a"] and s["impl"] == "generated" for s in scheds)
+    assert be.valid(k, scheds[2]) and not be.valid(k, {**scheds[2], "kc": 128})  # loops have no GEMM knobs
     # with the library GEMM the generated kernel's knobs mean nothing: other values are not new points
     assert not be.valid(k, {**scheds[1], "mc": next(c for c in (24, 48) if c != scheds[1]["mc"])})
     feeds = {"a": RNG.standard_normal((2, 45, 70)).astype(np.float32),

@@ -141,6 +141,8 @@ def source(kernel: Kernel, sched: Schedule) -> str:
     if plan is not None:
         if sched.get("impl") == "blas":
             return BlasKernel.epilogue_source(kernel, plan)
+        if sched.get("impl") == "loops":
+            return emit_reduction_lanes(kernel, sched)
         return emit_contraction(kernel, sched, plan, schedule.simd_width())
     if kernel.reduce_axes:
         if sched.get("lanes", 0) and lanes_apply(kernel):

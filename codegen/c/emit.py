@@ -356,11 +356,12 @@ def lanes_apply(kernel: Kernel) -> bool:
 
 def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     """Column reductions: each row value is an array over a block of ``lanes`` consecutive elements of the
-    innermost (kept) dim, and every loop over those lanes is an ``omp simd`` loop with unit stride."""
+    innermost kept dim, and every loop over those lanes is an ``omp simd`` loop (the reduced dims, inner in
+    the space or not, loop around it: a depthwise conv sums its 3x3 taps over a block of output columns)."""
     k = normalize(kernel)
     body = Body(k)
     nd = len(k.full)
-    din = nd - 1
+    din = max(d for d in range(nd) if d not in body.red)
     size = k.full[din]
     lanes = max(1, min(sched.get("lanes", 64), size))
     nch = -(-size // lanes)

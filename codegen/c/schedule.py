@@ -48,7 +48,7 @@ def space(kernel: Kernel) -> list[Knob]:
     if plan_contraction(kernel) is not None:
         vw = simd_width()
         return [
-            Knob("impl", ("generated", "blas")),
+            Knob("impl", ("generated", "blas", "loops")),
             Knob("mr", (4, 6, 8, 12)),
             Knob("nr", tuple(vw * m for m in (1, 2, 3, 4))),
             Knob("mc", (24, 48, 72, 96, 144, 192, 288)),
@@ -57,6 +57,7 @@ def space(kernel: Kernel) -> list[Knob]:
             Knob("order", ("mn", "nm")),
             Knob("pack_b", (True, False)),
             Knob("pack_a", (True, False)),
+            Knob("lanes", (16, 64, 256)),
             threads,
         ]
     knobs = [Knob("vec", (0, 4, 8, 16)), Knob("unroll", (1, 2, 4)), threads]
@@ -97,8 +98,11 @@ def default_schedule(kernel: Kernel) -> Schedule:
         direct_a = plan.a_direct
         # N within one vector (a few rows with swapped roles): a 12 x VW tile wastes half the lanes of 6 x 2VW
         mr, nr = (12, vw) if n <= vw and not direct else (6, 2 * vw)
-        return {"impl": "generated", "mr": mr, "nr": nr, "mc": mc, "nc": nc, "kc": 256,
-                "order": "nm", "pack_b": not direct, "pack_a": not direct_a, "threads": 0}
+        # one row against a batch of B blocks (a depthwise conv: M = 1, K = its taps) reuses nothing a GEMM
+        # tile could keep: loops that sum the taps over a block of output columns
+        impl = "loops" if m == 1 and nb > 1 else "generated"
+        return {"impl": impl, "mr": mr, "nr": nr, "mc": mc, "nc": nc, "kc": 256,
+                "order": "nm", "pack_b": not direct, "pack_a": not direct_a, "lanes": 64, "threads": 0}
     if kernel.reduce_axes:
         s = {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
         if lanes_apply(kernel):
@@ -117,9 +121,12 @@ def valid(kernel: Kernel, sched: Schedule) -> bool:
     plan = plan_contraction(kernel)
     if plan is None:
         return not (sched["vec"] and sched["unroll"] > 1)  # unrolled loops are vectorised by gcc itself
-    if sched["impl"] == "blas":  # the generated GEMM's knobs mean nothing here: one point per thread count
+    if sched["impl"] != "generated":  # the GEMM's knobs mean nothing to a library call or loops
         d = default_schedule(kernel)
-        return all(sched[k] == d[k] for k in d if k not in ("impl", "threads"))
+        free = ("impl", "threads", "lanes") if sched["impl"] == "loops" else ("impl", "threads")
+        return all(sched[k] == d[k] for k in d if k not in free)
+    if sched["lanes"] != 64:  # nor lanes to the GEMM
+        return False
     vw = simd_width()
     regs = 32 if vw == 16 else 16
     mr, nr = sched["mr"], sched["nr"]
