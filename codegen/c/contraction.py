@@ -388,11 +388,18 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     epi.append("    const int64_t m = ic + i; (void)m;")
     for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
         epi.append(f"    const int64_t i{d} = {e};")
-    epi.append("    #pragma omp simd")
-    epi.append("    for (int64_t j = 0; j < ncur; j++) {")
-    epi.append("        const int64_t n = jc + j; (void)n;")
-    for d, e in zip(plan.n, unravel("n", tuple(full[x] for x in plan.n))):
+    # runs of the innermost N dim: the outer N indices are divided out once per run, not per element
+    inner = full[plan.n[-1]] if plan.n else 1
+    epi.append("    for (int64_t j0 = 0; j0 < ncur;) {")
+    epi.append(f"        const int64_t q = (jc + j0) / {inner}, r0 = (jc + j0) % {inner};")
+    epi.append(f"        const int64_t len = lum_min64({inner} - r0, ncur - j0); (void)q;")
+    for d, e in zip(plan.n[:-1], unravel("q", tuple(full[x] for x in plan.n[:-1]))):
         epi.append(f"        const int64_t i{d} = {e};")
+    epi.append("        #pragma omp simd")
+    epi.append("        for (int64_t j = j0; j < j0 + len; j++) {")
+    epi.append("            const int64_t n = jc + j; (void)n;")
+    if plan.n:
+        epi.append(f"            const int64_t i{plan.n[-1]} = r0 + (j - j0);")
     red = kernel.ops[plan.red]
     stmts = [f"float v{plan.red} = {ct.round_to(red.dtype, f'ct[i * {nc} + j]')};"]
     for n, op in enumerate(kernel.ops):
@@ -401,8 +408,8 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     lin = body.linear("row")
     for j, (o, b) in enumerate(kernel.outputs):
         stmts.append(f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};")
-    epi += _indent(stmts, 8)
-    epi += ["    }", "}"]
+    epi += _indent(stmts, 12)
+    epi += ["        }", "        j0 += len;", "    }", "}"]
     L += _indent(epi, 12)
     L.append("        }")
     L.append("    }")
