@@ -33,8 +33,8 @@ def median_time(fn, reps: int) -> float:
 
 
 def spread(xs: list[float]) -> dict:
-    """Median, 10th and 90th percentile."""
-    import numpy as np
+    """Median, 10th and 90th percentile (as ``luminal bench`` summarises its samples)."""
+    from luminal.cli.bench_stats import summarize
 
-    a = np.asarray(xs)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90))}
+    s = summarize(xs)
+    return {"median": s.median_s, "p10": s.p10_s, "p90": s.p90_s}
