@@ -65,17 +65,21 @@ def instance_norm_op(ctx: OpContext) -> Tensor:
     return _channel_affine(y, scale, bias)
 
 
+def _scaled_norm(ctx: OpContext, rms: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """LayerNormalization and its RMS forms: normalised over ``axis`` and after (in float32 when ``stash_type``
+    is 1), then scaled; with the mean and inverse deviation."""
+    x, scale = need(ctx, 0), need(ctx, 1)
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
+    work = x.cast(DType.float32) if int(ctx.attr("stash_type", 1)) == 1 and x.dtype.is_float else x
+    y, mean, inv, _ = normalise(work, tuple(range(axis, x.ndim)), float(ctx.attr("epsilon", 1e-5)), rms=rms)
+    return y.cast(x.dtype).mul(scale.cast(x.dtype).expand(x.shape)), mean, inv
+
+
 @op("LayerNormalization")
 def layer_norm_op(ctx: OpContext) -> list[Tensor | None]:
-    x, scale, bias = need(ctx, 0), need(ctx, 1), ctx.input(2)
-    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
-    eps = float(ctx.attr("epsilon", 1e-5))
-    stash = int(ctx.attr("stash_type", 1))
-    work = x.cast(DType.float32) if stash == 1 and x.dtype.is_float else x
-    y, mean, inv, _ = normalise(work, tuple(range(axis, x.ndim)), eps)
-    y = y.cast(x.dtype).mul(scale.cast(x.dtype).expand(x.shape))
-    if bias is not None:
-        y = y.add(bias.cast(x.dtype).expand(x.shape))
+    y, mean, inv = _scaled_norm(ctx, rms=False)
+    if (bias := ctx.input(2)) is not None:
+        y = y.add(bias.cast(y.dtype).expand(y.shape))
     return [y, mean if wants(ctx, 1) else None, inv if wants(ctx, 2) else None]
 
 
@@ -157,12 +161,13 @@ def dropout_op(ctx: OpContext) -> list[Tensor | None]:
 
 @op("RMSNormalization")
 def rms_norm_op(ctx: OpContext) -> Tensor:
-    x, scale = need(ctx, 0), need(ctx, 1)
-    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
-    eps = float(ctx.attr("epsilon", 1e-5))
-    work = x.cast(DType.float32) if int(ctx.attr("stash_type", 1)) == 1 and x.dtype.is_float else x
-    y = normalise(work, tuple(range(axis, x.ndim)), eps, rms=True)[0].cast(x.dtype)
-    return y.mul(scale.cast(x.dtype).expand(x.shape))
+    return _scaled_norm(ctx, rms=True)[0]
+
+
+@op("SimplifiedLayerNormalization")  # onnxruntime's name for RMS normalisation, with the inverse deviation
+def simplified_layer_norm(ctx: OpContext) -> list[Tensor | None]:
+    y, _, inv = _scaled_norm(ctx, rms=True)
+    return [y, inv if wants(ctx, 1) else None]
 
 
 @op("GroupNormalization")

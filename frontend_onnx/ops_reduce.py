@@ -138,15 +138,6 @@ def skip_layer_norm(ctx: OpContext) -> list[Tensor | None]:
     return [y if beta is None else y.add(beta), mean, inv, s]
 
 
-@op("SimplifiedLayerNormalization")
-def simplified_layer_norm(ctx: OpContext) -> list[Tensor | None]:
-    x, scale = ctx.inputs[0], ctx.inputs[1]
-    axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
-    y, _, inv, _ = normalise(x.cast(DType.float32), tuple(range(axis, x.ndim)), float(ctx.attr("epsilon", 1e-5)),
-                             rms=True)
-    return [y.cast(x.dtype).mul(scale), inv]
-
-
 @op("FusedMatMul", domain=MS)
 def fused_matmul(ctx: OpContext) -> Tensor:
     a, b = ctx.inputs[0], ctx.inputs[1]
