@@ -105,7 +105,7 @@ def cpu_info() -> dict[str, Any]:
 # ---------------------------------------------------------------- CUDA
 
 
-def _gpu_may_exist() -> bool:
+def gpu_may_exist() -> bool:
     """Cheap test before importing torch: a visible NVIDIA (or ROCm) device node or driver."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
@@ -135,7 +135,7 @@ def _nvidia_driver_version() -> str | None:
 
 def cuda_info(index: int = 0) -> dict[str, Any] | None:
     """Facts about CUDA device ``index`` via torch, or None when no GPU is visible."""
-    if not _gpu_may_exist() or package_version("torch") is None:
+    if not gpu_may_exist() or package_version("torch") is None:
         return None
     try:
         import torch

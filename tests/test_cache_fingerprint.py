@@ -113,7 +113,7 @@ class _FakeTorch:
 
 def test_cuda_fingerprint_from_torch(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "torch", _FakeTorch)
-    monkeypatch.setattr(fp, "_gpu_may_exist", lambda: True)
+    monkeypatch.setattr(fp, "gpu_may_exist", lambda: True)
     monkeypatch.setattr(fp, "_nvidia_driver_version", lambda: "580.159.03")
     info = fp.cuda_info()
     assert info == {"name": "NVIDIA H200", "capability": "9.0", "sm_count": 132, "memory_bytes": 150_000_000_000,

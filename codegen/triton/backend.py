@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ...cache.fingerprint import gpu_may_exist
 from ...ir.dtypes import DType
 from ..backend import Knob, Schedule, register_backend, sequential_launcher
 from ..kernel import Kernel
@@ -56,6 +57,18 @@ def load_source(source: str):
     spec.loader.exec_module(mod)
     _MODULES[key] = mod
     return mod
+
+
+def _host(array: np.ndarray):
+    """A CPU tensor over the array's memory where it can be (numpy has no bfloat16 torch knows)."""
+    import torch
+
+    a = np.ascontiguousarray(array)
+    if not a.flags.writeable:  # torch does not share read-only memory
+        a = a.copy()
+    if a.dtype == DType.bfloat16.np:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def torch_dtype(dt: DType):
@@ -134,7 +147,7 @@ class TritonBackend:
 
     def available(self) -> str | None:
         # importing torch costs seconds: without an NVIDIA driver there is no GPU to find
-        if not self.interpret and not os.path.exists("/dev/nvidiactl") and not shutil.which("nvidia-smi"):
+        if not self.interpret and not gpu_may_exist():
             return "no CUDA GPU is visible"
         try:
             import torch
@@ -183,28 +196,21 @@ class TritonBackend:
         return kernels
 
     def from_numpy(self, array: np.ndarray):
-        import torch
-
-        a = np.ascontiguousarray(array)
-        if a.dtype == DType.bfloat16.np:
-            t = torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(a.copy())
-        return t.to(self.device)
+        return _host(array).to(self.device, copy=True)
 
     def launcher(self, compiled, buffers):
         return sequential_launcher(compiled, buffers)
 
     def write(self, buffer, array: np.ndarray) -> None:
-        buffer.copy_(self.from_numpy(np.asarray(array)).reshape(buffer.shape))  # copy_ converts the dtype
+        buffer.copy_(_host(array).reshape(buffer.shape))  # one transfer; copy_ converts the dtype
 
     def to_numpy(self, buffer) -> np.ndarray:
         import torch
 
-        t = buffer.detach().to("cpu")
+        t = buffer.detach().to("cpu", copy=True)  # one transfer, never a view of the buffer
         if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(DType.bfloat16.np).copy()
-        return t.numpy().copy()
+            return t.view(torch.int16).numpy().view(DType.bfloat16.np)
+        return t.numpy()
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype):
         import torch
