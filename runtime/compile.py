@@ -40,8 +40,8 @@ def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[st
         chosen = (schedules or {}).get(sig)
         if chosen is None and cache is not None:
             winner = cache.best(sig, *keys)
-            if winner is not None:
-                chosen = dict(winner.config)
+            if winner is not None:  # knobs added since it was tuned take their default
+                chosen = {**backend.default_schedule(k), **winner.config}
                 stats.cache_hits += 1
             else:
                 stats.cache_misses += 1

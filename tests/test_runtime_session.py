@@ -208,3 +208,23 @@ def test_artifact_weights_must_match_their_kernels(model_path, tmp_path):
     np.savez(out / "weights.npz", **weights)
     with pytest.raises(LuminalError, match="malformed"):
         InferenceSession(out)
+
+
+def test_a_winner_tuned_before_a_knob_existed_still_applies(tmp_path):
+    """A cache outlives the knobs of its time: a winner without a knob added since takes that knob's default."""
+    from luminal.cache import TuningCache, backend_fingerprints
+    from luminal.codegen.backend import get_backend
+    from luminal.codegen.partition import partition
+
+    a = Tensor.input("a", (20, 48), DType.float32)
+    w = Tensor.const(np.random.default_rng(3).standard_normal((48, 24)).astype(np.float32))
+    g = optimize(Graph([a.node], [a.matmul(w).contiguous().node], ["y"]))
+    (mm,) = [k for k in partition(g) if k.form == "contraction"]
+    be = get_backend("cpu")
+    old = {k: v for k, v in {**be.default_schedule(mm), "mr": 4, "nr": 8}.items() if k != "lanes"}
+    with TuningCache(tmp_path / "t.db") as c:
+        c.set_winner(mm.signature, *backend_fingerprints(be), old, 1000)
+    with TuningCache(tmp_path / "t.db", readonly=True) as c:
+        m = compile_graph(g, "cpu", cache=c)
+    assert m.stats.cache_hits == 1 and m.stats.invalid_schedules == 0
+    assert m.schedules[0]["mr"] == 4 and m.schedules[0]["lanes"] == 64
