@@ -3,6 +3,8 @@ integer ops), and models whose inputs and outputs are 8-bit integers: onnxruntim
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -14,6 +16,7 @@ from luminal.runtime.artifact import load_artifact, write_artifact
 from luminal.runtime.compile import compile_model
 
 BACKENDS = ("reference", "cpu")
+MODELS_DIR = Path(__file__).resolve().parent.parent / "examples" / "models"
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +151,17 @@ def test_int32_feed_for_a_uint8_input_is_refused(uint8_model):
     sess = InferenceSession(uint8_model, backend="cpu")
     with pytest.raises(LuminalError, match="expected uint8"):
         sess.run(None, {"img": np.zeros((2, 5), np.int32)})
+
+
+def test_dynamically_quantised_transformer_matches_onnxruntime(small_models, tmp_path):
+    """onnxruntime's recipe for transformers (MatMulInteger on u8 activations and s8 weights). reduce_range keeps
+    onnxruntime's AVX2 kernels, which sum u8 x s8 pairs in int16, from saturating: its results are then the
+    exact products luminal computes."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    name = "bert-small-torchscript.onnx"
+    out = tmp_path / "bert-dynamic.onnx"
+    quantize_dynamic(str(MODELS_DIR / name), str(out), reduce_range=True)
+    assert "MatMulInteger" in {n.op_type for n in onnx.load(str(out)).graph.node}
+    report = check_model(str(out), small_models[name]["shapes"], "cpu", seed=0)
+    assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
