@@ -13,7 +13,8 @@ from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import plan_contraction
 from luminal.codegen.partition import partition
 from luminal.frontend_onnx.ops_nn_conv import conv
-from luminal.ir import DType, Tensor
+from luminal.ir import DType, Tensor, run_reference
+from luminal.runtime.compile import compile_graph
 
 RNG = np.random.default_rng(5)
 
@@ -300,3 +301,28 @@ def test_schedules_past_the_sizes_run_the_same_code():
     (ew,) = partition(_graph([y], [y.exp()]), {})
     one, two = ({**be.default_schedule(ew), "threads": t} for t in (1, 2))
     assert be.identity(ew, one) == be.identity(ew, two)  # too small for a parallel region either way
+
+
+def test_int32_products_run_as_an_exact_gemm():
+    """Quantised models multiply widened 8-bit values: the C GEMM takes int32 and every schedule is exact."""
+    rng = np.random.default_rng(4)
+    a = Tensor.input("a", (2, 16, 64), DType.int32)
+    c = Tensor.input("c", (40,), DType.int32)
+    w = Tensor.const(rng.integers(-128, 128, (64, 40)).astype(np.int32))
+    g = _graph([a, c], [a.matmul(w).add(c.reshape((1, 1, 40)).expand((2, 16, 40)))])
+    (k,) = partition(g, {})
+    assert plan_contraction(k) is not None
+    be = CPUBackend()
+    assert "blas" not in next(kn.choices for kn in be.space(k) if kn.name == "impl")
+    rnd = random.Random(1)
+    scheds = [be.default_schedule(k), {**be.default_schedule(k), "impl": "loops"}]
+    while len(scheds) < 10:
+        s = {kn.name: rnd.choice(kn.choices) for kn in be.space(k)}
+        if be.valid(k, s):
+            scheds.append(s)
+    feeds = {"a": rng.integers(-255, 256, (2, 16, 64)).astype(np.int32),
+             "c": rng.integers(-1000, 1000, 40).astype(np.int32)}
+    want = run_reference(g, feeds)[0]
+    for s in scheds:
+        got = compile_graph(g, be, schedules={k.signature: s}).run(feeds)[0]
+        assert got.dtype == np.int32 and np.array_equal(got, want), s

@@ -24,11 +24,12 @@ from dataclasses import dataclass, fields, replace
 from ...ir.dtypes import DType
 from ...ir.view import View
 from ..index import run_coeff, view_exprs
-from ..kernel import Contraction, Kernel
+from ..kernel import Contraction, Kernel, contraction_of
 from . import ctypes_map as ct
 from .emit import _indent
 
 PAR_MIN_MACS = 1 << 21
+_DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element type, readable in place
 SWAP_MAX_M = 8  # see plan_contraction
 
 
@@ -37,8 +38,8 @@ class Plan(Contraction):
     """The contraction as the C GEMM reads it: A and B possibly in swapped roles (see ``plan_contraction``),
     and which operands are read in place."""
 
-    b_direct: bool = False  # B is float32, unmasked, unit stride over flattened N: readable without packing
-    a_direct: bool = False  # A is float32, unmasked, unit stride over flattened K, affine rows
+    b_direct: bool = False  # B is float32/int32, unmasked, unit stride over flattened N: readable unpacked
+    a_direct: bool = False  # A is float32/int32, unmasked, unit stride over flattened K, affine rows
     b_const: bool = False  # B is a model weight: packed once, on the first call, into a buffer the caller keeps
 
     @property
@@ -53,9 +54,9 @@ def _swap(c: Contraction) -> Contraction:
 
 def _plan(kernel: Kernel, c: Contraction) -> Plan:
     va, vb = kernel.ops[c.a].attr("view"), kernel.ops[c.b].attr("view")
-    b_direct = (kernel.ops[c.b].dtype is DType.float32 and not vb.mask and bool(c.n)
+    b_direct = (kernel.ops[c.b].dtype in _DIRECT and not vb.mask and bool(c.n)
                 and run_coeff(vb.strides, c.n, c.full) == 1 and any(vb.strides[d] for d in c.k))
-    a_direct = (kernel.ops[c.a].dtype is DType.float32 and not va.mask and bool(c.k)
+    a_direct = (kernel.ops[c.a].dtype in _DIRECT and not va.mask and bool(c.k)
                 and run_coeff(va.strides, c.k, c.full) == 1 and run_coeff(va.strides, c.m, c.full) is not None)
     b_const = kernel.inputs[kernel.ops[c.b].attr("buf")].constant
     return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
@@ -82,7 +83,7 @@ def plan_contraction(kernel: Kernel) -> Plan | None:
 
 
 def _plan_contraction(kernel: Kernel) -> Plan | None:
-    c = kernel.contraction
+    c = contraction_of(kernel, ints=True)  # the C GEMM also multiplies int32 (quantised models' products)
     if c is None or 0 in kernel.full:
         return None
     kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
@@ -160,24 +161,24 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     A is a packed panel (a[k*MR + i]) or, read in place, rows a + i*lda (rows past ``arows`` repeat the last
     valid row: their results land in unused rows of the tile buffer)."""
     nv = nr // vw
-    L = ["static inline void lum_mk(int64_t kc, const float *restrict a, int64_t lda, int64_t arows,",
-         "                          const float *restrict bp, int64_t ldb,",
-         "                          const int64_t *restrict bk, float *restrict c, int64_t ldc, int first) {",
+    L = ["static inline void lum_mk(int64_t kc, const lum_t *restrict a, int64_t lda, int64_t arows,",
+         "                          const lum_t *restrict bp, int64_t ldb,",
+         "                          const int64_t *restrict bk, lum_t *restrict c, int64_t ldc, int first) {",
          "    (void)ldb; (void)bk; (void)lda; (void)arows;"]
     if direct_a:
         for i in range(mr):
-            L.append(f"    const float *restrict a{i} = a + ({i} < arows ? {i} : arows - 1) * lda;")
+            L.append(f"    const lum_t *restrict a{i} = a + ({i} < arows ? {i} : arows - 1) * lda;")
     for i in range(mr):
         for v in range(nv):
             L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
     L.append("    for (int64_t k = 0; k < kc; k++) {")
-    L.append("        const float *br = " + ("bp + bk[k];" if table else "bp + k*ldb;"))
+    L.append("        const lum_t *br = " + ("bp + bk[k];" if table else "bp + k*ldb;"))
     vt = "lum_vu" if direct else "lum_v"
     for v in range(nv):
         L.append(f"        lum_v b{v} = *(const {vt} *)(br + {v * vw});")
     for i in range(mr):
         aval = f"a{i}[k]" if direct_a else f"a[k*{mr} + {i}]"
-        L.append(f"        {{ const float ai = {aval};")
+        L.append(f"        {{ const lum_t ai = {aval};")
         for v in range(nv):
             L.append(f"          c{i}_{v} += ai * b{v};")
         L.append("        }")
@@ -212,11 +213,11 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
         L.append(f"    sb{e}[ns] = {' + '.join(parts + [str(const)])};")
     L += ["    j += len;", "}",
           "for (int64_t k = k0; k < k1; k++) {",
-          f"    float *restrict d = dst + (k - k0) * {nr};"]
+          f"    lum_t *restrict d = dst + (k - k0) * {nr};"]
     for e in range(len(exprs)):
         L.append(f"    const int64_t kt{e} = {_term(terms, e, 'k', 'k') or '0'};")
     L += ["    for (int64_t s = 0; s < ns; s++) {",
-          "        float *restrict ds = d + sj[s];",
+          "        lum_t *restrict ds = d + sj[s];",
           "        int64_t lo = 0, hi = sl[s];"]
     for e, (_, _, r) in enumerate(exprs[1:], start=1):
         c = step[e]
@@ -237,12 +238,12 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
           f"            for (int64_t w = 0; w < {nr}; w++) ds[w] = {ct.load(dt, f'src[{step[0]} * w]')};",
           "            continue;",
           "        }"]
-    L += ["        for (int64_t w = 0; w < lo; w++) ds[w] = 0.0f;",
+    L += ["        for (int64_t w = 0; w < lo; w++) ds[w] = 0;",
           "        #pragma omp simd",
           f"        for (int64_t w = lo; w < hi; w++) ds[w] = {ct.load(dt, f'src[{step[0]} * w]')};",
-          "        for (int64_t w = hi; w < sl[s]; w++) ds[w] = 0.0f;",
+          "        for (int64_t w = hi; w < sl[s]; w++) ds[w] = 0;",
           "    }",
-          f"    for (int64_t j = jmax; j < {nr}; j++) d[j] = 0.0f;",
+          f"    for (int64_t j = jmax; j < {nr}; j++) d[j] = 0;",
           "}"]
     return L
 
@@ -253,6 +254,7 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
 
     full = kernel.full
     nb, M, N, K = plan.sizes
+    elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
     mr, nr = sched["mr"], sched["nr"]
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
     mc, nc = min(sched["mc"], -(-M // mr) * mr), min(sched["nc"], -(-N // nr) * nr)
@@ -270,8 +272,9 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     tiles = nb * mt * nt_
 
     L = [PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif",
-         f"typedef float lum_v __attribute__((vector_size({vw * 4})));",
-         f"typedef float lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));",
+         f"typedef {elem} lum_t;  /* the GEMM's element type */",
+         f"typedef lum_t lum_v __attribute__((vector_size({vw * 4})));",
+         f"typedef lum_t lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));",
          "/* one workspace per calling thread, shared by all contraction kernels of a library (weak, hidden) */",
          "#define LUM_SHARED __attribute__((weak, visibility(\"hidden\")))",
          "LUM_SHARED _Thread_local float *lum_ws = 0;", "LUM_SHARED _Thread_local size_t lum_ws_n = 0;",
@@ -292,13 +295,13 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     tile_b = not direct and mt == 1 and not once
     size_b = 0 if direct or tile_b or once else -(-nb * pn * K * nr // 16) * 16
     size_bt = nc * kc if tile_b else 0
-    L.append(f"    float *ap = lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc + size_bt});")
+    L.append(f"    lum_t *ap = (lum_t *)lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc + size_bt});")
     L.append("    if (!ap) { free(lum_tab); return 1; }")
-    L.append(f"    float *bpk = ap + {size_a}; float *ctiles = bpk + {size_b}; (void)bpk;")
+    L.append(f"    lum_t *bpk = ap + {size_a}; lum_t *ctiles = bpk + {size_b}; (void)bpk;")
     if once:
         nbuf = len(kernel.inputs) + len(kernel.outputs)
         L.append(f"    int *lum_packed = (int *)b[{nbuf + 1}]; const int lum_pack = !*lum_packed;")
-        L.append(f"    bpk = (float *)b[{nbuf}];")
+        L.append(f"    bpk = (lum_t *)b[{nbuf}];")
     # small contractions run on the calling thread: waking a team costs more than it saves
     par = "" if nb * M * N * K >= PAR_MIN_MACS else " if(0)"
     L.append(f"    #pragma omp parallel num_threads(nt){par}")
@@ -308,12 +311,12 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
         L += ["        #pragma omp for schedule(dynamic, 1)" + (" nowait" if size_b else ""),
               f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{",
               f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;",
-              f"            float *dst = ap + t * {K * mr};",
+              f"            lum_t *dst = ap + t * {K * mr};",
               f"            for (int64_t i = 0; i < {mr}; i++) {{",
               f"                int64_t m = p * {mr} + i;",
-              f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0.0f;"
+              f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0;"
               " continue; }",
-              f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0.0f;",
+              f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
               "            }",
               "        }"]
     pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, nr)
@@ -322,14 +325,14 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
               "        #pragma omp for schedule(dynamic, 1)",
               f"        for (int64_t t = 0; t < {nb * pn}LL; t++) {{",
               f"            const int64_t ib = t / {pn}, q = t % {pn}, k0 = 0, k1 = {K}; (void)ib;",
-              f"            float *dst = bpk + t * {K * nr};"]
+              f"            lum_t *dst = bpk + t * {K * nr};"]
         L += _indent(pack_b, 12) + ["        }", "        }"]
     L.append("        #ifdef _OPENMP")
-    L.append(f"        float *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc + size_bt};")
+    L.append(f"        lum_t *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc + size_bt};")
     L.append("        #else")
-    L.append("        float *ct = ctiles;")
+    L.append("        lum_t *ct = ctiles;")
     L.append("        #endif")
-    L.append(f"        float *bt = ct + {mc * nc}; (void)bt;")
+    L.append(f"        lum_t *bt = ct + {mc * nc}; (void)bt;")
     L.append("        #pragma omp for schedule(dynamic, 1)")
     L.append(f"        for (int64_t t = 0; t < {tiles}LL; t++) {{")
     L.append(f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};")
@@ -344,13 +347,13 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     if tile_b:
         L += ["                for (int64_t jr = 0; jr < np_; jr++) {",
               f"                    const int64_t q = jc / {nr} + jr, k0 = pc, k1 = pc + kcur;",
-              f"                    float *dst = bt + jr * kcur * {nr};"]
+              f"                    lum_t *dst = bt + jr * kcur * {nr};"]
         L += _indent(pack_b, 20) + ["                }"]
     L.append("                for (int64_t jr = 0; jr < np_; jr++) {")
     if direct:
         boff = _term(names_b, 0, "batch", "ib")
         base = f"in{ob.attr('buf')} + {vb.offset}" + (f" + {boff}" if boff else "") + " + jc + jr*" + str(nr)
-        L.append(f"                    const float *bsrc = {base};")
+        L.append(f"                    const lum_t *bsrc = {base};")
         bptr = "bsrc"
         kind, kv = names_b[(0, "k")]
         if kind == "tab":
@@ -401,7 +404,7 @@ def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
     if plan.n:
         epi.append(f"            const int64_t i{plan.n[-1]} = r0 + (j - j0);")
     red = kernel.ops[plan.red]
-    stmts = [f"float v{plan.red} = {ct.round_to(red.dtype, f'ct[i * {nc} + j]')};"]
+    stmts = [f"{ct.COMPUTE[red.dtype]} v{plan.red} = {ct.round_to(red.dtype, f'ct[i * {nc} + j]')};"]
     for n, op in enumerate(kernel.ops):
         if op.space == "row" and n != plan.red:
             stmts += body.value(n)

@@ -45,10 +45,12 @@ def _thread_choices() -> tuple[int, ...]:
 
 def space(kernel: Kernel) -> list[Knob]:
     threads = Knob("threads", _thread_choices())
-    if plan_contraction(kernel) is not None:
+    plan = plan_contraction(kernel)
+    if plan is not None:
         vw = simd_width()
+        floats = kernel.ops[plan.mul].dtype.is_float  # numpy's BLAS multiplies floats only
         return [
-            Knob("impl", ("generated", "blas", "loops")),
+            Knob("impl", ("generated", "blas", "loops") if floats else ("generated", "loops")),
             Knob("mr", (4, 6, 8, 12)),
             Knob("nr", tuple(vw * m for m in (1, 2, 3, 4))),
             Knob("mc", (24, 48, 72, 96, 144, 192, 288)),
