@@ -11,6 +11,8 @@ from ..kernel import Kernel
 from .contraction import plan_contraction
 from .emit import lanes_apply
 
+LANES = 64  # the default block of output columns a reduction keeps in arrays
+
 
 def cores() -> int:
     try:
@@ -104,11 +106,11 @@ def default_schedule(kernel: Kernel) -> Schedule:
         # tile could keep: loops that sum the taps over a block of output columns
         impl = "loops" if m == 1 and nb > 1 else "generated"
         return {"impl": impl, "mr": mr, "nr": nr, "mc": mc, "nc": nc, "kc": 256,
-                "order": "nm", "pack_b": not direct, "pack_a": not direct_a, "lanes": 64, "threads": 0}
+                "order": "nm", "pack_b": not direct, "pack_a": not direct_a, "lanes": LANES, "threads": 0}
     if kernel.reduce_axes:
         s = {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
         if lanes_apply(kernel):
-            s["lanes"] = 64
+            s["lanes"] = LANES
         return s
     return {"vec": 0, "unroll": 1, "threads": 0, "block": 16384}
 
@@ -127,7 +129,7 @@ def valid(kernel: Kernel, sched: Schedule) -> bool:
         d = default_schedule(kernel)
         free = ("impl", "threads", "lanes") if sched["impl"] == "loops" else ("impl", "threads")
         return all(sched[k] == d[k] for k in d if k not in free)
-    if sched["lanes"] != 64:  # nor lanes to the GEMM
+    if sched["lanes"] != LANES:  # nor lanes to the GEMM
         return False
     vw = simd_width()
     regs = 32 if vw == 16 else 16
