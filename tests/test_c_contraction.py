@@ -326,3 +326,22 @@ def test_int32_products_run_as_an_exact_gemm():
     for s in scheds:
         got = compile_graph(g, be, schedules={k.signature: s}).run(feeds)[0]
         assert got.dtype == np.int32 and np.array_equal(got, want), s
+
+
+@pytest.mark.parametrize("stride,dil,pads,width", [(1, 1, (1, 1), 40), (2, 1, (1, 0), 67), (1, 2, (2, 2), 36)])
+def test_depthwise_conv_loops_over_wide_rows(stride, dil, pads, width):
+    """Rows wide enough that the loops copy each padded window row into an array between mask bounds."""
+    c = 5
+    x = Tensor.input("x", (1, c, 9, width), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((c, 1, 3, 3)).astype(np.float32))
+    outs = [_conv_out(9, 3, stride, dil, pads), _conv_out(width, 3, stride, dil, pads)]
+    g = _graph([x], [conv(x, wt, c, [stride] * 2, [dil] * 2, [pads, pads], outs).relu()])
+    ks, cs = _contractions(g)
+    be = CPUBackend()
+    assert be.default_schedule(cs[0])["impl"] == "loops" and outs[1] >= 32
+    src = be.source(cs[0], be.default_schedule(cs[0]))
+    assert "s0[j]" in src or "s1[j]" in src  # a staged window row
+    feeds = {"x": RNG.standard_normal((1, c, 9, width)).astype(np.float32)}
+    for lanes in (16, 64, 256):
+        s = {**be.default_schedule(cs[0]), "lanes": lanes}
+        _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
