@@ -115,12 +115,11 @@ def conv_integer(ctx: OpContext) -> Tensor:
     return conv_node(ctx, _centred(x, ctx.input(2)), _centred(w, ctx.input(3), 0))
 
 
-def _requant(ctx: OpContext, acc: Tensor, scale: Tensor, y_scale: Tensor, y_zp: Tensor | None, qtype: int,
-             axis: int = 1) -> Tensor:
-    """An int32 accumulator times (input scales / output scale), quantised to ``qtype``."""
+def _requant(ctx: OpContext, acc: Tensor, scale: Tensor, y_scale: Tensor, y_zp: Tensor | None, qtype: int) -> Tensor:
+    """An int32 accumulator times (input scales, shaped to broadcast against it / output scale), quantised."""
     ctx.declare(0, helper.tensor_dtype_to_np_dtype(qtype))
-    s = _per_axis(scale.cast(DType.float32), acc, axis).div(y_scale.cast(DType.float32).reshape(()))
-    return _quant(acc.cast(DType.float32).mul(s), y_zp, qtype)
+    s = scale.cast(DType.float32).div(y_scale.cast(DType.float32).reshape(()))
+    return _quant(acc.cast(DType.float32).mul(s.expand(acc.shape)), y_zp, qtype)
 
 
 @op("QLinearMatMul")

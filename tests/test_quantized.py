@@ -165,3 +165,26 @@ def test_dynamically_quantised_transformer_matches_onnxruntime(small_models, tmp
     assert "MatMulInteger" in {n.op_type for n in onnx.load(str(out)).graph.node}
     report = check_model(str(out), small_models[name]["shapes"], "cpu", seed=0)
     assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
+
+
+def test_qlinearmatmul_with_per_row_and_per_column_scales(tmp_path):
+    """a's scale per row and b's per column at once: the requantisation scale is their outer product."""
+    rng = np.random.default_rng(0)
+    m, k, n = 5, 7, 6
+    a_s, b_s = rng.uniform(0.01, 0.05, m).astype(np.float32), rng.uniform(0.01, 0.05, n).astype(np.float32)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    inits = [numpy_helper.from_array(a_s, "as"), numpy_helper.from_array(np.array(120, np.uint8), "az"),
+             numpy_helper.from_array(b, "b"), numpy_helper.from_array(b_s, "bs"),
+             numpy_helper.from_array(np.zeros(n, np.int8), "bz"),
+             numpy_helper.from_array(np.array(0.2, np.float32), "ys"),
+             numpy_helper.from_array(np.array(128, np.uint8), "yz")]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    path = tmp_path / "qlmm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    x = rng.integers(0, 256, (2, m, k)).astype(np.uint8)
+    acc = (x.astype(np.int32) - 120) @ b.astype(np.int32)
+    want = np.clip(np.rint(acc * ((a_s[:, None] * b_s[None, :]) / np.float32(0.2)) + 128), 0, 255).astype(np.uint8)
+    got = InferenceSession(path, backend="cpu").run(None, {"a": x})[0]
+    assert got.dtype == np.uint8 and np.array_equal(got, want)
