@@ -9,7 +9,7 @@ from onnx import TensorProto
 
 from ..ir import DType, Tensor, broadcast_shape
 from .importer import const_tensor, onnx_dtype
-from .registry import OpContext, op
+from .registry import MS, OpContext, op
 
 
 def _x(ctx: OpContext) -> Tensor:
@@ -284,7 +284,6 @@ def cast_like(ctx: OpContext) -> Tensor:
 
 # -- com.microsoft activations (onnxruntime's fused forms) ------------------------------------
 
-MS = "com.microsoft"
 
 
 def gelu_erf(x: Tensor) -> Tensor:

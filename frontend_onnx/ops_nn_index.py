@@ -328,6 +328,6 @@ def reverse_sequence_op(ctx: OpContext) -> Tensor:
         raise fail(ctx, "time and batch axes must be 0 and 1, with one length per batch entry")
     shape = [1] * x.ndim
     shape[b_axis] = x.shape[b_axis]
-    n = _index(lens).cast(DType.int64).reshape(shape).expand(x.shape)
+    n = lens.cast(DType.int64).reshape(shape).expand(x.shape)
     t = Tensor.iota(x.shape, t_axis, DType.int64)
     return x.gather(t.lt(n).where(n.sub(t).sub(1), t), t_axis)

@@ -11,14 +11,14 @@ from onnx import TensorProto, helper
 
 from ..ir import DType, Tensor
 from .importer import onnx_dtype
+from .ops_elementwise import activation
 from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op
 from .ops_nn_util import fail, need
-from .registry import OpContext, op
+from .registry import MS, OpContext, op
 
 # the saturation range of each quantised ONNX type
 _QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
            TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-(2 ** 31), 2 ** 31 - 1)}
-MS = "com.microsoft"
 
 
 def _qtype(ctx: OpContext, *inputs: int, default: int | None = None) -> int:
@@ -201,8 +201,8 @@ def _pool(f: Callable[[OpContext], Tensor]) -> Callable[..., Tensor]:
 _FLOAT_OPS: dict[str, tuple[Callable[..., Tensor], int]] = {
     "QLinearAdd": (lambda ctx, a, b: a.add(b), 2),
     "QLinearMul": (lambda ctx, a, b: a.mul(b), 2),
-    "QLinearSigmoid": (lambda ctx, x: x.sigmoid(), 1),
-    "QLinearLeakyRelu": (lambda ctx, x: x.lt(0.0).where(x.mul(float(ctx.attr("alpha", 0.01))), x), 1),
+    "QLinearSigmoid": (lambda ctx, x: activation("Sigmoid", x), 1),
+    "QLinearLeakyRelu": (lambda ctx, x: activation("LeakyRelu", x, ctx.attr("alpha")), 1),
     "QLinearGlobalAveragePool": (_pool(global_average_pool_op), 1),
     "QLinearAveragePool": (_pool(average_pool_op), 1),
 }

@@ -12,7 +12,7 @@ from . import registry
 from .importer import const_tensor
 from .ops_elementwise import activation
 from .ops_shape import axes_arg, concat, norm_axis
-from .registry import OpContext, op
+from .registry import MS, OpContext, op
 
 # the opset where each op's axes moved from an attribute to an input
 _AXES_INPUT_SINCE = {"ReduceSum": 13}
@@ -112,7 +112,6 @@ def arg_op(ctx: OpContext) -> Tensor:
 
 # -- com.microsoft fused normalisations and FusedMatMul (onnxruntime's optimised graphs) -------
 
-MS = "com.microsoft"
 
 
 def normalise(x: Tensor, axes: tuple[int, ...], eps: float, rms: bool = False):

@@ -61,6 +61,7 @@ class OpContext:
 
 
 OpFn = Callable[[OpContext], "Tensor | list[Tensor | None]"]
+MS = "com.microsoft"  # onnxruntime's contrib domain (its fused and quantised ops)
 REGISTRY: dict[tuple[str, str], OpFn] = {}
 
 
