@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, replace
 from ...ir.dtypes import DType
 from ...ir.view import View
 from ..index import run_coeff, view_exprs
-from ..kernel import Contraction, Kernel, contraction_of
+from ..kernel import Contraction, Kernel
 from . import ctypes_map as ct
 from .emit import _indent
 
@@ -83,7 +83,7 @@ def plan_contraction(kernel: Kernel) -> Plan | None:
 
 
 def _plan_contraction(kernel: Kernel) -> Plan | None:
-    c = contraction_of(kernel, ints=True)  # the C GEMM also multiplies int32 (quantised models' products)
+    c = kernel.contraction
     if c is None or 0 in kernel.full:
         return None
     kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]

@@ -29,8 +29,9 @@ def split_ok(k: Kernel) -> bool:
 
 
 def kind_of(k: Kernel) -> str:
-    """How the kernel is emitted: "contraction" (tl.dot), "reduction" or "elementwise" (gathers too)."""
-    if k.contraction is not None:
+    """How the kernel is emitted: "contraction" (tl.dot, of float products), "reduction" (int32 products
+    too) or "elementwise" (gathers too)."""
+    if k.contraction is not None and k.ops[k.contraction.mul].dtype.is_float:
         return "contraction"
     return "reduction" if k.reduce_axes else "elementwise"
 
