@@ -26,7 +26,7 @@ from ...ir.view import View
 from ..index import run_coeff, view_exprs
 from ..kernel import Contraction, Kernel
 from . import ctypes_map as ct
-from .emit import _indent
+from .emit import _indent, copy_between, mask_bounds
 
 PAR_MIN_MACS = 1 << 21
 _DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element type, readable in place
@@ -220,29 +220,17 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
           "        lum_t *restrict ds = d + sj[s];",
           "        int64_t lo = 0, hi = sl[s];"]
     for e, (_, _, r) in enumerate(exprs[1:], start=1):
-        c = step[e]
-        L.append(f"        {{ const int64_t v = sb{e}[s] + kt{e};")
-        if c == 0:
-            L.append(f"          if ((uint64_t)v >= {r}ULL) hi = 0; }}")
-        elif c > 0:  # 0 <= v + c*w < r
-            L.append(f"          lo = lum_max64(lo, lum_cdiv(-v, {c}));"
-                     f" hi = lum_min64(hi, lum_fdiv({r} - 1 - v, {c}) + 1); }}")
-        else:  # 0 <= v - |c|*w < r
-            L.append(f"          lo = lum_max64(lo, lum_fdiv(v - {r}, {-c}) + 1);"
-                     f" hi = lum_min64(hi, lum_fdiv(v, {-c}) + 1); }}")
-    L += ["        lo = lum_min64(lo, sl[s]); hi = lum_max64(hi, lo);",
-          f"        const {ct.STORAGE[dt]} *restrict src = in{buf} + sb0[s] + kt0;"]
+        L.append(f"        {{ const int64_t v = sb{e}[s] + kt{e}; {mask_bounds('v', step[e], r)} }}")
+    value = ct.load(dt, f"src[{step[0]} * w]")
+    L.append(f"        const {ct.STORAGE[dt]} *restrict src = in{buf} + sb0[s] + kt0;")
     # a whole panel row from one run: a loop of fixed length, which the compiler unrolls and vectorises
     L += [f"        if (lo == 0 && hi == {nr}) {{",
           "            #pragma omp simd",
-          f"            for (int64_t w = 0; w < {nr}; w++) ds[w] = {ct.load(dt, f'src[{step[0]} * w]')};",
+          f"            for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};",
           "            continue;",
           "        }"]
-    L += ["        for (int64_t w = 0; w < lo; w++) ds[w] = 0;",
-          "        #pragma omp simd",
-          f"        for (int64_t w = lo; w < hi; w++) ds[w] = {ct.load(dt, f'src[{step[0]} * w]')};",
-          "        for (int64_t w = hi; w < sl[s]; w++) ds[w] = 0;",
-          "    }",
+    L += _indent(copy_between("ds", "sl[s]", value), 8)
+    L += ["    }",
           f"    for (int64_t j = jmax; j < {nr}; j++) d[j] = 0;",
           "}"]
     return L

@@ -357,7 +357,28 @@ def lanes_apply(kernel: Kernel) -> bool:
         and k.full[-1] >= 4 and not any(op.op == "Gather" for op in k.ops)
 
 
+LANES = 64  # the default block of output columns a lanes reduction keeps in arrays
 STAGE_MIN = 32  # lane blocks from this long copy their masked loads into arrays first
+
+
+def mask_bounds(v: str, step: int, bound: int) -> str:
+    """A statement narrowing ``lo`` and ``hi`` to the w with 0 <= v + step*w < bound."""
+    if step == 0:
+        return f"if ((uint64_t)({v}) >= {bound}ULL) hi = 0;"
+    if step > 0:
+        return (f"lo = lum_max64(lo, lum_cdiv(-({v}), {step})); "
+                f"hi = lum_min64(hi, lum_fdiv({bound} - 1 - ({v}), {step}) + 1);")
+    return (f"lo = lum_max64(lo, lum_fdiv(({v}) - {bound}, {-step}) + 1); "
+            f"hi = lum_min64(hi, lum_fdiv({v}, {-step}) + 1);")
+
+
+def copy_between(dst: str, length: str, value: str) -> list[str]:
+    """``dst[w]`` for w < ``length``: ``value`` (an expression in w) on [lo, hi), zero around it."""
+    return [f"lo = lum_min64(lo, {length}); hi = lum_max64(hi, lo);",
+            f"for (int64_t w = 0; w < lo; w++) {dst}[w] = 0;",
+            "#pragma omp simd",
+            f"for (int64_t w = lo; w < hi; w++) {dst}[w] = {value};",
+            f"for (int64_t w = hi; w < {length}; w++) {dst}[w] = 0;"]
 
 
 def _stage_load(n: int, op: KOp, din: int, lanes: int) -> list[str]:
@@ -367,24 +388,9 @@ def _stage_load(n: int, op: KOp, din: int, lanes: int) -> list[str]:
     ex = [f"i{d}" if d != din else "c0" for d in range(len(view.shape))]
     (co, k0, _), *masks = view_exprs(view)
     L = [f"{ct.COMPUTE[op.dtype]} s{n}[{lanes}];", "{", "    int64_t lo = 0, hi = nl;"]
-    for c, k, b in masks:
-        v, step = affine(c, k, ex), c[din]
-        if step == 0:
-            L.append(f"    if ((uint64_t)({v}) >= {b}ULL) hi = 0;")
-        elif step > 0:  # 0 <= v + step*j < b
-            L.append(f"    lo = lum_max64(lo, lum_cdiv(-({v}), {step}));")
-            L.append(f"    hi = lum_min64(hi, lum_fdiv({b} - 1 - ({v}), {step}) + 1);")
-        else:
-            L.append(f"    lo = lum_max64(lo, lum_fdiv(({v}) - {b}, {-step}) + 1);")
-            L.append(f"    hi = lum_min64(hi, lum_fdiv({v}, {-step}) + 1);")
-    src = f"in{op.attr('buf')} + {affine(co, k0, ex)}"
-    L += ["    lo = lum_min64(lo, nl); hi = lum_max64(hi, lo);",
-          f"    const {ct.STORAGE[op.dtype]} *src = {src};",
-          f"    for (int64_t j = 0; j < lo; j++) s{n}[j] = 0;",
-          "    #pragma omp simd",
-          f"    for (int64_t j = lo; j < hi; j++) s{n}[j] = {ct.load(op.dtype, f'src[{co[din]} * j]')};",
-          f"    for (int64_t j = hi; j < nl; j++) s{n}[j] = 0;",
-          "}"]
+    L += ["    " + mask_bounds(affine(c, k, ex), c[din], b) for c, k, b in masks]
+    L.append(f"    const {ct.STORAGE[op.dtype]} *src = in{op.attr('buf')} + {affine(co, k0, ex)};")
+    L += _indent(copy_between(f"s{n}", "nl", ct.load(op.dtype, f"src[{co[din]} * w]")), 4) + ["}"]
     return L
 
 
@@ -397,7 +403,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     nd = len(k.full)
     din = max(d for d in range(nd) if d not in body.red)
     size = k.full[din]
-    lanes = max(1, min(sched.get("lanes", 64), size))
+    lanes = max(1, min(sched.get("lanes", LANES), size))
     nch = -(-size // lanes)
     outer = [d for d in range(nd) if d not in body.red and d != din]
     tiles = math.prod(k.full[d] for d in outer) * nch

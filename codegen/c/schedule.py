@@ -9,9 +9,7 @@ from ...cache.fingerprint import cpu_info
 from ..backend import Knob, Schedule
 from ..kernel import Kernel
 from .contraction import plan_contraction
-from .emit import lanes_apply
-
-LANES = 64  # the default block of output columns a reduction keeps in arrays
+from .emit import LANES, lanes_apply
 
 
 def cores() -> int:
