@@ -220,7 +220,7 @@ def main() -> None:
         print(f"{name:28s} {len(table):4d} points in {len(classes):3d} classes, {within} within 5% of the best "
               f"{min(classes.values()) / 1e3:.1f} us "
               f"(worst {max(table.values()) / 1e3:.1f} us) [{time.time() - t0:.0f} s to measure]", flush=True)
-        todo.append((name, kernel, backend, by_class(backend, kernel, table)))
+        todo.append((name, kernel, backend, classes))
     if args.tables:
         with open(args.tables, "w") as f:
             json.dump(saved, f)

@@ -48,7 +48,8 @@ class Backend(Protocol):
         """Generated source code for one kernel."""
 
     def identity(self, kernel: Kernel, schedule: Schedule) -> str:
-        """What the schedule runs as (source and launch): schedules with one identity are one point to time."""
+        """What the schedule runs as (source and launch): schedules with one identity are one point to time.
+        Optional: without it every schedule is its own point (Triton's block sizes are launch arguments)."""
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[CompiledKernel]:
         """Compile many kernels at once (in parallel where it helps)."""

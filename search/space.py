@@ -95,7 +95,8 @@ class ScheduleSpace:
         """Equal for schedules that run the same code (the backend's identity); an invalid one keeps its own."""
         sk = schedule_key(schedule)
         if sk not in self._keys:
-            self._keys[sk] = self.backend.identity(self.kernel, schedule) if self.valid(schedule) else sk
+            identity = getattr(self.backend, "identity", None)
+            self._keys[sk] = identity(self.kernel, schedule) if identity and self.valid(schedule) else sk
         return self._keys[sk]
 
     @property

@@ -65,9 +65,6 @@ class FakeBackend:
     def source(self, kernel, schedule):
         return repr(schedule)
 
-    def identity(self, kernel, schedule):
-        return repr(sorted(schedule.items()))
-
     def compile(self, items):
         out = []
         for k, s in items:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.util
-import json
 import math
 import os
 import shutil
@@ -185,9 +184,6 @@ class TritonBackend:
 
     def source(self, kernel: Kernel, schedule: Schedule) -> str:
         return emit(kernel, schedule)
-
-    def identity(self, kernel: Kernel, schedule: Schedule) -> str:
-        return json.dumps(schedule, sort_keys=True, default=str)  # block sizes are launch arguments, not source
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[TritonKernel]:
         kernels = [TritonKernel(k, s, emit(k, s), self.interpret) for k, s in items]
