@@ -17,7 +17,6 @@ from . import build, schedule
 from .blas import BlasKernel
 from .contraction import emit_contraction, packed_b, plan_contraction
 from .emit import emit_elementwise, emit_reduction, emit_reduction_lanes, lanes_apply
-from .normalize import normalize
 
 ALIGN = 64
 
@@ -144,13 +143,7 @@ def source(kernel: Kernel, sched: Schedule) -> str:
             return BlasKernel.epilogue_source(kernel, plan)
         if sched.get("impl") == "loops":
             return emit_reduction_lanes(kernel, sched)
-        # dims every view walks as one (a 1x1 conv's rows and columns) merged: the epilogue then finds
-        # its output index without a division per element
-        merged = normalize(kernel)
-        mplan = plan_contraction(merged)
-        if mplan is None or (mplan.sizes, mplan.a, mplan.b) != (plan.sizes, plan.a, plan.b):
-            merged, mplan = kernel, plan  # the schedule was checked against this reading of the kernel
-        return emit_contraction(merged, sched, mplan, schedule.simd_width())
+        return emit_contraction(kernel, sched, schedule.simd_width())
     if kernel.reduce_axes:
         if sched.get("lanes", 0) and lanes_apply(kernel):
             return emit_reduction_lanes(kernel, sched)

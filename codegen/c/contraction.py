@@ -27,6 +27,7 @@ from ..index import run_coeff, view_exprs
 from ..kernel import Contraction, Kernel
 from . import ctypes_map as ct
 from .emit import _indent, copy_between, mask_bounds
+from .normalize import normalize
 
 PAR_MIN_MACS = 1 << 21
 _DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element type, readable in place
@@ -236,9 +237,18 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     return L
 
 
-def emit_contraction(kernel: Kernel, sched: dict, plan: Plan, vw: int) -> str:
+def emit_contraction(kernel: Kernel, sched: dict, vw: int) -> str:
     from .emit import Body, _signature, unravel
     from .prelude import PRELUDE
+
+    # as every C emitter, over the kernel with the dims every view walks as one merged (a 1x1 conv's rows and
+    # columns: its epilogue then finds the output index without a division per element), unless that
+    # changes how the GEMM reads it, against which the schedule was checked
+    plan = plan_contraction(kernel)
+    merged = normalize(kernel)
+    mplan = plan_contraction(merged)
+    if mplan is not None and (mplan.sizes, mplan.a, mplan.b) == (plan.sizes, plan.a, plan.b):
+        kernel, plan = merged, mplan
 
     full = kernel.full
     nb, M, N, K = plan.sizes
