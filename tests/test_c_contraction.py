@@ -114,6 +114,17 @@ def test_half_precision_matmul(dt):
              rtol=2e-2, atol=2e-2)
 
 
+def _random_valid(be, k, n: int, seed: int, first: list[dict]) -> list[dict]:
+    """``first``, then random valid schedules of kernel ``k`` up to ``n`` in all."""
+    rnd = random.Random(seed)
+    out = list(first)
+    while len(out) < n:
+        s = {kn.name: rnd.choice(kn.choices) for kn in be.space(k)}
+        if be.valid(k, s):
+            out.append(s)
+    return out
+
+
 def test_random_valid_schedules_are_correct():
     be = CPUBackend()
     a = Tensor.input("a", (2, 45, 70), DType.float32)
@@ -122,14 +133,8 @@ def test_random_valid_schedules_are_correct():
     g = _graph([a, b, bias], [a.matmul(b).add(bias.reshape((1, 1, 64)).expand((2, 45, 64))).tanh()])
     ks = partition(g, {})
     (k,) = [k for k in ks if k.form == "contraction"]
-    space = be.space(k)
-    rnd = random.Random(3)
-    scheds = [be.default_schedule(k), {**be.default_schedule(k), "impl": "blas", "threads": 1},
-              {**be.default_schedule(k), "impl": "loops", "lanes": 16}]
-    while len(scheds) < 14:
-        s = {kn.name: rnd.choice(kn.choices) for kn in space}
-        if be.valid(k, s):
-            scheds.append(s)
+    d = be.default_schedule(k)
+    scheds = _random_valid(be, k, 14, 3, [d, {**d, "impl": "blas", "threads": 1}, {**d, "impl": "loops", "lanes": 16}])
     assert any(s["impl"] == "blas" for s in scheds) and any(not s["pack_b"] for s in scheds)
     assert any(not s["pack_a"] and s["impl"] == "generated" for s in scheds)
     assert be.valid(k, scheds[2]) and not be.valid(k, {**scheds[2], "kc": 128})  # loops have no GEMM knobs
@@ -314,12 +319,7 @@ def test_int32_products_run_as_an_exact_gemm():
     assert plan_contraction(k) is not None
     be = CPUBackend()
     assert "blas" not in next(kn.choices for kn in be.space(k) if kn.name == "impl")
-    rnd = random.Random(1)
-    scheds = [be.default_schedule(k), {**be.default_schedule(k), "impl": "loops"}]
-    while len(scheds) < 10:
-        s = {kn.name: rnd.choice(kn.choices) for kn in be.space(k)}
-        if be.valid(k, s):
-            scheds.append(s)
+    scheds = _random_valid(be, k, 10, 1, [be.default_schedule(k), {**be.default_schedule(k), "impl": "loops"}])
     feeds = {"a": rng.integers(-255, 256, (2, 16, 64)).astype(np.int32),
              "c": rng.integers(-1000, 1000, 40).astype(np.int32)}
     want = run_reference(g, feeds)[0]
