@@ -21,23 +21,13 @@ import numpy as np
 
 from luminal.cache import TuningCache
 from luminal.cli.bench_stats import measure_interleaved, summarize
-from luminal.cli.modelcheck import load_model_proto, make_inputs
+from luminal.cli.modelcheck import load_model_proto, make_inputs, onnxruntime_session
 from luminal.config import parse_duration
 from luminal.frontend_onnx import load
 from luminal.runtime.compile import compile_graph
 from luminal.search.tuner import tune
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
-
-
-def _ort(path: Path, threads: int):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 def _us(seconds: float) -> float:
@@ -54,7 +44,9 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
     tune_s = time.monotonic() - t0
     default = compile_graph(graph, "cpu")
     tuned = compile_graph(graph, "cpu", cache=TuningCache(cache))  # with the tuned fusion decisions too
-    sess = _ort(path, threads)
+    # idle onnxruntime threads sleep, as in luminal bench: spinning ones took the cores from whichever
+    # luminal run came next in a round (ResNet-50 default 49 vs tuned 62 ms spinning, 43 vs 42 not)
+    sess = onnxruntime_session(str(path), threads, spinning=False)
     out_names = [o.name for o in sess.get_outputs()]
     runners = {"luminal default": lambda: default.run(feeds), "luminal tuned": lambda: tuned.run(feeds),
                "onnxruntime": lambda: sess.run(out_names, feeds)}
