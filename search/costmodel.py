@@ -2,8 +2,12 @@
 
 Points are encoded knob by knob: an ordered knob as its position in [0, 1] (on a log2 scale when
 all its choices are positive, so 64 and 128 are as close as 128 and 256), any other knob by its
-choice index, compared only for equality. The kernel is exp(-scale * distance) with distance the
-sum over knobs of |u - u'| (ordered) or [c != c'] (other). The target is log time.
+choice index, compared only for equality. A knob's distance is |u - u'| (ordered) or [c != c']
+(other). The kernel mixes two readings of those distances: exp(-scale * sum of distances), where
+only points near each other covary, and the mean over knobs of exp(-scale * distance), where points
+that share a knob's value covary whatever the other knobs are (a knob's main effect: one fast point
+with one thread says the other one-thread points may be fast too). The mix and the scale are picked
+by marginal likelihood. The target is log time.
 
 Trials of other kernels with the same knobs (other studies) join as further tasks: points of two
 different kernels covary ``rho`` times as much as points of one, and each kernel has its own
@@ -12,11 +16,13 @@ unknown offset and spread, so the others say which points are good, not how fast
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 SCALES = (0.5, 1.0, 2.0, 4.0)  # length-scale choices, picked by marginal likelihood
+MIXES = (0.0, 0.5, 1.0)  # weight of the per-knob (additive) reading, picked likewise
 NOISE = 0.05  # variance of timing noise on standardised log time
 OFFSET = 1.0  # prior variance of a task's offset
 
@@ -25,13 +31,21 @@ OFFSET = 1.0  # prior variance of a task's offset
 class Encoding:
     ordered: np.ndarray  # bool per knob
 
-    def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Pairwise distances between rows of ``a`` and ``b`` (encoded points)."""
-        d = np.zeros((len(a), len(b)))
+    def distances(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Per-knob pairwise distances between rows of ``a`` and ``b`` (encoded points): knobs x len(a) x len(b)."""
+        d = np.zeros((len(self.ordered), len(a), len(b)))
         for j, ordered in enumerate(self.ordered):
             x, y = a[:, j][:, None], b[:, j][None, :]
-            d += np.abs(x - y) if ordered else (x != y)
+            d[j] = np.abs(x - y) if ordered else (x != y)
         return d
+
+
+def _readings(dist: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """The joint and the per-knob (additive) correlations of points ``dist`` apart (Encoding.distances)."""
+    if len(dist) == 0:
+        one = np.ones(dist.shape[1:])
+        return one, one
+    return np.exp(-scale * dist.sum(axis=0)), np.exp(-scale * dist).mean(axis=0)
 
 
 def _spread(y: np.ndarray) -> float:
@@ -47,13 +61,18 @@ class Fit:
     alpha: np.ndarray
     chol: np.ndarray
     scale: float
+    mix: float
     rho: float
 
     def _cov(self, a: np.ndarray, ta: np.ndarray, b: np.ndarray, tb: np.ndarray) -> np.ndarray:
-        return self._kernel(self.enc.distance(a, b), ta[:, None] == tb[None, :])
+        return self._kernel(self.enc.distances(a, b), ta[:, None] == tb[None, :])
 
     def _kernel(self, dist: np.ndarray, same: np.ndarray) -> np.ndarray:
-        return np.exp(-self.scale * dist) * np.where(same, 1.0, self.rho) + OFFSET * same
+        return self._mixed(*_readings(dist, self.scale), same)
+
+    def _mixed(self, joint: np.ndarray, additive: np.ndarray, same: np.ndarray) -> np.ndarray:
+        corr = (1 - self.mix) * joint + self.mix * additive
+        return corr * np.where(same, 1.0, self.rho) + OFFSET * same
 
     def thompson(self, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One draw of the standardised log times of ``cand`` from the posterior."""
@@ -80,11 +99,12 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     vals.insert(0, (y - np.mean(y)) / sd if len(y) else y)
     X, T, Y = np.concatenate(xs), np.concatenate(ts), np.concatenate(vals)
     best_fit = None
-    dist = enc.distance(X, X)  # the same for every length scale
+    dist = enc.distances(X, X)  # the same for every length scale
     same = T[:, None] == T[None, :]
-    for scale in SCALES:
-        f = Fit(enc, X, T, np.zeros(0), np.zeros(0), scale, rho)
-        k = f._kernel(dist, same) + NOISE * np.eye(len(X))
+    readings = {scale: _readings(dist, scale) for scale in SCALES}
+    for scale, mix in itertools.product(SCALES, MIXES):
+        f = Fit(enc, X, T, np.zeros(0), np.zeros(0), scale, mix, rho)
+        k = f._mixed(*readings[scale], same) + NOISE * np.eye(len(X))
         try:
             chol = np.linalg.cholesky(k)
         except np.linalg.LinAlgError:

@@ -18,14 +18,14 @@ from optuna.trial import TrialState
 
 from ..errors import LuminalError
 from .costmodel import Encoding, fit
-from .space import ScheduleSpace
+from .space import ScheduleSpace, params_of
 
 SAMPLERS = ("gp", "tpe", "random", "cmaes", "grid")
 GRID_LIMIT = 4096
 ENUMERATE_LIMIT = 4096  # spaces up to this size are listed whole for the gp sampler
 POOL = 512  # it ranks at most this many untried valid points (drawn at random) at each step
 REFRESH = 8  # other kernels' trials are re-read every this many trials
-OTHER_TRIALS = 200  # the latest this many trials of each other kernel
+OTHER_POINTS = 400  # other kernels' latest trials, at most this many in all, shared among them evenly
 RHO = 0.7  # how much a point's time on another kernel says about it on this one
 SPACE_ATTR = "luminal_space"
 
@@ -140,28 +140,45 @@ class ModelSampler(optuna.samplers.BaseSampler):
         return pts, np.array(ys)
 
     def _other_kernels(self, study: optuna.Study, n_trials: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(features, log times) of other studies with this space's signature, re-read every few trials."""
+        """(features, log times) of other studies with this space's knobs, re-read every few trials."""
         if not self.transfer or 0 <= self._others_at and n_trials - self._others_at < REFRESH:
             return self._others
         self._others_at = n_trials
         storage = study._storage
-        sig = self.space.signature
+        sig, described = self.space.signature, self.space.described
         own = study._study_id
         try:
-            if study.user_attrs.get(SPACE_ATTR) != sig:
-                study.set_user_attr(SPACE_ATTR, sig)
+            if described is not None and study.user_attrs.get(SPACE_ATTR) != [sig, described]:
+                study.set_user_attr(SPACE_ATTR, [sig, described])
             out = []
             for s in storage.get_all_studies():
-                if s._study_id == own or s.user_attrs.get(SPACE_ATTR) != sig:
+                attr = s.user_attrs.get(SPACE_ATTR)
+                if s._study_id == own or not isinstance(attr, list) or attr[0] != sig:
                     continue
+                theirs = params_of(attr[1])
                 trials = storage.get_all_trials(s._study_id, deepcopy=False, states=(TrialState.COMPLETE,))
-                pts, ys = self._measured(trials[-OTHER_TRIALS:])
-                if len(pts) > 2:
-                    out.append((self._features(pts), ys))
-            self._others = out
+                feats, ys = self._translated(trials, theirs)
+                if len(feats) > 2:
+                    out.append((np.array(feats), np.array(ys)))
+            # the cost model's fit grows with the cube of its points
+            each = max(3, OTHER_POINTS // max(1, len(out)))
+            self._others = [(x[-each:], y[-each:]) for x, y in out]
         except Exception:  # a storage that cannot list its studies: no transfer
             self._others = []
         return self._others
+
+    def _translated(self, trials: list, theirs: list) -> tuple[list[list[float]], list[float]]:
+        """Another space's measured trials as this space's features (points with a value it cannot place
+        are left out)."""
+        feats, ys = [], []
+        for t in trials:
+            if t.value is None or t.value <= 0 or any(p.name not in t.params for p in theirs):
+                continue
+            f = [mine.feature(p.decode(t.params[p.name])) for mine, p in zip(self.space.params, theirs)]
+            if None not in f:
+                feats.append(f)
+                ys.append(math.log(t.value))
+        return feats, ys
 
     def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
         if not search_space or "fixed_params" in trial.system_attrs:

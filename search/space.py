@@ -66,6 +66,22 @@ class Param:
     def decode(self, stored: Any) -> Any:
         return self.choices[int(stored)] if self.by_index else stored
 
+    def feature(self, value: Any) -> float | None:
+        """A value of this knob, maybe from another kernel's space with other choices, in ``position``'s
+        coordinates: an ordered value between or beyond the choices on the log2 scale, a categorical one
+        this space lacks as a place of its own; None where it has no place."""
+        if any(type(c) is type(value) and c == value for c in self.choices):
+            return self.position(self.encode(value))
+        if not self.ordinal:
+            return -1.0
+        if self.choices[0] > 0 and isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            lo, hi = math.log2(self.choices[0]), math.log2(self.choices[-1])
+            return (math.log2(value) - lo) / (hi - lo)
+        return None
+
+    def described(self) -> list[Any]:
+        return [self.name, list(self.choices), self.ordinal]
+
 
 def _param(knob: Knob, default: Any) -> Param:
     choices = tuple(knob.choices)
@@ -132,8 +148,17 @@ class ScheduleSpace:
 
     @property
     def signature(self) -> str:
-        """The backend and knobs: kernels with the same signature share what a point means."""
-        return json.dumps([self.backend.name, [[p.name, [repr(c) for c in p.choices]] for p in self.params]])
+        """The backend and the knobs' names: a knob value means the same in every kernel with this signature,
+        whatever choices each kernel's space offers."""
+        return json.dumps([self.backend.name, [p.name for p in self.params]])
+
+    @property
+    def described(self) -> str | None:
+        """The knobs and their choices, from which ``params_of`` rebuilds them (None: choices JSON cannot hold)."""
+        try:
+            return json.dumps([p.described() for p in self.params])
+        except (TypeError, ValueError):
+            return None
 
     def random(self, rng: random.Random) -> dict[str, Any]:
         sched = dict(self.default)
@@ -145,6 +170,11 @@ class ScheduleSpace:
             return bool(self.backend.valid(self.kernel, schedule))
         except Exception:
             return False
+
+
+def params_of(described: str) -> list[Param]:
+    """The knobs of a space from its ``described`` form."""
+    return [Param(name, tuple(choices), bool(ordinal)) for name, choices, ordinal in json.loads(described)]
 
 
 def edge_name(e: Edge) -> str:

@@ -101,7 +101,35 @@ def test_it_learns_from_another_kernel_in_the_same_storage(tmp_path, rdb):
               for s in range(4)]
     assert max(helped) <= 3 and statistics.mean(helped) < statistics.mean(alone), (helped, alone)
     other = optuna.load_study(study_name="other", storage=storage)
-    assert other.user_attrs["luminal_space"] == space.signature
+    assert other.user_attrs["luminal_space"] == [space.signature, space.described]
+
+
+class Wider(Grid):
+    """Grid's knobs with more block sizes, as a kernel of another shape may offer."""
+
+    def space(self, kernel):
+        return [Knob("block", (8, 16, 32, 64, 128, 256, 512, 1024)), Knob("unroll", (1, 2, 4, 8)),
+                Knob("order", ("mn", "nm"))]
+
+
+def test_it_learns_from_a_kernel_whose_space_offers_other_choices():
+    storage = optuna.storages.InMemoryStorage()
+    best = (64, 2, "nm")
+    _search(ModelSampler(_space(), 0), _space(), 30, storage, best, "other")
+    wider = ScheduleSpace(Wider(), partition(helpers.small_graph())[0])
+    assert wider.signature == _space().signature and wider.described != _space().described
+    alone = [_to_optimum(_search(ModelSampler(wider, s), wider, 60, None, best)[1], best) for s in range(4)]
+    helped = [_to_optimum(_search(ModelSampler(wider, s), wider, 60, storage, best, f"k{s}")[1], best)
+              for s in range(4)]
+    assert max(helped) <= 3 and statistics.mean(helped) < statistics.mean(alone), (helped, alone)
+
+
+def test_a_knob_value_from_another_space_is_placed_on_this_ones_scale():
+    block, order = _space().params[0], _space().params[2]
+    assert block.feature(64) == block.position(block.encode(64))
+    assert block.feature(1024) > block.feature(512) == 1.0 and block.feature(8) < 0.0 == block.feature(16)
+    assert order.feature("nm") == 1.0 and order.feature("km") == -1.0
+    assert block.feature(True) is None and block.feature("big") is None
 
 
 def test_a_pruned_point_is_not_proposed_again():
