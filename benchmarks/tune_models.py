@@ -45,7 +45,7 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
     default = compile_graph(graph, "cpu")
     tuned = compile_graph(graph, "cpu", cache=TuningCache(cache))  # with the tuned fusion decisions too
     # idle onnxruntime threads sleep, as in luminal bench: spinning ones took the cores from whichever
-    # luminal run came next in a round (ResNet-50 default 49 vs tuned 62 ms spinning, 43 vs 42 not)
+    # luminal run came next in a round (ResNet-18 default 49 vs tuned 62 ms spinning, 43 vs 42 not)
     sess = onnxruntime_session(str(path), threads, spinning=False)
     out_names = [o.name for o in sess.get_outputs()]
     runners = {"luminal default": lambda: default.run(feeds), "luminal tuned": lambda: tuned.run(feeds),
