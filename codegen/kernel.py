@@ -163,6 +163,11 @@ def reads_dim(view: View, d: int) -> bool:
     return view.strides[d] != 0 or any(c[d] for c, _, _ in view.mask)
 
 
+def multiplies_as_matmul(dtype: DType) -> bool:
+    """Products of this dtype form matmuls (contractions): floats, and int32 (quantised models' products)."""
+    return dtype.is_float or dtype is DType.int32
+
+
 def contraction_of(kernel: Kernel) -> Contraction | None:
     """The matmul reading of a kernel: a SumReduce of a float or int32 product of two loads."""
     reds = [i for i, o in enumerate(kernel.ops) if o.op in REDUCE_OPS]
@@ -172,7 +177,7 @@ def contraction_of(kernel: Kernel) -> Contraction | None:
     mul = kernel.ops[red].args[0]
     mo = kernel.ops[mul]
     if mo.op != "Mul" or mo.space != "full" or len(set(mo.args)) != 2 \
-            or not (mo.dtype.is_float or mo.dtype is DType.int32):
+            or not multiplies_as_matmul(mo.dtype):
         return None
     a, b = mo.args
     if any(kernel.ops[x].op != "Load" or kernel.ops[x].attr("view").shape != kernel.full for x in (a, b)):

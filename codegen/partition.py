@@ -13,10 +13,9 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from ..ir.dtypes import DType
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.view import View, contiguous_strides
-from .kernel import LEAF_OPS, Buffer, Kernel, KOp, reads_dim
+from .kernel import LEAF_OPS, Buffer, Kernel, KOp, multiplies_as_matmul, reads_dim
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
 
@@ -74,12 +73,11 @@ class _Group:
 
 
 def _is_contraction_mul(red: Node, members: set[int]) -> bool:
-    """SumReduce over a Mul of two loaded operands that broadcast against each other (a matmul), of the
-    dtypes ``Kernel.contraction`` reads as one."""
+    """SumReduce over a Mul of two loaded operands that broadcast against each other (a matmul)."""
     mul, v = red.srcs[0]
     if mul.op is not Op.Mul or not _same_order(v, mul) or any(s.id in members for s, _ in mul.srcs):
         return False
-    if not (mul.dtype.is_float or mul.dtype is DType.int32):
+    if not multiplies_as_matmul(mul.dtype):
         return False
     (_, va), (_, vb) = mul.srcs
     return any(reads_dim(va, d) != reads_dim(vb, d) for d, size in enumerate(mul.shape) if size > 1)

@@ -285,7 +285,6 @@ def cast_like(ctx: OpContext) -> Tensor:
 # -- com.microsoft activations (onnxruntime's fused forms) ------------------------------------
 
 
-
 def gelu_erf(x: Tensor) -> Tensor:
     return x.mul(x.mul(0.7071067811865476).erf().add(1)).mul(0.5)
 

@@ -113,7 +113,6 @@ def arg_op(ctx: OpContext) -> Tensor:
 # -- com.microsoft fused normalisations and FusedMatMul (onnxruntime's optimised graphs) -------
 
 
-
 def normalise(x: Tensor, axes: tuple[int, ...], eps: float, rms: bool = False):
     """(x - mean) / sqrt(var + eps) over ``axes``, or x / sqrt(mean(x^2) + eps) when ``rms``;
     returns (y, mean (None when rms), inverse std, var), the statistics with kept dims."""
