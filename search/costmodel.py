@@ -42,9 +42,6 @@ class Encoding:
 
 def _readings(dist: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """The joint and the per-knob (additive) correlations of points ``dist`` apart (Encoding.distances)."""
-    if len(dist) == 0:
-        one = np.ones(dist.shape[1:])
-        return one, one
     return np.exp(-scale * dist.sum(axis=0)), np.exp(-scale * dist).mean(axis=0)
 
 

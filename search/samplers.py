@@ -130,15 +130,6 @@ class ModelSampler(optuna.samplers.BaseSampler):
         except KeyError:
             return None
 
-    def _measured(self, trials: list) -> tuple[list[tuple], np.ndarray]:
-        pts, ys = [], []
-        for t in trials:
-            pt = self._point(t.params)
-            if t.state == TrialState.COMPLETE and pt is not None and t.value is not None and t.value > 0:
-                pts.append(pt)
-                ys.append(math.log(t.value))
-        return pts, np.array(ys)
-
     def _other_kernels(self, study: optuna.Study, n_trials: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(features, log times) of other studies with this space's knobs, re-read every few trials."""
         if not self.transfer or 0 <= self._others_at and n_trials - self._others_at < REFRESH:
@@ -150,35 +141,37 @@ class ModelSampler(optuna.samplers.BaseSampler):
         try:
             if described is not None and study.user_attrs.get(SPACE_ATTR) != [sig, described]:
                 study.set_user_attr(SPACE_ATTR, [sig, described])
-            out = []
+            theirs = []
             for s in storage.get_all_studies():
                 attr = s.user_attrs.get(SPACE_ATTR)
-                if s._study_id == own or not isinstance(attr, list) or attr[0] != sig:
-                    continue
-                theirs = params_of(attr[1])
-                trials = storage.get_all_trials(s._study_id, deepcopy=False, states=(TrialState.COMPLETE,))
-                feats, ys = self._translated(trials, theirs)
-                if len(feats) > 2:
-                    out.append((np.array(feats), np.array(ys)))
-            # the cost model's fit grows with the cube of its points
-            each = max(3, OTHER_POINTS // max(1, len(out)))
-            self._others = [(x[-each:], y[-each:]) for x, y in out]
+                if s._study_id != own and isinstance(attr, list) and attr[0] == sig:
+                    theirs.append((s._study_id, params_of(attr[1])))
+            # the cost model's fit grows with the cube of its points: the latest of each, at most OTHER_POINTS in all
+            each = max(3, OTHER_POINTS // max(1, len(theirs)))
+            out = []
+            for sid, params in theirs:
+                trials = storage.get_all_trials(sid, deepcopy=False, states=(TrialState.COMPLETE,))
+                x, y = self._measured(trials[-each:], params)
+                if len(x) > 2:
+                    out.append((x, y))
+            self._others = out
         except Exception:  # a storage that cannot list its studies: no transfer
             self._others = []
         return self._others
 
-    def _translated(self, trials: list, theirs: list) -> tuple[list[list[float]], list[float]]:
-        """Another space's measured trials as this space's features (points with a value it cannot place
-        are left out)."""
+    def _measured(self, trials: list, params: list) -> tuple[np.ndarray, np.ndarray]:
+        """Features and log times of the completed ``trials`` of a study whose knobs are ``params`` (this space's
+        or another kernel's, whose values are placed on this space's scale; points it cannot place are left out)."""
         feats, ys = [], []
         for t in trials:
-            if t.value is None or t.value <= 0 or any(p.name not in t.params for p in theirs):
+            if t.state != TrialState.COMPLETE or t.value is None or t.value <= 0 \
+                    or any(p.name not in t.params for p in params):
                 continue
-            f = [mine.feature(p.decode(t.params[p.name])) for mine, p in zip(self.space.params, theirs)]
+            f = [mine.feature(p.decode(t.params[p.name])) for mine, p in zip(self.space.params, params)]
             if None not in f:
                 feats.append(f)
                 ys.append(math.log(t.value))
-        return feats, ys
+        return np.array(feats, dtype=float).reshape(len(feats), len(params)), np.array(ys)
 
     def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
         if not search_space or "fixed_params" in trial.system_attrs:
@@ -194,12 +187,12 @@ class ModelSampler(optuna.samplers.BaseSampler):
                 pool.append(c)
         if not pool:
             return {}
-        pts, ys = self._measured(trials)
+        x, ys = self._measured(trials, self.space.params)
         others = self._other_kernels(study, len(trials))
-        if not pts and not others:
+        if not len(x) and not others:
             pick = pool[int(self.rng.integers(len(pool)))]
         else:
-            model = fit(self._enc, self._features(pts).reshape(len(pts), len(self._names)), ys, others, self.rho)
+            model = fit(self._enc, x, ys, others, self.rho)
             if len(pool) > POOL:
                 pool = [pool[i] for i in self.rng.choice(len(pool), POOL, replace=False)]
             draw = model.thompson(self._features(pool), self.rng)

@@ -59,9 +59,12 @@ class Param:
         if not self.ordinal:
             return float(int(stored) if self.by_index else self.choices.index(stored))
         if self.choices[0] > 0:
-            lo, hi = math.log2(self.choices[0]), math.log2(self.choices[-1])
-            return (math.log2(self.choices[int(stored)]) - lo) / (hi - lo)
+            return self._log_place(self.choices[int(stored)])
         return int(stored) / (len(self.choices) - 1)
+
+    def _log_place(self, value: float) -> float:
+        lo, hi = math.log2(self.choices[0]), math.log2(self.choices[-1])
+        return (math.log2(value) - lo) / (hi - lo)
 
     def decode(self, stored: Any) -> Any:
         return self.choices[int(stored)] if self.by_index else stored
@@ -75,8 +78,7 @@ class Param:
         if not self.ordinal:
             return -1.0
         if self.choices[0] > 0 and isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            lo, hi = math.log2(self.choices[0]), math.log2(self.choices[-1])
-            return (math.log2(value) - lo) / (hi - lo)
+            return self._log_place(value)
         return None
 
     def described(self) -> list[Any]:
