@@ -427,7 +427,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     # mask fails, by bounds on j from the mask: the lane loops then read them without a test per element
     # (for blocks long enough to pay for the bounds: 14 columns ran 2x slower staged, 56 and 112 1.4-2x faster)
     staged = {i: op for i, op in enumerate(k.ops) if op.op == "Load" and op.space == "full" and op.attr("view").mask
-              and not op.attr("view").never_valid and op.attr("view").shape == k.full and lanes >= STAGE_MIN}
+              and not op.attr("view").never_valid and op.attr("view").shape == k.full} if lanes >= STAGE_MIN else {}
     body.staged = set(staged)
 
     def stage(ops: list[int]) -> list[str]:
