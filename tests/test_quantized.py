@@ -168,7 +168,9 @@ def test_dynamically_quantised_transformer_matches_onnxruntime(small_models, tmp
 
 
 def test_qlinearmatmul_with_per_row_and_per_column_scales(tmp_path):
-    """a's scale per row and b's per column at once: the requantisation scale is their outer product."""
+    """a's scale per row and b's per column at once: the requantisation scale is their outer product. Against
+    the spec's formula in numpy: onnxruntime refuses a per-row scale of a, and onnx's reference evaluator
+    fails to broadcast the two scales."""
     rng = np.random.default_rng(0)
     m, k, n = 5, 7, 6
     a_s, b_s = rng.uniform(0.01, 0.05, m).astype(np.float32), rng.uniform(0.01, 0.05, n).astype(np.float32)
