@@ -51,6 +51,14 @@ class TaskState:
         return self.weight * (ALPHA * back + (1 - ALPHA) * forward)
 
 
+def step_seconds(task: TaskState, tasks: list[TaskState], batch: int) -> float:
+    """Seconds ``task``'s next step of ``batch`` trials should take; a task not yet measured (a kernel the
+    fusion search has just made) is assumed as slow per trial as the slowest measured one."""
+    if task.trials:
+        return task.seconds_per_trial * batch
+    return max((t.seconds_per_trial for t in tasks if t.trials), default=0.0)
+
+
 def pick(tasks: list[TaskState], min_trials: int = 1) -> TaskState | None:
     """The next task to spend trials on: any below ``min_trials`` first (in order), then the best
     gradient per second."""

@@ -26,7 +26,7 @@ from ..ir.graph import Graph, Op
 from .measure import Measurement, Measurer, refuse_untimed
 from .report import TuneReport
 from .samplers import make_sampler
-from .scheduler import pick
+from .scheduler import pick, step_seconds
 from .space import FusionSpace, ScheduleSpace
 from .stats import beats
 from .studies import default_storage, open_storage, open_study
@@ -95,6 +95,8 @@ class Tuner:
         if budget_s <= 0:
             raise LuminalError("the tuning budget must be positive")
         self.clock = _Clock(time.monotonic(), budget_s)
+        # the loop's steps end here, so that the finalists and the end-to-end check keep their time
+        self.loop_end = self.clock.deadline - min(FINAL_SHARE * budget_s, 2.0 + 0.05 * budget_s)
         self.graph = graph
         self.backend = backend
         self.seed = seed
@@ -187,7 +189,7 @@ class Tuner:
         if not pending:
             return
         scheds = [p for _, p in pending]
-        results = m.measure(task.kernel, scheds, deadline=self.clock.deadline)
+        results = m.measure(task.kernel, scheds, deadline=self.loop_end)
         for (trial, sched), r in zip(pending, results):
             self._record(task, sched, r)
             task.tell(trial, sched, r)
@@ -207,7 +209,7 @@ class Tuner:
         if not pending:
             return
         for trial, dec in pending:
-            r = m.measure_model([(dec, scheds)], self.model_prep_s, deadline=self.clock.deadline)[0]
+            r = m.measure_model([(dec, scheds)], self.model_prep_s, deadline=self.loop_end)[0]
             task.tell(trial, dec, r)
             if trial is None:
                 task.default_m = r
@@ -275,8 +277,6 @@ class Tuner:
         self.stop.install()
         m = Measurer(self.backend, self.graph, workers=self.workers if self.workers > 1 else 0, plan=self.plan,
                      timeout_s=self.timeout_s, seed=self.seed, threads=self.threads, stop=self.stop)
-        budget = self.clock.budget_s
-        loop_end = self.clock.deadline - min(FINAL_SHARE * budget, 2.0 + 0.05 * budget)
         try:
             self.report.stopped = "budget"
             while True:
@@ -290,8 +290,7 @@ class Tuner:
                 if st is None:
                     self.report.stopped = "exhausted"
                     break
-                est = st.seconds_per_trial * (self.batch if st.trials else 1)
-                if time.monotonic() + est > loop_end:
+                if time.monotonic() + step_seconds(st, states, self.batch) > self.loop_end:
                     break
                 try:
                     if self.fusion is not None and st is self.fusion.state:

@@ -22,7 +22,7 @@ from luminal.codegen.backend import Knob
 from luminal.codegen.partition import partition
 from luminal.errors import LuminalError
 from luminal.search.samplers import make_sampler
-from luminal.search.scheduler import TaskState, pick
+from luminal.search.scheduler import TaskState, pick, step_seconds
 from luminal.search.space import ScheduleSpace
 from luminal.search.tuner import tune
 
@@ -203,6 +203,15 @@ def test_scheduler_spends_where_time_and_improvement_are():
     new = TaskState("new", 1)
     assert pick([stuck, moving, new]).name == "new"  # every task gets its first trial
     assert pick([TaskState("done", 1, done=True)]) is None
+
+
+def test_a_task_not_yet_measured_is_expected_as_slow_as_the_slowest_measured():
+    fast, slow, new = TaskState("fast", 1), TaskState("slow", 1), TaskState("new", 1)
+    fast.record(10.0, 0.5, 5)
+    slow.record(10.0, 2.0, 4)
+    assert step_seconds(fast, [fast, slow, new], 4) == pytest.approx(0.4)
+    assert step_seconds(new, [fast, slow, new], 4) == pytest.approx(0.5)
+    assert step_seconds(new, [new], 4) == 0.0  # nothing measured: the first step always runs
 
 
 def test_interpret_is_refused(tmp_path):
