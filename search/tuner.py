@@ -232,10 +232,15 @@ class Tuner:
                 continue
             task.settle(pts, m.compare(task.kernel, pts))
         if self.fusion is not None or self.schedules():
-            if time.monotonic() + e2e_need <= self.clock.deadline and not self.stop():
+            # the check that guards every winner may use the 5% the budget allows past its end
+            slack = 0.05 * self.clock.budget_s
+            if time.monotonic() + e2e_need <= self.clock.deadline + slack and not self.stop():
                 before, after = m.measure_model([({}, {}), (self.decisions, self.schedules())], self.model_prep_s)
                 self.report.e2e_default_ns = before.median_ns if before.ok else None
                 self.report.e2e_tuned_ns = after.median_ns if after.ok else None
+                if not before.ok:
+                    self.report.notes.append(f"the default model was not timed end to end ({before.status}: "
+                                             f"{before.message})")
                 if not after.ok:
                     self.report.notes.append(f"the tuned model did not verify end to end ({after.status}: "
                                              f"{after.message}); its kernels keep their own verified winners")
@@ -245,6 +250,8 @@ class Tuner:
                     self.report.notes.append(
                         f"end to end the tuned model was slower than the default beyond the noise "
                         f"({after.median_ns / 1e3:.0f} vs {before.median_ns / 1e3:.0f} µs): no winners written")
+            elif not self.stop():
+                self.report.notes.append("no time was left to time the model end to end before and after")
 
     def _write_winners(self) -> None:
         winners = [] if self.keep_default else [(t.signature, t, t.incumbent) for t in self.tasks.values()]
