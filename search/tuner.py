@@ -95,8 +95,6 @@ class Tuner:
         if budget_s <= 0:
             raise LuminalError("the tuning budget must be positive")
         self.clock = _Clock(time.monotonic(), budget_s)
-        # the loop's steps end here, so that the finalists and the end-to-end check keep their time
-        self.loop_end = self.clock.deadline - min(FINAL_SHARE * budget_s, 2.0 + 0.05 * budget_s)
         self.graph = graph
         self.backend = backend
         self.seed = seed
@@ -109,6 +107,10 @@ class Tuner:
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self.batch = max(1, self.workers)
         self.plan = plan or _plan_for(budget_s, graph, backend)
+        # seconds the end-to-end check of the default against the tuned model takes, at most
+        self.e2e_s = 2 * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 1.0
+        # the loop's steps end here, so that the finalists and the end-to-end check keep their time
+        self.loop_end = self.clock.deadline - max(min(FINAL_SHARE * budget_s, 2.0 + 0.05 * budget_s), self.e2e_s)
         self.timeout_s = timeout_s if timeout_s is not None else min(20.0, max(2.0, budget_s / 20))
         self.keep_default = False
         self.report = TuneReport(model_name, backend.name, self.device.key, self.toolchain.key, sampler, seed,
@@ -221,8 +223,7 @@ class Tuner:
     def _finish(self, m: Measurer, final_deadline: float) -> None:
         """Re-time each kernel's finalists together, then the whole model before and after (its time is
         kept back from the finalists)."""
-        e2e_need = 2 * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 1.0
-        final_deadline = min(final_deadline, self.clock.deadline - e2e_need)
+        final_deadline = min(final_deadline, self.clock.deadline - self.e2e_s)
         for task in sorted(self.tasks.values(), key=lambda t: -t.best_ns * t.count):
             pts = task.finalists()
             if len(pts) < 2 or task.state.weight == 0:
@@ -234,7 +235,7 @@ class Tuner:
         if self.fusion is not None or self.schedules():
             # the check that guards every winner may use the 5% the budget allows past its end
             slack = 0.05 * self.clock.budget_s
-            if time.monotonic() + e2e_need <= self.clock.deadline + slack and not self.stop():
+            if time.monotonic() + self.e2e_s <= self.clock.deadline + slack and not self.stop():
                 before, after = m.measure_model([({}, {}), (self.decisions, self.schedules())], self.model_prep_s)
                 self.report.e2e_default_ns = before.median_ns if before.ok else None
                 self.report.e2e_tuned_ns = after.median_ns if after.ok else None
