@@ -107,3 +107,42 @@ def test_column_reductions_use_lanes_and_random_schedules_agree():
         got = run_graph(g, feeds, schedules=scheds, kernels=ks)
         for w, r in zip(want, got):
             np.testing.assert_allclose(r.astype(np.float64), w.astype(np.float64), rtol=2e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("node", [
+    dict(op_type="MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(op_type="MaxPool", kernel_shape=[2, 2], strides=[1, 1], ceil_mode=1),
+    dict(op_type="AveragePool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=0),
+])
+def test_pooling_windows_vectorise_across_output_columns(node):
+    """A pooling window's taps are the inner reduced dims: the reduction runs across output columns (lanes),
+    under every lanes choice, and matches onnxruntime; with a NaN, the reference executor (onnxruntime's max pool
+    drops NaN, the IR's max propagates it)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.codegen.c.emit import lanes_apply
+    from luminal.frontend_onnx import load
+
+    attrs = {k: v for k, v in node.items() if k != "op_type"}
+    n = helper.make_node(node["op_type"], ["x"], ["y"], **attrs)
+    g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 23, 29])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = RNG.standard_normal((1, 5, 23, 29)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    xn = x.copy()
+    xn[0, 2, 4, 6] = np.nan
+    graph = load(onnx.load_from_string(model.SerializeToString())).graph
+    ks = partition(graph, {})
+    pools = [k for k in ks if k.reduce_axes]
+    assert pools and all(lanes_apply(k) for k in pools)
+    be = CPUBackend()
+    for lanes in (0, 16, 64):
+        scheds = [dict(be.default_schedule(k), lanes=lanes) if k in pools else be.default_schedule(k) for k in ks]
+        (got,) = run_graph(graph, {"x": x}, schedules=scheds, kernels=ks)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
+        (got,) = run_graph(graph, {"x": xn}, schedules=scheds, kernels=ks)
+        np.testing.assert_allclose(got, run_reference(graph, {"x": xn})[0], rtol=1e-6, atol=1e-6)
