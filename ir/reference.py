@@ -55,17 +55,27 @@ def _contract(node: Node, mul: Node, vals: dict[int, np.ndarray], mul_view: View
         return np.zeros(node.shape, node.dtype.np)
     if not mul_view.is_contiguous or mul_view.shape != mul.shape:
         return None
-    da, ka = _compact(vals[a.id], va)
-    db, kb = _compact(vals[b.id], vb)
-    axes = node.attrs["axes"]
+    return sum_of_product(vals[a.id], va, vals[b.id], vb, node.attrs["axes"], mul.dtype)
+
+
+def sum_of_product(a: np.ndarray, va: View, b: np.ndarray, vb: View, axes: tuple[int, ...],
+                   dtype: DType) -> np.ndarray:
+    """The sum over ``axes`` of the product of ``a`` read through ``va`` and ``b`` through ``vb`` (views of one
+    shape), by einsum over each operand's non-broadcast dims: the product itself is never made (a conv's is its
+    output times its taps). The result keeps the summed dims as 1s."""
+    da, ka = _compact(a, va)
+    db, kb = _compact(b, vb)
+    shape = va.shape
     letters = string.ascii_letters
-    out_dims = [k for k in range(len(mul.shape)) if k not in axes and (k in ka or k in kb)]
+    out_dims = [k for k in range(len(shape)) if k not in axes and (k in ka or k in kb)]
     eq = f"{''.join(letters[k] for k in ka)},{''.join(letters[k] for k in kb)}->{''.join(letters[k] for k in out_dims)}"
-    ct = mul.dtype.compute.np
+    ct = dtype.compute.np
     r = np.einsum(eq, _compute(da).astype(ct, copy=False), _compute(db).astype(ct, copy=False), optimize=True)
-    shape = tuple(mul.shape[k] if k in out_dims else 1 for k in range(len(mul.shape)))
-    r = r.reshape(shape)
-    return np.broadcast_to(r, node.shape)
+    # summed dims that neither operand reads add up copies of the same product
+    copies = int(np.prod([shape[k] for k in axes if k not in ka and k not in kb]))
+    if copies != 1:
+        r = r * np.asarray(copies, ct)
+    return r.reshape(tuple(shape[k] if k in out_dims else 1 for k in range(len(shape))))
 
 
 def eval_node(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
