@@ -55,7 +55,7 @@ def _contract(node: Node, mul: Node, vals: dict[int, np.ndarray], mul_view: View
         return np.zeros(node.shape, node.dtype.np)
     if not mul_view.is_contiguous or mul_view.shape != mul.shape:
         return None
-    return sum_of_product(vals[a.id], va, vals[b.id], vb, node.attrs["axes"], mul.dtype)
+    return np.broadcast_to(sum_of_product(vals[a.id], va, vals[b.id], vb, node.attrs["axes"], mul.dtype), node.shape)
 
 
 def sum_of_product(a: np.ndarray, va: View, b: np.ndarray, vb: View, axes: tuple[int, ...],
