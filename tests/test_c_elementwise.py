@@ -176,3 +176,29 @@ def test_random_valid_schedules_agree():
             scheds.append(s)
         for w, r in zip(want, run_graph(g, feeds, schedules=scheds, kernels=ks)):
             np.testing.assert_allclose(r, w, rtol=3e-6, atol=3e-6)
+
+
+def test_masked_loads_of_long_rows_are_staged_and_agree():
+    """Rows of 32 or more copy their masked loads (pads, the halves of a concat, reversed or strided slices)
+    into arrays between the mask's bounds before the loop; a row past STAGE_MAX reads them in place."""
+    from luminal.codegen.c.backend import CPUBackend, source
+
+    x = _input("x", (3, 40, 61))
+    w = _input("w", (2, 5000))
+    outs = [x.pad(((0, 0), (1, 1), (3, 2)), value=float("-inf")).exp(),     # a max pool's -inf padding
+            x.pad(((0, 0), (0, 0), (0, 61))).add(x.pad(((0, 0), (0, 0), (61, 0))).mul(2.0)),  # a concat
+            x.flip(2).pad(((0, 0), (0, 0), (5, 5))).slice((0, 0, 1), (1, 1, 2), (3, 40, 35)).neg(),
+            w.pad(((0, 0), (7, 9))).sqrt()]
+    feeds = {"x": RNG.standard_normal((3, 40, 61)).astype(np.float32),
+             "w": RNG.random((2, 5000)).astype(np.float32)}
+    g = _check(outs, feeds)
+    be = CPUBackend()
+    ks = [k for k in partition(g, {}) if k.form == "elementwise"]
+    staged = ["for (int64_t j = 0; j < nl; j++)" in source(k, be.default_schedule(k)) for k in ks]
+    assert staged.count(True) == 3 and staged.count(False) == 1, staged
+    want = run_reference(g, feeds)
+    for block in (1024, 4096, 1 << 30):
+        scheds = [dict(be.default_schedule(k), block=block) if k.form == "elementwise" else be.default_schedule(k)
+                  for k in partition(g, {})]
+        for wv, r in zip(want, run_graph(g, feeds, schedules=scheds, kernels=partition(g, {}))):
+            np.testing.assert_allclose(r, wv, rtol=3e-6, atol=3e-6)

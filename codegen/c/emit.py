@@ -220,23 +220,36 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     body = Body(k)
     n = len(k.full)
     numel = math.prod(k.full)
+    if numel == 0:
+        return _function(k, [])
+    inner = k.full[-1] if n else 1
+    ch = max(1, min(inner, sched.get("block", inner)))
+    # masked loads (a pad, a slice of a concat) are copied into arrays between the bounds their masks allow,
+    # as in the lanes reductions: the loop then reads them without a test, and vectorises
+    staged = {i: op for i, op in enumerate(k.ops) if op.op == "Load" and op.space == "full" and op.attr("view").mask
+              and not op.attr("view").never_valid and op.attr("view").shape == k.full} \
+        if n and STAGE_MIN <= ch <= STAGE_MAX else {}
+    body.staged = set(staged)
     inner_stmts = []
     for i in k.full_cone([o for o, _ in k.outputs]):
         inner_stmts += body.value(i)
     lin = body.linear("full")
     for j, (o, buf) in enumerate(k.outputs):
         inner_stmts.append(f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};")
-    if numel == 0:
-        return _function(k, [])
     if n == 0:
         return _function(k, inner_stmts)
-    inner = k.full[-1]
-    ch = max(1, min(inner, sched.get("block", inner)))
     nch = -(-inner // ch)
     tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});", "(void)r;"]
     tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", k.full[:-1]))]
-    tile += _simd(sched).split("\n")
-    tile += [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{", *_indent(inner_stmts, 4), "}"]
+    if staged:
+        tile.append("const int64_t c0 = j0, nl = j1 - j0;")
+        tile += [line for i, op in staged.items() for line in _stage_load(i, op, n - 1, ch)]
+        tile += _simd(sched).split("\n")
+        tile += ["for (int64_t j = 0; j < nl; j++) {", f"    const int64_t i{n - 1} = c0 + j;",
+                 *_indent(inner_stmts, 4), "}"]
+    else:
+        tile += _simd(sched).split("\n")
+        tile += [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{", *_indent(inner_stmts, 4), "}"]
     return _function(k, tile, ("t", numel // inner * nch), _par(numel, sched))
 
 
@@ -368,6 +381,7 @@ def lanes_apply(kernel: Kernel) -> bool:
 
 LANES = 64  # the default block of output columns a lanes reduction keeps in arrays
 STAGE_MIN = 32  # lane blocks from this long copy their masked loads into arrays first
+STAGE_MAX = 4096  # and up to this long (the arrays live on the stack)
 
 
 def mask_bounds(v: str, step: int, bound: int) -> str:
