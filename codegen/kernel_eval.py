@@ -15,41 +15,18 @@ def _through(view: View, buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return read(buf, view).reshape(shape)
 
 
-def _products(kernel: Kernel) -> tuple[dict[int, int], set[int]]:
-    """{SumReduce: Mul} for each sum of a product of two loads that nothing else reads, which ``sum_of_product``
-    takes without making the product over the whole space (a conv's is its output times its taps); and the ops
-    left unevaluated: those products and the loads only they read."""
-    users: dict[int, list[int]] = {}
-    for j, op in enumerate(kernel.ops):
-        for a in op.args:
-            users.setdefault(a, []).append(j)
-    outs = {i for i, _ in kernel.outputs}
-
-    def whole_load(a: int) -> bool:
-        o = kernel.ops[a]
-        return o.op == "Load" and o.space == "full" and o.attr("view").shape == kernel.full
-
-    found = {}
-    for r, op in enumerate(kernel.ops):
-        m = op.args[0] if op.op == "SumReduce" else None
-        if m is not None and op.dtype.is_float and kernel.ops[m].op == "Mul" and users[m] == [r] \
-                and m not in outs and all(whole_load(a) for a in kernel.ops[m].args):
-            found[r] = m
-    skip = set(found.values())
-    skip |= {n for n, op in enumerate(kernel.ops)
-             if op.op == "Load" and n not in outs and users.get(n) and all(j in skip for j in users[n])}
-    return found, skip
-
-
 def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    products, skip = _products(kernel)
+    # a contraction's sum is one einsum over its two loads' own dims: its product over the whole space (a conv's
+    # is its output times its taps) is never made
+    c = kernel.contraction
+    skip = {c.a, c.b, c.mul} if c is not None else set()
     vals: list[np.ndarray | None] = []
     for n, op in enumerate(kernel.ops):
         shape = kernel.space_shape(op.space)
-        if n in products:
-            a, b = (kernel.ops[i] for i in kernel.ops[products[n]].args)
+        if c is not None and n == c.red:
+            a, b = kernel.ops[c.a], kernel.ops[c.b]
             r = sum_of_product(inputs[a.attr("buf")], a.attr("view"), inputs[b.attr("buf")], b.attr("view"),
-                               op.attr("axes"), kernel.ops[products[n]].dtype)
+                               op.attr("axes"), kernel.ops[c.mul].dtype)
             vals.append(np.broadcast_to(r, shape).astype(op.dtype.np))
             continue
         if n in skip:

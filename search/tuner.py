@@ -220,10 +220,10 @@ class Tuner:
                 self._plan_kernels(partition(self.graph, self.decisions))
         task.state.record(task.best_ns, time.monotonic() - t0, len(pending))
 
-    def _finish(self, m: Measurer, final_deadline: float) -> None:
+    def _finish(self, m: Measurer) -> None:
         """Re-time each kernel's finalists together, then the whole model before and after (its time is
         kept back from the finalists)."""
-        final_deadline = min(final_deadline, self.clock.deadline - self.e2e_s)
+        final_deadline = self.clock.deadline - self.e2e_s
         for task in sorted(self.tasks.values(), key=lambda t: -t.best_ns * t.count):
             pts = task.finalists()
             if len(pts) < 2 or task.state.weight == 0:
@@ -311,7 +311,7 @@ class Tuner:
                 self._tick()
             if not self.stop():
                 try:
-                    self._finish(m, self.clock.deadline - 1.0)
+                    self._finish(m)
                 except Cancelled:
                     self.report.stopped = "interrupted"
         finally:

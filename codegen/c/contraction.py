@@ -238,7 +238,7 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
 
 
 def emit_contraction(kernel: Kernel, sched: dict, vw: int) -> str:
-    from .emit import Body, _signature, unravel
+    from .emit import Body, _buffers, _signature, unravel
     from .prelude import PRELUDE
 
     # as every C emitter, over the kernel with the dims every view walks as one merged (a 1x1 conv's rows and
@@ -320,7 +320,7 @@ def emit_contraction(kernel: Kernel, sched: dict, vw: int) -> str:
     epi += ["        }", "        j0 += len;", "    }", "}"]
     L += ["static __attribute__((noinline)) void lum_epilogue(void **b, const lum_t *restrict ct, int64_t ib,",
           "                                                   int64_t ic, int64_t jc, int64_t mcur, int64_t ncur) {",
-          "    (void)ib;"] + _signature(kernel)[2:] + _indent(epi, 4) + ["}"]
+          "    (void)ib;"] + _buffers(kernel) + _indent(epi, 4) + ["}"]
     L += _signature(kernel)
     L.append(f"    int64_t *lum_tab = (int64_t *)malloc({ntab} * sizeof(int64_t)), *lum_ti = lum_tab;")
     L.append("    if (!lum_tab) return 1;")

@@ -171,7 +171,12 @@ class Body:
 
 
 def _signature(k: Kernel) -> list[str]:
-    lines = ["int lum_kernel(void **b, int nt) {", "    (void)nt;"]
+    return ["int lum_kernel(void **b, int nt) {", "    (void)nt;"] + _buffers(k)
+
+
+def _buffers(k: Kernel) -> list[str]:
+    """The kernel's inputs and outputs as typed pointers ``in<i>``, ``out<j>`` into the argument array ``b``."""
+    lines = []
     for i, buf in enumerate(k.inputs):
         lines.append(f"    const {ct.STORAGE[buf.dtype]} *restrict in{i} = (const {ct.STORAGE[buf.dtype]} *)b[{i}];")
     for j, (_, buf) in enumerate(k.outputs):
@@ -224,11 +229,9 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
         return _function(k, [])
     inner = k.full[-1] if n else 1
     ch = max(1, min(inner, sched.get("block", inner)))
-    # masked loads (a pad, a slice of a concat) are copied into arrays between the bounds their masks allow,
-    # as in the lanes reductions: the loop then reads them without a test, and vectorises
-    staged = {i: op for i, op in enumerate(k.ops) if op.op == "Load" and op.space == "full" and op.attr("view").mask
-              and not op.attr("view").never_valid and op.attr("view").shape == k.full} \
-        if n and STAGE_MIN <= ch <= STAGE_MAX else {}
+    # masked loads (a pad, the halves of a concat) are staged, as in the lanes reductions: the loop then reads
+    # them without a test per element, and vectorises
+    staged = _stageable(k, ch) if n else {}
     body.staged = set(staged)
     inner_stmts = []
     for i in k.full_cone([o for o, _ in k.outputs]):
@@ -241,15 +244,12 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     nch = -(-inner // ch)
     tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});", "(void)r;"]
     tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", k.full[:-1]))]
+    head = [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{"]
     if staged:
         tile.append("const int64_t c0 = j0, nl = j1 - j0;")
         tile += [line for i, op in staged.items() for line in _stage_load(i, op, n - 1, ch)]
-        tile += _simd(sched).split("\n")
-        tile += ["for (int64_t j = 0; j < nl; j++) {", f"    const int64_t i{n - 1} = c0 + j;",
-                 *_indent(inner_stmts, 4), "}"]
-    else:
-        tile += _simd(sched).split("\n")
-        tile += [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{", *_indent(inner_stmts, 4), "}"]
+        head = ["for (int64_t j = 0; j < nl; j++) {", f"    const int64_t i{n - 1} = c0 + j;"]
+    tile += _simd(sched).split("\n") + head + _indent(inner_stmts, 4) + ["}"]
     return _function(k, tile, ("t", numel // inner * nch), _par(numel, sched))
 
 
@@ -380,8 +380,18 @@ def lanes_apply(kernel: Kernel) -> bool:
 
 
 LANES = 64  # the default block of output columns a lanes reduction keeps in arrays
-STAGE_MIN = 32  # lane blocks from this long copy their masked loads into arrays first
+STAGE_MIN = 32  # blocks from this long copy their masked loads into arrays first
 STAGE_MAX = 4096  # and up to this long (the arrays live on the stack)
+
+
+def _stageable(k: Kernel, length: int) -> dict[int, KOp]:
+    """The masked full-space loads a loop over ``length`` elements of the innermost dim copies into arrays first,
+    zero where the mask fails, by bounds from the mask (_stage_load): only for blocks long enough to pay for the
+    bounds (14 columns ran 2x slower staged, 56 and 112 1.4-2x faster)."""
+    if not STAGE_MIN <= length <= STAGE_MAX:
+        return {}
+    return {i: op for i, op in enumerate(k.ops) if op.op == "Load" and op.space == "full" and op.attr("view").mask
+            and not op.attr("view").never_valid and op.attr("view").shape == k.full}
 
 
 def mask_bounds(v: str, step: int, bound: int) -> str:
@@ -446,11 +456,9 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
         return _simd(sched, extra).split("\n") + ["for (int64_t j = 0; j < nl; j++) {",
                                                   f"    const int64_t i{din} = c0 + j;"] + _indent(stmts, 4) + ["}"]
 
-    # masked loads of the full space (a conv's padded window) are copied into arrays first, zero where the
-    # mask fails, by bounds on j from the mask: the lane loops then read them without a test per element
-    # (for blocks long enough to pay for the bounds: 14 columns ran 2x slower staged, 56 and 112 1.4-2x faster)
-    staged = {i: op for i, op in enumerate(k.ops) if op.op == "Load" and op.space == "full" and op.attr("view").mask
-              and not op.attr("view").never_valid and op.attr("view").shape == k.full} if lanes >= STAGE_MIN else {}
+    # masked loads of the full space (a conv's padded window) are staged: the lane loops read them without a
+    # test per element
+    staged = _stageable(k, lanes)
     body.staged = set(staged)
 
     def stage(ops: list[int]) -> list[str]:
