@@ -1,15 +1,19 @@
 """How many trials each sampler needs to get within 5% of the exhaustive best, against random search.
 
-Each kernel's schedule space is cut down (some knobs fixed) until every valid point can be
-compiled, verified and timed here with the C backend. The searches are then replayed against
-that table of measured times, many seeds each, through the tuner's own ask/dedupe/prune loop
-(search.tasks.KernelTask), so only the samplers differ. A trial is a new valid point measured;
-repeats, points that run the same code as one measured before (the backend's identity: same source,
-same threads) and invalid points cost nothing in the tuner and are not counted. ``gp+transfer`` is the gp
-sampler when the kernels are tuned one after another in one study storage (as in one tuning run,
-or a cache kept across runs): each learns from the trials of the kernels before it.
+Every valid point of each kernel's schedule space is compiled, verified and timed here with the C
+backend: the tuner's whole space for the reductions and the elementwise chain, the five blocking
+knobs whole for the GEMMs (their layout and thread knobs fixed, or the table would take hours). The
+searches are then replayed against that table of measured times, many seeds each, through the
+tuner's own ask/dedupe/prune loop (search.tasks.KernelTask), so only the samplers differ. Each
+replayed measurement is the table's time off by the machine's noise (NOISE), so the searches see
+what a tuner sees; a search hits when the point's table time is within 5% of the best. A trial is
+a new valid point measured; repeats, points that run the same code as one measured before (the
+backend's identity: same source, same threads) and invalid points cost nothing in the tuner and
+are not counted. ``gp+transfer`` is the gp sampler when the kernels are tuned one after another in
+one study storage (as in one tuning run, or a cache kept across runs): each learns from the trials
+of the kernels before it.
 
-    python benchmarks/search_efficiency.py [--seeds 20] [--json out.json] [--tables tables.json]
+    python benchmarks/search_efficiency.py [--seeds 20] [--json out.json] [--tables tables.json ...]
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import optuna
@@ -38,6 +44,7 @@ from luminal.search.tasks import KernelTask
 from luminal.search.timing import TimingPlan
 
 METHODS = ("random", "tpe", "gp", "gp+transfer")
+NOISE = 0.03  # log-normal spread of a replayed measurement around the table's median
 TRANSFER_KEEP = 20  # trials each kernel gets in the transfer replay, for the kernels after it to learn from
 
 
@@ -68,10 +75,13 @@ def _rand(shape, seed):
 
 
 def kernels():
-    """(name, kernel, knobs kept, knobs fixed): GEMMs, a softmax, a fused elementwise chain, a layer norm."""
+    """(name, kernel, knobs kept or None for all, knobs fixed): GEMMs, softmaxes, a layer norm, an elementwise
+    chain."""
     out = []
-    gemm_keep = {"mr": (4, 6, 8, 12), "nr": (8, 16, 24, 32), "kc": (0, 128, 256), "mc": (48, 96, 192)}
-    gemm_fix = {"impl": "generated", "threads": 1, "order": "nm", "pack_b": True, "nc": 256}
+    # the GEMMs' five blocking knobs whole (every choice the tuner has); their layout and thread knobs fixed
+    gemm_keep = {"mr": (4, 6, 8, 12), "nr": (8, 16, 24, 32), "mc": (24, 48, 72, 96, 144, 192, 288),
+                 "nc": (64, 128, 256, 512, 1024), "kc": (0, 128, 256, 512)}
+    gemm_fix = {"impl": "generated", "threads": 1, "order": "nm", "pack_b": True}
     for name, (m, k, n) in (("gemm 128x256x192", (128, 256, 192)), ("gemm 64x512x96 +bias+relu", (64, 512, 96)),
                             ("gemm 256x128x512", (256, 128, 512)), ("gemm 32x768x768 +bias+relu", (32, 768, 768))):
         x = Tensor.input("x", (m, k), DType.float32)
@@ -80,24 +90,21 @@ def kernels():
             y = y.add(_rand((n,), 2)).relu()
         (kern,) = [kk for kk in partition(_graph(y, x)) if kk.form == "contraction"]
         out.append((name, kern, gemm_keep, gemm_fix))
-    red_keep = {"vec": (0, 4, 8, 16), "unroll": (1, 2, 4), "rows_per_thread": (0, 1, 4, 16, 64), "threads": (1, 2)}
     for rows, cols in ((256, 512), (64, 2048)):
         x = Tensor.input("x", (rows, cols), DType.float32)
         (kern,) = [kk for kk in partition(_graph(x.softmax(-1), x)) if kk.form == "reduction"]
-        out.append((f"softmax {rows}x{cols}", kern, red_keep, {}))
+        out.append((f"softmax {rows}x{cols}", kern, None, {}))
     x = Tensor.input("x", (128, 768), DType.float32)
     mu = x.sum(axes=(1,), keepdim=True).mul(1 / 768)
     d = x.sub(mu)
     ln = d.mul(d.mul(d).sum(axes=(1,), keepdim=True).mul(1 / 768).add(1e-5).rsqrt())
     ks = [kk for kk in partition(_graph(ln, x)) if kk.form == "reduction"]
-    out.append(("layernorm 128x768", max(ks, key=lambda kk: len(kk.ops)), red_keep, {}))
-    ew_keep = {"vec": (0, 4, 8, 16), "unroll": (1, 2, 4), "block": (1024, 4096, 16384, 65536, 1 << 30),
-               "threads": (1, 2)}
+    out.append(("layernorm 128x768", max(ks, key=lambda kk: len(kk.ops)), None, {}))
     x = Tensor.input("x", (512, 1024), DType.float32)
     y = Tensor.input("y", (512, 1024), DType.float32)
     chain = x.mul(y).add(x.tanh()).sigmoid().mul(y.abs().sqrt())
     kern = max(partition(_graph(chain, x, y)), key=lambda kk: len(kk.ops))
-    out.append(("elementwise chain 512x1024", kern, ew_keep, {}))
+    out.append(("elementwise chain 512x1024", kern, None, {}))
     return out
 
 
@@ -140,6 +147,7 @@ def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, ta
     search goes on to ``keep`` trials (for later kernels to learn from) but the count stops at the first hit.
     ``table`` is by class (``by_class``)."""
     space = ScheduleSpace(backend, kernel)
+    rng = np.random.default_rng(seed)
     smp, _ = make_sampler(sampler, seed, space, "bench")
     study = optuna.create_study(sampler=smp, direction="minimize", storage=storage)
     task = KernelTask(kernel, "bench", study, space, 1, None)
@@ -154,7 +162,10 @@ def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, ta
             break
         trial, point = pending[0]
         t = table.get(space.key(point))
-        m = Measurement("ok", [int(t)]) if t is not None else Measurement("compile_error")
+        # the search sees a measurement, off the table's median by the machine's noise; whether it hit is
+        # judged on the table
+        m = Measurement("ok", [int(t * math.exp(rng.normal(0, NOISE)))]) if t is not None \
+            else Measurement("compile_error")
         task.tell(trial, point, m)
         trials += 1
         if t is not None:
@@ -162,6 +173,21 @@ def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, ta
             if best <= target and hit is None:
                 hit = trials
     return hit if hit is not None else valid
+
+
+def mean_table(tables: list[dict[str, float]]) -> dict[str, float]:
+    """The geometric mean of several measurements of a table, over the points all of them hold."""
+    keys = set.intersection(*(set(t) for t in tables))
+    return {k: float(np.exp(np.mean([np.log(t[k]) for t in tables]))) for k in sorted(keys)}
+
+
+def disagreement(tables: list[dict[str, float]]) -> float:
+    """How far apart measurements of one point are, once each table's drift as a whole is taken out: the
+    standard deviation of a point's log times across tables, averaged over points (about the relative spread)."""
+    keys = sorted(set.intersection(*(set(t) for t in tables)))
+    logs = np.log([[t[k] for k in keys] for t in tables])
+    logs -= logs.mean(axis=1, keepdims=True)
+    return float(logs.std(axis=0, ddof=1).mean())
 
 
 def _pct(v: list[float], q: float) -> float:
@@ -193,37 +219,42 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", default="", help="substring of the kernel names to run")
-    ap.add_argument("--tables", default=None,
-                    help="JSON file of measured tables: read when it exists (replay only), else written")
+    ap.add_argument("--tables", nargs="+", default=[],
+                    help="JSON files of measured tables. A kernel they hold is not measured again; with several "
+                         "files, a point's time is the geometric mean of theirs. Kernels none holds are measured "
+                         "and saved in the last file")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     tasks.ASK_S = float("inf")  # replays are offline: no wall-clock limit on proposals, so they are repeatable
     cpu = get_backend("cpu")
     plan = TimingPlan(warmup_s=0.02, cap_s=0.1, min_reps=10)
-    saved = {}
-    if args.tables and os.path.exists(args.tables):
-        with open(args.tables) as f:
-            saved = json.load(f)
+    loaded = []
+    for path in args.tables:
+        with open(path) if os.path.exists(path) else nullcontext() as f:
+            loaded.append(json.load(f) if f else {})
     todo = []
     for name, kernel, keep, fixed in kernels():
         if args.only and args.only not in name:
             continue
-        backend = Subspace(cpu, keep, fixed)
+        backend = Subspace(cpu, keep, fixed) if keep else cpu
         t0 = time.time()
-        table = saved[name] if name in saved else exhaustive(backend, kernel, plan)
-        saved[name] = table
+        held = [t[name] for t in loaded if name in t]
+        table = mean_table(held) if held else exhaustive(backend, kernel, plan)
+        if not held and loaded:
+            loaded[-1][name] = table
         if not table:
             print(f"{name}: no valid point ran", file=sys.stderr)
             continue
         classes = by_class(backend, kernel, table)
         within = sum(1 for v in classes.values() if v <= min(classes.values()) * 1.05)
+        agree = f", {len(held)} tables {disagreement(held):.0%} apart" if len(held) > 1 else ""
         print(f"{name:28s} {len(table):4d} points in {len(classes):3d} classes, {within} within 5% of the best "
               f"{min(classes.values()) / 1e3:.1f} us "
-              f"(worst {max(table.values()) / 1e3:.1f} us) [{time.time() - t0:.0f} s to measure]", flush=True)
+              f"(worst {max(table.values()) / 1e3:.1f} us) [{time.time() - t0:.0f} s to measure{agree}]", flush=True)
         todo.append((name, kernel, backend, classes))
-    if args.tables:
-        with open(args.tables, "w") as f:
-            json.dump(saved, f)
+    if loaded:
+        with open(args.tables[-1], "w") as f:
+            json.dump(loaded[-1], f)
     if not todo:
         return
     res = searches(todo, args.seeds)

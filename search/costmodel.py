@@ -6,8 +6,9 @@ choice index, compared only for equality. A knob's distance is |u - u'| (ordered
 (other). The kernel mixes two readings of those distances: exp(-scale * sum of distances), where
 only points near each other covary, and the mean over knobs of exp(-scale * distance), where points
 that share a knob's value covary whatever the other knobs are (a knob's main effect: one fast point
-with one thread says the other one-thread points may be fast too). The mix and the scale are picked
-by marginal likelihood. The target is log time.
+with one thread says the other one-thread points may be fast too). The mix, the scale and the
+timing noise are picked by marginal likelihood. The target is log time; the sampler proposes the
+point of most expected improvement.
 
 Trials of other kernels with the same knobs (other studies) join as further tasks: points of two
 different kernels covary ``rho`` times as much as points of one, and each kernel has its own
@@ -17,13 +18,14 @@ unknown offset and spread, so the others say which points are good, not how fast
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 SCALES = (0.5, 1.0, 2.0, 4.0)  # length-scale choices, picked by marginal likelihood
 MIXES = (0.0, 0.5, 1.0)  # weight of the per-knob (additive) reading, picked likewise
-NOISE = 0.05  # variance of timing noise on standardised log time
+NOISES = (0.05, 0.15, 0.5)  # variance of timing noise on standardised log time, picked likewise
 OFFSET = 1.0  # prior variance of a task's offset
 
 
@@ -71,13 +73,21 @@ class Fit:
         corr = (1 - self.mix) * joint + self.mix * additive
         return corr * np.where(same, 1.0, self.rho) + OFFSET * same
 
-    def thompson(self, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One draw of the standardised log times of ``cand`` from the posterior."""
+    def expected_improvement(self, cand: np.ndarray) -> np.ndarray:
+        """How much each of ``cand`` is expected to improve on this kernel's best point, on standardised log time.
+        The best is where the posterior mean of this kernel's measured points is lowest, not their lowest
+        measurement, which the timing noise flatters."""
         tc = np.zeros(len(cand), dtype=int)
         ks = self._cov(cand, tc, self.x, self.task)
         v = np.linalg.solve(self.chol, ks.T)
-        cov = self._cov(cand, tc, cand, tc) - v.T @ v
-        return rng.multivariate_normal(ks @ self.alpha, cov, method="eigh", check_valid="ignore")
+        mean = ks @ self.alpha
+        sd = np.sqrt(np.maximum(np.diag(self._cov(cand, tc, cand, tc)) - (v * v).sum(axis=0), 1e-12))
+        own = self.task == 0
+        best = float((self._cov(self.x[own], self.task[own], self.x, self.task) @ self.alpha).min()) \
+            if own.any() else float(mean.min())
+        z = (best - mean) / sd
+        cdf = 0.5 * (1 + np.array([math.erf(u / math.sqrt(2)) for u in z]))
+        return (best - mean) * cdf + sd * np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
 
 
 def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]],
@@ -99,17 +109,36 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     dist = enc.distances(X, X)  # the same for every length scale
     same = T[:, None] == T[None, :]
     readings = {scale: _readings(dist, scale) for scale in SCALES}
-    for scale, mix in itertools.product(SCALES, MIXES):
+    for scale, mix, noise in itertools.product(SCALES, MIXES, NOISES):
         f = Fit(enc, X, T, np.zeros(0), np.zeros(0), scale, mix, rho)
-        k = f._mixed(*readings[scale], same) + NOISE * np.eye(len(X))
+        k = f._mixed(*readings[scale], same) + noise * np.eye(len(X))
         try:
             chol = np.linalg.cholesky(k)
         except np.linalg.LinAlgError:
             continue
-        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, Y))
-        ll = -0.5 * float(Y @ alpha) - float(np.sum(np.log(np.diag(chol))))
+        z = _forward(chol, Y)
+        ll = -0.5 * float(z @ z) - float(np.sum(np.log(np.diag(chol))))
         if best_fit is None or ll > best_fit[0]:
-            f.alpha, f.chol = alpha, chol
-            best_fit = (ll, f)
+            f.chol = chol
+            best_fit = (ll, f, z)
     assert best_fit is not None
-    return best_fit[1]
+    _, f, z = best_fit
+    f.alpha = _backward(f.chol, z)
+    return f
+
+
+# numpy has no triangular solve; its general one factors the matrix again, which took most of a fit's time
+def _forward(low: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """z with low @ z = b, for lower-triangular ``low``."""
+    z = np.empty_like(b)
+    for i in range(len(b)):
+        z[i] = (b[i] - low[i, :i] @ z[:i]) / low[i, i]
+    return z
+
+
+def _backward(low: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """a with low.T @ a = z, for lower-triangular ``low``."""
+    a = np.empty_like(z)
+    for i in reversed(range(len(z))):
+        a[i] = (z[i] - low[i + 1:, i] @ a[i + 1:]) / low[i, i]
+    return a

@@ -73,11 +73,11 @@ def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.sa
 class ModelSampler(optuna.samplers.BaseSampler):
     """Bayesian optimisation over the valid points of a schedule space (search/costmodel.py).
 
-    Each new point is the untried valid point (one per class of points that run the same code) that is
-    fastest in one draw (Thompson sampling) from a
-    Gaussian process fitted on the measured trials, joined (``transfer``) by the trials of other
-    kernels' studies in the same storage whose knobs are the same. Invalid points are never proposed;
-    spaces too big to list are searched through a fresh random sample of valid points at each step.
+    Each new point is the untried valid point (one per class of points that run the same code) of most
+    expected improvement under a Gaussian process fitted on the measured trials, joined (``transfer``)
+    by the trials of other kernels' studies in the same storage whose knobs are the same. Invalid points
+    are never proposed; spaces too big to list are searched through a fresh random sample of valid
+    points at each step. Ties are broken by the seed.
     """
 
     def __init__(self, space: ScheduleSpace, seed: int, transfer: bool = True, rho: float = RHO):
@@ -195,6 +195,7 @@ class ModelSampler(optuna.samplers.BaseSampler):
             model = fit(self._enc, x, ys, others, self.rho)
             if len(pool) > POOL:
                 pool = [pool[i] for i in self.rng.choice(len(pool), POOL, replace=False)]
-            draw = model.thompson(self._features(pool), self.rng)
-            pick = pool[int(np.argmin(draw))]
+            gain = model.expected_improvement(self._features(pool))
+            ties = np.flatnonzero(gain == gain.max())  # broken by the seed
+            pick = pool[int(self.rng.choice(ties))]
         return dict(zip(self._names, pick))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import statistics
 
+import numpy as np
 import optuna
 import pytest
 import search_util as helpers
@@ -12,7 +13,8 @@ from optuna.trial import TrialState
 
 from luminal.codegen.backend import Knob
 from luminal.codegen.partition import partition
-from luminal.search.samplers import ModelSampler, make_sampler
+from luminal.search.costmodel import Encoding, fit
+from luminal.search.samplers import ENUMERATE_LIMIT, RHO, ModelSampler, make_sampler
 from luminal.search.space import FusionSpace, ScheduleSpace, schedule_key
 from luminal.search.tuner import tune
 
@@ -75,10 +77,26 @@ def _combos(space):
     return [dict(zip(grid, c)) for c in itertools.product(*grid.values())]
 
 
+class Big(Grid):
+    """A space too big to list: the sampler ranks a seeded random sample of its points."""
+
+    def space(self, kernel):
+        return [Knob("block", tuple(2 ** i for i in range(4, 13))), Knob("unroll", (1, 2, 4, 8, 16, 32, 64, 128)),
+                Knob("order", tuple(f"o{i}" for i in range(8))), Knob("split", tuple(range(1, 9)))]
+
+    def default_schedule(self, kernel):
+        return {"block": 16, "unroll": 1, "order": "o1", "split": 1}
+
+    def valid(self, kernel, s):
+        return True
+
+
 def test_seed_makes_it_reproducible():
-    space = _space()
-    runs = [_search(ModelSampler(space, 7), space, 10)[1] for _ in range(2)]
-    assert runs[0] == runs[1]
+    for space in (_space(), ScheduleSpace(Big(), partition(helpers.small_graph())[0])):
+        runs = [_search(ModelSampler(space, 7), space, 10)[1] for _ in range(2)]
+        assert runs[0] == runs[1]
+    # where the space is sampled (or points tie), the seed decides
+    assert space.size > ENUMERATE_LIMIT
     assert _search(ModelSampler(space, 8), space, 10)[1] != runs[0]
 
 
@@ -188,3 +206,12 @@ def test_the_tuner_times_one_point_per_class(tmp_path):
                   timeout_s=0.5, plan=helpers.PLAN)
     for k in report.kernels:
         assert k.trials <= 4, k
+
+
+def test_expected_improvement_points_down_the_slope():
+    enc = Encoding(np.array([True]))
+    x = np.array([[0.0], [0.25], [0.5]])
+    model = fit(enc, x, np.log([300.0, 200.0, 150.0]), [], RHO)
+    gain = model.expected_improvement(np.array([[0.1], [0.4], [0.75], [1.0]]))
+    assert (gain >= 0).all()
+    assert np.argmax(gain) >= 2 and gain[0] < gain[1] < gain[2], gain
