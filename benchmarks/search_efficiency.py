@@ -44,7 +44,7 @@ from luminal.search.tasks import KernelTask
 from luminal.search.timing import TimingPlan
 
 METHODS = ("random", "tpe", "gp", "gp+transfer")
-NOISE = 0.03  # log-normal spread of a replayed measurement around the table's median
+NOISE = 0.04  # log-normal spread of a replayed measurement around the table's median: 2-7% measured (--tables A B C)
 TRANSFER_KEEP = 20  # trials each kernel gets in the transfer replay, for the kernels after it to learn from
 
 

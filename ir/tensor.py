@@ -76,11 +76,11 @@ class Tensor:
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return self.view.ndim
 
     @property
     def numel(self) -> int:
-        return math.prod(self.shape)
+        return self.view.numel
 
     @property
     def is_const(self) -> bool:
