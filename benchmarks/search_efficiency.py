@@ -26,7 +26,7 @@ import os
 import statistics
 import sys
 import time
-from contextlib import nullcontext
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -175,17 +175,19 @@ def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, ta
     return hit if hit is not None else valid
 
 
+def _common(tables: list[dict[str, float]]) -> list[str]:
+    return sorted(set.intersection(*(set(t) for t in tables)))
+
+
 def mean_table(tables: list[dict[str, float]]) -> dict[str, float]:
     """The geometric mean of several measurements of a table, over the points all of them hold."""
-    keys = set.intersection(*(set(t) for t in tables))
-    return {k: float(np.exp(np.mean([np.log(t[k]) for t in tables]))) for k in sorted(keys)}
+    return {k: float(np.exp(np.mean([np.log(t[k]) for t in tables]))) for k in _common(tables)}
 
 
 def disagreement(tables: list[dict[str, float]]) -> float:
     """How far apart measurements of one point are, once each table's drift as a whole is taken out: the
     standard deviation of a point's log times across tables, averaged over points (about the relative spread)."""
-    keys = sorted(set.intersection(*(set(t) for t in tables)))
-    logs = np.log([[t[k] for k in keys] for t in tables])
+    logs = np.log([[t[k] for k in _common(tables)] for t in tables])
     logs -= logs.mean(axis=1, keepdims=True)
     return float(logs.std(axis=0, ddof=1).mean())
 
@@ -228,10 +230,8 @@ def main() -> None:
     tasks.ASK_S = float("inf")  # replays are offline: no wall-clock limit on proposals, so they are repeatable
     cpu = get_backend("cpu")
     plan = TimingPlan(warmup_s=0.02, cap_s=0.1, min_reps=10)
-    loaded = []
-    for path in args.tables:
-        with open(path) if os.path.exists(path) else nullcontext() as f:
-            loaded.append(json.load(f) if f else {})
+    loaded = [json.loads(Path(p).read_text()) if os.path.exists(p) else {} for p in args.tables]
+    measured = False
     todo = []
     for name, kernel, keep, fixed in kernels():
         if args.only and args.only not in name:
@@ -242,6 +242,7 @@ def main() -> None:
         table = mean_table(held) if held else exhaustive(backend, kernel, plan)
         if not held and loaded:
             loaded[-1][name] = table
+            measured = True
         if not table:
             print(f"{name}: no valid point ran", file=sys.stderr)
             continue
@@ -252,9 +253,8 @@ def main() -> None:
               f"{min(classes.values()) / 1e3:.1f} us "
               f"(worst {max(table.values()) / 1e3:.1f} us) [{time.time() - t0:.0f} s to measure{agree}]", flush=True)
         todo.append((name, kernel, backend, classes))
-    if loaded:
-        with open(args.tables[-1], "w") as f:
-            json.dump(loaded[-1], f)
+    if measured:
+        Path(args.tables[-1]).write_text(json.dumps(loaded[-1]))
     if not todo:
         return
     res = searches(todo, args.seeds)

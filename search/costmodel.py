@@ -77,11 +77,12 @@ class Fit:
         """How much each of ``cand`` is expected to improve on this kernel's best point, on standardised log time.
         The best is where the posterior mean of this kernel's measured points is lowest, not their lowest
         measurement, which the timing noise flatters."""
-        tc = np.zeros(len(cand), dtype=int)
-        ks = self._cov(cand, tc, self.x, self.task)
-        v = np.linalg.solve(self.chol, ks.T)
+        ks = self._cov(cand, np.zeros(len(cand), dtype=int), self.x, self.task)
+        v = _forward(self.chol, ks.T)
         mean = ks @ self.alpha
-        sd = np.sqrt(np.maximum(np.diag(self._cov(cand, tc, cand, tc)) - (v * v).sum(axis=0), 1e-12))
+        # a point's prior variance: the kernel at distance 0 from itself, the same for every point
+        prior = float(self._kernel(np.zeros((len(self.enc.ordered), 1)), np.ones(1, dtype=bool))[0])
+        sd = np.sqrt(np.maximum(prior - (v * v).sum(axis=0), 1e-12))
         own = self.task == 0
         best = float((self._cov(self.x[own], self.task[own], self.x, self.task) @ self.alpha).min()) \
             if own.any() else float(mean.min())
@@ -129,7 +130,7 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
 
 # numpy has no triangular solve; its general one factors the matrix again, which took most of a fit's time
 def _forward(low: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """z with low @ z = b, for lower-triangular ``low``."""
+    """z with low @ z = b, for lower-triangular ``low`` (``b`` a vector or a matrix of columns)."""
     z = np.empty_like(b)
     for i in range(len(b)):
         z[i] = (b[i] - low[i, :i] @ z[:i]) / low[i, i]
