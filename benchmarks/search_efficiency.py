@@ -9,9 +9,12 @@ replayed measurement is the table's time off by the machine's noise (NOISE), so 
 what a tuner sees; a search hits when the point's table time is within 5% of the best. A trial is
 a new valid point measured; repeats, points that run the same code as one measured before (the
 backend's identity: same source, same threads) and invalid points cost nothing in the tuner and
-are not counted. ``gp+transfer`` is the gp sampler when the kernels are tuned one after another in
-one study storage (as in one tuning run, or a cache kept across runs): each learns from the trials
-of the kernels before it.
+are not counted. Random search's mean is taken over RANDOM_SEEDS times the seeds: its spread is
+wide and its replays cheap. Two replays show the gp sampler learning from other kernels' trials in
+one study storage (each kernel runs to TRANSFER_KEEP trials for the others to learn from):
+``gp+together`` tunes the kernels together, one trial each in turn, as a tuning run interleaves
+its kernels; ``gp+earlier`` tunes them one after another, each learning from the ones before it,
+as a model learns from the models tuned earlier into a kept storage.
 
     python benchmarks/search_efficiency.py [--seeds 20] [--json out.json] [--tables tables.json ...]
 """
@@ -43,9 +46,11 @@ from luminal.search.space import ScheduleSpace, schedule_key
 from luminal.search.tasks import KernelTask
 from luminal.search.timing import TimingPlan
 
-METHODS = ("random", "tpe", "gp", "gp+transfer")
+METHODS = ("random", "tpe", "gp", "gp+earlier", "gp+together")
+WITHIN = 0.05  # a search hits when it has measured a point this close to the exhaustive best
 NOISE = 0.04  # log-normal spread of a replayed measurement around the table's median: 2-7% measured (--tables A B C)
-TRANSFER_KEEP = 20  # trials each kernel gets in the transfer replay, for the kernels after it to learn from
+TRANSFER_KEEP = 20  # trials each kernel gets in the transfer replays, for the other kernels to learn from
+RANDOM_SEEDS = 10  # random search's replays are cheap and its spread wide: its mean is over this many times the seeds
 
 
 class Subspace:
@@ -141,38 +146,44 @@ def by_class(backend, kernel, table: dict[str, float]) -> dict[str, float]:
     return {c: float(np.median(v)) for c, v in members.items()}
 
 
-def replay(backend, kernel, table: dict[str, float], sampler: str, seed: int, target: float,
-           storage=None, keep: int = 0) -> int:
-    """Trials (new classes of valid points) until the best is within ``target`` of the exhaustive best; the
-    search goes on to ``keep`` trials (for later kernels to learn from) but the count stops at the first hit.
-    ``table`` is by class (``by_class``)."""
-    space = ScheduleSpace(backend, kernel)
-    rng = np.random.default_rng(seed)
-    smp, _ = make_sampler(sampler, seed, space, "bench")
-    study = optuna.create_study(sampler=smp, direction="minimize", storage=storage)
-    task = KernelTask(kernel, "bench", study, space, 1, None)
-    task.enqueue_default()  # as in the tuner, trial 0 is the default schedule
-    best = float("inf")
-    valid = len(table)
-    hit = None
-    trials = 0
-    while trials < valid * 3 and (hit is None or trials < keep):
-        pending = task.ask(1)
+class Search:
+    """One kernel's search replayed against its table (by class, ``by_class``), one trial per ``step``."""
+
+    def __init__(self, backend, kernel, table: dict[str, float], sampler: str, seed: int, storage=None):
+        self.space = ScheduleSpace(backend, kernel)
+        self.table = table
+        self.target = min(table.values()) * (1 + WITHIN)
+        self.rng = np.random.default_rng(seed)
+        smp, _ = make_sampler(sampler, seed, self.space, "bench")
+        study = optuna.create_study(sampler=smp, direction="minimize", storage=storage)
+        self.task = KernelTask(kernel, "bench", study, self.space, 1, None)
+        self.task.enqueue_default()  # as in the tuner, trial 0 is the default schedule
+        self.trials, self.hit, self.over = 0, None, False
+
+    def going(self, keep: int = 0) -> bool:
+        """Not yet hit, or short of ``keep`` trials (for other kernels to learn from), and the space not spent."""
+        return not self.over and self.trials < len(self.table) * 3 and (self.hit is None or self.trials < keep)
+
+    def step(self) -> None:
+        pending = self.task.ask(1)
         if not pending:
-            break
+            self.over = True
+            return
         trial, point = pending[0]
-        t = table.get(space.key(point))
+        t = self.table.get(self.space.key(point))
         # the search sees a measurement, off the table's median by the machine's noise; whether it hit is
         # judged on the table
-        m = Measurement("ok", [int(t * math.exp(rng.normal(0, NOISE)))]) if t is not None \
+        m = Measurement("ok", [int(t * math.exp(self.rng.normal(0, NOISE)))]) if t is not None \
             else Measurement("compile_error")
-        task.tell(trial, point, m)
-        trials += 1
-        if t is not None:
-            best = min(best, t)
-            if best <= target and hit is None:
-                hit = trials
-    return hit if hit is not None else valid
+        self.task.tell(trial, point, m)
+        self.trials += 1
+        if self.hit is None and t is not None and t <= self.target:
+            self.hit = self.trials
+
+    @property
+    def result(self) -> int:
+        """Trials (new classes of valid points) to the first within WITHIN of the exhaustive best."""
+        return self.hit if self.hit is not None else len(self.table)
 
 
 def _common(tables: list[dict[str, float]]) -> list[str]:
@@ -202,17 +213,25 @@ def _cell(v: list[int], random_mean: float) -> str:
 
 
 def searches(todo, seeds: int) -> dict[str, dict[str, list[int]]]:
-    """Trials to 5% per method, kernel and seed. ``gp+transfer`` tunes the kernels in the listed order in
-    one study storage, each for TRANSFER_KEEP trials, so a kernel learns from the earlier kernels' trials."""
+    """Trials to WITHIN per method, kernel and seed (random over RANDOM_SEEDS times the seeds)."""
     res = {m: {name: [] for name, *_ in todo} for m in METHODS}
-    for seed in range(seeds):
-        shared = optuna.storages.InMemoryStorage()
-        for i, (name, kernel, backend, table) in enumerate(todo):
-            target = min(table.values()) * 1.05
-            for m in METHODS:
-                sampler = m.split("+")[0]
-                storage, keep = (shared, TRANSFER_KEEP) if m == "gp+transfer" else (None, 0)
-                res[m][name].append(replay(backend, kernel, table, sampler, seed * 1000 + i, target, storage, keep))
+    for seed in range(seeds * RANDOM_SEEDS):
+        for m in METHODS if seed < seeds else ("random",):
+            storage = optuna.storages.InMemoryStorage() if "+" in m else None
+            runs = [Search(backend, kernel, table, m.split("+")[0], seed * 1000 + i, storage)
+                    for i, (name, kernel, backend, table) in enumerate(todo)]
+            keep = TRANSFER_KEEP if storage else 0
+            if m == "gp+earlier":  # one after another, each kernel learning from the ones before it
+                for r in runs:
+                    while r.going(keep):
+                        r.step()
+            else:  # alone, or together in one storage: one trial each in turn
+                while any(r.going(keep) for r in runs):
+                    for r in runs:
+                        if r.going(keep):
+                            r.step()
+            for (name, *_), r in zip(todo, runs):
+                res[m][name].append(r.result)
     return res
 
 
@@ -258,9 +277,10 @@ def main() -> None:
     if not todo:
         return
     res = searches(todo, args.seeds)
-    print(f"\ntrials to within 5% of the exhaustive best, {args.seeds} seeds: mean [p10-p90] (mean / random's)")
-    print(f"gp+transfer tunes the kernels in this order in one study storage, {TRANSFER_KEEP} trials each, so "
-          "each kernel learns from the earlier kernels' trials; the other methods tune each kernel alone")
+    print(f"\ntrials to within {WITHIN:.0%} of the exhaustive best, {args.seeds} seeds ({args.seeds * RANDOM_SEEDS} "
+          "for random): mean [p10-p90] (mean / random's)")
+    print(f"gp+together and gp+earlier tune the kernels in one study storage, {TRANSFER_KEEP} trials each, so each "
+          "learns from the others' trials: together in turn, or in this order; the other methods tune each alone")
     print(f"{'kernel':28s}" + "".join(f"{m:>24s}" for m in METHODS))
     rows = []
     for name, _, _, table in todo:
@@ -271,14 +291,15 @@ def main() -> None:
             row[m] = {"mean": statistics.mean(v), "p10": _pct(v, 10), "p90": _pct(v, 90), "trials": v}
         rows.append(row)
         print(f"{name:28s}" + "".join(f"{_cell(res[m][name], rnd):>24s}" for m in METHODS))
-    totals = {m: [sum(res[m][name][s] for name, *_ in todo) for s in range(args.seeds)] for m in METHODS}
+    totals = {m: [sum(r) for r in zip(*(res[m][name] for name, *_ in todo))] for m in METHODS}
     rnd = statistics.mean(totals["random"])
     print(f"{'total':28s}" + "".join(f"{_cell(v, rnd):>24s}" for v in totals.values()))
     if args.json:
         summary = {m: {"mean": statistics.mean(v), "p10": _pct(v, 10), "p90": _pct(v, 90),
                        "ratio_to_random": statistics.mean(v) / rnd} for m, v in totals.items()}
         with open(args.json, "w") as f:
-            json.dump({"seeds": args.seeds, "transfer_keep": TRANSFER_KEEP, "total": summary, "kernels": rows},
+            json.dump({"seeds": args.seeds, "random_seeds": args.seeds * RANDOM_SEEDS, "transfer_keep": TRANSFER_KEEP,
+                       "total": summary, "kernels": rows},
                       f, indent=1)
 
 

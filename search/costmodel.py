@@ -7,8 +7,9 @@ choice index, compared only for equality. A knob's distance is |u - u'| (ordered
 only points near each other covary, and the mean over knobs of exp(-scale * distance), where points
 that share a knob's value covary whatever the other knobs are (a knob's main effect: one fast point
 with one thread says the other one-thread points may be fast too). The mix, the scale and the
-timing noise are picked by marginal likelihood. The target is log time; the sampler proposes the
-point of most expected improvement.
+timing noise, and whether the ordered knobs' order is read at all, are hyperparameters: the model
+averages the likeliest few choices, weighted by marginal likelihood. The target is log time; the
+sampler proposes the point of most expected improvement.
 
 Trials of other kernels with the same knobs (other studies) join as further tasks: points of two
 different kernels covary ``rho`` times as much as points of one, and each kernel has its own
@@ -19,26 +20,31 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-SCALES = (0.5, 1.0, 2.0, 4.0)  # length-scale choices, picked by marginal likelihood
-MIXES = (0.0, 0.5, 1.0)  # weight of the per-knob (additive) reading, picked likewise
-NOISES = (0.05, 0.15, 0.5)  # variance of timing noise on standardised log time, picked likewise
+SCALES = (0.5, 1.0, 2.0, 4.0)  # length-scale choices, weighed by marginal likelihood
+MIXES = (0.0, 0.5, 1.0)  # weight of the per-knob (additive) reading, weighed likewise
+NOISES = (0.05, 0.15, 0.5)  # variance of timing noise on standardised log time, weighed likewise
 OFFSET = 1.0  # prior variance of a task's offset
+ORDERED = (True, False)  # ordered knobs read by their order, or only compared for equality, likewise
+BLOCK = 64  # rows per block of the triangular solves
+KEEP = 6  # the model averages the likeliest hyperparameter choices, at most this many,
+MIN_WEIGHT = 0.01  # and only those at least this likely relative to the likeliest
 
 
 @dataclass(frozen=True)
 class Encoding:
     ordered: np.ndarray  # bool per knob
 
-    def distances(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Per-knob pairwise distances between rows of ``a`` and ``b`` (encoded points): knobs x len(a) x len(b)."""
+    def distances(self, a: np.ndarray, b: np.ndarray, ordered: bool = True) -> np.ndarray:
+        """Per-knob pairwise distances between rows of ``a`` and ``b`` (encoded points): knobs x len(a) x len(b);
+        with ``ordered`` False, every knob's values are only compared for equality."""
         d = np.zeros((len(self.ordered), len(a), len(b)))
-        for j, ordered in enumerate(self.ordered):
+        for j, o in enumerate(self.ordered):
             x, y = a[:, j][:, None], b[:, j][None, :]
-            d[j] = np.abs(x - y) if ordered else (x != y)
+            d[j] = np.abs(x - y) if o and ordered else (x != y)
         return d
 
 
@@ -54,45 +60,60 @@ def _spread(y: np.ndarray) -> float:
 
 @dataclass
 class Fit:
-    enc: Encoding
-    x: np.ndarray
-    task: np.ndarray  # 0: this kernel, i > 0: the i-th other kernel
+    """The model under one choice of hyperparameters."""
     alpha: np.ndarray
     chol: np.ndarray
     scale: float
     mix: float
     rho: float
-
-    def _cov(self, a: np.ndarray, ta: np.ndarray, b: np.ndarray, tb: np.ndarray) -> np.ndarray:
-        return self._kernel(self.enc.distances(a, b), ta[:, None] == tb[None, :])
-
-    def _kernel(self, dist: np.ndarray, same: np.ndarray) -> np.ndarray:
-        return self._mixed(*_readings(dist, self.scale), same)
+    ordered: bool
 
     def _mixed(self, joint: np.ndarray, additive: np.ndarray, same: np.ndarray) -> np.ndarray:
         corr = (1 - self.mix) * joint + self.mix * additive
         return corr * np.where(same, 1.0, self.rho) + OFFSET * same
 
-    def expected_improvement(self, cand: np.ndarray) -> np.ndarray:
-        """How much each of ``cand`` is expected to improve on this kernel's best point, on standardised log time.
-        The best is where the posterior mean of this kernel's measured points is lowest, not their lowest
-        measurement, which the timing noise flatters."""
-        ks = self._cov(cand, np.zeros(len(cand), dtype=int), self.x, self.task)
+    def expected_improvement(self, at: tuple, own: tuple, mine: np.ndarray) -> np.ndarray:
+        """How much each candidate is expected to improve on this kernel's best point, on standardised log time,
+        from the readings (``_readings``) between the candidates and the fitted points (``at``) and between this
+        kernel's points (``mine``) and the fitted points (``own``). The best is where the posterior mean of this
+        kernel's measured points is lowest, not their lowest measurement, which the timing noise flatters."""
+        ks = self._mixed(*at, mine[None, :])
         v = _forward(self.chol, ks.T)
         mean = ks @ self.alpha
-        # a point's prior variance: the kernel at distance 0 from itself, the same for every point
-        prior = float(self._kernel(np.zeros((len(self.enc.ordered), 1)), np.ones(1, dtype=bool))[0])
+        prior = 1 + OFFSET  # a point's prior variance: both readings are 1 at distance 0
         sd = np.sqrt(np.maximum(prior - (v * v).sum(axis=0), 1e-12))
-        own = self.task == 0
-        best = float((self._cov(self.x[own], self.task[own], self.x, self.task) @ self.alpha).min()) \
-            if own.any() else float(mean.min())
+        best = float((self._mixed(*own, mine[None, :]) @ self.alpha).min()) if mine.any() else float(mean.min())
         z = (best - mean) / sd
         cdf = 0.5 * (1 + np.array([math.erf(u / math.sqrt(2)) for u in z]))
         return (best - mean) * cdf + sd * np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
 
 
+@dataclass
+class Model:
+    """Fits under several hyperparameter choices, weighted by their posterior (their marginal likelihood under a
+    uniform prior over the grid): a handful of points cannot single out one length scale, mix or reading of the
+    knobs, and the likeliest alone swung between extremes from one trial to the next."""
+    enc: Encoding
+    x: np.ndarray
+    task: np.ndarray  # 0: this kernel, i > 0: the i-th other kernel
+    fits: list[Fit]
+    weights: np.ndarray
+
+    def expected_improvement(self, cand: np.ndarray) -> np.ndarray:
+        mine = self.task == 0
+        readings: dict[tuple[bool, float], tuple] = {}
+        gain = np.zeros(len(cand))
+        for w, f in zip(self.weights, self.fits):
+            key = (f.ordered, f.scale)
+            if key not in readings:
+                readings[key] = tuple(_readings(self.enc.distances(a, self.x, f.ordered), f.scale)
+                                      for a in (cand, self.x[mine]))
+            gain += w * f.expected_improvement(*readings[key], mine)
+        return gain
+
+
 def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]],
-        rho: float) -> Fit:
+        rho: float) -> Model:
     """Fit on this kernel's points ``x`` with log times ``y`` and other kernels' (x, log time)."""
     xs, ts, vals = [x], [np.zeros(len(x), dtype=int)], []
     spreads = []
@@ -106,40 +127,43 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     sd = _spread(y) or (float(np.mean(spreads)) if spreads else 1.0)
     vals.insert(0, (y - np.mean(y)) / sd if len(y) else y)
     X, T, Y = np.concatenate(xs), np.concatenate(ts), np.concatenate(vals)
-    best_fit = None
-    dist = enc.distances(X, X)  # the same for every length scale
     same = T[:, None] == T[None, :]
-    readings = {scale: _readings(dist, scale) for scale in SCALES}
-    for scale, mix, noise in itertools.product(SCALES, MIXES, NOISES):
-        f = Fit(enc, X, T, np.zeros(0), np.zeros(0), scale, mix, rho)
-        k = f._mixed(*readings[scale], same) + noise * np.eye(len(X))
-        try:
-            chol = np.linalg.cholesky(k)
-        except np.linalg.LinAlgError:
-            continue
-        z = _forward(chol, Y)
-        ll = -0.5 * float(z @ z) - float(np.sum(np.log(np.diag(chol))))
-        if best_fit is None or ll > best_fit[0]:
-            f.chol = chol
-            best_fit = (ll, f, z)
-    assert best_fit is not None
-    _, f, z = best_fit
-    f.alpha = _backward(f.chol, z)
-    return f
+    readings = {(o, scale): _readings(enc.distances(X, X, o), scale) for o in ORDERED for scale in SCALES}
+    scored = []
+    for o, scale, mix in itertools.product(ORDERED, SCALES, MIXES):
+        shape = Fit(np.zeros(0), np.zeros(0), scale, mix, rho, o)
+        base = shape._mixed(*readings[o, scale], same)
+        for noise in NOISES:
+            try:
+                chol = np.linalg.cholesky(base + noise * np.eye(len(X)))
+            except np.linalg.LinAlgError:
+                continue
+            z = _forward(chol, Y)
+            scored.append((-0.5 * float(z @ z) - float(np.sum(np.log(np.diag(chol)))), replace(shape, chol=chol), z))
+    assert scored
+    scored.sort(key=lambda s: -s[0])
+    kept = [s for s in scored[:KEEP] if s[0] > scored[0][0] - math.log(1 / MIN_WEIGHT)]
+    for _, f, z in kept:
+        f.alpha = _backward(f.chol, z)
+    w = np.exp(np.array([s[0] for s in kept]) - kept[0][0])
+    return Model(enc, X, T, [f for _, f, _ in kept], w / w.sum())
 
 
-# numpy has no triangular solve; its general one factors the matrix again, which took most of a fit's time
+# numpy has no triangular solve; its general one factors the whole matrix again, which took most of a fit's
+# time. Substitution by blocks: each block's own small solve, and the rest one matrix product.
 def _forward(low: np.ndarray, b: np.ndarray) -> np.ndarray:
     """z with low @ z = b, for lower-triangular ``low`` (``b`` a vector or a matrix of columns)."""
     z = np.empty_like(b)
-    for i in range(len(b)):
-        z[i] = (b[i] - low[i, :i] @ z[:i]) / low[i, i]
+    for s in range(0, len(b), BLOCK):
+        e = s + BLOCK
+        z[s:e] = np.linalg.solve(low[s:e, s:e], b[s:e] - low[s:e, :s] @ z[:s])
     return z
 
 
 def _backward(low: np.ndarray, z: np.ndarray) -> np.ndarray:
     """a with low.T @ a = z, for lower-triangular ``low``."""
     a = np.empty_like(z)
-    for i in reversed(range(len(z))):
-        a[i] = (z[i] - low[i + 1:, i] @ a[i + 1:]) / low[i, i]
+    for e in range(len(z), 0, -BLOCK):
+        s = max(0, e - BLOCK)
+        a[s:e] = np.linalg.solve(low[s:e, s:e].T, z[s:e] - low[e:, s:e].T @ a[e:])
     return a

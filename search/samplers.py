@@ -24,7 +24,6 @@ SAMPLERS = ("gp", "tpe", "random", "cmaes", "grid")
 GRID_LIMIT = 4096
 ENUMERATE_LIMIT = 4096  # spaces up to this size are listed whole for the gp sampler
 POOL = 512  # it ranks at most this many untried valid points (drawn at random) at each step
-REFRESH = 8  # other kernels' trials are re-read every this many trials
 OTHER_POINTS = 400  # other kernels' latest trials, at most this many in all, shared among them evenly
 RHO = 0.7  # how much a point's time on another kernel says about it on this one
 SPACE_ATTR = "luminal_space"
@@ -90,8 +89,6 @@ class ModelSampler(optuna.samplers.BaseSampler):
         self._names = [p.name for p in space.params]
         self._all: list[tuple] | None = None
         self._valid: dict[tuple, bool] = {}
-        self._others: list[tuple[np.ndarray, np.ndarray]] = []
-        self._others_at = -1
 
     def reseed_rng(self) -> None:
         self._random.reseed_rng()
@@ -130,11 +127,12 @@ class ModelSampler(optuna.samplers.BaseSampler):
         except KeyError:
             return None
 
-    def _other_kernels(self, study: optuna.Study, n_trials: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(features, log times) of other studies with this space's knobs, re-read every few trials."""
-        if not self.transfer or 0 <= self._others_at and n_trials - self._others_at < REFRESH:
-            return self._others
-        self._others_at = n_trials
+    def _other_kernels(self, study: optuna.Study) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(features, log times) of other studies with this space's knobs. They are read at every proposal: a
+        tuning run interleaves its kernels, a few trials each in turn, so what the others learnt is new each time
+        (re-read every 8 trials, a kernel found its best before the others' first trials reached it)."""
+        if not self.transfer:
+            return []
         storage = study._storage
         sig, described = self.space.signature, self.space.described
         own = study._study_id
@@ -154,10 +152,9 @@ class ModelSampler(optuna.samplers.BaseSampler):
                 x, y = self._measured(trials[-each:], params)
                 if len(x) > 2:
                     out.append((x, y))
-            self._others = out
+            return out
         except Exception:  # a storage that cannot list its studies: no transfer
-            self._others = []
-        return self._others
+            return []
 
     def _measured(self, trials: list, params: list) -> tuple[np.ndarray, np.ndarray]:
         """Features and log times of the completed ``trials`` of a study whose knobs are ``params`` (this space's
@@ -188,7 +185,7 @@ class ModelSampler(optuna.samplers.BaseSampler):
         if not pool:
             return {}
         x, ys = self._measured(trials, self.space.params)
-        others = self._other_kernels(study, len(trials))
+        others = self._other_kernels(study)
         if not len(x) and not others:
             pick = pool[int(self.rng.integers(len(pool)))]
         else:

@@ -215,3 +215,37 @@ def test_expected_improvement_points_down_the_slope():
     gain = model.expected_improvement(np.array([[0.1], [0.4], [0.75], [1.0]]))
     assert (gain >= 0).all()
     assert np.argmax(gain) >= 2 and gain[0] < gain[1] < gain[2], gain
+
+
+
+def test_a_kernel_learns_from_trials_another_made_after_it_began():
+    """A tuning run interleaves its kernels: what the others learnt since a kernel's last trial counts."""
+    space = _space()
+    best = (64, 2, "nm")
+    storage = optuna.storages.InMemoryStorage()
+    first = optuna.create_study(sampler=ModelSampler(space, 0), storage=storage, study_name="first")
+    first.enqueue_trial(space.encode(space.default))
+    seen = []
+    for _ in range(2):  # the default, then a proposal made while the other kernel has no trials
+        trial = first.ask()
+        seen.append(space.suggest(trial))
+        first.tell(trial, _time(seen[-1], best))
+    _search(ModelSampler(space, 1), space, 30, storage, best, "other")
+    for _ in range(2):
+        trial = first.ask()
+        seen.append(space.suggest(trial))
+        first.tell(trial, _time(seen[-1], best))
+    # the other kernel's best, which its own two trials had not found
+    assert min(_time(p, best) for p in seen[:2]) > _time({"block": 64, "unroll": 2, "order": "nm"}, best)
+    assert any(p == {"block": 64, "unroll": 2, "order": "nm"} for p in seen[2:]), seen
+
+
+def test_the_model_reads_a_knobs_order_where_the_times_follow_it():
+    enc = Encoding(np.array([True]))
+    x = np.linspace(0, 1, 7)[:, None]
+    smooth = fit(enc, x, np.log(100 + 80 * x[:, 0]), [], RHO)
+    zigzag = fit(enc, x, np.log([150.0, 100.0, 160.0, 110.0, 170.0, 120.0, 180.0]), [], RHO)
+    for m in (smooth, zigzag):
+        assert len(m.fits) > 1 and np.isclose(m.weights.sum(), 1.0)
+    ordered = lambda m: sum(w for w, f in zip(m.weights, m.fits) if f.ordered)
+    assert ordered(smooth) > 0.5 > ordered(zigzag), (ordered(smooth), ordered(zigzag))
