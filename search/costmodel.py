@@ -128,9 +128,10 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     vals.insert(0, (y - np.mean(y)) / sd if len(y) else y)
     X, T, Y = np.concatenate(xs), np.concatenate(ts), np.concatenate(vals)
     same = T[:, None] == T[None, :]
-    readings = {(o, scale): _readings(enc.distances(X, X, o), scale) for o in ORDERED for scale in SCALES}
+    orders = ORDERED if enc.ordered.any() else (True,)  # without ordered knobs the two readings are one
+    readings = {(o, scale): _readings(enc.distances(X, X, o), scale) for o in orders for scale in SCALES}
     scored = []
-    for o, scale, mix in itertools.product(ORDERED, SCALES, MIXES):
+    for o, scale, mix in itertools.product(orders, SCALES, MIXES):
         shape = Fit(np.zeros(0), np.zeros(0), scale, mix, rho, o)
         base = shape._mixed(*readings[o, scale], same)
         for noise in NOISES:
