@@ -217,7 +217,6 @@ def test_expected_improvement_points_down_the_slope():
     assert np.argmax(gain) >= 2 and gain[0] < gain[1] < gain[2], gain
 
 
-
 def test_a_kernel_learns_from_trials_another_made_after_it_began():
     """A tuning run interleaves its kernels: what the others learnt since a kernel's last trial counts."""
     space = _space()
