@@ -266,10 +266,10 @@ def main() -> None:
             print(f"{name}: no valid point ran", file=sys.stderr)
             continue
         classes = by_class(backend, kernel, table)
-        within = sum(1 for v in classes.values() if v <= min(classes.values()) * 1.05)
+        within = sum(1 for v in classes.values() if v <= min(classes.values()) * (1 + WITHIN))
         agree = f", {len(held)} tables {disagreement(held):.0%} apart" if len(held) > 1 else ""
-        print(f"{name:28s} {len(table):4d} points in {len(classes):3d} classes, {within} within 5% of the best "
-              f"{min(classes.values()) / 1e3:.1f} us "
+        print(f"{name:28s} {len(table):4d} points in {len(classes):3d} classes, {within} within {WITHIN:.0%} of "
+              f"the best {min(classes.values()) / 1e3:.1f} us "
               f"(worst {max(table.values()) / 1e3:.1f} us) [{time.time() - t0:.0f} s to measure{agree}]", flush=True)
         todo.append((name, kernel, backend, classes))
     if measured:

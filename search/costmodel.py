@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,6 +58,12 @@ def _spread(y: np.ndarray) -> float:
     return sd if sd > 1e-9 else 0.0
 
 
+def _covariance(joint: np.ndarray, additive: np.ndarray, same: np.ndarray, mix: float, rho: float) -> np.ndarray:
+    """The kernel from the two readings (``_readings``); ``same``: whether the two points are of one kernel."""
+    corr = (1 - mix) * joint + mix * additive
+    return corr * np.where(same, 1.0, rho) + OFFSET * same
+
+
 @dataclass
 class Fit:
     """The model under one choice of hyperparameters."""
@@ -68,21 +74,18 @@ class Fit:
     rho: float
     ordered: bool
 
-    def _mixed(self, joint: np.ndarray, additive: np.ndarray, same: np.ndarray) -> np.ndarray:
-        corr = (1 - self.mix) * joint + self.mix * additive
-        return corr * np.where(same, 1.0, self.rho) + OFFSET * same
-
     def expected_improvement(self, at: tuple, own: tuple, mine: np.ndarray) -> np.ndarray:
         """How much each candidate is expected to improve on this kernel's best point, on standardised log time,
         from the readings (``_readings``) between the candidates and the fitted points (``at``) and between this
         kernel's points (``mine``) and the fitted points (``own``). The best is where the posterior mean of this
         kernel's measured points is lowest, not their lowest measurement, which the timing noise flatters."""
-        ks = self._mixed(*at, mine[None, :])
+        ks = _covariance(*at, mine[None, :], self.mix, self.rho)
         v = _forward(self.chol, ks.T)
         mean = ks @ self.alpha
         prior = 1 + OFFSET  # a point's prior variance: both readings are 1 at distance 0
         sd = np.sqrt(np.maximum(prior - (v * v).sum(axis=0), 1e-12))
-        best = float((self._mixed(*own, mine[None, :]) @ self.alpha).min()) if mine.any() else float(mean.min())
+        best = float((_covariance(*own, mine[None, :], self.mix, self.rho) @ self.alpha).min()) \
+            if mine.any() else float(mean.min())
         z = (best - mean) / sd
         cdf = 0.5 * (1 + np.array([math.erf(u / math.sqrt(2)) for u in z]))
         return (best - mean) * cdf + sd * np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
@@ -98,17 +101,17 @@ class Model:
     task: np.ndarray  # 0: this kernel, i > 0: the i-th other kernel
     fits: list[Fit]
     weights: np.ndarray
+    own: dict[tuple[bool, float], tuple]  # the fit's readings between this kernel's points and all, by (ordered, scale)
 
     def expected_improvement(self, cand: np.ndarray) -> np.ndarray:
         mine = self.task == 0
-        readings: dict[tuple[bool, float], tuple] = {}
+        at: dict[tuple[bool, float], tuple] = {}
         gain = np.zeros(len(cand))
         for w, f in zip(self.weights, self.fits):
             key = (f.ordered, f.scale)
-            if key not in readings:
-                readings[key] = tuple(_readings(self.enc.distances(a, self.x, f.ordered), f.scale)
-                                      for a in (cand, self.x[mine]))
-            gain += w * f.expected_improvement(*readings[key], mine)
+            if key not in at:
+                at[key] = _readings(self.enc.distances(cand, self.x, f.ordered), f.scale)
+            gain += w * f.expected_improvement(at[key], self.own[key], mine)
         return gain
 
 
@@ -130,24 +133,24 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     same = T[:, None] == T[None, :]
     orders = ORDERED if enc.ordered.any() else (True,)  # without ordered knobs the two readings are one
     readings = {(o, scale): _readings(enc.distances(X, X, o), scale) for o in orders for scale in SCALES}
-    scored = []
-    for o, scale, mix in itertools.product(orders, SCALES, MIXES):
-        shape = Fit(np.zeros(0), np.zeros(0), scale, mix, rho, o)
-        base = shape._mixed(*readings[o, scale], same)
+    scored = []  # (log marginal likelihood, hyperparameters, Cholesky factor, its forward solve of Y)
+    for (o, scale), mix in itertools.product(readings, MIXES):
+        base = _covariance(*readings[o, scale], same, mix, rho)
         for noise in NOISES:
             try:
                 chol = np.linalg.cholesky(base + noise * np.eye(len(X)))
             except np.linalg.LinAlgError:
                 continue
             z = _forward(chol, Y)
-            scored.append((-0.5 * float(z @ z) - float(np.sum(np.log(np.diag(chol)))), replace(shape, chol=chol), z))
+            scored.append((-0.5 * float(z @ z) - float(np.sum(np.log(np.diag(chol)))), (o, scale, mix), chol, z))
     assert scored
     scored.sort(key=lambda s: -s[0])
     kept = [s for s in scored[:KEEP] if s[0] > scored[0][0] - math.log(1 / MIN_WEIGHT)]
-    for _, f, z in kept:
-        f.alpha = _backward(f.chol, z)
+    fits = [Fit(_backward(chol, z), chol, scale, mix, rho, o) for _, (o, scale, mix), chol, z in kept]
     w = np.exp(np.array([s[0] for s in kept]) - kept[0][0])
-    return Model(enc, X, T, [f for _, f, _ in kept], w / w.sum())
+    mine = T == 0
+    own = {(f.ordered, f.scale): tuple(r[mine] for r in readings[f.ordered, f.scale]) for f in fits}
+    return Model(enc, X, T, fits, w / w.sum(), own)
 
 
 # numpy has no triangular solve; its general one factors the whole matrix again, which took most of a fit's

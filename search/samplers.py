@@ -137,12 +137,13 @@ class ModelSampler(optuna.samplers.BaseSampler):
         sig, described = self.space.signature, self.space.described
         own = study._study_id
         try:
-            if described is not None and study.user_attrs.get(SPACE_ATTR) != [sig, described]:
-                study.set_user_attr(SPACE_ATTR, [sig, described])
             theirs = []
-            for s in storage.get_all_studies():
+            for s in storage.get_all_studies():  # this study's attributes too: no query of its own
                 attr = s.user_attrs.get(SPACE_ATTR)
-                if s._study_id != own and isinstance(attr, list) and attr[0] == sig:
+                if s._study_id == own:
+                    if described is not None and attr != [sig, described]:
+                        study.set_user_attr(SPACE_ATTR, [sig, described])
+                elif isinstance(attr, list) and attr[0] == sig:
                     theirs.append((s._study_id, params_of(attr[1])))
             # the cost model's fit grows with the cube of its points: the latest of each, at most OTHER_POINTS in all
             each = max(3, OTHER_POINTS // max(1, len(theirs)))
