@@ -74,6 +74,11 @@ class Fit:
     rho: float
     ordered: bool
 
+    def mean(self, at: tuple, mine: np.ndarray) -> np.ndarray:
+        """Posterior mean of candidates (as this kernel's points) from their readings (``_readings``) against the
+        fitted points; ``mine``: which fitted points are this kernel's."""
+        return _covariance(*at, mine[None, :], self.mix, self.rho) @ self.alpha
+
     def expected_improvement(self, at: tuple, own: tuple, mine: np.ndarray) -> np.ndarray:
         """How much each candidate is expected to improve on this kernel's best point, on standardised log time,
         from the readings (``_readings``) between the candidates and the fitted points (``at``) and between this
@@ -84,8 +89,7 @@ class Fit:
         mean = ks @ self.alpha
         prior = 1 + OFFSET  # a point's prior variance: both readings are 1 at distance 0
         sd = np.sqrt(np.maximum(prior - (v * v).sum(axis=0), 1e-12))
-        best = float((_covariance(*own, mine[None, :], self.mix, self.rho) @ self.alpha).min()) \
-            if mine.any() else float(mean.min())
+        best = float(self.mean(own, mine).min()) if mine.any() else float(mean.min())
         z = (best - mean) / sd
         cdf = 0.5 * (1 + np.array([math.erf(u / math.sqrt(2)) for u in z]))
         return (best - mean) * cdf + sd * np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
@@ -103,16 +107,24 @@ class Model:
     weights: np.ndarray
     own: dict[tuple[bool, float], tuple]  # the fit's readings between this kernel's points and all, by (ordered, scale)
 
-    def expected_improvement(self, cand: np.ndarray) -> np.ndarray:
-        mine = self.task == 0
+    def _each(self, cand: np.ndarray):
+        """(weight, fit, the candidates' readings against the fitted points) for each fit."""
         at: dict[tuple[bool, float], tuple] = {}
-        gain = np.zeros(len(cand))
         for w, f in zip(self.weights, self.fits):
             key = (f.ordered, f.scale)
             if key not in at:
                 at[key] = _readings(self.enc.distances(cand, self.x, f.ordered), f.scale)
-            gain += w * f.expected_improvement(at[key], self.own[key], mine)
-        return gain
+            yield w, f, at[key]
+
+    def mean(self, cand: np.ndarray) -> np.ndarray:
+        """Posterior mean of standardised log time at candidates of this kernel."""
+        mine = self.task == 0
+        return sum(w * f.mean(at, mine) for w, f, at in self._each(cand))
+
+    def expected_improvement(self, cand: np.ndarray) -> np.ndarray:
+        mine = self.task == 0
+        return sum(w * f.expected_improvement(at, self.own[f.ordered, f.scale], mine)
+                   for w, f, at in self._each(cand))
 
 
 def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]],

@@ -26,7 +26,14 @@ ENUMERATE_LIMIT = 4096  # spaces up to this size are listed whole for the gp sam
 POOL = 512  # it ranks at most this many untried valid points (drawn at random) at each step
 OTHER_POINTS = 400  # other kernels' latest trials, at most this many in all, shared among them evenly
 RHO = 0.7  # how much a point's time on another kernel says about it on this one
+WIDEN_AFTER = 2  # the trust region takes in one more changed knob after this many trials without a new best
 SPACE_ATTR = "luminal_space"
+TIE = 1e-6  # posterior means closer than this are equal (a flat model's differ by rounding)
+
+
+def _changed(a: tuple, b: tuple) -> int:
+    """How many knobs two points differ in."""
+    return sum(u != v for u, v in zip(a, b))
 
 
 class _Grid(optuna.samplers.GridSampler):
@@ -75,8 +82,14 @@ class ModelSampler(optuna.samplers.BaseSampler):
     Each new point is the untried valid point (one per class of points that run the same code) of most
     expected improvement under a Gaussian process fitted on the measured trials, joined (``transfer``)
     by the trials of other kernels' studies in the same storage whose knobs are the same. Invalid points
-    are never proposed; spaces too big to list are searched through a fresh random sample of valid
-    points at each step. Ties are broken by the seed.
+    are never proposed. Ties are broken by the seed.
+
+    Candidates come from a trust region (as in CASMOPOLITAN, Wan et al. 2021): the points that differ
+    from this kernel's best measured point in at most ``radius`` knobs, one at first, one more after
+    every WIDEN_AFTER trials without a new best. With a few points, expected improvement favours the
+    points least like the measured ones, corners that change every knob at once, whose times cannot say
+    which knob made them slow; near the best, each trial says what one or two knobs are worth.
+    Spaces too big to list are searched through a fresh random sample of the region at each step.
     """
 
     def __init__(self, space: ScheduleSpace, seed: int, transfer: bool = True, rho: float = RHO):
@@ -109,6 +122,7 @@ class ModelSampler(optuna.samplers.BaseSampler):
         return self._valid[point]
 
     def _candidates(self) -> list[tuple]:
+        """The valid points: all of them, or a fresh random sample of a space too big to list."""
         if self._all is not None:
             return self._all
         grid = [p.grid() for p in self.space.params]
@@ -117,6 +131,48 @@ class ModelSampler(optuna.samplers.BaseSampler):
             return self._all
         pts = {tuple(g[self.rng.integers(len(g))] for g in grid) for _ in range(POOL)}
         return [c for c in sorted(pts, key=repr) if self._is_valid(c)]
+
+    def _around(self, centre: tuple, radius: int) -> list[tuple]:
+        """A random sample of the valid points at most ``radius`` knobs away from ``centre``: the centre with a
+        random few of its knobs drawn anew."""
+        grid = [p.grid() for p in self.space.params]
+        pts = set()
+        for _ in range(POOL):
+            pt = list(centre)
+            for j in self.rng.permutation(len(grid))[:self.rng.integers(1, radius + 1)]:
+                pt[j] = grid[j][self.rng.integers(len(grid[j]))]
+            pts.add(tuple(pt))
+        return [c for c in sorted(pts, key=repr) if self._is_valid(c)]
+
+    def _untried(self, points: list[tuple], tried: set[str]) -> list[tuple]:
+        """One point per class of ``points`` not in ``tried``."""
+        classes, out = set(tried), []
+        for c in points:
+            k = self._key(c)
+            if k not in classes:
+                classes.add(k)
+                out.append(c)
+        return out
+
+    def _near(self, everywhere: list[tuple], tried: set[str], centre: tuple, radius: int) -> list[tuple]:
+        """The untried points of the trust region, widened until it holds one."""
+        for r in range(radius, len(self.space.params) + 1):
+            points = self._around(centre, r) if self._all is None else \
+                [c for c in self._all if _changed(c, centre) <= r]
+            near = self._untried(points, tried)
+            if near:
+                return near
+        return everywhere
+
+    def _region(self, trials: list) -> tuple[tuple | None, int]:
+        """The trust region's centre, this kernel's best measured point, and its radius in knobs."""
+        own = [(t.value, t.number, pt) for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+               if (pt := self._point(t.params)) is not None]
+        if not own:
+            return None, 0
+        _, at, centre = min(own)
+        stale = sum(1 for _, n, _ in own if n > at)
+        return centre, min(1 + stale // WIDEN_AFTER, len(self.space.params))
 
     def _features(self, points: list[tuple]) -> np.ndarray:
         return np.array([[p.position(v) for p, v in zip(self.space.params, pt)] for pt in points], dtype=float)
@@ -175,25 +231,30 @@ class ModelSampler(optuna.samplers.BaseSampler):
         if not search_space or "fixed_params" in trial.system_attrs:
             return {}
         trials = study.get_trials(deepcopy=False)
-        classes = {self._key(pt) for t in trials if t.state != TrialState.WAITING
-                   if (pt := self._point(t.params)) is not None}
-        pool = []  # one untried point per class
-        for c in self._candidates():
-            k = self._key(c)
-            if k not in classes:
-                classes.add(k)
-                pool.append(c)
-        if not pool:
+        tried = {self._key(pt) for t in trials if t.state != TrialState.WAITING
+                 if (pt := self._point(t.params)) is not None}
+        everywhere = self._untried(self._candidates(), tried)
+        if not everywhere:
             return {}
         x, ys = self._measured(trials, self.space.params)
         others = self._other_kernels(study)
-        if not len(x) and not others:
-            pick = pool[int(self.rng.integers(len(pool)))]
-        else:
-            model = fit(self._enc, x, ys, others, self.rho)
-            if len(pool) > POOL:
-                pool = [pool[i] for i in self.rng.choice(len(pool), POOL, replace=False)]
-            gain = model.expected_improvement(self._features(pool))
-            ties = np.flatnonzero(gain == gain.max())  # broken by the seed
-            pick = pool[int(self.rng.choice(ties))]
+        centre, radius = self._region(trials)
+        if centre is None and not others:
+            return dict(zip(self._names, everywhere[int(self.rng.integers(len(everywhere)))]))
+        model = fit(self._enc, x, ys, others, self.rho)
+        pool = everywhere if centre is None else self._near(everywhere, tried, centre, radius)
+        if len(pool) > POOL:
+            pool = [pool[i] for i in self.rng.choice(len(pool), POOL, replace=False)]
+        if centre is not None:
+            # the point the model expects fastest joins the region's when it beats the centre: other kernels'
+            # trials, or the knobs' effects added up, can point far from this kernel's best
+            if len(everywhere) > POOL:
+                everywhere = [everywhere[i] for i in self.rng.choice(len(everywhere), POOL, replace=False)]
+            mean = model.mean(self._features([centre, *everywhere]))
+            guess = everywhere[int(np.argmin(mean[1:]))]
+            if mean[1:].min() < mean[0] - TIE and guess not in pool:
+                pool.append(guess)
+        gain = model.expected_improvement(self._features(pool))
+        ties = np.flatnonzero(gain == gain.max())  # broken by the seed
+        pick = pool[int(self.rng.choice(ties))]
         return dict(zip(self._names, pick))

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from luminal.codegen.backend import Knob
 from luminal.codegen.partition import partition
 from luminal.search.costmodel import Encoding, fit
-from luminal.search.samplers import ENUMERATE_LIMIT, RHO, ModelSampler, make_sampler
+from luminal.search.samplers import ENUMERATE_LIMIT, RHO, WIDEN_AFTER, ModelSampler, make_sampler
 from luminal.search.space import FusionSpace, ScheduleSpace, schedule_key
 from luminal.search.tuner import tune
 
@@ -249,3 +249,26 @@ def test_the_model_reads_a_knobs_order_where_the_times_follow_it():
         assert len(m.fits) > 1 and np.isclose(m.weights.sum(), 1.0)
     ordered = lambda m: sum(w for w, f in zip(m.weights, m.fits) if f.ordered)
     assert ordered(smooth) > 0.5 > ordered(zigzag), (ordered(smooth), ordered(zigzag))
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_it_changes_one_knob_of_the_best_point_at_a_time_and_more_when_stuck(big):
+    """The trust region: while no trial beats the best point, every WIDEN_AFTER trials widen it by a knob."""
+    space = ScheduleSpace(Big(), partition(helpers.small_graph())[0]) if big else _space()
+    assert (space.size > ENUMERATE_LIMIT) == big
+    study = optuna.create_study(sampler=ModelSampler(space, 0))
+    study.enqueue_trial(space.encode(space.default))
+    changed = []
+    for _ in range(1 + 3 * WIDEN_AFTER):
+        trial = study.ask()
+        s = space.suggest(trial)
+        changed.append(sum(s[k] != v for k, v in space.default.items()))
+        study.tell(trial, 110.0 if changed[-1] else 100.0)  # the default stays the best
+    steps = [changed[1 + i * WIDEN_AFTER:1 + (i + 1) * WIDEN_AFTER] for i in range(3)]
+    assert steps[0] == [1] * WIDEN_AFTER and max(steps[1]) <= 2 and max(steps[2]) == 3, changed
+    # a new best moves the region: the next point is one knob from it
+    trial = study.ask()
+    s = space.suggest(trial)
+    study.tell(trial, 1.0)
+    trial = study.ask()
+    assert sum(a != b for a, b in zip(space.suggest(trial).values(), s.values())) == 1
