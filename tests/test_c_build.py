@@ -133,3 +133,21 @@ def test_buffers_are_aligned():
     for shape in [(3,), (5, 7), (1,), (2, 1, 3)]:
         assert be.empty(shape, np.float32).ctypes.data % 64 == 0
         assert be.from_numpy(np.ones(shape, np.float16)).ctypes.data % 64 == 0
+
+
+def test_openmp_thread_setting_pins_the_default_and_the_thread_knob(monkeypatch):
+    """`luminal bench --threads N` and a configured `threads` set OMP_NUM_THREADS: the kernels' parallel regions
+    name their thread count, so it must reach the schedule, not only OpenMP."""
+    monkeypatch.delenv("LUMINAL_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3,1")
+    x = Tensor.input("x", (300, 200), DType.float32)
+    (k,) = partition(graph([x], [x.softmax(-1)]), {})
+    be = CPUBackend()
+    s = be.default_schedule(k)
+    assert s["threads"] == 3 and be.compile([(k, s)])[0].threads == 3
+    assert dict((kn.name, kn.choices) for kn in be.space(k))["threads"] == (1, 2, 3)
+    monkeypatch.setenv("LUMINAL_NUM_THREADS", "2")  # luminal's own setting first
+    assert be.default_schedule(k)["threads"] == 2
+    # a schedule made where more threads were set, or with 0 for the default count, still runs here
+    assert be.valid(k, s) and be.valid(k, {**s, "threads": 0}) and not be.valid(k, {**s, "threads": -1})
+    assert be.compile([(k, {**s, "threads": 0})])[0].threads == 2

@@ -20,9 +20,12 @@ def cores() -> int:
 
 
 def default_threads() -> int:
-    env = os.environ.get("LUMINAL_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+    """LUMINAL_NUM_THREADS, else OpenMP's OMP_NUM_THREADS (its first level), else every core this process may use:
+    a kernel's parallel regions name their thread count, which OpenMP's own setting would not change."""
+    for var in ("LUMINAL_NUM_THREADS", "OMP_NUM_THREADS"):
+        env = os.environ.get(var, "").split(",")[0].strip()
+        if env.isdigit() and int(env) > 0:
+            return int(env)
     return cores()
 
 
@@ -39,8 +42,10 @@ def simd_width() -> int:
 
 
 def _thread_choices() -> tuple[int, ...]:
-    n = cores()
-    return (0,) + tuple(sorted({1, n} | {2 ** k for k in range(1, 8) if 2 ** k < n}))
+    # counts, not 0 for "all": on the knob's scale all threads is the most, and a cost model reading the order
+    # took one thread (the fastest for small reductions) for a near neighbour of the default
+    n = default_threads()
+    return tuple(sorted({1, n} | {2 ** k for k in range(1, 8) if 2 ** k < n}))
 
 
 def space(kernel: Kernel) -> list[Knob]:
@@ -103,20 +108,23 @@ def default_schedule(kernel: Kernel) -> Schedule:
         # one row against a batch of B blocks (a depthwise conv: M = 1, K = its taps) reuses nothing a GEMM
         # tile could keep: loops that sum the taps over a block of output columns
         impl = "loops" if m == 1 and nb > 1 else "generated"
-        return {"impl": impl, "mr": mr, "nr": nr, "mc": mc, "nc": nc, "kc": 256,
-                "order": "nm", "pack_b": not direct, "pack_a": not direct_a, "lanes": LANES, "threads": 0}
+        return {"impl": impl, "mr": mr, "nr": nr, "mc": mc, "nc": nc, "kc": 256, "order": "nm",
+                "pack_b": not direct, "pack_a": not direct_a, "lanes": LANES, "threads": default_threads()}
     if kernel.reduce_axes:
-        s = {"vec": 0, "unroll": 1, "threads": 0, "rows_per_thread": 0, "stash": True}
+        s = {"vec": 0, "unroll": 1, "threads": default_threads(), "rows_per_thread": 0, "stash": True}
         if lanes_apply(kernel):
             s["lanes"] = LANES
         return s
-    return {"vec": 0, "unroll": 1, "threads": 0, "block": 16384}
+    return {"vec": 0, "unroll": 1, "threads": default_threads(), "block": 16384}
 
 
 def valid(kernel: Kernel, sched: Schedule) -> bool:
     knobs = {k.name: k for k in space(kernel)}
     for name, value in sched.items():
-        if name not in knobs or value not in knobs[name].choices:
+        if name == "threads":  # any count runs (0: the default count): a schedule made on a machine with other cores
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return False
+        elif name not in knobs or value not in knobs[name].choices:
             return False
     if set(sched) != set(knobs):
         return False
