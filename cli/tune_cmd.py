@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -107,8 +106,6 @@ def register(app: typer.Typer) -> None:
             fail(f"cannot tune with backend {backend!r}: only auto, cpu and cuda are timed")
         cache_path = cache_of(cache, config)
         threads = config.threads if config else None
-        if threads:  # the kernels' default thread count and the thread knob's choices (and the workers') follow it
-            os.environ["OMP_NUM_THREADS"] = str(threads)
 
         reports = []
         quiet = json_path == "-"

@@ -327,8 +327,11 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
          workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
          timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
          threads: int | None = None) -> TuneReport:
-    """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds."""
+    """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds. ``threads`` pins the C
+    kernels' thread count, in this process too: their default count and the thread knob's choices follow it."""
     start = time.monotonic()
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     refuse_untimed(backend)
     if isinstance(backend, str):
         from ..codegen.backend import get_backend

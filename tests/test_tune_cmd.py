@@ -83,6 +83,20 @@ def test_tune_writes_winners_that_compile_uses(tmp_path):
     assert c.returncode == 0, c.stdout[-2000:] + c.stderr[-2000:]
 
 
+@pytest.mark.skipif(not _cpu_ready(), reason="no C compiler on this machine")
+def test_a_pinned_thread_count_bounds_every_schedule_tried(tmp_path):
+    from luminal.search.tuner import tune
+
+    report = tune(str(_mlp(tmp_path / "mlp.onnx")), "cpu", 6.0, shapes={"batch": 16}, cache=tmp_path / "t.db",
+                  storage=f"sqlite:///{tmp_path / 'studies.db'}", threads=1, timeout_s=2.0, fusion=False)
+    assert report.kernels and all(k.best_config and k.best_config["threads"] == 1 for k in report.kernels)
+    import optuna
+
+    for s in optuna.get_all_study_summaries(f"sqlite:///{tmp_path / 'studies.db'}"):
+        study = optuna.load_study(study_name=s.study_name, storage=f"sqlite:///{tmp_path / 'studies.db'}")
+        assert all(t.params.get("threads", 1) == 1 for t in study.trials)  # a knob of one choice, stored as it is
+
+
 def test_without_model_or_configuration(tmp_path):
     (tmp_path / ".git").mkdir()  # the configuration search stops at a repository root
     p = _run(["tune", "--budget", "5s"], cwd=tmp_path)
