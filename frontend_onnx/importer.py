@@ -647,7 +647,14 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
         if elem in _ELEM:
             imp.written[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
-    outs = imp.run_graph(g, scope, weights=weights)
+    try:
+        outs = imp.run_graph(g, scope, weights=weights)
+    except LuminalError as e:
+        if not unbound:
+            raise
+        # a model exported with dynamic dims often still holds the traced sizes in its Reshape targets
+        names = ", ".join(_clean(u) for u in unbound)
+        raise LuminalError(f"{e} (unbound dimensions default to 1: {names}; give them with --shape)") from None
     out_tensors, names = [], []
     for o, t in zip(g.output, outs):
         if t is None:

@@ -75,6 +75,20 @@ def test_unbound_dims_default_to_one_with_warning():
     assert any("unbound" in w and "batch" in w and "x[1]" in w for w in r.warnings)
 
 
+def test_a_failure_under_defaulted_dims_says_to_bind_them(tmp_path):
+    """A model exported with a dynamic sequence often keeps the traced size in its Reshape targets."""
+    target = numpy_helper.from_array(np.array([10, 4, 8], dtype=np.int64), "t")
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [target])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(LuminalError, match=r"cannot reshape .* \(unbound dimensions default to 1: seq; give them "
+                                           r"with --shape\)$"):
+        load(str(path))
+    assert load(str(path), {"seq": 10}).outputs[0].shape == (10, 4, 8)
+
+
 def test_input_without_rank_needs_whole_shape():
     m = sym_model(None)
     m.graph.input[0].type.tensor_type.ClearField("shape")
