@@ -86,7 +86,8 @@ class ModelSampler(optuna.samplers.BaseSampler):
 
     Candidates come from a trust region (as in CASMOPOLITAN, Wan et al. 2021): the points that differ
     from this kernel's best measured point in at most ``radius`` knobs, one at first, one more after
-    every WIDEN_AFTER trials without a new best. With a few points, expected improvement favours the
+    every WIDEN_AFTER trials without a new best, and the point the model expects fastest anywhere when it
+    expects it to beat that best. With a few points, expected improvement favours the
     points least like the measured ones, corners that change every knob at once, whose times cannot say
     which knob made them slow; near the best, each trial says what one or two knobs are worth.
     Spaces too big to list are searched through a fresh random sample of the region at each step.
