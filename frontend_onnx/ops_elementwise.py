@@ -331,3 +331,11 @@ def ms_bias_add(ctx: OpContext) -> Tensor:
 @op("Swish")
 def swish_op(ctx: OpContext) -> Tensor:
     return swish(_x(ctx), float(ctx.attr("alpha", 1.0)))
+
+
+@op("SwiGLU")
+def swiglu_op(ctx: OpContext) -> Tensor:
+    gate, value = ctx.inputs[0], ctx.inputs[1]
+    if gate.shape != value.shape:
+        raise ValueError(f"gate {list(gate.shape)} and value {list(value.shape)} must have one shape")
+    return swish(gate, float(ctx.attr("alpha", 1.0))).mul(value)

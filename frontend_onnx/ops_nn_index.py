@@ -319,6 +319,37 @@ def scatter_nd_op(ctx: OpContext) -> Tensor:
     return out.reshape(data.shape)
 
 
+@op("TensorScatter")
+def tensor_scatter_op(ctx: OpContext) -> Tensor:
+    """A KV-cache write: each batch entry's update rows land at its write index along ``axis`` (wrapping in
+    circular mode). As a gather: cache row s takes update row s - w[b] where that is a row of the update."""
+    past, upd = need(ctx, 0), need(ctx, 1)
+    axis = int(ctx.attr("axis", -2))
+    if not -past.ndim <= axis < past.ndim or axis % past.ndim == 0:
+        raise fail(ctx, f"axis {axis} must be a non-batch axis of rank {past.ndim}")
+    axis %= past.ndim
+    m, n = past.shape[axis], upd.shape[axis] if upd.ndim == past.ndim else -1
+    if upd.ndim != past.ndim or n > m or any(a != b for k, (a, b) in enumerate(zip(past.shape, upd.shape))
+                                             if k != axis):
+        raise fail(ctx, f"update {list(upd.shape)} does not fit cache {list(past.shape)} along axis {axis}")
+    mode = ctx.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise fail(ctx, f"mode {str(mode)[:20]!r} is not linear or circular")
+    row = Tensor.iota(past.shape, axis, DType.int64)
+    w = ctx.input(2)
+    if w is not None:
+        if w.shape != (past.shape[0],):
+            raise fail(ctx, f"write_indices must hold one index per batch entry, got {list(w.shape)}")
+        row = row.sub(_index(w).reshape((past.shape[0],) + (1,) * (past.ndim - 1)).expand(past.shape))
+    if mode == "circular":
+        row = row.mod(m)
+        row = row.lt(0).where(row.add(m), row)
+    hit = row.lt(0).logical_not() & row.lt(n)
+    if n == 0:
+        return past
+    return hit.where(upd.gather(hit.where(row, 0), axis), past)
+
+
 @op("ReverseSequence")
 def reverse_sequence_op(ctx: OpContext) -> Tensor:
     """Reverse the first ``sequence_lens[b]`` steps of each batch entry: a gather along the time axis."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import ops_nn_harness as h
 import pytest
 from frontend_util import assert_matches, make_model, run_ours
 from onnx import TensorProto, helper
@@ -265,3 +266,9 @@ def test_prelu_slope_that_fits_nothing_is_one_line_error():
     with pytest.raises(LuminalError, match="neither broadcasts") as e:
         run_ours(make_model(node("PRelu", 2), {"x0": x}, {"x1": slope}, opset=6), {"x0": x})
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("alpha", [None, 1.702])
+def test_swiglu_is_swish_of_the_gate_times_the_value(alpha):
+    attrs = {} if alpha is None else dict(alpha=alpha)
+    h.check_against_onnx_reference("SwiGLU", [h.rand(3, 8), h.rand(3, 8, seed=1)], attrs, opset=28)

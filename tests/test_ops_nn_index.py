@@ -1,4 +1,5 @@
-"""Gathers, OneHot, Tile, Trilu, Pad, DepthToSpace/SpaceToDepth and CumSum against onnxruntime."""
+"""Gathers, OneHot, Tile, Trilu, Pad, DepthToSpace/SpaceToDepth and CumSum against onnxruntime; TensorScatter against
+the ONNX reference."""
 
 from __future__ import annotations
 
@@ -168,3 +169,43 @@ def test_cumprod(exclusive, reverse):
     h.check_against_onnx_reference("CumProd", [x, np.array(0)], attrs, opset=26, consts={1}, rtol=1e-5, atol=1e-6)
     ints = np.array([[1, -2, 3, 0, 2], [2, 2, -1, 3, 1]], np.int64)
     h.check_against_onnx_reference("CumProd", [ints, np.array(-1)], attrs, opset=26, consts={1})
+
+
+CACHE = rand(2, 3, 6, 4)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("writes", [None, np.array([0, 4]), np.array([3, 5])])
+@pytest.mark.parametrize("axis", [-2, 1])
+def test_tensor_scatter_writes_each_batch_entrys_rows_at_its_index(mode, writes, axis):
+    """The KV-cache update of opset 24: past rows outside the written span stay, circular writes wrap."""
+    update = rand(2, 2, 6, 4) if axis == 1 else rand(2, 3, 2, 4)
+    if mode == "linear" and writes is not None and writes.max() + 2 > CACHE.shape[axis]:
+        writes = writes % (CACHE.shape[axis] - 1)
+    h.check_against_onnx_reference("TensorScatter", [CACHE, update, writes], dict(mode=mode, axis=axis), opset=24)
+
+
+def test_tensor_scatter_refuses_an_update_that_does_not_fit():
+    with pytest.raises(LuminalError, match="does not fit"):
+        h.luminal_run("TensorScatter", [CACHE, rand(2, 3, 7, 4)], dict(), opset=24)
+    with pytest.raises(LuminalError, match="non-batch axis"):
+        h.luminal_run("TensorScatter", [CACHE, CACHE], dict(axis=0), opset=24)
+
+
+
+def test_tensor_scatter_on_the_c_backend():
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from luminal.frontend_onnx import load
+    from luminal.runtime.compile import compile_graph
+
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("TensorScatter", ["past", "upd", "w"], ["y"], mode="circular", axis=2)],
+                          "g", [vi("past", TensorProto.FLOAT, [2, 3, 8, 4]), vi("upd", TensorProto.FLOAT, [2, 3, 3, 4]),
+                                vi("w", TensorProto.INT64, [2])], [vi("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)])
+    feeds = {"past": rand(2, 3, 8, 4), "upd": rand(2, 3, 3, 4), "w": np.array([6, 1])}
+    got = compile_graph(load(m).graph, "cpu").run(feeds)
+    got = got["y"] if isinstance(got, dict) else got[0]
+    np.testing.assert_array_equal(np.asarray(got), ReferenceEvaluator(m).run(None, feeds)[0])
