@@ -218,6 +218,66 @@ def binary(ctx: OpContext) -> Tensor:
     return _BINARY[ctx.node.op_type](a, b)
 
 
+def _int_width(ctx: OpContext, i: int) -> tuple[int, bool]:
+    """Bits and signedness of integer input i as the model writes it (the IR computes the narrow ones wider)."""
+    dt = ctx.written(i)
+    if dt is None or dt.kind not in "iu":
+        dt = ctx.inputs[i].dtype.np
+    if dt.kind not in "iu" or (dt.kind == "u" and dt.itemsize > 4):
+        raise NotImplementedError(f"bitwise ops on {dt.name}")
+    return dt.itemsize * 8, dt.kind == "i"
+
+
+def _bits(x: Tensor, width: int, signed: bool) -> list[Tensor]:
+    """x's two's-complement bits, lowest first, as 0/1 tensors of x's dtype: bit k is whether x mod 2^(k+1) (floored)
+    reaches 2^k; a signed type's top bit is its sign, and the one below it is read without 2^(width-1), which does
+    not fit."""
+    out = []
+    for k in range(width):
+        if signed and k == width - 1:
+            b = x.lt(0)
+        elif signed and k == width - 2:
+            half = 1 << k
+            b = x.lt(0).where(x.add(half).lt(0).logical_not(), x.lt(half).logical_not())
+        else:
+            r = x.mod(1 << (k + 1))
+            b = r.lt(0).where(r.add(1 << (k + 1)), r).lt(1 << k).logical_not()
+        out.append(b.cast(x.dtype))
+    return out
+
+
+def _from_bits(bits: list[Tensor], signed: bool) -> Tensor:
+    top = len(bits) - 1
+    terms = [b.mul(-(1 << k) if signed and k == top else 1 << k) for k, b in enumerate(bits)]
+    return reduce(Tensor.add, terms)
+
+
+_BITWISE = {"BitwiseAnd": lambda a, b: a.mul(b), "BitwiseOr": lambda a, b: a.add(b).sub(a.mul(b)),
+            "BitwiseXor": lambda a, b: a.add(b).mod(2)}
+
+
+@op(*_BITWISE)
+def bitwise(ctx: OpContext) -> Tensor:
+    """Integer bitwise ops bit by bit from Mod and LessThan: the IR has no bit operations."""
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    if a.dtype != b.dtype or a.dtype.is_float or a.dtype is DType.bool:
+        raise ValueError(f"needs two integer inputs of one type, got {a.dtype.name} and {b.dtype.name}")
+    width, signed = _int_width(ctx, 0)
+    f = _BITWISE[ctx.node.op_type]
+    ctx.declare(0, ctx.written(0) or a.dtype.np)
+    return _from_bits([f(x, y) for x, y in zip(_bits(a, width, signed), _bits(b, width, signed))], signed)
+
+
+@op("BitwiseNot")
+def bitwise_not(ctx: OpContext) -> Tensor:
+    x = ctx.inputs[0]
+    if x.dtype.is_float or x.dtype is DType.bool:
+        raise ValueError(f"needs an integer input, got {x.dtype.name}")
+    width, signed = _int_width(ctx, 0)
+    ctx.declare(0, ctx.written(0) or x.dtype.np)
+    return _full_like(x, -1 if signed else (1 << width) - 1).sub(x)  # no bit of -1 - x overflows
+
+
 @op("Pow")
 def power(ctx: OpContext) -> Tensor:
     a, b = ctx.inputs[0], ctx.inputs[1]
