@@ -223,9 +223,10 @@ def _int_width(ctx: OpContext, i: int) -> tuple[int, bool]:
     dt = ctx.written(i)
     if dt is None or dt.kind not in "iu":
         dt = ctx.inputs[i].dtype.np
-    if dt.kind not in "iu" or (dt.kind == "u" and dt.itemsize > 4):
+    if dt.kind not in "iu":
         raise NotImplementedError(f"bitwise ops on {dt.name}")
-    return dt.itemsize * 8, dt.kind == "i"
+    # uint64 lives in int64 with its bit pattern kept: its bits are read as a signed type's
+    return dt.itemsize * 8, dt.kind == "i" or dt.itemsize == 8
 
 
 def _bits(x: Tensor, width: int, signed: bool) -> list[Tensor]:

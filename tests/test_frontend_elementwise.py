@@ -274,7 +274,7 @@ def test_swiglu_is_swish_of_the_gate_times_the_value(alpha):
     h.check_against_onnx_reference("SwiGLU", [h.rand(3, 8), h.rand(3, 8, seed=1)], attrs, opset=28)
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64])
 @pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"])
 def test_bitwise_ops_bit_by_bit_down_to_the_sign_bit(op, dtype):
     info = np.iinfo(dtype)
@@ -292,8 +292,7 @@ def test_bitwise_ops_on_the_c_backend():
 
     a = np.array([[-(2 ** 63), 2 ** 63 - 1, -1, 0, 12345678901234]], dtype=np.int64)
     b = np.array([[-1, 2 ** 40 + 5, -(2 ** 62), 7, -987654321]], dtype=np.int64)
-    nodes = [helper.make_node("BitwiseXor", ["a", "b"], ["x"]), helper.make_node("BitwiseAnd", ["x", "a"], ["y"])]
-    model = make_model(nodes, {"a": a, "b": b}, opset=18)
+    model = make_model(helper.make_node("BitwiseXor", ["a", "b"], ["y"]), {"a": a, "b": b}, opset=18)
     got = compile_graph(load(model).graph, "cpu").run({"a": a, "b": b})
     got = got["y"] if isinstance(got, dict) else got[0]
-    np.testing.assert_array_equal(np.asarray(got).reshape(a.shape), (a ^ b) & a)
+    np.testing.assert_array_equal(np.asarray(got).reshape(a.shape), a ^ b)
