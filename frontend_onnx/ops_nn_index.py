@@ -335,6 +335,8 @@ def tensor_scatter_op(ctx: OpContext) -> Tensor:
     mode = ctx.attr("mode", "linear")
     if mode not in ("linear", "circular"):
         raise fail(ctx, f"mode {str(mode)[:20]!r} is not linear or circular")
+    if n == 0:
+        return past
     row = Tensor.iota(past.shape, axis, DType.int64)
     w = ctx.input(2)
     if w is not None:
@@ -345,8 +347,6 @@ def tensor_scatter_op(ctx: OpContext) -> Tensor:
         row = row.mod(m)
         row = row.lt(0).where(row.add(m), row)
     hit = row.lt(0).logical_not() & row.lt(n)
-    if n == 0:
-        return past
     return hit.where(upd.gather(hit.where(row, 0), axis), past)
 
 
