@@ -328,10 +328,10 @@ def tensor_scatter_op(ctx: OpContext) -> Tensor:
     if not -past.ndim <= axis < past.ndim or axis % past.ndim == 0:
         raise fail(ctx, f"axis {axis} must be a non-batch axis of rank {past.ndim}")
     axis %= past.ndim
-    m, n = past.shape[axis], upd.shape[axis] if upd.ndim == past.ndim else -1
-    if upd.ndim != past.ndim or n > m or any(a != b for k, (a, b) in enumerate(zip(past.shape, upd.shape))
-                                             if k != axis):
+    if upd.ndim != past.ndim or upd.shape[axis] > past.shape[axis] or any(
+            a != b for k, (a, b) in enumerate(zip(past.shape, upd.shape)) if k != axis):
         raise fail(ctx, f"update {list(upd.shape)} does not fit cache {list(past.shape)} along axis {axis}")
+    m, n = past.shape[axis], upd.shape[axis]
     mode = ctx.attr("mode", "linear")
     if mode not in ("linear", "circular"):
         raise fail(ctx, f"mode {str(mode)[:20]!r} is not linear or circular")

@@ -48,9 +48,14 @@ class Encoding:
         return d
 
 
-def _readings(dist: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """The joint and the per-knob (additive) correlations of points ``dist`` apart (Encoding.distances)."""
-    return np.exp(-scale * dist.sum(axis=0)), np.exp(-scale * dist).mean(axis=0)
+def _readings(dist: np.ndarray, graded: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """The joint and the per-knob (additive) correlations of points ``dist`` apart (Encoding.distances); ``graded``:
+    the knobs read by their order. The others are 0 or 1 apart, where exp(-scale * d) is 1 - (1 - e^-scale) d: their
+    share of the additive reading is a count, with no exponential per knob (most of a proposal's time was those)."""
+    additive = (~graded).sum() - (1 - math.exp(-scale)) * dist[~graded].sum(axis=0)
+    if graded.any():
+        additive = additive + np.exp(-scale * dist[graded]).sum(axis=0)
+    return np.exp(-scale * dist.sum(axis=0)), additive / len(dist)
 
 
 def _spread(y: np.ndarray) -> float:
@@ -109,11 +114,14 @@ class Model:
 
     def _each(self, cand: np.ndarray):
         """(weight, fit, the candidates' readings against the fitted points) for each fit."""
+        dist: dict[bool, np.ndarray] = {}
         at: dict[tuple[bool, float], tuple] = {}
         for w, f in zip(self.weights, self.fits):
             key = (f.ordered, f.scale)
             if key not in at:
-                at[key] = _readings(self.enc.distances(cand, self.x, f.ordered), f.scale)
+                if f.ordered not in dist:
+                    dist[f.ordered] = self.enc.distances(cand, self.x, f.ordered)
+                at[key] = _readings(dist[f.ordered], self.enc.ordered & f.ordered, f.scale)
             yield w, f, at[key]
 
     def mean(self, cand: np.ndarray) -> np.ndarray:
@@ -144,7 +152,8 @@ def fit(enc: Encoding, x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarr
     X, T, Y = np.concatenate(xs), np.concatenate(ts), np.concatenate(vals)
     same = T[:, None] == T[None, :]
     orders = ORDERED if enc.ordered.any() else (True,)  # without ordered knobs the two readings are one
-    readings = {(o, scale): _readings(enc.distances(X, X, o), scale) for o in orders for scale in SCALES}
+    dist = {o: enc.distances(X, X, o) for o in orders}
+    readings = {(o, scale): _readings(dist[o], enc.ordered & o, scale) for o in orders for scale in SCALES}
     scored = []  # (log marginal likelihood, hyperparameters, Cholesky factor, its forward solve of Y)
     for (o, scale), mix in itertools.product(readings, MIXES):
         base = _covariance(*readings[o, scale], same, mix, rho)

@@ -101,6 +101,7 @@ class ModelSampler(optuna.samplers.BaseSampler):
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._enc = Encoding(np.array([p.ordinal for p in space.params], dtype=bool))
         self._names = [p.name for p in space.params]
+        self._grid = [p.grid() for p in space.params]
         self._all: list[tuple] | None = None
         self._valid: dict[tuple, bool] = {}
 
@@ -126,17 +127,16 @@ class ModelSampler(optuna.samplers.BaseSampler):
         """The valid points: all of them, or a fresh random sample of a space too big to list."""
         if self._all is not None:
             return self._all
-        grid = [p.grid() for p in self.space.params]
         if self.space.size <= ENUMERATE_LIMIT:
-            self._all = [c for c in itertools.product(*grid) if self._is_valid(c)]
+            self._all = [c for c in itertools.product(*self._grid) if self._is_valid(c)]
             return self._all
-        pts = {tuple(g[self.rng.integers(len(g))] for g in grid) for _ in range(POOL)}
+        pts = {tuple(g[self.rng.integers(len(g))] for g in self._grid) for _ in range(POOL)}
         return [c for c in sorted(pts, key=repr) if self._is_valid(c)]
 
     def _around(self, centre: tuple, radius: int) -> list[tuple]:
         """A random sample of the valid points at most ``radius`` knobs away from ``centre``: the centre with a
         random few of its knobs drawn anew."""
-        grid = [p.grid() for p in self.space.params]
+        grid = self._grid
         pts = set()
         for _ in range(POOL):
             pt = list(centre)

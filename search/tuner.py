@@ -94,6 +94,8 @@ class Tuner:
         refuse_untimed(backend)
         if budget_s <= 0:
             raise LuminalError("the tuning budget must be positive")
+        if threads:  # the C kernels' thread count, in this process too: their default and the thread knob's choices
+            os.environ["OMP_NUM_THREADS"] = str(threads)
         self.clock = _Clock(time.monotonic(), budget_s)
         self.graph = graph
         self.backend = backend
@@ -327,11 +329,8 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
          workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
          timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
          threads: int | None = None) -> TuneReport:
-    """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds. ``threads`` pins the C
-    kernels' thread count, in this process too: their default count and the thread knob's choices follow it."""
+    """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds (``threads``: Tuner's)."""
     start = time.monotonic()
-    if threads:
-        os.environ["OMP_NUM_THREADS"] = str(threads)
     refuse_untimed(backend)
     if isinstance(backend, str):
         from ..codegen.backend import get_backend

@@ -192,20 +192,16 @@ def test_tensor_scatter_refuses_an_update_that_does_not_fit():
         h.luminal_run("TensorScatter", [CACHE, CACHE], dict(axis=0), opset=24)
 
 
-
 def test_tensor_scatter_on_the_c_backend():
-    from onnx import TensorProto, helper
+    from frontend_util import make_model
+    from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
     from luminal.frontend_onnx import load
     from luminal.runtime.compile import compile_graph
 
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph([helper.make_node("TensorScatter", ["past", "upd", "w"], ["y"], mode="circular", axis=2)],
-                          "g", [vi("past", TensorProto.FLOAT, [2, 3, 8, 4]), vi("upd", TensorProto.FLOAT, [2, 3, 3, 4]),
-                                vi("w", TensorProto.INT64, [2])], [vi("y", TensorProto.FLOAT, None)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)])
     feeds = {"past": rand(2, 3, 8, 4), "upd": rand(2, 3, 3, 4), "w": np.array([6, 1])}
-    got = compile_graph(load(m).graph, "cpu").run(feeds)
-    got = got["y"] if isinstance(got, dict) else got[0]
-    np.testing.assert_array_equal(np.asarray(got), ReferenceEvaluator(m).run(None, feeds)[0])
+    node = helper.make_node("TensorScatter", list(feeds), ["y"], mode="circular", axis=2)
+    m = make_model(node, feeds, opset=24)
+    (got,) = compile_graph(load(m).graph, "cpu").run(feeds)
+    np.testing.assert_array_equal(got, ReferenceEvaluator(m).run(None, feeds)[0])
