@@ -12,7 +12,7 @@ import pytest
 from codegen_util import fusion_block, graph
 
 from luminal.codegen import backend as backend_mod
-from luminal.codegen.c import build
+from luminal.codegen.c import build, schedule
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.check import run_graph
 from luminal.codegen.partition import fusible_edges, partition
@@ -115,17 +115,31 @@ def test_random_fusion_decisions_are_correct():
 
 def test_thread_count_from_env_and_schedule(monkeypatch):
     monkeypatch.setenv("LUMINAL_NUM_THREADS", "3")
-    x = Tensor.input("x", (300, 200), DType.float32)
+    x = Tensor.input("x", (1000, 600), DType.float32)  # enough work for three threads (threads_for)
     g = graph([x], [x.softmax(-1)])
     be = CPUBackend()
     (k,) = partition(g, {})
     s = be.default_schedule(k)
     assert be.compile([(k, s)])[0].threads == 3
     assert be.compile([(k, {**s, "threads": 1})])[0].threads == 1
-    xv = RNG.standard_normal((300, 200)).astype(np.float32)
+    xv = RNG.standard_normal((1000, 600)).astype(np.float32)
     for threads in (1, 2, 3):
         got = run_graph(g, {"x": xv}, schedules=[{**s, "threads": threads}])
         np.testing.assert_allclose(got[0], run_reference(g, {"x": xv})[0], rtol=1e-5, atol=1e-7)
+
+
+def test_the_default_thread_count_grows_with_the_work(monkeypatch):
+    """One thread per GRAIN operations, at most the configured count: a small kernel does not wake a team."""
+    monkeypatch.setenv("LUMINAL_NUM_THREADS", "8")
+    be = CPUBackend()
+    counts = []
+    for rows in (64, 512, 4096):
+        x = Tensor.input("x", (rows, 512), DType.float32)
+        (k,) = partition(graph([x], [x.softmax(-1)]), {})
+        counts.append(be.default_schedule(k)["threads"])
+        work = k.flops + rows * 512
+        assert counts[-1] == max((c for c in (2, 4, 8) if c * schedule.GRAIN <= work), default=1)
+    assert counts[0] == 1 and counts[-1] == 8 and counts == sorted(counts)
 
 
 def test_buffers_are_aligned():
@@ -140,7 +154,7 @@ def test_openmp_thread_setting_pins_the_default_and_the_thread_knob(monkeypatch)
     name their thread count, so it must reach the schedule, not only OpenMP."""
     monkeypatch.delenv("LUMINAL_NUM_THREADS", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "3,1")
-    x = Tensor.input("x", (300, 200), DType.float32)
+    x = Tensor.input("x", (1000, 600), DType.float32)
     (k,) = partition(graph([x], [x.softmax(-1)]), {})
     be = CPUBackend()
     s = be.default_schedule(k)
