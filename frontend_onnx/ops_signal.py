@@ -116,7 +116,8 @@ def stft(ctx: OpContext) -> Tensor:
     step = ctx.ints(1)[0]
     window = ctx.input(2)
     given = ctx.ints(3)
-    re, im = _parts(x)
+    # [batch, length] is a real signal too (torch's exporter writes it so; onnxruntime reads it)
+    re, im = (x.cast(DType.float32), None) if x.ndim == 2 and x.dtype.is_float else _parts(x)
     if re.ndim != 2:
         raise ValueError(f"STFT of a signal of shape {list(x.shape)}: [batch, length, 1 or 2] expected")
     size = window.shape[0] if window is not None else None

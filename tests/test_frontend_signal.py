@@ -89,6 +89,13 @@ def test_stft_matches_onnxruntime(onesided, window):
     np.testing.assert_allclose(_complex(y), want, rtol=1e-4, atol=1e-4)
 
 
+def test_stft_reads_a_signal_without_its_last_axis_as_real():
+    x = RNG.standard_normal((2, 30)).astype(np.float32)
+    node = helper.make_node("STFT", ["x", "step", "", "len"], ["y"])
+    assert_matches(make_model(node, {"x": x}, {"step": np.array(5, I64), "len": np.array(10, I64)}), {"x": x},
+                   rtol=1e-4, atol=1e-4)
+
+
 def test_stft_of_a_complex_signal():
     x = _signal((1, 20), 2)
     node = helper.make_node("STFT", ["x", "step", "", "len"], ["y"], onesided=0)
