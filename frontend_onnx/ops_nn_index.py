@@ -35,6 +35,26 @@ def gather_op(ctx: OpContext) -> Tensor:
     return gather_axis(data, idx, axis)
 
 
+@op("Compress")
+def compress_op(ctx: OpContext) -> Tensor:
+    """The slices where a constant condition holds: a gather at its true positions (a condition computed
+    from the inputs would give the output a shape the data decides)."""
+    data = need(ctx, 0)
+    if not ctx.input(1).is_const:
+        raise fail(ctx, "the condition must be constant: the output's size would depend on the data")
+    cond = np.asarray(ctx.const(1)).reshape(-1).astype(bool)
+    axis = ctx.attr("axis")
+    if axis is None:
+        data, axis = data.reshape((data.numel,)), 0
+    elif not -data.ndim <= int(axis) < data.ndim:
+        raise fail(ctx, f"axis {axis} out of range for rank {data.ndim}")
+    axis = int(axis) % data.ndim
+    keep = np.flatnonzero(cond)
+    if keep.size and keep[-1] >= data.shape[axis]:
+        raise fail(ctx, f"condition of {cond.size} is true past the {data.shape[axis]} slices of axis {axis}")
+    return gather_axis(data, Tensor.const(keep.astype(np.int64), DType.int64), axis)
+
+
 @op("GatherElements")
 def gather_elements_op(ctx: OpContext) -> Tensor:
     data, idx = need(ctx, 0), need(ctx, 1)

@@ -205,3 +205,17 @@ def test_tensor_scatter_on_the_c_backend():
     m = make_model(node, feeds, opset=24)
     (got,) = compile_graph(load(m).graph, "cpu").run(feeds)
     np.testing.assert_array_equal(got, ReferenceEvaluator(m).run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("cond", [[True, False, True], [False, True], [False, False, False, False]])
+def test_compress_with_a_constant_condition(axis, cond):
+    attrs = {} if axis is None else {"axis": axis}
+    h.check("Compress", [D, np.array(cond)], attrs, consts={1})
+
+
+def test_compress_refuses_a_condition_from_the_inputs():
+    with pytest.raises(LuminalError, match="condition must be constant"):
+        h.luminal_run("Compress", [D, np.array([True, False])], {"axis": 0}, 1, 17, set())
+    with pytest.raises(LuminalError, match="true past the 4 slices"):
+        h.luminal_run("Compress", [D, np.array([0, 0, 0, 0, 1], dtype=bool)], {"axis": 1}, 1, 17, {1})
