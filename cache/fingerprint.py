@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import LuminalError
 
 # bump whenever generated code changes in a way that invalidates measured timings
-CODEGEN_VERSION = "2"
+CODEGEN_VERSION = "3"
 
 # ISA extensions that change what a CPU kernel can use; everything else in /proc/cpuinfo is noise
 CPU_ISA_FLAGS = (

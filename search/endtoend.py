@@ -20,7 +20,7 @@ class ModelRunner:
         self.graph = graph
         self.backend = backend
         self.kernels = partition(graph, decisions)
-        items = [(k, schedules.get(k.signature) or backend.default_schedule(k)) for k in self.kernels]
+        items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
         self.bufs: dict[int, Any] = {}
         nodes = {n.id: n for n in graph.toposort()}
@@ -53,3 +53,9 @@ class ModelRunner:
             else:
                 out.append(self.backend.to_numpy(self.bufs[n.id]).reshape(n.shape))
         return out
+
+
+def _usable(backend: Any, kernel: Kernel, schedule: dict[str, Any] | None) -> dict[str, Any]:
+    """``schedule`` where the backend accepts it for ``kernel``, else the default (a winner kept in the storage
+    by a resumed run may predate a change to what the kernel's schedules mean)."""
+    return schedule if schedule is not None and backend.valid(kernel, schedule) else backend.default_schedule(kernel)

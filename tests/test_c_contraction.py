@@ -104,6 +104,29 @@ def test_conv_implicit_gemm(cin, cout, group, ksz, stride, dil, pads):
         _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
 
 
+@pytest.mark.parametrize("hw,cout", [(7, 48), (3, 40), (16, 24)])
+def test_a_conv_tiles_the_orientation_that_pads_less(hw, cout):
+    """Output pixels fewer than a few tiles' NR would leave most lanes idle: the pixels then become the tiles'
+    rows (A, packed per call) and the weight their columns (B, packed once), where that pads 10% less."""
+    from luminal.codegen.c.emit import simd_width
+
+    x = Tensor.input("x", (1, 8, hw, hw), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((cout, 8, 3, 3)).astype(np.float32))
+    y = conv(x, wt, 1, [1, 1], [1, 1], [(1, 1), (1, 1)], [hw, hw]).relu()
+    g = _graph([x], [y])
+    _, (c,) = _contractions(g)
+    plan = plan_contraction(c)
+    pixels, nr = hw * hw, 2 * simd_width()
+
+    def padded(rows, cols):
+        return -(-rows // 6) * 6 * -(-cols // nr) * nr / (rows * cols)
+
+    as_rows = padded(pixels, cout) < padded(cout, pixels) / 1.1
+    assert plan.sizes[1:3] == ((pixels, cout) if as_rows else (cout, pixels))
+    assert plan.b_const == as_rows
+    _compare(g, {"x": RNG.standard_normal((1, 8, hw, hw)).astype(np.float32)})
+
+
 @pytest.mark.parametrize("dt", [DType.float16, DType.bfloat16])
 def test_half_precision_matmul(dt):
     a = Tensor.input("a", (19, 40), dt)

@@ -61,6 +61,15 @@ def test_wrong_model_variant_is_caught(measurer):
     assert r.status == "wrong_result"
 
 
+def test_a_model_variant_runs_a_schedule_the_backend_refuses_as_the_default(measurer):
+    """A winner kept by an earlier run may no longer be valid for its kernel (FakeBackend refuses speed 2 with
+    mode "wrong"): the kernel runs its default schedule, not the refused one."""
+    g = helpers.small_graph()
+    sig = partition(g)[0].signature
+    (r,) = measurer.measure_model([({}, {sig: {"speed": 2, "mode": "wrong"}})])
+    assert r.status == "ok"
+
+
 def test_a_lost_device_answers_for_every_candidate():
     """On the GPU a crash poisons the context: the candidates after it crash with it, one outcome each."""
     from luminal.search.jobs import JobRunner, KernelJob, ModelJob

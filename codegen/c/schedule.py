@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-from functools import lru_cache
 
-from ...cache.fingerprint import cpu_info
 from ..backend import Knob, Schedule
 from ..kernel import Kernel
 from .contraction import plan_contraction
-from .emit import LANES, lanes_apply
+from .emit import LANES, lanes_apply, simd_width
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
 # 2-core VM, where softmaxes and layer norms of 0.6-1.0M operations ran 1.6-2x faster on one thread than on two,
@@ -33,18 +31,6 @@ def default_threads() -> int:
         if env.isdigit() and int(env) > 0:
             return int(env)
     return cores()
-
-
-@lru_cache(maxsize=1)
-def simd_width() -> int:
-    """float32 lanes of the widest vector unit (read once: every ``space`` and ``valid`` call of a search
-    asks)."""
-    isa = set(cpu_info()["isa"])
-    if "avx512f" in isa:
-        return 16
-    if "avx" in isa or "asimd" in isa:
-        return 8
-    return 4
 
 
 def _thread_choices() -> tuple[int, ...]:
