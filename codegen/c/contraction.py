@@ -226,28 +226,30 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     for e, (_, const, _) in enumerate(exprs):
         parts = [x for x in (_term(terms, e, "batch", "ib"), _term(terms, e, "n", "n")) if x]
         L.append(f"    sb{e}[ns] = {' + '.join(parts + [str(const)])};")
-    L += ["    j += len;", "}",
-          "for (int64_t k = k0; k < k1; k++) {",
-          f"    lum_t *restrict d = dst + (k - k0) * {nr};"]
-    for e in range(len(exprs)):
-        L.append(f"    const int64_t kt{e} = {_term(terms, e, 'k', 'k') or '0'};")
-    L += ["    for (int64_t s = 0; s < ns; s++) {",
-          "        lum_t *restrict ds = d + sj[s];",
-          "        int64_t lo = 0, hi = sl[s];"]
-    for e, (_, _, r) in enumerate(exprs[1:], start=1):
-        L.append(f"        {{ const int64_t v = sb{e}[s] + kt{e}; {mask_bounds('v', step[e], r)} }}")
+    L += ["    j += len;", "}"]
+
+    def rows(sb: str, sj: str, sl: str, indent: int) -> list[str]:
+        """The K rows of the panel's segment (``sb{e}``, ``sj``, ``sl``: its index terms, start and length)."""
+        body = [f"lum_t *restrict ds = d + {sj};", f"int64_t lo = 0, hi = {sl};"]
+        for e, (_, _, r) in enumerate(exprs[1:], start=1):
+            body.append(f"{{ const int64_t v = {sb.format(e=e)} + kt{e}; {mask_bounds('v', step[e], r)} }}")
+        body.append(f"const {ct.STORAGE[dt]} *restrict src = in{buf} + {sb.format(e=0)} + kt0;")
+        # a whole panel row from one run: a loop of fixed length, which the compiler unrolls and vectorises
+        body += [f"if (lo == 0 && hi == {nr}) {{",
+                 "    #pragma omp simd",
+                 f"    for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};",
+                 "} else {"] + _indent(copy_between("ds", sl, value), 4) + ["}"]
+        return _indent(body, indent)
+
     value = ct.load(dt, f"src[{step[0]} * w]")
-    L.append(f"        const {ct.STORAGE[dt]} *restrict src = in{buf} + sb0[s] + kt0;")
-    # a whole panel row from one run: a loop of fixed length, which the compiler unrolls and vectorises
-    L += [f"        if (lo == 0 && hi == {nr}) {{",
-          "            #pragma omp simd",
-          f"            for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};",
-          "            continue;",
-          "        }"]
-    L += _indent(copy_between("ds", "sl[s]", value), 8)
-    L += ["    }",
-          f"    for (int64_t j = jmax; j < {nr}; j++) d[j] = 0;",
-          "}"]
+    head = ["for (int64_t k = k0; k < k1; k++) {", f"    lum_t *restrict d = dst + (k - k0) * {nr};"]
+    head += [f"    const int64_t kt{e} = {_term(terms, e, 'k', 'k') or '0'};" for e in range(len(exprs))]
+    # most panels are one run of the innermost N dim: their terms held in registers, not read per K row
+    L += [f"if (ns == 1 && jmax == {nr}) {{"]
+    L += [f"    const int64_t b{e} = sb{e}[0];" for e in range(len(exprs))]
+    L += _indent(head, 4) + rows("b{e}", "0", str(nr), 8) + ["    }", "} else {"]
+    L += _indent(head, 4) + ["        for (int64_t s = 0; s < ns; s++) {"] + rows("sb{e}[s]", "sj[s]", "sl[s]", 12)
+    L += ["        }", f"        for (int64_t j = jmax; j < {nr}; j++) d[j] = 0;", "    }", "}"]
     return L
 
 
