@@ -40,7 +40,7 @@ def compress_op(ctx: OpContext) -> Tensor:
     """The slices where a constant condition holds: a gather at its true positions (a condition computed
     from the inputs would give the output a shape the data decides)."""
     data = need(ctx, 0)
-    if not ctx.input(1).is_const:
+    if not need(ctx, 1).is_const:
         raise fail(ctx, "the condition must be constant: the output's size would depend on the data")
     cond = np.asarray(ctx.const(1)).reshape(-1).astype(bool)
     axis = ctx.attr("axis")
