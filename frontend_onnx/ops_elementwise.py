@@ -195,11 +195,14 @@ def shrink(ctx: OpContext) -> Tensor:
 
 # -- binary ----------------------------------------------------------------------
 
-def _mod(a: Tensor, b: Tensor, fmod: bool) -> Tensor:
+def remainder(a: Tensor, b: Tensor | int, fmod: bool = False) -> Tensor:
+    """a mod b: C's truncated remainder with ``fmod``, else Python's, whose nonzero remainder takes the divisor's
+    sign (for a positive int ``b``: in [0, b))."""
     r = a.mod(b)
     if fmod:
         return r
-    # Python's sign rule: a nonzero remainder takes the divisor's sign
+    if isinstance(b, int) and b > 0:
+        return r.lt(0).where(r.add(b), r)
     b = b.cast(r.dtype).expand(r.shape)
     fix = r.ne(0) & r.lt(0).ne(b.lt(0))
     return fix.where(r.add(b), r)
@@ -241,8 +244,7 @@ def _bits(x: Tensor, width: int, signed: bool) -> list[Tensor]:
             half = 1 << k
             b = x.lt(0).where(x.add(half).lt(0).logical_not(), x.lt(half).logical_not())
         else:
-            r = x.mod(1 << (k + 1))
-            b = r.lt(0).where(r.add(1 << (k + 1)), r).lt(1 << k).logical_not()
+            b = remainder(x, 1 << (k + 1)).lt(1 << k).logical_not()
         out.append(b.cast(x.dtype))
     return out
 
@@ -290,7 +292,7 @@ def power(ctx: OpContext) -> Tensor:
 @op("Mod")
 def mod(ctx: OpContext) -> Tensor:
     a, b = ctx.inputs[0], ctx.inputs[1]
-    return _mod(a, b, bool(ctx.attr("fmod", 0)))
+    return remainder(a, b, bool(ctx.attr("fmod", 0)))
 
 
 @op("Max", "Min", "Sum", "Mean")

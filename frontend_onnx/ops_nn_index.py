@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
+from .ops_elementwise import remainder
 from .ops_nn_util import fail, need, take
 from .ops_shape import norm_axis
 from .registry import OpContext, op
@@ -364,8 +365,7 @@ def tensor_scatter_op(ctx: OpContext) -> Tensor:
             raise fail(ctx, f"write_indices must hold one index per batch entry, got {list(w.shape)}")
         row = row.sub(_index(w).reshape((past.shape[0],) + (1,) * (past.ndim - 1)).expand(past.shape))
     if mode == "circular":
-        row = row.mod(m)
-        row = row.lt(0).where(row.add(m), row)
+        row = remainder(row, m)
     hit = row.lt(0).logical_not() & row.lt(n)
     return hit.where(upd.gather(hit.where(row, 0), axis), past)
 

@@ -175,6 +175,12 @@ class ModelSampler(optuna.samplers.BaseSampler):
         stale = sum(1 for _, n, _ in own if n > at)
         return centre, min(1 + stale // WIDEN_AFTER, len(self.space.params))
 
+    def _at_most_pool(self, points: list[tuple]) -> list[tuple]:
+        """``points``, or POOL of them drawn at random."""
+        if len(points) <= POOL:
+            return points
+        return [points[i] for i in self.rng.choice(len(points), POOL, replace=False)]
+
     def _features(self, points: list[tuple]) -> np.ndarray:
         return np.array([[p.position(v) for p, v in zip(self.space.params, pt)] for pt in points], dtype=float)
 
@@ -243,14 +249,11 @@ class ModelSampler(optuna.samplers.BaseSampler):
         if centre is None and not others:
             return dict(zip(self._names, everywhere[int(self.rng.integers(len(everywhere)))]))
         model = fit(self._enc, x, ys, others, self.rho)
-        pool = everywhere if centre is None else self._near(everywhere, tried, centre, radius)
-        if len(pool) > POOL:
-            pool = [pool[i] for i in self.rng.choice(len(pool), POOL, replace=False)]
+        pool = self._at_most_pool(everywhere if centre is None else self._near(everywhere, tried, centre, radius))
         if centre is not None:
             # the point the model expects fastest joins the region's when it beats the centre: other kernels'
             # trials, or the knobs' effects added up, can point far from this kernel's best
-            if len(everywhere) > POOL:
-                everywhere = [everywhere[i] for i in self.rng.choice(len(everywhere), POOL, replace=False)]
+            everywhere = self._at_most_pool(everywhere)
             mean = model.mean(self._features([centre, *everywhere]))
             guess = everywhere[int(np.argmin(mean[1:]))]
             if mean[1:].min() < mean[0] - TIE and guess not in pool:

@@ -108,6 +108,7 @@ def test_conv_implicit_gemm(cin, cout, group, ksz, stride, dil, pads):
 def test_a_conv_tiles_the_orientation_that_pads_less(hw, cout):
     """Output pixels fewer than a few tiles' NR would leave most lanes idle: the pixels then become the tiles'
     rows (A, packed per call) and the weight their columns (B, packed once), where that pads 10% less."""
+    from luminal.codegen.c.contraction import TILE
     from luminal.codegen.c.emit import simd_width
 
     x = Tensor.input("x", (1, 8, hw, hw), DType.float32)
@@ -116,10 +117,10 @@ def test_a_conv_tiles_the_orientation_that_pads_less(hw, cout):
     g = _graph([x], [y])
     _, (c,) = _contractions(g)
     plan = plan_contraction(c)
-    pixels, nr = hw * hw, 2 * simd_width()
+    pixels, (mr, nr) = hw * hw, (TILE[0], TILE[1] * simd_width())
 
     def padded(rows, cols):
-        return -(-rows // 6) * 6 * -(-cols // nr) * nr / (rows * cols)
+        return -(-rows // mr) * mr * -(-cols // nr) * nr / (rows * cols)
 
     as_rows = padded(pixels, cout) < padded(cout, pixels) / 1.1
     assert plan.sizes[1:3] == ((pixels, cout) if as_rows else (cout, pixels))

@@ -33,6 +33,7 @@ PAR_MIN_MACS = 1 << 21
 _DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element type, readable in place
 SWAP_MAX_M = 8  # see plan_contraction
 WASTE = 1.1  # see plan_contraction
+TILE = (6, 2)  # the default micro-tile: MR rows by this many vectors (schedule.default_schedule)
 
 
 @dataclass(frozen=True)
@@ -103,15 +104,15 @@ def _plan_contraction(kernel: Kernel) -> Plan | None:
     # the roles swap where the other orientation's default tiles pad WASTE less, unless that would give up a
     # weight packed once (ResNet-18's 7x7 convs: 2.7 -> 2.4 ms, the model 41.5 -> 38.6 ms on 2 threads)
     swapped = _plan(kernel, _swap(plan))
-    if (swapped.b_const or not plan.b_const) and \
-            _padded(swapped, 2 * simd_width()) < _padded(plan, 2 * simd_width()) / WASTE:
+    if (swapped.b_const or not plan.b_const) and _padded(swapped) < _padded(plan) / WASTE:
         plan = swapped
     return plan
 
 
-def _padded(plan: Plan, nr: int, mr: int = 6) -> float:
-    """How much larger the default MR x NR tiles make the product than it is."""
+def _padded(plan: Plan) -> float:
+    """How much larger the default tiles (TILE) make the product than it is."""
     _, m, n, _ = plan.sizes
+    mr, nr = TILE[0], TILE[1] * simd_width()
     return -(-m // mr) * mr * -(-n // nr) * nr / (m * n)
 
 

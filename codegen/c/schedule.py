@@ -7,7 +7,7 @@ import os
 
 from ..backend import Knob, Schedule
 from ..kernel import Kernel
-from .contraction import plan_contraction
+from .contraction import TILE, plan_contraction
 from .emit import LANES, lanes_apply, simd_width
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
@@ -104,7 +104,7 @@ def default_schedule(kernel: Kernel) -> Schedule:
         # (convs 1.0-1.45x, 1024^3 1.1x, 128x768x3072 1.45x): the MR row streams prefetch well
         direct_a = plan.a_direct
         # N within one vector (a few rows with swapped roles): a 12 x VW tile wastes half the lanes of 6 x 2VW
-        mr, nr = (12, vw) if n <= vw and not direct else (6, 2 * vw)
+        mr, nr = (12, vw) if n <= vw and not direct else (TILE[0], TILE[1] * vw)
         # one row against a batch of B blocks (a depthwise conv: M = 1, K = its taps) reuses nothing a GEMM
         # tile could keep: loops that sum the taps over a block of output columns
         impl = "loops" if m == 1 and nb > 1 else "generated"
