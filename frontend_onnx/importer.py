@@ -18,7 +18,7 @@ from .. import ir
 from ..errors import LuminalError
 from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
-from . import registry
+from . import dims, registry
 from .weights import external_view, map_model
 
 Shapes = Mapping[str, "int | tuple[int, ...]"]
@@ -345,92 +345,6 @@ def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
             from None
 
 
-# -- shapes --------------------------------------------------------------------
-
-@dataclass
-class _Binder:
-    shapes: dict[str, Any]
-    input_names: set[str]
-    symbols: dict[str, int] = field(default_factory=dict)
-    used: set[str] = field(default_factory=set)
-    unbound: list[str] = field(default_factory=list)
-
-    def given(self, d: str) -> int:
-        """The value given for dimension name ``d`` (an int, or a 1-tuple from ``d=N`` parsing)."""
-        v = self.shapes[d]
-        if isinstance(v, tuple):
-            if len(v) != 1:
-                raise LuminalError(f"dimension {d!r} takes one integer, got {list(v)}")
-            v = v[0]
-        if not isinstance(v, int | np.integer) or v < 0:
-            raise LuminalError(f"dimension {d!r} must be a non-negative integer")
-        return int(v)
-
-    def bind(self, name: str, value: int, why: str) -> None:
-        if name in self.symbols and self.symbols[name] != value:
-            raise LuminalError(f"dimension {name!r} bound to {self.symbols[name]} and to {value} ({why})")
-        self.symbols[name] = value
-
-    def shape_of(self, name: str, vi: onnx.ValueInfoProto) -> tuple[int, ...]:
-        tt = vi.type.tensor_type
-        dims = list(tt.shape.dim) if tt.HasField("shape") else None
-        whole = self.shapes.get(name)
-        if whole is not None:
-            self.used.add(name)
-            whole = (whole,) if isinstance(whole, int | np.integer) else tuple(whole)
-            if not all(isinstance(d, int | np.integer) and d >= 0 for d in whole):
-                raise LuminalError(f"shape for input {name!r} must be non-negative integers")
-            if dims is not None and len(dims) != len(whole):
-                raise LuminalError(f"input {name!r} has rank {len(dims)}, but the shape given has rank {len(whole)}")
-            if dims is not None:
-                for k, (d, v) in enumerate(zip(dims, whole)):
-                    if d.HasField("dim_value") and d.dim_value >= 0 and d.dim_value != v:
-                        raise LuminalError(f"input {name!r} dim {k} is fixed to {d.dim_value}, but {v} was given")
-                    if d.HasField("dim_param") and d.dim_param:
-                        if d.dim_param in self.shapes and d.dim_param not in self.input_names:
-                            given = self.given(d.dim_param)
-                            if given != v:
-                                raise LuminalError(f"dimension {d.dim_param!r} given as {given}, but the shape of "
-                                                   f"input {name!r} makes it {v}")
-                        self.bind(d.dim_param, int(v), f"input {name!r} dim {k}")
-            return tuple(int(v) for v in whole)
-        if dims is None:
-            raise LuminalError(f"input {name!r} has no known rank; give its whole shape, e.g. {name}=1x3x224x224")
-        out: list[int | str] = []
-        for k, d in enumerate(dims):
-            if d.HasField("dim_value") and d.dim_value >= 0:
-                out.append(int(d.dim_value))
-            elif d.HasField("dim_param") and d.dim_param:
-                out.append(d.dim_param)
-            else:
-                label = f"{name}[{k}]"
-                self.unbound.append(label)
-                out.append(1)
-        return out  # type: ignore[return-value]
-
-    def resolve(self, shape: list[int | str]) -> tuple[int, ...]:
-        res = []
-        for d in shape:
-            if isinstance(d, str):
-                if d not in self.symbols:
-                    if d in self.shapes:
-                        self.used.add(d)
-                        self.symbols[d] = self.given(d)
-                    else:
-                        self.unbound.append(d)
-                        self.symbols[d] = 1
-                elif d in self.shapes:
-                    self.used.add(d)
-                    v = self.given(d)
-                    if v != self.symbols[d]:
-                        raise LuminalError(f"dimension {d!r} given as {v} but an input shape makes it "
-                                           f"{self.symbols[d]}")
-                res.append(self.symbols[d])
-            else:
-                res.append(d)
-        return tuple(res)
-
-
 # -- the import ----------------------------------------------------------------
 
 @dataclass
@@ -610,27 +524,19 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
     g = proto.graph
     init_names = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
     real_inputs = [vi for vi in g.input if vi.name not in init_names]
-    shapes = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in (shapes or {}).items()}
-    binder = _Binder(shapes, {vi.name for vi in real_inputs})
-    raw = []
+    dtypes = []
     for vi in real_inputs:
         if not vi.type.HasField("tensor_type"):
             raise LuminalError(f"input {_clean(vi.name)!r} is not a tensor")
         elem = vi.type.tensor_type.elem_type
-        dt = onnx_dtype(elem)
+        dtypes.append(onnx_dtype(elem))
         if elem == TensorProto.DOUBLE:
             warnings.append(f"input {_clean(vi.name)!r} is double; computed as float32")
-        raw.append((vi.name, dt, binder.shape_of(vi.name, vi)))
-    # shape_of recorded the unnamed dims it defaulted; resolve records the unbound symbols
-    unnamed = list(binder.unbound)
-    binder.unbound = []
-    resolved = [(name, dt, binder.resolve(list(shape))) for name, dt, shape in raw]
-    unknown = sorted(set(shapes) - binder.used - binder.symbols.keys())
-    if unknown:
-        known = sorted({vi.name for vi in real_inputs} | set(binder.symbols))
-        raise LuminalError(f"shape given for {', '.join(map(repr, unknown))}, which is neither an input nor a "
-                           f"dimension name of this model (known: {', '.join(_clean(k) for k in known) or 'none'})")
-    unbound = unnamed + binder.unbound
+    given = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in (shapes or {}).items()}
+    bound = dims.bind([dims.InputDecl(vi.name, dims.declared_dims(vi)) for vi in real_inputs], given)
+    warnings.extend(bound.warnings)
+    resolved = [(vi.name, dt, bound.shapes[vi.name]) for vi, dt in zip(real_inputs, dtypes)]
+    unbound = bound.unbound
     if unbound:
         warnings.append(f"unbound dimensions default to 1: {', '.join(_clean(u) for u in unbound)}")
 
@@ -664,7 +570,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         out_tensors.append(materialise(t))
         names.append(o.name)
     declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True))
-    graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(binder.symbols), declared)
+    graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(bound.symbols), declared)
     if optimize:
         graph = ir.optimize(graph)
     outputs = [IOInfo(nm, n.dtype, tuple(n.shape), declared.get(nm)) for nm, n in zip(names, graph.outputs)]
