@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..compare import compare
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError
-from ..frontend_onnx.conformance import compare
 from ..ir import Graph, run_reference
 
 # ops through which an input keeps its meaning as an index

@@ -15,6 +15,7 @@ import numpy as np
 
 from .dtypes import DType, promote
 from .graph import Node, Op
+from .reference import eval_node, read
 from .view import View
 
 FOLD_LIMIT = 1 << 22
@@ -88,8 +89,6 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """The value of a constant tensor."""
-        from .reference import read
-
         assert self.is_const, "not a constant"
         return np.array(read(self.node.attrs["value"], self.view))
 
@@ -612,8 +611,6 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 
 def _fold(node: Node, srcs: Sequence[Tensor]) -> Tensor:
-    from .reference import eval_node, read
-
     if (all(t.node.attrs["value"].ndim == 0 and not t.view.mask for t in srcs)
             and node.op not in (Op.SumReduce, Op.MaxReduce, Op.Gather)):
         scalar = Node(node.op, tuple((t.node, View((), ())) for t in srcs), (), node.dtype, dict(node.attrs))

@@ -6,38 +6,39 @@ import json
 import os
 from pathlib import Path
 
+import conformance_harness as conf
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from luminal.frontend_onnx import conformance as conf
+from luminal.compare import compare
 
 # ---------------------------------------------------------------- comparison
 
 
 def test_compare_uses_atol_plus_rtol_times_expected():
     want = np.array([1.0, 100.0, 0.0], np.float32)
-    assert conf.compare(want * np.float32(1 + 5e-4) + np.float32(5e-6), want, rtol=1e-3, atol=1e-5).ok
-    bad = conf.compare(np.array([1.0, 100.0, 2e-5], np.float32), want, rtol=1e-3, atol=1e-5)
+    assert compare(want * np.float32(1 + 5e-4) + np.float32(5e-6), want, rtol=1e-3, atol=1e-5).ok
+    bad = compare(np.array([1.0, 100.0, 2e-5], np.float32), want, rtol=1e-3, atol=1e-5)
     assert not bad.ok and "1/3 out of tolerance" in bad.reason
     assert bad.max_abs == pytest.approx(2e-5, rel=1e-3)
 
 
 def test_compare_nan_and_inf_positions():
     want = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
-    assert conf.compare(want.copy(), want, 1e-3, 1e-5).ok
-    assert not conf.compare(np.array([0.0, np.inf, -np.inf, 1.0], np.float32), want, 1e-3, 1e-5).ok
-    assert not conf.compare(np.array([np.nan, -np.inf, -np.inf, 1.0], np.float32), want, 1e-3, 1e-5).ok
-    assert not conf.compare(np.array([np.nan, np.inf, -np.inf, np.nan], np.float32), want, 1e-3, 1e-5).ok
+    assert compare(want.copy(), want, 1e-3, 1e-5).ok
+    assert not compare(np.array([0.0, np.inf, -np.inf, 1.0], np.float32), want, 1e-3, 1e-5).ok
+    assert not compare(np.array([np.nan, -np.inf, -np.inf, 1.0], np.float32), want, 1e-3, 1e-5).ok
+    assert not compare(np.array([np.nan, np.inf, -np.inf, np.nan], np.float32), want, 1e-3, 1e-5).ok
 
 
 def test_compare_integers_bools_exact_and_shape_dtype_must_match():
-    assert conf.compare(np.array([1, 2], np.int64), np.array([1, 2], np.int64), 1, 1).ok
-    assert not conf.compare(np.array([1, 3], np.int64), np.array([1, 2], np.int64), 1, 1).ok
-    assert not conf.compare(np.array([True]), np.array([False]), 1, 1).ok
-    assert "dtype" in conf.compare(np.array([1], np.int32), np.array([1], np.int64), 1, 1).reason
-    assert "shape" in conf.compare(np.zeros((1,), np.float32), np.zeros((), np.float32), 1, 1).reason
+    assert compare(np.array([1, 2], np.int64), np.array([1, 2], np.int64), 1, 1).ok
+    assert not compare(np.array([1, 3], np.int64), np.array([1, 2], np.int64), 1, 1).ok
+    assert not compare(np.array([True]), np.array([False]), 1, 1).ok
+    assert "dtype" in compare(np.array([1], np.int32), np.array([1], np.int64), 1, 1).reason
+    assert "shape" in compare(np.zeros((1,), np.float32), np.zeros((), np.float32), 1, 1).reason
 
 
 def test_half_precision_tolerances_are_wider():

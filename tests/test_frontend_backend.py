@@ -3,7 +3,7 @@
 A case whose element types the IR does not have (float8, int4, strings, sequences)
 must end in one clean LuminalError; every other case must match the expected outputs.
 The installed onnx generates all its cases in memory at once (~15 s), so this is slow;
-frontend_onnx/conformance.py runs the whole suite.
+tests/conformance_harness.py runs the whole suite.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import warnings
 import numpy as np
 import onnx
 import pytest
+from conformance_harness import bake
 from onnx import numpy_helper
 
 from luminal import ir
 from luminal.errors import LuminalError
 from luminal.frontend_onnx import load, registry
-from luminal.frontend_onnx.conformance import bake
 from luminal.frontend_onnx.importer import all_graphs
 
 MODULES = ("ops_elementwise", "ops_shape", "ops_reduce", "ops_control")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import conformance_harness as conformance
 import onnx
 import pytest
-
-from luminal.frontend_onnx import conformance
 
 MINE = {
     "AveragePool", "BatchNormalization", "Conv", "ConvTranspose", "CumSum", "DepthToSpace", "SpaceToDepth", "Dropout",

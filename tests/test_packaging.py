@@ -58,6 +58,8 @@ def test_wheel_holds_only_luminal_and_every_module(wheel):
     assert wheel.name.startswith("luminal_onnx-")
     missing = sorted(_package_modules() - set(names))
     assert not missing, f"modules left out of the wheel (add their packages to pyproject): {missing}"
+    # the conformance harness and its case list live with the tests, not in the package
+    assert not [n for n in names if "conformance" in n or n.startswith("luminal/tests/")]
 
 
 @pytest.mark.slow
@@ -107,12 +109,12 @@ def test_help_and_version_import_nothing_heavy(tmp_path, flag):
 
 
 def test_editable_install_maps_the_repo(tmp_path):
-    code = ("import luminal, luminal.frontend_onnx.conformance as c, importlib.util\n"
-            "print(luminal.__file__)\nprint(c.__file__)\n"
+    code = ("import luminal, luminal.frontend_onnx.importer as m, importlib.util\n"
+            "print(luminal.__file__)\nprint(m.__file__)\n"
             "print(all(importlib.util.find_spec(n) is None for n in ('cli', 'cache', 'search', 'ir')))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
-    init, conf, no_top = p.stdout.strip().splitlines()
+    init, importer, no_top = p.stdout.strip().splitlines()
     assert Path(init) == REPO / "__init__.py"
-    assert Path(conf) == REPO / "frontend_onnx" / "conformance.py"
+    assert Path(importer) == REPO / "frontend_onnx" / "importer.py"
     assert no_top == "True"

@@ -1,18 +1,20 @@
 """ONNX backend conformance: run the official backend test cases through the importer
 and the reference executor, and compare with the expected outputs.
 
-``python -m luminal.frontend_onnx.conformance [--json F] [--filter SUBSTR] [--update]``
+``python tests/conformance_harness.py [--backend cpu] [--json F] [--filter SUBSTR] [--update]``
 
 A case is ``passed``, ``failed`` (import error or outputs out of tolerance) or
 ``unsupported`` (an op the registry lacks, a dtype/type the IR lacks, or a node whose
 output is random, such as training-mode Dropout). Every
 case runs in a worker process with a deadline; a worker past it is killed and
-replaced, so one slow case cannot hang the run.
+replaced, so one slow case cannot hang the run. It lives next to the tests, outside the package:
+it imports the importer, the reference executor and the runtime, and keeps its list in tests/conformance/.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -22,7 +24,8 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -31,11 +34,17 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .importer import all_graphs
-from .ops_nn_util import RandomOpError
+import luminal
+from luminal.compare import compare
+from luminal.frontend_onnx import load, registry
+from luminal.frontend_onnx.importer import all_graphs
+from luminal.frontend_onnx.ops_nn_util import RandomOpError
+from luminal.ir import Graph, run_reference
+from luminal.runtime.compile import compile_graph
 
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
-PASSING_FILE = Path(__file__).resolve().parent.parent / "tests" / "conformance" / "passing.txt"
+PASSING_FILE = Path(__file__).resolve().parent / "conformance" / "passing.txt"
+LUMINAL_ROOT = Path(luminal.__file__).resolve().parent
 
 # elem types the IR has; everything else is recorded as unsupported with its name
 _SUPPORTED_ELEM = {
@@ -97,8 +106,6 @@ def write_tensor(item, path: Path) -> None:
 def _materialise_node_cases(root: Path) -> None:
     """The installed onnx generates its node cases in memory; write them once in the
     on-disk layout (model.onnx, test_data_set_N/{input,output}_K.pb)."""
-    import warnings
-
     from onnx.backend.test.loader import load_model_tests
 
     with warnings.catch_warnings():
@@ -186,9 +193,6 @@ def _type_problem(tp: onnx.TypeProto) -> str | None:
 
 
 def _unsupported_ops(model: onnx.ModelProto) -> list[str]:
-    # importing the package (as importing this module does) registers every op function
-    from . import registry
-
     missing = {n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
                for g in all_graphs(model.graph) for n in g.node if registry.lookup(n.domain, n.op_type) is None}
     return sorted(missing)
@@ -235,51 +239,6 @@ def tolerances(dtype: np.dtype, rtol: float, atol: float) -> tuple[float, float]
     if name == "float16":
         return max(rtol, 2e-3), max(atol, 1e-3)
     return max(rtol, 1e-3), max(atol, 1e-5)
-
-
-@dataclass
-class Comparison:
-    ok: bool
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    reason: str = ""
-
-
-def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Comparison:
-    """|got - want| <= atol + rtol * |want| elementwise; NaN and inf where expected;
-    integers and bools exactly; shapes and dtypes must match."""
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        return Comparison(False, reason=f"shape {list(got.shape)} != expected {list(want.shape)}")
-    if got.dtype != want.dtype:
-        return Comparison(False, reason=f"dtype {got.dtype} != expected {want.dtype}")
-    if got.size == 0:
-        return Comparison(True)
-    if want.dtype.kind in "biu":
-        diff = got.astype(np.float64) - want.astype(np.float64)
-        bad = int(np.count_nonzero(diff))
-        max_abs = float(np.abs(diff).max())
-        return Comparison(bad == 0, max_abs, 0.0, f"{bad} elements differ (max {max_abs:g})" if bad else "")
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    gn, wn = np.isnan(g), np.isnan(w)
-    if (gn != wn).any():
-        return Comparison(False, float("nan"), float("nan"), f"NaN at {int((gn != wn).sum())} wrong positions")
-    winf = np.isinf(w)
-    if (np.isinf(g) != winf).any() or (g[winf] != w[winf]).any():
-        return Comparison(False, float("inf"), float("inf"), "inf mismatch")
-    fin = ~(wn | winf)
-    if not fin.any():
-        return Comparison(True)
-    err = np.abs(g[fin] - w[fin])
-    scale = np.abs(w[fin])
-    max_abs = float(err.max())
-    nz = scale > 0
-    max_rel = float((err[nz] / scale[nz]).max()) if nz.any() else 0.0
-    bad = err > atol + rtol * scale
-    if bad.any():
-        return Comparison(False, max_abs, max_rel, f"{int(bad.sum())}/{err.size} out of tolerance "
-                                                   f"(max abs {max_abs:.3g}, max rel {max_rel:.3g})")
-    return Comparison(True, max_abs, max_rel)
 
 
 # ---------------------------------------------------------------- running one case
@@ -352,7 +311,7 @@ def bake(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelPro
 
 def _where(e: BaseException) -> str:
     """The innermost traceback frame inside luminal, as file:line."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(LUMINAL_ROOT)
     frames = [f for f in traceback.extract_tb(e.__traceback__)
               if f.filename.startswith(root) and "site-packages" not in f.filename]
     return f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
@@ -362,8 +321,6 @@ def _import(model: onnx.ModelProto, feeds: dict[str, np.ndarray], baked: list[st
     """Import with the data set's shapes. Inputs the importer needs as constants (the
     node tests feed shapes and axes as inputs; real models carry them as initializers)
     become initializers holding the data set's values."""
-    from . import load
-
     fixed: dict[str, np.ndarray] = {}
     while True:
         m = bake(model, fixed) if fixed else model
@@ -380,14 +337,10 @@ def _import(model: onnx.ModelProto, feeds: dict[str, np.ndarray], baked: list[st
                 baked.append(k)
 
 
-def _run(graph, feeds: dict[str, np.ndarray], backend: str) -> list[np.ndarray]:
+def _run(graph: Graph, feeds: dict[str, np.ndarray], backend: str) -> list[np.ndarray]:
     """The graph's outputs from the reference executor, or compiled for ``backend``."""
     if backend == "reference":
-        from ..ir import run_reference
-
         return run_reference(graph, feeds)
-    from ..runtime.compile import compile_graph
-
     return compile_graph(graph, backend).run(feeds)
 
 
@@ -439,8 +392,6 @@ def run_case(case: Case, backend: str = "reference") -> CaseResult:
 # ---------------------------------------------------------------- the pool
 
 def _worker(conn, backend: str) -> None:
-    import warnings
-
     warnings.simplefilter("ignore")
     np.seterr(all="ignore")
     while True:
@@ -472,8 +423,33 @@ class _Slot:
         self.conn.close()
 
 
+def _finished(s: _Slot, ready: list, timeout: float) -> tuple[CaseResult | None, bool]:
+    """The result of the slot's case, or None while it runs; True with a result when the worker died or ran
+    past ``timeout`` seconds and must be replaced."""
+    assert s.case is not None
+    if s.conn in ready:
+        try:
+            return s.conn.recv(), False
+        except (EOFError, OSError):
+            return CaseResult(s.case.name, "failed", f"worker died (exit code {s.proc.exitcode})"), True
+    if time.monotonic() - s.started > timeout:
+        return CaseResult(s.case.name, "failed", f"timeout after {timeout:g} s", seconds=timeout), True
+    return None, False
+
+
+def _close(slots: Sequence[_Slot]) -> None:
+    for s in slots:
+        with contextlib.suppress(OSError):
+            s.conn.send(None)
+    for s in slots:
+        s.proc.join(timeout=2)
+        if s.proc.is_alive():
+            s.kill()
+
+
 def run_cases(cases: Sequence[Case], workers: int = 2, timeout: float = 60.0,
-              progress=None, backend: str = "reference") -> list[CaseResult]:
+              progress: Callable[[CaseResult], None] | None = None,
+              backend: str = "reference") -> list[CaseResult]:
     """Run every case in worker processes, through the reference executor or compiled for ``backend``; a
     case past ``timeout`` seconds fails."""
     if not cases:
@@ -487,26 +463,16 @@ def run_cases(cases: Sequence[Case], workers: int = 2, timeout: float = 60.0,
             if todo:
                 s.give(todo.pop())
         while any(s.case is not None for s in slots):
-            busy = [s for s in slots if s.case is not None]
-            ready = wait([s.conn for s in busy], timeout=1.0)
-            now = time.monotonic()
+            ready = wait([s.conn for s in slots if s.case is not None], timeout=1.0)
             for i, s in enumerate(slots):
                 if s.case is None:
                     continue
-                r = None
-                if s.conn in ready:
-                    try:
-                        r = s.conn.recv()
-                    except (EOFError, OSError):
-                        r = CaseResult(s.case.name, "failed", f"worker died (exit code {s.proc.exitcode})")
-                        s.kill()
-                        s = slots[i] = _Slot(ctx, backend)
-                elif now - s.started > timeout:
-                    r = CaseResult(s.case.name, "failed", f"timeout after {timeout:g} s", seconds=timeout)
-                    s.kill()
-                    s = slots[i] = _Slot(ctx, backend)
+                r, replace = _finished(s, ready, timeout)
                 if r is None:
                     continue
+                if replace:
+                    s.kill()
+                    s = slots[i] = _Slot(ctx, backend)
                 results[r.name] = r
                 if progress:
                     progress(r)
@@ -514,15 +480,7 @@ def run_cases(cases: Sequence[Case], workers: int = 2, timeout: float = 60.0,
                 if todo:
                     s.give(todo.pop())
     finally:
-        for s in slots:
-            try:
-                s.conn.send(None)
-            except OSError:
-                pass
-        for s in slots:
-            s.proc.join(timeout=2)
-            if s.proc.is_alive():
-                s.kill()
+        _close(slots)
     return [results[c.name] for c in cases]
 
 
@@ -555,7 +513,7 @@ def write_passing(results: Sequence[CaseResult], path: Path = PASSING_FILE) -> N
     names = sorted(r.name for r in results if r.status == "passed")
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# ONNX backend test cases that pass (onnx {onnx.__version__}); "
-              "rewrite with: python -m luminal.frontend_onnx.conformance --update\n")
+              "rewrite with: python tests/conformance_harness.py --update\n")
     path.write_text(header + "\n".join(names) + "\n")
 
 
@@ -583,7 +541,7 @@ def _print_report(results: Sequence[CaseResult], summary: dict, show_failures: i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m luminal.frontend_onnx.conformance",
+    p = argparse.ArgumentParser(prog="python tests/conformance_harness.py",
                                 description="Run the ONNX backend test cases through luminal (the reference "
                                             "executor, or compiled for a backend).")
     p.add_argument("--backend", default="reference", choices=("reference", "cpu", "cuda", "interpret"),
