@@ -22,17 +22,17 @@ atol = 1e-3
 from __future__ import annotations
 
 import math
-import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import LuminalError
+from .values import Shape, parse_duration, parse_fraction, parse_shape_value
 
 BACKENDS = ("auto", "cuda", "cpu", "interpret", "reference")
 DEFAULT_ATOL, DEFAULT_RTOL = 1e-4, 1e-3  # output tolerances of `check` and `bench` when nothing sets them
-Shape = int | tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -58,70 +58,6 @@ class Config:
     atol: float | None = None
     rtol: float | None = None
     threads: int | None = None
-
-
-# ---------------------------------------------------------------- value parsers (shared with the CLI)
-
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
-
-
-def parse_duration(value: Any, what: str = "duration") -> float:
-    """Seconds from 90, 90.5, "90", "90s", "20m", "1h", "1h30m"."""
-    if isinstance(value, bool):
-        raise LuminalError(f"{what}: expected seconds or a duration like \"20m\", got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value.lower())) and any(m.groups()):
-        h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        seconds = h * 3600 + mi * 60 + s
-    else:
-        raise LuminalError(f"{what}: expected seconds or a duration like \"20m\", got {value!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise LuminalError(f"{what}: must be a positive duration, got {value!r}")
-    return seconds
-
-
-def parse_fraction(value: Any, what: str = "max_regression") -> float:
-    """A fraction from "5%", "0.5%", 0.05 (numbers are fractions, strings with % are percents)."""
-    if isinstance(value, bool):
-        raise LuminalError(f"{what}: expected a percentage like \"5%\" or a fraction like 0.05, got {value!r}")
-    if isinstance(value, int | float):
-        frac = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            frac = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-        except ValueError:
-            raise LuminalError(f"{what}: expected a percentage like \"5%\" or a fraction like 0.05, "
-                               f"got {value!r}") from None
-    else:
-        raise LuminalError(f"{what}: expected a percentage like \"5%\" or a fraction like 0.05, got {value!r}")
-    if not math.isfinite(frac) or frac < 0:
-        raise LuminalError(f"{what}: must be a non-negative percentage, got {value!r}")
-    return frac
-
-
-def parse_shape_value(value: Any, what: str) -> Shape:
-    """A shapes entry: an int binds a symbolic dim, "1x3x224x224" or [1, 3, 224, 224] a whole input."""
-    if isinstance(value, bool):
-        raise LuminalError(f"{what}: expected an integer or a shape like \"1x3x224x224\", got {value!r}")
-    if isinstance(value, int):
-        dims: tuple[int, ...] = (value,)
-        whole = False
-    elif isinstance(value, str):
-        try:
-            dims = tuple(int(d) for d in value.lower().split("x"))
-        except ValueError:
-            raise LuminalError(f"{what}: expected an integer or a shape like \"1x3x224x224\", "
-                               f"got {value!r}") from None
-        whole = True
-    elif isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
-        dims, whole = tuple(value), True
-    else:
-        raise LuminalError(f"{what}: expected an integer or a shape like \"1x3x224x224\", got {value!r}")
-    if any(d < 0 for d in dims):
-        raise LuminalError(f"{what}: dimensions must be non-negative, got {value!r}")
-    return dims if whole else dims[0]
 
 
 # ---------------------------------------------------------------- schema
@@ -303,10 +239,24 @@ def load_config(start_dir: Path | None = None, path: Path | str | None = None) -
     return _parse_file(*found) if found else None
 
 
+T = TypeVar("T")
+S = TypeVar("S")
+D = TypeVar("D")
+
+
+def resolve(given: T | None, source: S | None, read: Callable[[S], T | None], default: D) -> T | D:
+    """The one rule for every setting of every command: the command-line option when given, else what ``source``
+    (the project's Config, or one configured model) says, else ``default``."""
+    if given is not None:
+        return given
+    configured = read(source) if source is not None else None
+    return default if configured is None else configured
+
+
 def cache_of(given: str | None, config: Config | None) -> str | None:
     """The tuning cache a command uses: ``--cache`` when given, else the configuration's ``cache`` (None: the
     cache's own default)."""
-    return given or (str(config.cache) if config and config.cache else None)
+    return resolve(given, config, lambda c: None if c.cache is None else str(c.cache), None)
 
 
 def configured_models(start_dir: Path | None = None, path: Path | str | None = None) -> list[ModelConfig]:

@@ -2,45 +2,27 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..config import DEFAULT_ATOL, DEFAULT_RTOL, cache_of
+from ..config import BACKENDS, DEFAULT_ATOL, DEFAULT_RTOL, Config, cache_of, load_config, resolve
 from ..errors import LuminalError
-from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, parse_shapes
+from ..values import parse_fraction
+from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors
+from .project import backend_of, jobs
+
+if TYPE_CHECKING:
+    from .benchlib import BenchModel, Settings
 
 DEFAULT_TIME_S = 5.0
 DEFAULT_MAX_REGRESSION = 0.05
-
-
-def _models(model: str | None, shape: list[str] | None, atol: float | None, rtol: float | None,
-            config_path: str | None, config):
-    """What to bench: MODEL (taking name, shapes and tolerances from the configuration when it lists the
-    same file), else every configured model. Command-line options win."""
-    from ..config import ModelConfig, models_of
-    from .benchlib import BenchModel
-
-    if model:
-        path = Path(model)
-        known = {m.path: m for m in config.models} if config else {}
-        found = known.get(path.resolve()) if path.is_file() else None
-        m = found or ModelConfig(path.stem, path, {}, config.atol if config else None,
-                                 config.rtol if config else None)
-        configured = [ModelConfig(m.name, path, parse_shapes(shape) if shape else m.shapes, m.atol, m.rtol)]
-    elif shape:
-        raise LuminalError("--shape needs a MODEL; configured models take their shapes from the config")
-    else:
-        configured = models_of(config, Path(config_path) if config_path else None)
-    return [BenchModel(m.name, m.path, dict(m.shapes),
-                       atol if atol is not None else (m.atol if m.atol is not None else DEFAULT_ATOL),
-                       rtol if rtol is not None else (m.rtol if m.rtol is not None else DEFAULT_RTOL))
-            for m in configured]
 
 
 def _default_storage(cache: str | None) -> str | None:
@@ -71,127 +53,178 @@ def _table(doc: dict) -> Table:
     return table
 
 
+def bench(
+    model: str = typer.Argument(None, help="The ONNX model; without it, every model of the project configuration."),
+    shape: list[str] = SHAPE_OPT,
+    backend: str = typer.Option(None, "--backend",
+                                help="auto, cuda, cpu, interpret or reference (default: config, else auto)."),
+    cache: str = typer.Option(None, "--cache", help="Tuning cache to compile with (default: config, "
+                                                    "$LUMINAL_CACHE, ~/.cache/luminal/tuning.db)."),
+    against: str = typer.Option("onnxruntime", "--against",
+                                help="Peers, comma-separated: onnxruntime (same threads; CUDA EP on a GPU), "
+                                     "torch (only where the onnx2torch converter is installed)."),
+    runs: int = typer.Option(None, "--runs", help="Measure exactly N interleaved rounds."),
+    time_s: float = typer.Option(None, "--time", help=f"Measure rounds for this many seconds per model "
+                                                      f"(default {DEFAULT_TIME_S:g})."),
+    warmup: float = typer.Option(1.0, "--warmup", help="Seconds of warm-up rounds before measuring."),
+    threads: int = typer.Option(None, "--threads", help="CPU threads for every runtime (default: config, "
+                                                        "else all cores)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the inputs, the round order and the bootstrap."),
+    atol: float = typer.Option(None, "--atol", help=f"Parity tolerance (default: config, else {DEFAULT_ATOL:g})."),
+    rtol: float = typer.Option(None, "--rtol", help=f"Parity tolerance (default: config, else {DEFAULT_RTOL:g})."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Level of the bootstrap intervals."),
+    json_path: str = typer.Option(None, "--json", help="Write every sample and the environment as JSON "
+                                                       "('-': stdout)."),
+    html_path: str = typer.Option(None, "--html", help="Write a self-contained HTML report with plots."),
+    baseline: str = typer.Option(None, "--baseline", help="A previous --json file to gate against "
+                                                          "(default: config baseline, when it exists)."),
+    max_regression: str = typer.Option(None, "--max-regression",
+                                       help="Allowed slowdown, e.g. 5% (default: config, else 5%)."),
+    storage: str = typer.Option(None, "--storage", help="Optuna storage of `luminal tune` (URL or SQLite "
+                                                        "file) for the tuning progress in the report "
+                                                        "(default with --html: studies.db by the cache)."),
+    config_path: str = typer.Option(None, "--config", help="Use this pyproject.toml or luminal.toml."),
+) -> None:
+    """Time luminal against onnxruntime on the same seeded inputs, after checking that the outputs agree.
+
+    Runtimes take turns in each round (seeded order), so drift hits all alike; the speedup comes with a
+    paired bootstrap confidence interval. Exit 1 on wrong outputs, or on a regression beyond the noise
+    (--baseline); 2 on bad input."""
+    from .bench_gate import read_bench_json
+    from .benchlib import BenchModel, new_document, sanitize
+
+    config = load_config(path=config_path)
+    models = [BenchModel(j.name, j.path, j.shapes, j.atol, j.rtol)
+              for j in jobs(model, shape, config, atol, rtol, config_path)]
+    backend = backend_of(backend, config, "auto")
+    if backend not in BACKENDS:
+        raise LuminalError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    _check_options(runs, time_s, confidence, warmup, threads)
+    threads = _threads(threads, config)
+    gate = _gate_of(baseline, max_regression, config)
+    base_doc = read_bench_json(gate.baseline) if gate.baseline else None
+    settings = _settings(backend, against, runs, time_s, warmup, seed, threads, cache_of(cache, config), confidence)
+    doc = new_document(settings)
+    storage = storage if storage is not None or not html_path else _default_storage(settings.cache)
+    if storage:
+        from .bench_tuning import tuning_progress
+
+        doc["tuning"] = tuning_progress(storage)  # before the timings: a bad storage fails fast
+    _measure(doc, models, settings)
+    if base_doc is not None:
+        _gate(doc, base_doc, gate, settings)
+    doc = sanitize(doc)
+    _write(doc, json_path, html_path)
+    if not _print_outcome(doc, err_console if json_path == "-" else console):
+        raise typer.Exit(1)
+
+
+@dataclass(frozen=True)
+class _Gate:
+    baseline: str | None  # the previous --json document to compare with; None: not gated
+    allowed: float  # the slowdown allowed, as a fraction
+
+
+def _check_options(runs: int | None, time_s: float | None, confidence: float, warmup: float,
+                   threads: int | None) -> None:
+    if runs is not None and time_s is not None:
+        raise LuminalError("give --runs or --time, not both")
+    if runs is not None and runs < 2:
+        raise LuminalError("--runs must be at least 2")
+    if time_s is not None and not time_s > 0:
+        raise LuminalError("--time must be positive")
+    if not 0 < confidence < 1:
+        raise LuminalError("--confidence must be between 0 and 1")
+    if warmup < 0:
+        raise LuminalError("--warmup must not be negative")
+    if threads is not None and threads < 1:
+        raise LuminalError("--threads must be at least 1")
+
+
+def _threads(threads: int | None, config: Config | None) -> int:
+    """The thread count of every runtime: --threads, else the configured one, else the environment's, else every
+    core."""
+    from ..target import default_threads
+
+    return resolve(threads, config, lambda c: c.threads, default_threads())
+
+
+def _gate_of(baseline: str | None, max_regression: str | None, config: Config | None) -> _Gate:
+    """--baseline, else the configured baseline where it exists; --max-regression, else configured, else 5%."""
+    allowed = resolve(None if max_regression is None else parse_fraction(max_regression, "--max-regression"),
+                      config, lambda c: c.max_regression, DEFAULT_MAX_REGRESSION)
+    if baseline is None and config and config.baseline:
+        if config.baseline.is_file():
+            baseline = str(config.baseline)
+        else:
+            note = f"configured baseline {config.baseline} does not exist yet; not gated (write it with --json)"
+            err_console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    return _Gate(baseline, allowed)
+
+
+def _settings(backend: str, against: str, runs: int | None, time_s: float | None, warmup: float, seed: int,
+              threads: int, cache: str | None, confidence: float) -> Settings:
+    from ..target import resolve_backend
+    from .benchlib import Settings, parse_against
+
+    return Settings(backend=resolve_backend(backend), against=parse_against(against), runs=runs,
+                    time_s=None if runs is not None else (time_s or DEFAULT_TIME_S), warmup_s=warmup,
+                    seed=seed, threads=threads, cache=cache, confidence=confidence)
+
+
+def _measure(doc: dict, models: list[BenchModel], settings: Settings) -> None:
+    """Each model's entry into ``doc``, a progress bar on stderr meanwhile."""
+    from .benchlib import bench_model
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        for m in models:
+            task = progress.add_task(f"{m.name}: compiling", total=settings.runs)
+
+            def step(name: str, k: int, task: TaskID = task) -> None:
+                progress.update(task, description=f"{name}: rounds", completed=k)
+
+            doc["models"].append(bench_model(m, settings, step))
+            progress.remove_task(task)
+
+
+def _gate(doc: dict, base_doc: dict, gate: _Gate, settings: Settings) -> None:
+    from .bench_gate import gate as compare_to_baseline
+
+    results = compare_to_baseline(doc, base_doc, gate.allowed, confidence=settings.confidence, seed=settings.seed)
+    doc["regression"] = {"baseline": str(gate.baseline), "max_regression": gate.allowed,
+                         "results": [asdict(r) for r in results]}
+
+
+def _write(doc: dict, json_path: str | None, html_path: str | None) -> None:
+    if json_path:
+        emit_json(doc, json_path)
+    if html_path:
+        from .bench_report import render_html
+
+        Path(html_path).write_text(render_html(doc), encoding="utf-8")
+
+
+def _print_outcome(doc: dict, out: Console) -> bool:
+    """The table, warnings, errors and the gate's verdicts; False when a model's outputs were wrong or it
+    regressed."""
+    out.print(_table(doc))
+    ok = True
+    for m in doc["models"]:
+        for w in m["warnings"]:
+            err_console.print(f"[yellow]warning:[/] {escape(m['name'] + ': ' + w)}", soft_wrap=True,
+                              highlight=False)
+        if m["status"] != "ok":
+            err_console.print(f"[bold red]error:[/] {escape(m['message'])}", soft_wrap=True, highlight=False)
+            ok = False
+    for r in (doc.get("regression") or {}).get("results", []):
+        if r["failed"]:
+            err_console.print(f"[bold red]regression:[/] {escape(r['message'])}", soft_wrap=True, highlight=False)
+            ok = False
+        else:
+            out.print(f"baseline: {escape(r['message'])}", soft_wrap=True, highlight=False)
+    return ok
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("bench")
-    @handle_errors
-    def bench(
-        model: str = typer.Argument(None, help="The ONNX model; without it, every model of the project configuration."),
-        shape: list[str] = SHAPE_OPT,
-        backend: str = typer.Option(None, "--backend",
-                                    help="auto, cuda, cpu, interpret or reference (default: config, else auto)."),
-        cache: str = typer.Option(None, "--cache", help="Tuning cache to compile with (default: config, "
-                                                        "$LUMINAL_CACHE, ~/.cache/luminal/tuning.db)."),
-        against: str = typer.Option("onnxruntime", "--against",
-                                    help="Peers, comma-separated: onnxruntime (same threads; CUDA EP on a GPU), "
-                                         "torch (only where the onnx2torch converter is installed)."),
-        runs: int = typer.Option(None, "--runs", help="Measure exactly N interleaved rounds."),
-        time_s: float = typer.Option(None, "--time", help=f"Measure rounds for this many seconds per model "
-                                                          f"(default {DEFAULT_TIME_S:g})."),
-        warmup: float = typer.Option(1.0, "--warmup", help="Seconds of warm-up rounds before measuring."),
-        threads: int = typer.Option(None, "--threads", help="CPU threads for every runtime (default: config, "
-                                                            "else all cores)."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the inputs, the round order and the bootstrap."),
-        atol: float = typer.Option(None, "--atol", help=f"Parity tolerance (default: config, else {DEFAULT_ATOL:g})."),
-        rtol: float = typer.Option(None, "--rtol", help=f"Parity tolerance (default: config, else {DEFAULT_RTOL:g})."),
-        confidence: float = typer.Option(0.95, "--confidence", help="Level of the bootstrap intervals."),
-        json_path: str = typer.Option(None, "--json", help="Write every sample and the environment as JSON "
-                                                           "('-': stdout)."),
-        html_path: str = typer.Option(None, "--html", help="Write a self-contained HTML report with plots."),
-        baseline: str = typer.Option(None, "--baseline", help="A previous --json file to gate against "
-                                                              "(default: config baseline, when it exists)."),
-        max_regression: str = typer.Option(None, "--max-regression",
-                                           help="Allowed slowdown, e.g. 5% (default: config, else 5%)."),
-        storage: str = typer.Option(None, "--storage", help="Optuna storage of `luminal tune` (URL or SQLite "
-                                                            "file) for the tuning progress in the report "
-                                                            "(default with --html: studies.db by the cache)."),
-        config_path: str = typer.Option(None, "--config", help="Use this pyproject.toml or luminal.toml."),
-    ) -> None:
-        """Time luminal against onnxruntime on the same seeded inputs, after checking that the outputs agree.
-
-        Runtimes take turns in each round (seeded order), so drift hits all alike; the speedup comes with a
-        paired bootstrap confidence interval. Exit 1 on wrong outputs, or on a regression beyond the noise
-        (--baseline); 2 on bad input."""
-        from ..config import BACKENDS, load_config, parse_fraction
-        from .bench_gate import gate, read_bench_json
-        from .benchlib import Settings, bench_model, new_document, parse_against, resolve_backend, sanitize
-
-        config = load_config(path=config_path)
-        models = _models(model, shape, atol, rtol, config_path, config)
-        backend = backend or (config.backend if config and config.backend else "auto")
-        if backend not in BACKENDS:
-            raise LuminalError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-        if runs is not None and time_s is not None:
-            raise LuminalError("give --runs or --time, not both")
-        if runs is not None and runs < 2:
-            raise LuminalError("--runs must be at least 2")
-        if time_s is not None and not time_s > 0:
-            raise LuminalError("--time must be positive")
-        if not 0 < confidence < 1:
-            raise LuminalError("--confidence must be between 0 and 1")
-        if warmup < 0:
-            raise LuminalError("--warmup must not be negative")
-        if threads is not None and threads < 1:
-            raise LuminalError("--threads must be at least 1")
-        if threads is not None:
-            os.environ["OMP_NUM_THREADS"] = str(threads)  # read by OpenMP when luminal's kernels load
-        threads = threads or (config.threads if config and config.threads else os.cpu_count() or 1)
-        allowed = parse_fraction(max_regression, "--max-regression") if max_regression is not None else (
-            config.max_regression if config and config.max_regression is not None else DEFAULT_MAX_REGRESSION)
-        if baseline is None and config and config.baseline:
-            if config.baseline.is_file():
-                baseline = str(config.baseline)
-            else:
-                note = f"configured baseline {config.baseline} does not exist yet; not gated (write it with --json)"
-                err_console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-        base_doc = read_bench_json(baseline) if baseline else None
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-
-        settings = Settings(backend=resolve_backend(backend), against=parse_against(against), runs=runs,
-                            time_s=None if runs is not None else (time_s or DEFAULT_TIME_S), warmup_s=warmup,
-                            seed=seed, threads=threads,
-                            cache=cache_of(cache, config),
-                            confidence=confidence)
-        doc = new_document(settings)
-        if storage is None and html_path:
-            storage = _default_storage(settings.cache)
-        if storage:
-            from .bench_tuning import tuning_progress
-
-            doc["tuning"] = tuning_progress(storage)  # before the timings: a bad storage fails fast
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err_console, transient=True) as progress:
-            for m in models:
-                task = progress.add_task(f"{m.name}: compiling", total=runs)
-                step = lambda name, k, task=task: progress.update(task, description=f"{name}: rounds",  # noqa: E731
-                                                                  completed=k)
-                doc["models"].append(bench_model(m, settings, step))
-                progress.remove_task(task)
-        if base_doc is not None:
-            results = gate(doc, base_doc, allowed, confidence=confidence, seed=seed)
-            doc["regression"] = {"baseline": str(baseline), "max_regression": allowed,
-                                 "results": [asdict(r) for r in results]}
-        doc = sanitize(doc)
-        if json_path:
-            emit_json(doc, json_path)
-        if html_path:
-            from .bench_report import render_html
-
-            Path(html_path).write_text(render_html(doc), encoding="utf-8")
-        out = err_console if json_path == "-" else console
-        out.print(_table(doc))
-        failed = False
-        for m in doc["models"]:
-            for w in m["warnings"]:
-                err_console.print(f"[yellow]warning:[/] {escape(m['name'] + ': ' + w)}", soft_wrap=True,
-                                  highlight=False)
-            if m["status"] != "ok":
-                err_console.print(f"[bold red]error:[/] {escape(m['message'])}", soft_wrap=True, highlight=False)
-                failed = True
-        for r in (doc.get("regression") or {}).get("results", []):
-            if r["failed"]:
-                err_console.print(f"[bold red]regression:[/] {escape(r['message'])}", soft_wrap=True, highlight=False)
-                failed = True
-            else:
-                out.print(f"baseline: {escape(r['message'])}", soft_wrap=True, highlight=False)
-        if failed:
-            raise typer.Exit(1)
+    app.command("bench")(handle_errors(bench))

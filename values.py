@@ -1,0 +1,133 @@
+"""The values a person writes, read and written one way whether they come from the command line or from
+``[tool.luminal]``: shapes, durations, fractions."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import LuminalError
+
+Shape = int | tuple[int, ...]  # an int binds a dimension name (or is a rank-1 input's whole shape)
+
+# ---------------------------------------------------------------- shapes
+
+_SHAPE_HINT = "expected an integer or a shape like \"1x3x224x224\""
+
+
+def parse_shape_value(value: object, what: str) -> Shape:
+    """One shapes entry: ``8``, ``"8"`` and ``[8]`` are the integer 8; ``"1x3x224x224"`` and ``[1, 3, 224, 224]``
+    a whole input's shape. ``what`` names where the value came from, for the error."""
+    dims: tuple[int, ...]
+    if isinstance(value, bool):
+        raise LuminalError(f"{what}: {_SHAPE_HINT}, got {value!r}")
+    if isinstance(value, int):
+        dims = (value,)
+    elif isinstance(value, str):
+        try:
+            dims = tuple(int(d) for d in value.lower().split("x"))
+        except ValueError:
+            raise LuminalError(f"{what}: {_SHAPE_HINT}, got {value!r}") from None
+    elif isinstance(value, list) and value and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+        dims = tuple(value)
+    else:
+        raise LuminalError(f"{what}: {_SHAPE_HINT}, got {value!r}")
+    if any(d < 0 for d in dims):
+        raise LuminalError(f"{what}: dimensions must be non-negative, got {value!r}")
+    return dims[0] if len(dims) == 1 else dims
+
+
+def parse_shape_args(spec: list[str] | None) -> dict[str, Shape]:
+    """``--shape batch=1,seq=128`` and ``--shape x=1x3x48x320`` (the option may repeat) into {name: shape}."""
+    out: dict[str, Shape] = {}
+    for item in spec or []:
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            name, sep, value = part.partition("=")
+            if not sep or not name.strip():
+                raise LuminalError(f"bad --shape {part!r}: expected name=value or input=AxBxC")
+            out[name.strip()] = parse_shape_value(value.strip(), f"bad --shape {part!r}")
+    return out
+
+
+def format_shape(shape: Shape) -> str:
+    """The way a shape is written: ``8``, ``1x3x224x224``."""
+    return str(shape) if isinstance(shape, int) else "x".join(map(str, shape))
+
+
+# ---------------------------------------------------------------- durations
+
+_UNIT_SECONDS = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def parse_duration(value: object, what: str = "duration", units: str = "hms") -> float:
+    """Seconds from a positive duration: a number of seconds (90, 90.5, "90") or number-unit parts, largest unit
+    first ("90s", "20m", "1h30m", "2w 3d"). ``units`` are the units this setting takes, of w, d, h, m and s."""
+    example = "30d" if "d" in units else "20m"
+    bad = LuminalError(f"{what}: expected seconds or a duration in {', '.join(units)} (e.g. \"{example}\"), "
+                       f"got {value!r}")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        seconds = _duration_text(value.lower(), units, bad)
+    else:
+        raise bad
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise LuminalError(f"{what}: must be a positive duration, got {value!r}")
+    return seconds
+
+
+def _duration_text(text: str, units: str, bad: LuminalError) -> float:
+    text, order = text.strip(), list(_UNIT_SECONDS)
+    seconds, end, previous = 0.0, 0, -1
+    for m in _PART.finditer(text):
+        number, unit = m.groups()
+        if not unit and m.end() == len(text):  # a bare number at the end counts seconds
+            unit = "s"
+        if m.start() != end or unit not in _UNIT_SECONDS or unit not in units or order.index(unit) <= previous:
+            raise bad
+        seconds += float(number) * _UNIT_SECONDS[unit]
+        previous, end = order.index(unit), m.end()
+    if end == 0 or end != len(text):
+        raise bad
+    return seconds
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration for people, three significant digits in the largest unit below it: 2.35 s, 410 ms, 12.5 µs,
+    a whole number of seconds from 100 s; "-" for None."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds >= 100:
+        return f"{seconds:.0f} s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+# ---------------------------------------------------------------- fractions
+
+def parse_fraction(value: object, what: str = "max_regression") -> float:
+    """A fraction from "5%", "0.5%", 0.05 (numbers are fractions, strings with % are percents)."""
+    bad = LuminalError(f"{what}: expected a percentage like \"5%\" or a fraction like 0.05, got {value!r}")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, int | float):
+        frac = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            frac = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise bad from None
+    else:
+        raise bad
+    if not math.isfinite(frac) or frac < 0:
+        raise LuminalError(f"{what}: must be a non-negative percentage, got {value!r}")
+    return frac
