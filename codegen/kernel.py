@@ -14,30 +14,75 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ..ir.dtypes import DType
+from ..ir.graph import Op
 from ..ir.view import View
 
-FORMS = ("elementwise", "reduction", "contraction", "gather")
-REDUCE_OPS = ("SumReduce", "MaxReduce")  # the KOps that go from the full to the row space
-LEAF_OPS = ("Load", "Const", "Iota")
+
+class Form(StrEnum):
+    """How backends emit a kernel: a contraction is one they can read as a GEMM."""
+
+    elementwise = "elementwise"
+    reduction = "reduction"
+    contraction = "contraction"
+    gather = "gather"
+
+
+class Space(StrEnum):
+    full = "full"  # F: the kernel's iteration space
+    row = "row"  # O: F with the reduced dims set to 1
+
+
+class Leaf(StrEnum):
+    """KOps that read a kernel input (``Iota`` is the primitive's own name)."""
+
+    Load = "Load"
+    Const = "Const"
+
+
+# a KOp's op: a primitive of the graph (never Input or Constant, which become leaves) or a leaf
+KOpName = Op | Leaf
+
+FORMS = tuple(Form)
+REDUCE_OPS = (Op.SumReduce, Op.MaxReduce)  # the KOps that go from the full to the row space
+LEAF_OPS = (Leaf.Load, Leaf.Const, Op.Iota)
+
+
+def kop_name(name: str) -> KOpName:
+    """The op of a KOp named ``name`` (ValueError when it is none)."""
+    if name in Leaf.__members__:
+        return Leaf(name)
+    op = Op(name)
+    if op in (Op.Input, Op.Constant):
+        raise ValueError(f"{name} is not a kernel op")
+    return op
 
 
 @dataclass(frozen=True)
 class KOp:
-    """op: a primitive name (Exp2 ... Where, SumReduce, MaxReduce, Gather) or a leaf:
+    """op: a primitive (Exp2 ... Where, SumReduce, MaxReduce, Gather) or a leaf:
     ``Load`` (attrs buf, view), ``Const`` (attrs value), ``Iota`` (attrs view, shape, axis:
     the value of an Iota buffer of ``shape`` read through ``view``).
     Gather: args (index,), attrs buf, view (data view over the space shape with
     ``axis`` taking the data's extent), axis. Reductions go from the full to the row space."""
 
-    op: str
+    op: KOpName
     args: tuple[int, ...]
     dtype: DType
-    space: str  # "full" | "row"
+    space: Space
     attrs: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        # names given as text (a kernel read back from JSON) become the enums every reader compares with
+        if not isinstance(self.op, Op | Leaf):
+            object.__setattr__(self, "op", kop_name(self.op))
+        if not isinstance(self.space, Space):
+            object.__setattr__(self, "space", Space(self.space))
 
     def attr(self, name: str, default: Any = None) -> Any:
         for k, v in self.attrs:
@@ -61,18 +106,28 @@ class Buffer:
         return self.numel * self.dtype.itemsize
 
 
-@dataclass
+@dataclass(frozen=True)
 class Kernel:
-    form: str
+    """Build with ``Kernel.of``, which derives the form from the ops."""
+
+    form: Form
     full: tuple[int, ...]
     reduce_axes: tuple[int, ...]
-    inputs: list[Buffer]
-    ops: list[KOp]
+    inputs: tuple[Buffer, ...]
+    ops: tuple[KOp, ...]
     # (op index, buffer written) per output; outputs are contiguous over the op's space
-    outputs: list[tuple[int, Buffer]]
+    outputs: tuple[tuple[int, Buffer], ...]
     # graph node ids behind inputs/outputs: used by the runtime, never part of the signature
-    input_nodes: list[int] = field(default_factory=list)
-    output_nodes: list[int] = field(default_factory=list)
+    input_nodes: tuple[int, ...] = ()
+    output_nodes: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, full: tuple[int, ...], reduce_axes: tuple[int, ...], inputs: Sequence[Buffer], ops: Sequence[KOp],
+           outputs: Sequence[tuple[int, Buffer]], input_nodes: Sequence[int] = (),
+           output_nodes: Sequence[int] = ()) -> Kernel:
+        ops, outputs = tuple(ops), tuple(outputs)
+        return cls(form_of(full, reduce_axes, ops, outputs), full, reduce_axes, tuple(inputs), ops, outputs,
+                   tuple(input_nodes), tuple(output_nodes))
 
     @property
     def row(self) -> tuple[int, ...]:
@@ -81,23 +136,23 @@ class Kernel:
     @functools.cached_property
     def contraction(self) -> Contraction | None:
         """The matmul reading of the kernel, when it has one (every backend emits it as a GEMM)."""
-        return contraction_of(self)
+        return contraction_of(self.full, self.reduce_axes, self.ops, self.outputs)
 
-    def space_shape(self, space: str) -> tuple[int, ...]:
-        return self.full if space == "full" else self.row
+    def space_shape(self, space: Space) -> tuple[int, ...]:
+        return self.full if space is Space.full else self.row
 
     def full_cone(self, roots: list[int], stop: frozenset[int] = frozenset()) -> list[int]:
         """The full-space ops that ``roots`` depend on through full-space ops (not past ``stop``), in SSA
         order: what a pass over the reduced dims must compute."""
         need: set[int] = set()
-        stack = [r for r in roots if self.ops[r].space == "full"]
+        stack = [r for r in roots if self.ops[r].space is Space.full]
         while stack:
             i = stack.pop()
             if i in need:
                 continue
             need.add(i)
             if i not in stop:
-                stack += [a for a in self.ops[i].args if self.ops[a].space == "full"]
+                stack += [a for a in self.ops[i].args if self.ops[a].space is Space.full]
         return sorted(need)
 
     def canonical(self) -> str:
@@ -122,7 +177,7 @@ class Kernel:
         for o in self.ops:
             if o.op in LEAF_OPS:
                 continue
-            n += math.prod(self.space_shape("full" if o.op in REDUCE_OPS else o.space))
+            n += math.prod(self.space_shape(Space.full if o.op in REDUCE_OPS else o.space))
         return n
 
     @property
@@ -168,32 +223,42 @@ def multiplies_as_matmul(dtype: DType) -> bool:
     return dtype.is_float or dtype is DType.int32
 
 
-def contraction_of(kernel: Kernel) -> Contraction | None:
+def contraction_of(full: tuple[int, ...], reduce_axes: tuple[int, ...], ops: tuple[KOp, ...],
+                   outputs: tuple[tuple[int, Buffer], ...]) -> Contraction | None:
     """The matmul reading of a kernel: a SumReduce of a float or int32 product of two loads."""
-    reds = [i for i, o in enumerate(kernel.ops) if o.op in REDUCE_OPS]
-    if len(reds) != 1 or kernel.ops[reds[0]].op != "SumReduce":
+    reds = [i for i, o in enumerate(ops) if o.op in REDUCE_OPS]
+    if len(reds) != 1 or ops[reds[0]].op is not Op.SumReduce:
         return None
     red = reds[0]
-    mul = kernel.ops[red].args[0]
-    mo = kernel.ops[mul]
-    if mo.op != "Mul" or mo.space != "full" or len(set(mo.args)) != 2 \
+    mul = ops[red].args[0]
+    mo = ops[mul]
+    if mo.op is not Op.Mul or mo.space is not Space.full or len(set(mo.args)) != 2 \
             or not multiplies_as_matmul(mo.dtype):
         return None
     a, b = mo.args
-    if any(kernel.ops[x].op != "Load" or kernel.ops[x].attr("view").shape != kernel.full for x in (a, b)):
+    if any(ops[x].op is not Leaf.Load or ops[x].attr("view").shape != full for x in (a, b)):
         return None
-    if {i for i, o in enumerate(kernel.ops) if o.space == "full"} != {a, b, mul}:
+    if {i for i, o in enumerate(ops) if o.space is Space.full} != {a, b, mul}:
         return None
-    if any(kernel.ops[o].space != "row" for o, _ in kernel.outputs):
+    if any(ops[o].space is not Space.row for o, _ in outputs):
         return None
-    va, vb = kernel.ops[a].attr("view"), kernel.ops[b].attr("view")
+    va, vb = ops[a].attr("view"), ops[b].attr("view")
     groups: dict[str, list[int]] = {"batch": [], "m": [], "n": [], "k": []}
-    for d, size in enumerate(kernel.full):
+    for d, size in enumerate(full):
         if size == 1:
             continue
         da, db = reads_dim(va, d), reads_dim(vb, d)
-        role = "k" if d in kernel.reduce_axes else "m" if da and not db else "n" if db and not da else "batch"
+        role = "k" if d in reduce_axes else "m" if da and not db else "n" if db and not da else "batch"
         groups[role].append(d)
     if not groups["m"] and not groups["n"]:
         return None
-    return Contraction(mul, red, a, b, *(tuple(groups[g]) for g in ("batch", "m", "n", "k")), full=kernel.full)
+    return Contraction(mul, red, a, b, *(tuple(groups[g]) for g in ("batch", "m", "n", "k")), full=full)
+
+
+def form_of(full: tuple[int, ...], reduce_axes: tuple[int, ...], ops: tuple[KOp, ...],
+            outputs: tuple[tuple[int, Buffer], ...]) -> Form:
+    if contraction_of(full, reduce_axes, ops, outputs) is not None:
+        return Form.contraction
+    if reduce_axes:
+        return Form.reduction
+    return Form.gather if any(o.op is Op.Gather for o in ops) else Form.elementwise

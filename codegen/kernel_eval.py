@@ -8,7 +8,7 @@ import numpy as np
 from ..ir.graph import Node, Op
 from ..ir.reference import eval_node, read, sum_of_product
 from ..ir.view import View
-from .kernel import REDUCE_OPS, Kernel
+from .kernel import REDUCE_OPS, Kernel, Leaf, Space
 
 
 def _through(view: View, buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -32,22 +32,22 @@ def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if n in skip:
             vals.append(None)
             continue
-        if op.op == "Load":
+        if op.op is Leaf.Load:
             vals.append(_through(op.attr("view"), inputs[op.attr("buf")], shape))
             continue
-        if op.op == "Const":
+        if op.op is Leaf.Const:
             vals.append(np.full(shape, op.attr("value"), op.dtype.np))
             continue
-        if op.op == "Iota":
+        if op.op is Op.Iota:
             iota = eval_node(Node(Op.Iota, (), op.attr("shape"), op.dtype, {"axis": op.attr("axis")}), [])
             vals.append(_through(op.attr("view"), np.ascontiguousarray(iota), shape))
             continue
-        args = [np.broadcast_to(vals[a], shape) if op.space == "full" else vals[a] for a in op.args]
+        args = [np.broadcast_to(vals[a], shape) if op.space is Space.full else vals[a] for a in op.args]
         if op.op in REDUCE_OPS:
             node = Node(Op(op.op), (), kernel.row, op.dtype, {"axes": op.attr("axes")})
             vals.append(np.asarray(eval_node(node, [np.broadcast_to(vals[op.args[0]], kernel.full)])))
             continue
-        if op.op == "Gather":
+        if op.op is Op.Gather:
             nshape = op.attr("shape")
             data = read(inputs[op.attr("buf")], op.attr("view"))
             node = Node(Op.Gather, (), nshape, op.dtype, {"axis": op.attr("axis")})

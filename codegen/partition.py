@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.view import View, contiguous_strides
-from .kernel import LEAF_OPS, Buffer, Kernel, KOp, multiplies_as_matmul, reads_dim
+from .kernel import LEAF_OPS, Buffer, Kernel, KOp, Leaf, Space, multiplies_as_matmul, reads_dim
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
 
@@ -188,12 +188,12 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
     input_nodes: dict[int, int] = {}  # graph node id -> buffer position
     leaf_cache: dict[tuple, int] = {}
 
-    def space_of(n: Node) -> str:
+    def space_of(n: Node) -> Space:
         if n.op in REDUCE:
-            return "row"
+            return Space.row
         if axes and n.numel == row_n and n.numel != full_n:
-            return "row"
-        return "full"
+            return Space.row
+        return Space.full
 
     def add(op: KOp) -> int:
         key = (op.op, op.args, op.dtype, op.space, op.attrs)
@@ -210,32 +210,32 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
             inputs.append(Buffer(s.shape, s.dtype, s.op is Op.Constant))
         return input_nodes[s.id]
 
-    def operand(s: Node, v: View, space: str) -> int:
-        shape = full if space == "full" else row
+    def operand(s: Node, v: View, space: Space) -> int:
+        shape = full if space is Space.full else row
         if s.id in members:  # the same element, or a row value broadcast over the full space
             return index[s.id]
         if s.is_scalar_const and not v.mask:
-            return add(KOp("Const", (), s.dtype, space, (("value", s.attrs["value"].item()),)))
+            return add(KOp(Leaf.Const, (), s.dtype, space, (("value", s.attrs["value"].item()),)))
         if s.op is Op.Iota:
-            return add(KOp("Iota", (), s.dtype, space,
+            return add(KOp(Op.Iota, (), s.dtype, space,
                            (("view", _space_view(v, shape)), ("shape", s.shape), ("axis", s.attrs["axis"]))))
-        return add(KOp("Load", (), s.dtype, space, (("buf", buf(s)), ("view", _space_view(v, shape)))))
+        return add(KOp(Leaf.Load, (), s.dtype, space, (("buf", buf(s)), ("view", _space_view(v, shape)))))
 
     for n in g.nodes:
         sp = space_of(n)
         if n.op in REDUCE:
             s, v = n.srcs[0]
-            a = operand(s, v, "full")
-            index[n.id] = add(KOp(n.op.value, (a,), n.dtype, "row", (("axes", axes),)))
+            a = operand(s, v, Space.full)
+            index[n.id] = add(KOp(n.op, (a,), n.dtype, Space.row, (("axes", axes),)))
         elif n.op is Op.Gather:
             (d, dv), (ix, iv) = n.srcs
             i = operand(ix, iv, sp)
             # data view and axis are over the node's own shape; the emitter unravels if it differs
-            index[n.id] = add(KOp("Gather", (i,), n.dtype, sp,
+            index[n.id] = add(KOp(Op.Gather, (i,), n.dtype, sp,
                                   (("buf", buf(d)), ("view", dv), ("axis", n.attrs["axis"]), ("shape", n.shape))))
         else:
             args = tuple(operand(s, v, sp) for s, v in n.srcs)
-            index[n.id] = add(KOp(n.op.value, args, n.dtype, sp))
+            index[n.id] = add(KOp(n.op, args, n.dtype, sp))
 
     outs: list[tuple[int, Buffer]] = []
     out_nodes: list[int] = []
@@ -243,11 +243,7 @@ def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
         if n.id in outputs or any(u.id not in members for u in users.get(n.id, [])):
             outs.append((index[n.id], Buffer(n.shape, n.dtype)))
             out_nodes.append(n.id)
-    kernel = Kernel("", full, axes, inputs, ops, outs, list(input_nodes), out_nodes)
-    # the form says how backends emit it: a contraction is one they can read as a GEMM
-    kernel.form = ("contraction" if kernel.contraction is not None else "reduction" if axes
-                   else "gather" if any(o.op == "Gather" for o in ops) else "elementwise")
-    return kernel
+    return Kernel.of(full, axes, inputs, ops, outs, list(input_nodes), out_nodes)
 
 
 def _launch_order(kernels: list[Kernel]) -> list[Kernel]:

@@ -14,7 +14,7 @@ from .dtypes import DType
 from .view import View
 
 
-class Op(enum.Enum):
+class Op(enum.StrEnum):  # str-valued: its names are the kernel IR's op names and canonical text
     # sources
     Input = "Input"
     Constant = "Constant"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..codegen.kernel import FORMS, Buffer, Kernel, KOp
+from ..codegen.kernel import Buffer, Form, Kernel, KOp, Space, kop_name
 from ..errors import LuminalError
 from ..ir.dtypes import DType
-from ..ir.graph import Op
 from ..ir.view import View
 
 
@@ -52,24 +51,19 @@ def kernel_to_json(k: Kernel) -> dict:
     }
 
 
-# kernel ops: the primitives, with Load and Const for the graph's sources
-_OPS = {o.value for o in Op} - {"Input", "Constant"} | {"Load", "Const"}
-
-
 def kernel_from_json(d: dict) -> Kernel:
     """Rebuild a kernel; anything malformed is a LuminalError."""
     try:
         ops = []
         for op, args, dt, space, attrs in d["ops"]:
-            if op not in _OPS or space not in ("full", "row"):
-                raise ValueError(f"unknown op {op!r}")
-            ops.append(KOp(op, tuple(int(a) for a in args), DType(dt), space,
+            ops.append(KOp(kop_name(op), tuple(int(a) for a in args), DType(dt), Space(space),
                            tuple((str(n), _unval(v)) for n, v in attrs)))
-        k = Kernel(d["form"], tuple(int(s) for s in d["full"]), tuple(int(a) for a in d["reduce_axes"]),
-                   [Buffer(tuple(int(s) for s in sh), DType(dt), bool(c)) for sh, dt, c in d["inputs"]], ops,
-                   [(int(i), Buffer(tuple(int(s) for s in sh), DType(dt))) for i, sh, dt in d["outputs"]],
-                   [int(n) for n in d["input_nodes"]], [int(n) for n in d["output_nodes"]])
-        if k.form not in FORMS or any(not 0 <= a < i for i, o in enumerate(ops) for a in o.args):
+        k = Kernel(Form(d["form"]), tuple(int(s) for s in d["full"]), tuple(int(a) for a in d["reduce_axes"]),
+                   tuple(Buffer(tuple(int(s) for s in sh), DType(dt), bool(c)) for sh, dt, c in d["inputs"]),
+                   tuple(ops),
+                   tuple((int(i), Buffer(tuple(int(s) for s in sh), DType(dt))) for i, sh, dt in d["outputs"]),
+                   tuple(int(n) for n in d["input_nodes"]), tuple(int(n) for n in d["output_nodes"]))
+        if any(not 0 <= a < i for i, o in enumerate(ops) for a in o.args):
             raise ValueError("bad kernel structure")
         return k
     except (KeyError, TypeError, ValueError) as e:

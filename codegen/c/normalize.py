@@ -11,15 +11,16 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ...ir.graph import Op
 from ...ir.view import View
 from ..index import run_coeff
-from ..kernel import REDUCE_OPS, Kernel, KOp
+from ..kernel import REDUCE_OPS, Form, Kernel, KOp, Leaf, Space
 
 
-def _views(kernel: Kernel) -> list[tuple[View, str]]:
+def _views(kernel: Kernel) -> list[tuple[View, Space]]:
     out = []
     for op in kernel.ops:
-        if op.op in ("Load", "Iota"):
+        if op.op in (Leaf.Load, Op.Iota):
             v = op.attr("view")
             if v.shape == kernel.space_shape(op.space):
                 out.append((v, op.space))
@@ -39,7 +40,7 @@ def _regroup(v: View, groups: list[list[int]]) -> View:
 
 
 def normalize(kernel: Kernel) -> Kernel:
-    if kernel.form == "gather":
+    if kernel.form is Form.gather:
         return kernel
     red = set(kernel.reduce_axes)
     views = _views(kernel)
@@ -60,7 +61,7 @@ def normalize(kernel: Kernel) -> Kernel:
     probe = replace(kernel, full=full, reduce_axes=new_red)
     ops = []
     for op in kernel.ops:
-        if op.op in ("Load", "Iota") and op.attr("view").shape == kernel.space_shape(op.space):
+        if op.op in (Leaf.Load, Op.Iota) and op.attr("view").shape == kernel.space_shape(op.space):
             nv = _regroup(op.attr("view"), groups)
             assert nv.shape == probe.space_shape(op.space)
             op = KOp(op.op, op.args, op.dtype, op.space,
@@ -68,4 +69,4 @@ def normalize(kernel: Kernel) -> Kernel:
         elif op.op in REDUCE_OPS:
             op = KOp(op.op, op.args, op.dtype, op.space, (("axes", new_red),))
         ops.append(op)
-    return replace(kernel, full=full, reduce_axes=new_red, ops=ops)
+    return replace(kernel, full=full, reduce_axes=new_red, ops=tuple(ops))

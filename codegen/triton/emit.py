@@ -12,9 +12,10 @@ import math
 from dataclasses import dataclass
 
 from ...ir.dtypes import DType
+from ...ir.graph import Op
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_exprs, view_run
-from ..kernel import REDUCE_OPS, Kernel, KOp
+from ..kernel import REDUCE_OPS, Kernel, KOp, Leaf, Space
 from .schedule import CONSTEXPRS, kind_of, split_ok
 
 TL = {
@@ -47,7 +48,7 @@ def _half(dt: DType) -> bool:
 
 
 @dataclass
-class Space:
+class Indexing:
     """How one index space is addressed inside the generated function."""
 
     dims: tuple[int, ...]
@@ -75,17 +76,17 @@ class Writer:
 class OpEmitter:
     """Emits kernel ops as Triton statements; values are held in their own dtype."""
 
-    def __init__(self, kernel: Kernel, w: Writer, spaces: dict[str, Space], big: bool):
+    def __init__(self, kernel: Kernel, w: Writer, spaces: dict[Space, Indexing], big: bool):
         self.k = kernel
         self.w = w
         self.spaces = spaces
         self.big = big
         self.names: dict[int, str] = {}
-        self._lin: dict[str, str] = {}
+        self._lin: dict[Space, str] = {}
         self._idx: dict[tuple, list[str]] = {}
 
     # -- indexing ----------------------------------------------------------
-    def lin(self, space: str) -> str:
+    def lin(self, space: Space) -> str:
         sp = self.spaces[space]
         if sp.lin is not None:
             return sp.lin
@@ -97,7 +98,7 @@ class OpEmitter:
             self._lin[space] = name
         return self._lin[space]
 
-    def unravel(self, space: str, shape: tuple[int, ...]) -> list[str]:
+    def unravel(self, space: Space, shape: tuple[int, ...]) -> list[str]:
         sp = self.spaces[space]
         if tuple(shape) == tuple(sp.dims):
             return list(sp.idx)
@@ -106,7 +107,7 @@ class OpEmitter:
             self._idx[key] = _unravel(self.w, self.lin(space), shape, lambda d: self.w.tmp("u"))
         return self._idx[key]
 
-    def forget(self, space: str) -> None:
+    def forget(self, space: Space) -> None:
         """Drop the index variables derived for ``space``: its indices are being redefined (a new chunk)."""
         self._lin.pop(space, None)
         self._idx = {key: v for key, v in self._idx.items() if key[0] != space}
@@ -127,7 +128,7 @@ class OpEmitter:
             conds.append(f"({zero} != {zero})")
         return addr, (" & ".join(conds) if conds else None)
 
-    def load(self, ptr: str, view: View, idx: list[str], space: str, dtype: DType) -> str:
+    def load(self, ptr: str, view: View, idx: list[str], space: Space, dtype: DType) -> str:
         sp = self.spaces[space]
         if view.shape == tuple(sp.dims) and view.is_contiguous and idx == list(sp.idx):
             addr, valid = self.lin(space), None  # reads in the space's own order
@@ -160,13 +161,13 @@ class OpEmitter:
         def out(e: str) -> str:
             return f"({e}).to({TL[dt]})" if _half(dt) else e
 
-        if op.op == "Load":
+        if op.op is Leaf.Load:
             view = op.attr("view")
             idx = self.unravel(op.space, view.shape)
             return self.load(f"in{op.attr('buf')}", view, idx, op.space, dt)
-        if op.op == "Const":
+        if op.op is Leaf.Const:
             return f"tl.full({sp.block}, {num(op.attr('value'), dt)}, {TL[dt]})"
-        if op.op == "Iota":
+        if op.op is Op.Iota:
             view, shape, axis = op.attr("view"), op.attr("shape"), op.attr("axis")
             idx = self.unravel(op.space, view.shape)
             addr, valid = self.address(view, idx, sp.zero)
@@ -175,7 +176,7 @@ class OpEmitter:
             if valid is not None:
                 val = f"tl.where({valid}, {val}, 0)"
             return f"{val}.to({TL[dt]})"
-        if op.op == "Gather":
+        if op.op is Op.Gather:
             return self.gather(op, args[0])
         a = args[0] if args else None
         if op.op == "Exp2":
@@ -188,14 +189,14 @@ class OpEmitter:
             return out(f"tl.sqrt_rn({cf(a, adt[0])})")
         if op.op == "Recip":
             return out(f"tl.div_rn(tl.full({sp.block}, 1.0, tl.float32), {cf(a, adt[0])})")
-        if op.op == "Contiguous":
+        if op.op is Op.Contiguous:
             return a
         if op.op == "Cast":
             return self.cast(a, adt[0], dt)
         b = args[1] if len(args) > 1 else None
         if op.op == "Add":
             return f"({a} | {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} + {cf(b, adt[1])}")
-        if op.op == "Mul":
+        if op.op is Op.Mul:
             return f"({a} & {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} * {cf(b, adt[1])}")
         if op.op == "Div":
             return out(f"tl.div_rn({cf(a, adt[0])}, {cf(b, adt[1])})")
@@ -230,7 +231,7 @@ class OpEmitter:
         idx[axis] = g
         return self.load(f"in{op.attr('buf')}", view, idx, op.space, op.dtype)
 
-    def store(self, o: int, value: str, space: str, dtype: DType) -> None:
+    def store(self, o: int, value: str, space: Space, dtype: DType) -> None:
         sp = self.spaces[space]
         v = f"{value}.to(tl.uint8)" if dtype is DType.bool else value
         self.w(f"tl.store(out{o} + {self.lin(space)}, {v}, mask={sp.bound})")
@@ -285,12 +286,12 @@ def emit_elementwise(k: Kernel) -> str:
     w(f"fb = offs < {n}")
     w("zf = offs * 0")
     idx = _unravel(w, "offs", k.full, lambda d: f"f{d}")
-    sp = Space(k.full, idx, "offs", "fb", "zf", "[BLOCK]")
-    e = OpEmitter(k, w, {"full": sp, "row": sp}, big)
+    sp = Indexing(k.full, idx, "offs", "fb", "zf", "[BLOCK]")
+    e = OpEmitter(k, w, {Space.full: sp, Space.row: sp}, big)
     for i, op in enumerate(k.ops):
         e.emit(i, op)
     for o, (i, b) in enumerate(k.outputs):
-        e.store(o, e.names[i], "full", b.dtype)
+        e.store(o, e.names[i], Space.full, b.dtype)
     return _finish(_signature(k, CONSTEXPRS["elementwise"]), w)
 
 
@@ -320,14 +321,14 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
     ridx = ["0"] * len(k.full)
     for d, v in zip(row_dims, _unravel(w, "rid", [k.full[d] for d in row_dims], lambda n: f"r{row_dims[n]}")):
         ridx[d] = v
-    row = Space(k.row, ridx, "rid", "rb", "zr", "[ROWS, 1]")
+    row = Indexing(k.row, ridx, "rid", "rb", "zr", "[ROWS, 1]")
     fidx = list(ridx)
     for d in red_dims:
         fidx[d] = f"f{d}" if k.full[d] > 1 else "0"
     # reduced dims last (size-1 dims aside): the full linear index is rid * rlen + j
     trailing = all(k.full[d] == 1 for d in range(min(axes), len(k.full)) if d not in axes)
-    full = Space(k.full, fidx, "fl" if trailing else None, "fb", "zf", "[ROWS, BLOCK]")
-    e = OpEmitter(k, w, {"full": full, "row": row}, big)
+    full = Indexing(k.full, fidx, "fl" if trailing else None, "fb", "zf", "[ROWS, BLOCK]")
+    e = OpEmitter(k, w, {Space.full: full, Space.row: row}, big)
     single = rlen <= schedule["BLOCK"]
 
     def chunk_indices() -> None:
@@ -336,7 +337,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
         if trailing:
             w(f"fl = rid * {rlen} + j")
         _unravel(w, "j", [k.full[d] for d in red_dims], lambda n: f"f{red_dims[n]}")
-        e.forget("full")
+        e.forget(Space.full)
 
     lv = _levels(k)
     reds = [i for i, op in enumerate(k.ops) if op.op in REDUCE_OPS]
@@ -345,13 +346,13 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
 
     def emit_ready_rows() -> None:
         for i, op in enumerate(k.ops):
-            if i in done or op.space != "row" or op.op in REDUCE_OPS:
+            if i in done or op.space is not Space.row or op.op in REDUCE_OPS:
                 continue
             if all(a in done for a in op.args):
                 e.emit(i, op)
                 done.add(i)
 
-    full_outs = [(o, i, b) for o, (i, b) in enumerate(k.outputs) if k.ops[i].space == "full"]
+    full_outs = [(o, i, b) for o, (i, b) in enumerate(k.outputs) if k.ops[i].space is Space.full]
     if single:
         w("j = jr")
         chunk_indices()
@@ -361,9 +362,9 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
         mine = [r for r in reds if lv[k.ops[r].args[0]] == p]
         for r in mine:
             acc_dt = _acc_dtype(k.ops[r].dtype)
-            init = "0" if k.ops[r].op == "SumReduce" else _lowest(acc_dt)
+            init = "0" if k.ops[r].op is Op.SumReduce else _lowest(acc_dt)
             w(f"acc{r} = tl.full([ROWS, BLOCK], {init}, {acc_dt})")
-            if k.ops[r].op == "MaxReduce" and acc_dt == "tl.float32":
+            if k.ops[r].op is Op.MaxReduce and acc_dt == "tl.float32":
                 w(f"nan{r} = tl.full([ROWS, BLOCK], 0, tl.int32)")
         suffix = "" if single else f"_{p}"
         if not single:
@@ -380,7 +381,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
             x = e.arg(k.ops[r].args[0], suffix)
             acc_dt = _acc_dtype(k.ops[r].dtype)
             x = f"{x}.to({acc_dt})"
-            if k.ops[r].op == "SumReduce":
+            if k.ops[r].op is Op.SumReduce:
                 w(f"acc{r} += tl.where(fb, {x}, 0)")
             else:
                 w(f"x{r} = tl.where(fb, {x}, {_lowest(acc_dt)})")
@@ -391,7 +392,7 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
             w.indent -= 1
         for r in mine:
             op = k.ops[r]
-            if op.op == "SumReduce":
+            if op.op is Op.SumReduce:
                 val = f"tl.reduce(acc{r}, 1, tl.standard._sum_combine)[:, None]"
             else:
                 val = f"tl.reduce(acc{r}, 1, tl.standard._elementwise_max)[:, None]"
@@ -416,12 +417,12 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
             e.emit(i, k.ops[i], suffix)
             emitted_full.add(i)
         for o, i, b in full_outs:
-            e.store(o, e.arg(i, suffix), "full", b.dtype)
+            e.store(o, e.arg(i, suffix), Space.full, b.dtype)
         if not single:
             w.indent -= 1
     for o, (i, b) in enumerate(k.outputs):
-        if k.ops[i].space == "row":
-            e.store(o, f"v{i}", "row", b.dtype)
+        if k.ops[i].space is Space.row:
+            e.store(o, f"v{i}", Space.row, b.dtype)
     return _finish(_signature(k, CONSTEXPRS["reduction"]), w)
 
 
@@ -470,8 +471,8 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     w("rk = k0 + rk0")
     ka = _unravel_group(w, plan.k, k.full, "rk[None, :]", "ka")
     kb = _unravel_group(w, plan.k, k.full, "rk[:, None]", "kb")
-    dummy = Space(k.full, [], None, "", "", "")
-    e = OpEmitter(k, w, {"full": dummy}, big)
+    dummy = Indexing(k.full, [], None, "", "", "")
+    e = OpEmitter(k, w, {Space.full: dummy}, big)
     for name, op, kidx, ksrc, bound, zero in (
         ("a", a_op, ka, "rk[None, :]", f"(rm[:, None] < {M}) & (rk[None, :] < {K})",
          "(rm[:, None] * 0 + rk[None, :] * 0)"),
@@ -507,21 +508,21 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
         ridx[d] = "0"
     w("zr = rm[:, None] * 0 + rn[None, :] * 0")
     w(f"rb = (rm[:, None] < {M}) & (rn[None, :] < {N})")
-    row = Space(k.row, ridx, None, "rb", "zr", "[BLOCK_M, BLOCK_N]")
-    e = OpEmitter(k, w, {"row": row, "full": row}, big)
+    row = Indexing(k.row, ridx, None, "rb", "zr", "[BLOCK_M, BLOCK_N]")
+    e = OpEmitter(k, w, {Space.row: row, Space.full: row}, big)
     red = plan.red
     rdt = k.ops[red].dtype
     w(f"v{red} = acc.to({TL[rdt]})")
     e.names[red] = f"v{red}"
     for i, op in enumerate(k.ops):
-        if op.space == "row" and i != red:
+        if op.space is Space.row and i != red:
             e.emit(i, op)
     if split_ok(k) and schedule.get("SPLIT_K", 1) > 1:
         (i, _b), = k.outputs
-        w(f"tl.atomic_add(out0 + {e.lin('row')}, v{i}, mask=rb)")
+        w(f"tl.atomic_add(out0 + {e.lin(Space.row)}, v{i}, mask=rb)")
     else:
         for o, (i, b) in enumerate(k.outputs):
-            e.store(o, f"v{i}", "row", b.dtype)
+            e.store(o, f"v{i}", Space.row, b.dtype)
     return _finish(_signature(k, CONSTEXPRS["contraction"]), w)
 
 

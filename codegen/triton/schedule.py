@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 from ...ir.dtypes import DType
+from ...ir.graph import Op
 from ..backend import Knob, Schedule
-from ..kernel import Kernel
+from ..kernel import Kernel, Space
 
 # shared memory per block on the GPUs we target (bytes)
 SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
@@ -23,9 +24,9 @@ def npow2(n: int) -> int:
 def split_ok(k: Kernel) -> bool:
     """Split-K partial sums are added atomically: only when the output is the plain float32 sum."""
     red = k.contraction.red
-    epilogue = [o for i, o in enumerate(k.ops) if o.space == "row" and i != red]
+    epilogue = [o for i, o in enumerate(k.ops) if o.space is Space.row and i != red]
     return (len(k.outputs) == 1 and k.outputs[0][1].dtype is DType.float32
-            and all(o.op == "Contiguous" for o in epilogue))
+            and all(o.op is Op.Contiguous for o in epilogue))
 
 
 def kind_of(k: Kernel) -> str:
