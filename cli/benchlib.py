@@ -120,7 +120,7 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
                        gpu: bool = False) -> Runner:
     import onnxruntime as ort
 
-    from .modelcheck import onnxruntime_session
+    from .modelcheck import onnxruntime_session, quiet_run
 
     providers = ["CPUExecutionProvider"]
     warnings = []
@@ -132,7 +132,8 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
     # idle worker threads that spin would steal the cores from the runtime timed next in the round
     sess = onnxruntime_session(str(model.path), settings.threads, tuple(providers), spinning=False)
     names = [o.name for o in sess.get_outputs()]
-    call = lambda: sess.run(names, feeds)  # noqa: E731
+    run_options = quiet_run()
+    call = lambda: sess.run(names, feeds, run_options)  # noqa: E731
     info = {"version": ort.__version__, "providers": sess.get_providers(), "threads": settings.threads}
     return Runner("onnxruntime", call, lambda: dict(zip(names, call())), info, warnings=warnings)
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL, cache_of
-from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
+from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes, shown
 
 DEFAULT_BACKEND = "reference"
 
@@ -24,16 +23,16 @@ def _fmt(x: float) -> str:
 
 def _show(report, title: str) -> None:
     """Names, paths and reasons come from the model: escaped, never read as markup."""
-    table = Table(title=escape(title))
+    table = Table(title=shown(title))
     for col in ("output", "shape", "dtype", "max abs err", "max rel err", "result"):
         table.add_column(col, justify="right" if "err" in col else "left")
     for o in report.outputs:
-        verdict = "[green]pass[/]" if o.ok else f"[red]FAIL[/] {escape(o.reason)}"
-        table.add_row(escape(o.name), "x".join(map(str, o.shape)) or "scalar", o.dtype, _fmt(o.max_abs),
+        verdict = "[green]pass[/]" if o.ok else f"[red]FAIL[/] {shown(o.reason)}"
+        table.add_row(shown(o.name), "x".join(map(str, o.shape)) or "scalar", o.dtype, _fmt(o.max_abs),
                       _fmt(o.max_rel), verdict)
     console.print(table)
     for w in report.warnings:
-        console.print(f"[yellow]warning:[/] {escape(str(w))}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {shown(str(w))}", soft_wrap=True)
     times = ", ".join(f"{k} {v:.2f} s" for k, v in report.seconds.items())
     console.print(("[green]ok[/]" if report.ok else "[red]out of tolerance[/]") + f" ({times})")
 

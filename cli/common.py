@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -25,19 +26,43 @@ JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
 JSON_FILE_OPT = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout).")
 
 
+# exit code of a fault in luminal itself (1 is a failed check, 2 bad input)
+INTERNAL_ERROR = 3
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escape sequences, newlines, bidi overrides) written as
+    Python escapes, so that a name from a model or a file cannot drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown(text: object) -> str:
+    """Text from a model or a file, for rich: control characters escaped, never read as markup."""
+    return escape(printable(str(text)))
+
+
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {shown(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
+_debug = {"trace": False}
+
+
+def show_traces(on: bool) -> None:
+    """``luminal --debug`` (or LUMINAL_DEBUG=1): an internal error prints its trace too."""
+    _debug["trace"] = on
+
+
 def handle_errors(fn: Callable) -> Callable:
-    """Turn LuminalError (and any input-related failure) into one line and exit 2."""
+    """Turn LuminalError (and any input-related failure) into one line and exit 2; any other fault
+    into one line and exit 3 (its trace with ``--debug``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any):
         try:
             return fn(*args, **kwargs)
-        except typer.Exit:
+        except (typer.Exit, typer.TyperException, typer.Abort):
             raise
         except LuminalError as e:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__, e.exit_code)
@@ -45,6 +70,12 @@ def handle_errors(fn: Callable) -> Callable:
             fail("interrupted", 130)
         except (OSError, MemoryError) as e:
             fail(f"{type(e).__name__}: {e}")
+        except Exception as e:
+            if _debug["trace"]:
+                traceback.print_exc()
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            fail(f"internal error: {type(e).__name__}{': ' + first if first else ''} (a bug in luminal; "
+                 f"luminal --debug shows where)", INTERNAL_ERROR)
 
     return wrapper
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from .common import JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
+from .common import JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes, printable, shown
 
 
 def _io(items) -> list[dict]:
@@ -83,7 +82,7 @@ def register(app: typer.Typer) -> None:
             emit_json(dict(data, ir=format_graph(graph)) if ir else data, json_path)
             if json_path == "-":
                 return
-        console.print(f"[bold]{escape(model)}[/]  opset {data['opset']}, {data['onnx_nodes']} ONNX nodes, "
+        console.print(f"[bold]{shown(model)}[/]  opset {data['opset']}, {data['onnx_nodes']} ONNX nodes, "
                       f"{data['primitive_nodes_after']} primitives after passes "
                       f"(import {data['import_seconds']:.2f} s)", soft_wrap=True)
         io = Table(title="inputs and outputs")
@@ -91,13 +90,13 @@ def register(app: typer.Typer) -> None:
             io.add_column(col)
         for kind in ("inputs", "outputs"):
             for i in data[kind]:
-                io.add_row(kind[:-1], escape(i["name"]), i["dtype"], _shape(i["shape"]))  # names: never markup
+                io.add_row(kind[:-1], shown(i["name"]), i["dtype"], _shape(i["shape"]))  # names: never markup
         console.print(io)
         ops = Table(title="ONNX ops")
         ops.add_column("op")
         ops.add_column("count", justify="right")
         for k, v in sorted(data["onnx_ops"].items(), key=lambda kv: (-kv[1], kv[0])):
-            ops.add_row(escape(k), str(v))
+            ops.add_row(shown(k), str(v))
         console.print(ops)
         prims = Table(title="primitives")
         for col in ("primitive", "before passes", "after passes"):
@@ -108,8 +107,9 @@ def register(app: typer.Typer) -> None:
         prims.add_row("[bold]total[/]", str(data["primitive_nodes_before"]), str(data["primitive_nodes_after"]))
         console.print(prims)
         for w in data["warnings"]:
-            console.print(f"[yellow]warning:[/] {escape(str(w))}", soft_wrap=True)
+            console.print(f"[yellow]warning:[/] {shown(str(w))}", soft_wrap=True)
         if kernels:
             _print_kernels(data["kernels"])
         if ir:
-            console.print(format_graph(graph), markup=False, highlight=False, soft_wrap=True)
+            text = "\n".join(printable(line) for line in format_graph(graph).splitlines())
+            console.print(text, markup=False, highlight=False, soft_wrap=True)

@@ -23,8 +23,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+                                      help="Print the version and exit."),
+         debug: bool = typer.Option(False, "--debug", envvar="LUMINAL_DEBUG",
+                                    help="Print the trace of an internal error (exit 3).")) -> None:
     """An autotuning compiler for ONNX models."""
+    from .common import show_traces
+
+    show_traces(debug)
 
 
 # each module defines register(app); add a line when you add a command

@@ -182,7 +182,7 @@ def onnxruntime_session(model_path: str, threads: int, providers: tuple[str, ...
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # its errors come back as exceptions; its log would print them again, coloured
     opts.intra_op_num_threads = threads
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -194,12 +194,21 @@ def onnxruntime_session(model_path: str, threads: int, providers: tuple[str, ...
         raise LuminalError(f"onnxruntime cannot load {model_path}: {_one_line(e)}") from None
 
 
+def quiet_run() -> Any:
+    """onnxruntime run options that keep its log quiet (a failed run's error is the exception)."""
+    import onnxruntime as ort
+
+    opts = ort.RunOptions()
+    opts.log_severity_level = 4
+    return opts
+
+
 def run_onnxruntime(model_path: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # the model as written: onnxruntime's fused kernels (QDQ pairs folded into integer convs) round differently
     sess = onnxruntime_session(model_path, min(4, os.cpu_count() or 1), optimize=False)
     names = [o.name for o in sess.get_outputs()]
     try:
-        outs = sess.run(names, dict(feeds))
+        outs = sess.run(names, dict(feeds), quiet_run())
     except Exception as e:
         raise LuminalError(f"onnxruntime cannot run the model: {_one_line(e)}") from None
     return dict(zip(names, outs))
