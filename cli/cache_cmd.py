@@ -3,44 +3,33 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..config import cache_of, load_config
 from ..errors import LuminalError
+from ..values import format_duration, parse_duration
 from .common import CACHE_OPT, JSON_OPT, console, emit_json, handle_errors
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w``."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
-    if not m:
-        raise LuminalError(f"bad duration {text!r}: expected a number and a unit s, m, h, d or w (e.g. 30d)")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
-
-
-def _open(path: str | None, readonly: bool):
+if TYPE_CHECKING:
     from ..cache import TuningCache
 
-    return TuningCache(path, readonly=readonly)
+
+def _open(path: str | None, readonly: bool) -> TuningCache:
+    """The cache of --cache, else of the project configuration, else the default one."""
+    from ..cache import TuningCache
+
+    return TuningCache(cache_of(path, load_config()), readonly=readonly)
 
 
 def _ms(ns: int | None) -> str:
-    if ns is None:
-        return "-"
-    if ns < 10_000:
-        return f"{ns} ns"
-    if ns < 10_000_000:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns / 1e6:.2f} ms"
+    return format_duration(None if ns is None else ns / 1e9)
 
 
 def _x(speedup: float | None) -> str:
@@ -51,7 +40,9 @@ def _plain(obj: Any) -> Any:
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 
-def _ls(cache: str | None, as_json: bool, limit: int) -> None:
+def cache_ls(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
+             limit: int = typer.Option(50, "--limit", help="Rows to show.")) -> None:
+    """List the kernels the cache knows, with trial and winner counts."""
     with _open(cache, readonly=True) as c:
         kernels = c.kernels()
         path = c.path
@@ -72,7 +63,10 @@ def _ls(cache: str | None, as_json: bool, limit: int) -> None:
         console.print(f"... {len(kernels) - limit} more (--limit)")
 
 
-def _show(signature: str, cache: str | None, as_json: bool, n: int) -> None:
+def cache_show(signature: str = typer.Argument(..., help="A kernel signature or a unique prefix of one."),
+               cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
+               n: int = typer.Option(10, "--trials", help="Fastest trials to list.")) -> None:
+    """One kernel: its IR, winners per device and toolchain, fastest trials."""
     with _open(cache, readonly=True) as c:
         sig = c.resolve(signature)
         kernel = c.kernel(sig)
@@ -124,7 +118,8 @@ def _config_text(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
-def _stats(cache: str | None, as_json: bool) -> None:
+def cache_stats(cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Counts, size, schema version and an integrity check."""
     with _open(cache, readonly=True) as c:
         stats = c.stats()
         problems = c.check()
@@ -161,69 +156,51 @@ def _current_toolchains() -> list[str]:
     return keys
 
 
+def cache_export(file: str = typer.Argument(..., help="Output file (JSON lines; gzip when it ends in .gz)."),
+                 cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Write the whole cache to a portable file."""
+    with _open(cache, readonly=True) as c:
+        n = c.export(file)
+    _report(as_json, {"cache": str(c.path), "file": file, "records": n},
+            f"exported {n} records from {c.path} to {file}")
+
+
+def cache_import(file: str = typer.Argument(..., help="A file written by `luminal cache export`."),
+                 cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Merge an export: trials de-duplicated, the faster winner kept per key."""
+    with _open(cache, readonly=False) as c:
+        r = c.import_(file)
+    _report(as_json, {"cache": str(c.path), **_plain(r)},
+            f"imported into {c.path}: {r.trials_added} trials ({r.trials_duplicate} already there), "
+            f"{r.kernels_added} new kernels, winners {r.winners_added} new / {r.winners_replaced} faster / "
+            f"{r.winners_kept} kept")
+
+
+def cache_prune(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
+                older_than: str = typer.Option(None, "--older-than", help="Drop records older than this (30d, 12h)."),
+                other_toolchains: bool = typer.Option(False, "--other-toolchains",
+                                                      help="Drop records of toolchains other than this machine's."),
+                failed: bool = typer.Option(False, "--failed", help="Drop failed trials (the default alone)."),
+                dry_run: bool = typer.Option(False, "--dry-run", help="Count only; change nothing.")) -> None:
+    """Delete stale records. With no option: failed trials."""
+    age = None if older_than is None else timedelta(
+        seconds=parse_duration(older_than, "bad duration for --older-than", units="wdhms"))
+    if age is None and not other_toolchains:
+        failed = True
+    keep = _current_toolchains() if other_toolchains else None
+    with _open(cache, readonly=False) as c:
+        r = c.prune(older_than=age, other_toolchains=keep, failed=failed, dry_run=dry_run)
+    _report(as_json, {"cache": str(c.path), **_plain(r)},
+            f"{'would remove' if dry_run else 'removed'} {r.trials} trials, {r.winners} winners, "
+            f"{r.kernels} kernels from {c.path}")
+
+
 def register(app: typer.Typer) -> None:
     cache_app = typer.Typer(name="cache", help="Look into and move the tuning cache.", no_args_is_help=True)
-
-    @cache_app.command("ls")
-    @handle_errors
-    def ls(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
-           limit: int = typer.Option(50, "--limit", help="Rows to show.")) -> None:
-        """List the kernels the cache knows, with trial and winner counts."""
-        _ls(cache, as_json, limit)
-
-    @cache_app.command("show")
-    @handle_errors
-    def show(signature: str = typer.Argument(..., help="A kernel signature or a unique prefix of one."),
-             cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
-             trials: int = typer.Option(10, "--trials", help="Fastest trials to list.")) -> None:
-        """One kernel: its IR, winners per device and toolchain, fastest trials."""
-        _show(signature, cache, as_json, trials)
-
-    @cache_app.command("stats")
-    @handle_errors
-    def stats(cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
-        """Counts, size, schema version and an integrity check."""
-        _stats(cache, as_json)
-
-    @cache_app.command("export")
-    @handle_errors
-    def export(file: str = typer.Argument(..., help="Output file (JSON lines; gzip when it ends in .gz)."),
-               cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
-        """Write the whole cache to a portable file."""
-        with _open(cache, readonly=True) as c:
-            n = c.export(file)
-        _report(as_json, {"cache": str(c.path), "file": file, "records": n},
-                f"exported {n} records from {c.path} to {file}")
-
-    @cache_app.command("import")
-    @handle_errors
-    def import_(file: str = typer.Argument(..., help="A file written by `luminal cache export`."),
-                cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
-        """Merge an export: trials de-duplicated, the faster winner kept per key."""
-        with _open(cache, readonly=False) as c:
-            r = c.import_(file)
-        _report(as_json, {"cache": str(c.path), **_plain(r)},
-                f"imported into {c.path}: {r.trials_added} trials ({r.trials_duplicate} already there), "
-                f"{r.kernels_added} new kernels, winners {r.winners_added} new / {r.winners_replaced} faster / "
-                f"{r.winners_kept} kept")
-
-    @cache_app.command("prune")
-    @handle_errors
-    def prune(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
-              older_than: str = typer.Option(None, "--older-than", help="Drop records older than this (30d, 12h)."),
-              other_toolchains: bool = typer.Option(False, "--other-toolchains",
-                                                    help="Drop records of toolchains other than this machine's."),
-              failed: bool = typer.Option(False, "--failed", help="Drop failed trials (the default alone)."),
-              dry_run: bool = typer.Option(False, "--dry-run", help="Count only; change nothing.")) -> None:
-        """Delete stale records. With no option: failed trials."""
-        age = parse_duration(older_than) if older_than is not None else None
-        if age is None and not other_toolchains:
-            failed = True
-        keep = _current_toolchains() if other_toolchains else None
-        with _open(cache, readonly=False) as c:
-            r = c.prune(older_than=age, other_toolchains=keep, failed=failed, dry_run=dry_run)
-        _report(as_json, {"cache": str(c.path), **_plain(r)},
-                f"{'would remove' if dry_run else 'removed'} {r.trials} trials, {r.winners} winners, "
-                f"{r.kernels} kernels from {c.path}")
-
+    cache_app.command("ls")(handle_errors(cache_ls))
+    cache_app.command("show")(handle_errors(cache_show))
+    cache_app.command("stats")(handle_errors(cache_stats))
+    cache_app.command("export")(handle_errors(cache_export))
+    cache_app.command("import")(handle_errors(cache_import))
+    cache_app.command("prune")(handle_errors(cache_prune))
     app.add_typer(cache_app, name="cache")
