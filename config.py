@@ -77,7 +77,7 @@ class _Reader:
         return LuminalError(f"{self.prefix} {key}: {message} (in {self.source})")
 
     def expect(self, key: str, value: Any, kinds: tuple[type, ...], wanted: str) -> Any:
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             raise self.error(key, f"expected {wanted}, got {_type_name(value)}")
         return value
 

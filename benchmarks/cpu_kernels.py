@@ -22,7 +22,7 @@ from benchutil import blas_threads_from_argv, median_time, spread
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 GEMMS = [  # (name, batch, M, K, N)
     ("gemm 1024^3", 1, 1024, 1024, 1024),
@@ -176,7 +176,7 @@ def main() -> None:
     args = ap.parse_args()
     global ORT_SPIN
     ORT_SPIN = args.ort_spin
-    from luminal.codegen.c.schedule import cores
+    from luminal.target import cores
 
     threads = args.threads or cores()
     os.environ["LUMINAL_NUM_THREADS"] = str(threads)

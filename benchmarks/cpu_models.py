@@ -21,7 +21,7 @@ from benchutil import blas_threads_from_argv, median_time, spread
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    from luminal.codegen.c.schedule import cores
+    from luminal.target import cores
 
     threads = args.threads or cores()
     os.environ["LUMINAL_NUM_THREADS"] = str(threads)

@@ -21,7 +21,7 @@ from luminal.codegen.triton.emit import emit
 from luminal.runtime.plan import plan_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from sample_graphs import SAMPLES  # noqa: E402  (the IR-built sample graphs the tests use)
+from sample_graphs import SAMPLES
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 MAX_TRANSFORMER_KERNELS = 10

@@ -84,7 +84,7 @@ def main() -> None:
     storage = f"sqlite:///{cache.parent / 'studies.db'}"
     rows = []
     for name, info in sorted(manifest.items()):
-        if args.size != "all" and info["size"] != args.size or args.only not in name:
+        if (args.size != "all" and info["size"] != args.size) or args.only not in name:
             continue
         try:
             row = bench(MODELS / name, info["shapes"], budget, cache, storage, args.threads, args.rounds, args.seed)

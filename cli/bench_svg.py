@@ -141,7 +141,7 @@ def bar_plot(items: list[tuple[str, float]], unit: str = "ms", scale: float = 1e
         return ""
     if len(items) > limit:
         rest = sum(v for _, v in items[limit - 1:])
-        items = items[:limit - 1] + [(f"{len(items) - limit + 1} others", rest)]
+        items = [*items[:limit - 1], (f"{len(items) - limit + 1} others", rest)]
     total = sum(v for _, v in items) or 1.0
     bar_h = 18
     f = _Frame(width, 40 + bar_h * len(items), 220, 90, 8, 30, (0, max(v for _, v in items)), (0, len(items)))

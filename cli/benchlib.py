@@ -88,7 +88,7 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
         from ..ir import run_reference
 
         names = list(graph.output_names)
-        call = lambda: run_reference(graph, feeds)  # noqa: E731
+        call = lambda: run_reference(graph, feeds)
         return Runner(SUBJECT, call, lambda: dict(zip(names, call())), {"backend": "reference"})
     from ..cache import TuningCache
     from ..runtime.compile import compile_graph
@@ -99,7 +99,7 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
     finally:
         cache.close()
     names = [o.name for o in compiled.outputs]
-    call = lambda: compiled.run(feeds)  # noqa: E731
+    call = lambda: compiled.run(feeds)
     stats = getattr(compiled, "stats", None)
     info = {"backend": settings.backend, "cache": str(cache.path),
             **({"compile": asdict(stats)} if stats is not None and is_dataclass(stats) else {})}
@@ -133,7 +133,7 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
     sess = onnxruntime_session(str(model.path), settings.threads, tuple(providers), spinning=False)
     names = [o.name for o in sess.get_outputs()]
     run_options = quiet_run()
-    call = lambda: sess.run(names, feeds, run_options)  # noqa: E731
+    call = lambda: sess.run(names, feeds, run_options)
     info = {"version": ort.__version__, "providers": sess.get_providers(), "threads": settings.threads}
     return Runner("onnxruntime", call, lambda: dict(zip(names, call())), info, warnings=warnings)
 

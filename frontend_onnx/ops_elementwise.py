@@ -334,7 +334,7 @@ def cast(ctx: OpContext) -> Tensor:
     if to is None:
         raise ValueError("missing 'to'")
     if isinstance(to, str):  # opset 1-5 named the type
-        if to.upper() not in TensorProto.DataType.keys():
+        if to.upper() not in TensorProto.DataType.keys():  # noqa: SIM118 (an enum wrapper, no __contains__)
             raise ValueError(f"unknown type {to[:20]!r}")
         to = TensorProto.DataType.Value(to.upper())
     return _x(ctx).cast(onnx_dtype(int(to)))

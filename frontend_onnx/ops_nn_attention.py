@@ -106,8 +106,8 @@ def attention_op(ctx: OpContext) -> list[Tensor | None]:
 
     if qh != kvh:  # grouped-query attention: each key/value head serves qh/kvh query heads in a row
         rep = qh // kvh
-        k = k.unsqueeze([2]).expand((batch, kvh, rep) + k.shape[2:]).reshape((batch, qh) + k.shape[2:])
-        v = v.unsqueeze([2]).expand((batch, kvh, rep) + v.shape[2:]).reshape((batch, qh) + v.shape[2:])
+        k = k.unsqueeze([2]).expand((batch, kvh, rep, *k.shape[2:])).reshape((batch, qh, *k.shape[2:]))
+        v = v.unsqueeze([2]).expand((batch, kvh, rep, *v.shape[2:])).reshape((batch, qh, *v.shape[2:]))
     qk = q.mul(root).matmul(k.mul(root).transpose())
     softcap = float(ctx.attr("softcap", 0.0) or 0.0)
     if softcap > 0:
@@ -151,7 +151,7 @@ def rotary_embedding_op(ctx: OpContext) -> Tensor:
         heads = int(ctx.attr("num_heads", 0))
         if heads <= 0 or x.shape[2] % heads:
             raise fail(ctx, "3-D input needs num_heads dividing the hidden size")
-        t = x.reshape(x.shape[:2] + (heads, x.shape[2] // heads))
+        t = x.reshape((*x.shape[:2], heads, x.shape[2] // heads))
     else:
         raise fail(ctx, "input must be 3-D or 4-D")
     batch, seq, heads, head = t.shape
@@ -162,8 +162,8 @@ def rotary_embedding_op(ctx: OpContext) -> Tensor:
     if cos.shape[-1] != half or sin.shape[-1] != half:
         raise fail(ctx, "cos/sin cache width must be rotary_embedding_dim / 2")
     shape = (batch, seq, heads, half)
-    cos = cos.cast(x.dtype).reshape(cos.shape[:-1] + (1, half)).expand(shape)
-    sin = sin.cast(x.dtype).reshape(sin.shape[:-1] + (1, half)).expand(shape)
+    cos = cos.cast(x.dtype).reshape((*cos.shape[:-1], 1, half)).expand(shape)
+    sin = sin.cast(x.dtype).reshape((*sin.shape[:-1], 1, half)).expand(shape)
     rot = t.shrink([(0, batch), (0, seq), (0, heads), (0, dim)])
     if ctx.attr("interleaved", 0):
         pairs = rot.reshape((batch, seq, heads, half, 2))

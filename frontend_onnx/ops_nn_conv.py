@@ -24,21 +24,21 @@ def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = Fa
 
 def conv(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
     """N-d grouped convolution as one broadcast Mul + SumReduce over (C/group, k...)."""
-    n, c = x.shape[:2]
+    n = x.shape[0]
     m, cg = w.shape[:2]
     kernel = w.shape[2:]
     nd = len(kernel)
     mg = m // group
-    xg = x.reshape((n, group, cg) + x.shape[2:])
+    xg = x.reshape((n, group, cg, *x.shape[2:]))
     xw = windows(xg, 3, pads, outs, kernel, strides, dilations)
     # (N, g, Cg, o1, k1, o2, k2, ...) -> (N, g, 1, o1.., Cg, k1..)
     order = [0, 1] + [3 + 2 * d for d in range(nd)] + [2] + [4 + 2 * d for d in range(nd)]
     xw = xw.permute(order).unsqueeze([2])
     wg = w.reshape((1, group, mg) + (1,) * nd + (cg,) + tuple(kernel))
-    full = (n, group, mg) + tuple(outs) + (cg,) + tuple(kernel)
+    full = (n, group, mg, *outs, cg, *kernel)
     prodt = xw.expand(full).mul(wg.expand(full))
     red = tuple(range(3 + nd, 4 + 2 * nd))
-    return prodt.sum(red).reshape((n, m) + tuple(outs))
+    return prodt.sum(red).reshape((n, m, *outs))
 
 
 def _bias(y: Tensor, b: Tensor | None) -> Tensor:
@@ -110,10 +110,10 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
     cg = c // group
     mg = w.shape[1]
     # stride 1: a convolution with the flipped, transposed weight; weight (C, M/g, k...) -> (M, C/g, k...)
-    wt = w.reshape((group, cg, mg) + tuple(kernel)).permute([0, 2, 1] + list(range(3, 3 + nd)))
+    wt = w.reshape((group, cg, mg, *kernel)).permute([0, 2, 1, *range(3, 3 + nd)])
     for d in range(nd):
         wt = wt.flip(3 + d)
-    wt = wt.reshape((group * mg, cg) + tuple(kernel))
+    wt = wt.reshape((group * mg, cg, *kernel))
     cpads = []
     for d in range(nd):
         full = (kernel[d] - 1) * dilations[d]
@@ -133,12 +133,12 @@ def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations
     cg, mg = c // group, w.shape[1]
     m = group * mg
     ones = (1,) * nd
-    xv = x.reshape((n, group, cg) + sp).permute([0, 1] + list(range(3, 3 + nd)) + [2])
-    xv = xv.reshape((n, group, 1) + ones + sp + (cg,))
-    wv = w.reshape((group, cg, mg) + kernel).permute([0, 2] + list(range(3, 3 + nd)) + [1])
-    wv = wv.reshape((1, group, mg) + kernel + ones + (cg,))
-    full = (n, group, mg) + kernel + sp + (cg,)
-    cols = xv.expand(full).mul(wv.expand(full)).sum((len(full) - 1,)).reshape((n, m) + kernel + sp)
+    xv = x.reshape((n, group, cg, *sp)).permute([0, 1, *range(3, 3 + nd), 2])
+    xv = xv.reshape((n, group, 1, *ones, *sp, cg))
+    wv = w.reshape((group, cg, mg, *kernel)).permute([0, 2, *range(3, 3 + nd), 1])
+    wv = wv.reshape((1, group, mg, *kernel, *ones, cg))
+    full = (n, group, mg, *kernel, *sp, cg)
+    cols = xv.expand(full).mul(wv.expand(full)).sum((len(full) - 1,)).reshape((n, m, *kernel, *sp))
     return overlap_add(cols, strides, dilations, [p[0] for p in pads], outs)
 
 
@@ -152,7 +152,7 @@ def overlap_add(cols: Tensor, strides, dilations, pads_begin, outs) -> Tensor:
     buckets: dict[tuple[int, ...], Tensor] = {}
     for taps in itertools.product(*(range(k) for k in kernel)):
         tap = cols.shrink([(0, n), (0, m)] + [(t, t + 1) for t in taps] + [(0, s) for s in sp])
-        tap = tap.reshape((n, m) + sp)
+        tap = tap.reshape((n, m, *sp))
         res, shifts = [], []
         for d, t in enumerate(taps):
             e = t * dilations[d] - pads_begin[d]
@@ -162,15 +162,15 @@ def overlap_add(cols: Tensor, strides, dilations, pads_begin, outs) -> Tensor:
             shifts.append((q0, qs[d] - sp[d] - q0))
         if any(q0 >= qs[d] or q0 + sp[d] <= 0 for d, (q0, _) in enumerate(shifts)):
             continue  # this tap lands entirely in the cropped padding
-        view = tap.pad([(0, 0), (0, 0)] + shifts)
+        view = tap.pad([(0, 0), (0, 0), *shifts])
         key = tuple(res)
         buckets[key] = view if key not in buckets else buckets[key].add(view)
-    y = Tensor.full((n, m) + tuple(v for q, st in zip(qs, strides) for v in (q, st)), 0, cols.dtype)
+    y = Tensor.full((n, m, *(v for q, st in zip(qs, strides) for v in (q, st))), 0, cols.dtype)
     for res, b in buckets.items():
-        b = b.reshape((n, m) + tuple(v for q in qs for v in (q, 1)))
+        b = b.reshape((n, m, *(v for q in qs for v in (q, 1))))
         b = b.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (res[d], strides[d] - 1 - res[d]))])
         y = y.add(b)
-    y = y.reshape((n, m) + tuple(q * st for q, st in zip(qs, strides)))
+    y = y.reshape((n, m, *(q * st for q, st in zip(qs, strides))))
     return y.shrink([(0, n), (0, m)] + [(0, o) for o in outs])
 
 
@@ -229,7 +229,7 @@ def _max_indices(ctx, x, xw, y, kernel, strides, dilations, pads, outs) -> Tenso
         pos = pos + (o * place[d]).reshape(shape)
     total = int(np.prod(sp))
     big = np.iinfo(np.int64).max // 4
-    posc = Tensor.const(pos.reshape((1, 1) + pos.shape), DType.int64).expand(xw.shape)
+    posc = Tensor.const(pos.reshape((1, 1, *pos.shape)), DType.int64).expand(xw.shape)
     hit = xw.eq(y.expand(xw.shape))
     red = tuple(range(2 + nd, 2 + 2 * nd))
     first = hit.where(posc, Tensor.full(xw.shape, big, DType.int64)).min(red)
@@ -262,7 +262,7 @@ def average_pool_op(ctx: OpContext) -> Tensor:
         shape[d] = outs[d]
         count = count * cnt.reshape(shape)
     inv = (1.0 / np.maximum(count, 1.0)).astype(s.dtype.compute.np)
-    return s.mul(Tensor.const(inv.reshape((1, 1) + inv.shape), s.dtype).expand(s.shape))
+    return s.mul(Tensor.const(inv.reshape((1, 1, *inv.shape)), s.dtype).expand(s.shape))
 
 
 @op("GlobalAveragePool")
@@ -367,5 +367,5 @@ def col2im_op(ctx: OpContext) -> Tensor:
     kb = int(np.prod(block))
     if len(block) != nd or cb % kb or length != int(np.prod(counts)) or min(counts) <= 0:
         raise fail(ctx, "input shape does not match image_shape, block_shape, strides, pads and dilations")
-    cols = x.reshape((n, cb // kb) + tuple(block) + tuple(counts))
+    cols = x.reshape((n, cb // kb, *block, *counts))
     return overlap_add(cols, strides, dilations, pads[:nd], image)

@@ -23,7 +23,7 @@ def gather_axis(data: Tensor, indices: Tensor, axis: int) -> Tensor:
     pre, post = data.shape[:axis], data.shape[axis + 1:]
     k = indices.numel
     flat = indices.reshape((1,) * axis + (k,) + (1,) * len(post))
-    out = data.gather(flat.expand(pre + (k,) + post), axis)
+    out = data.gather(flat.expand((*pre, k, *post)), axis)
     return out.reshape(pre + indices.shape + post)
 
 
@@ -74,7 +74,7 @@ def _flat_index(idx: Tensor, dims: tuple[int, ...]) -> Tensor:
         part = idx.shrink([(0, s) for s in idx.shape[:-1]] + [(j, j + 1)])
         part = part.lt(0).where(part.add(n), part).mul(int(math.prod(dims[j + 1:])))
         lin = part if lin is None else lin.add(part)
-    return Tensor.full(idx.shape[:-1] + (1,), 0, idx.dtype) if lin is None else lin
+    return Tensor.full((*idx.shape[:-1], 1), 0, idx.dtype) if lin is None else lin
 
 
 @op("GatherND")
@@ -88,10 +88,10 @@ def gather_nd_op(ctx: OpContext) -> Tensor:
     lin = _flat_index(idx, dims)
     batch, post = data.shape[:b], data.shape[b + m:]
     p = int(math.prod(dims))
-    flat = data.reshape(batch + (p,) + post)
+    flat = data.reshape((*batch, p, *post))
     ib = idx.shape[b:-1]
     kb = int(math.prod(ib))
-    lin = lin.reshape(batch + (kb,) + (1,) * len(post)).expand(batch + (kb,) + post)
+    lin = lin.reshape(batch + (kb,) + (1,) * len(post)).expand((*batch, kb, *post))
     out = flat.gather(lin, b)
     return out.reshape(idx.shape[:-1] + post)
 
@@ -105,7 +105,7 @@ def one_hot_op(ctx: OpContext) -> Tensor:
     depth = int(np.asarray(depth).reshape(-1)[0])
     axis = int(ctx.attr("axis", -1))
     axis = axis % (idx.ndim + 1)
-    shape = idx.shape[:axis] + (depth,) + idx.shape[axis:]
+    shape = (*idx.shape[:axis], depth, *idx.shape[axis:])
     i = idx.cast(DType.int64) if idx.dtype.is_float else _index(idx)
     i = i.lt(0).where(i.add(depth), i)
     i = i.unsqueeze([axis]).expand(shape)
@@ -249,14 +249,12 @@ def cumsum(x: Tensor, axis: int, exclusive: bool, reverse: bool) -> Tensor:
     # out[i] = sum_j x[j] * M[i, j], with M the (strict) lower or upper triangle
     i = Tensor.iota((n, n), 0)
     j = Tensor.iota((n, n), 1)
-    if reverse:
-        keep = i.lt(j) if exclusive else i.le(j)
-    else:
-        keep = j.lt(i) if exclusive else j.le(i)
+    a, b = (i, j) if reverse else (j, i)
+    keep = a.lt(b) if exclusive else a.le(b)
     mask = keep.cast(x.dtype)
     order = [k for k in range(x.ndim) if k != axis] + [axis]
     xt = x.permute(order)
-    full = xt.shape[:-1] + (n, n)
+    full = (*xt.shape[:-1], n, n)
     prodt = xt.unsqueeze([-2]).expand(full).mul(mask.reshape((1,) * (len(full) - 2) + (n, n)).expand(full))
     return prodt.sum((-1,)).permute(np.argsort(order))
 
@@ -306,16 +304,16 @@ def scatter_elements_op(ctx: OpContext) -> Tensor:
     # move the scatter axis last, then route each update k to output j where idx[.., k] == j
     order = [k for k in range(r) if k != axis] + [axis]
     it, ut = idx.permute(order), upd.permute(order).cast(data.dtype)
-    full = it.shape + (n,)
+    full = (*it.shape, n)
     onehot = it.unsqueeze([r]).expand(full).eq(Tensor.iota(full, r, it.dtype))
     lead = it.shape[:-1]
     dt = data.permute(order)
     pad = [(0, b - a) for a, b in zip(lead, dt.shape[:-1])] + [(0, 0)]
     corner = dt.shrink([(0, s) for s in lead] + [(0, n)])
-    out = _scatter(ctx, corner, onehot, ut.unsqueeze([r]), (r - 1,)).reshape(lead + (n,))
+    out = _scatter(ctx, corner, onehot, ut.unsqueeze([r]), (r - 1,)).reshape((*lead, n))
     if any(p != (0, 0) for p in pad):
         # updates cover only a corner of data on the other axes
-        inside = Tensor.full(lead + (n,), True, DType.bool).pad(pad)
+        inside = Tensor.full((*lead, n), True, DType.bool).pad(pad)
         out = inside.where(out.pad(pad), dt)
     return out.permute(np.argsort(order))
 
@@ -333,9 +331,9 @@ def scatter_nd_op(ctx: OpContext) -> Tensor:
     lin = _flat_index(idx, dims).reshape((1, k) + (1,) * len(rest))
     full = (p, k) + (1,) * len(rest)
     onehot = lin.expand(full).eq(Tensor.iota(full, 0, lin.dtype))
-    u = upd.cast(data.dtype).reshape((1, k) + rest)
-    onehot = onehot.expand((p, k) + rest) if rest else onehot
-    flat = data.reshape((p,) + rest)
+    u = upd.cast(data.dtype).reshape((1, k, *rest))
+    onehot = onehot.expand((p, k, *rest)) if rest else onehot
+    flat = data.reshape((p, *rest))
     out = _scatter(ctx, flat, onehot, u, (1,))
     return out.reshape(data.shape)
 

@@ -47,7 +47,7 @@ def batch_norm_op(ctx: OpContext) -> list[Tensor | None]:
 def _batch_norm_training(ctx: OpContext, x: Tensor, scale, bias, mean, var, eps: float) -> list[Tensor | None]:
     """Normalise with the batch statistics; also the momentum-updated running mean and variance."""
     momentum = float(ctx.attr("momentum", 0.9))
-    axes = (0,) + tuple(range(2, x.ndim))
+    axes = (0, *range(2, x.ndim))
     y, bmean, _, bvar = normalise(x, axes, eps)
     y = _channel_affine(y, scale, bias)
     c = x.shape[1]
@@ -212,7 +212,7 @@ def lp_norm_op(ctx: OpContext) -> Tensor:
 
 def _nll(ctx: OpContext, logp: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
     """-logp[n, target[n, ...], ...] * weight[target], reduced as the node asks; ignore_index counts nothing."""
-    if logp.ndim < 2 or target.shape != (logp.shape[0],) + logp.shape[2:]:
+    if logp.ndim < 2 or target.shape != (logp.shape[0], *logp.shape[2:]):
         raise fail(ctx, "target must have the input's shape without the class dim")
     reduction = ctx.attr("reduction", "mean")
     if reduction not in ("none", "sum", "mean"):

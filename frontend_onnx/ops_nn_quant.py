@@ -40,8 +40,8 @@ def _per_axis(p: Tensor, x: Tensor, axis: int, block: int = 0) -> Tensor:
         return p.reshape(())
     axis %= x.ndim
     if block:
-        rep = p.unsqueeze([axis + 1]).expand(p.shape[:axis + 1] + (block,) + p.shape[axis + 1:])
-        rep = rep.reshape(p.shape[:axis] + (p.shape[axis] * block,) + p.shape[axis + 1:])
+        rep = p.unsqueeze([axis + 1]).expand((*p.shape[:axis + 1], block, *p.shape[axis + 1:]))
+        rep = rep.reshape((*p.shape[:axis], p.shape[axis] * block, *p.shape[axis + 1:]))
         return rep.shrink([(0, d) for d in x.shape])
     return p.reshape([p.numel if k == axis else 1 for k in range(x.ndim)])
 
@@ -191,8 +191,8 @@ def _pool(f: Callable[[OpContext], Tensor]) -> Callable[..., Tensor]:
     def g(ctx: OpContext, x: Tensor) -> Tensor:
         if not ctx.attr("channels_last", 0):
             return f(_Shim(ctx, x))
-        to_first = [0, x.ndim - 1] + list(range(1, x.ndim - 1))
-        to_last = [0] + list(range(2, x.ndim)) + [1]
+        to_first = [0, x.ndim - 1, *range(1, x.ndim - 1)]
+        to_last = [0, *range(2, x.ndim), 1]
         return f(_Shim(ctx, x.permute(to_first))).permute(to_last)
 
     return g

@@ -156,7 +156,7 @@ def _apply(x: Tensor, axis: int, taps, outside, extrapolation: float) -> Tensor:
             g = g.mul(Tensor.const(w.reshape(shape).astype(x.dtype.np), x.dtype).expand(g.shape))
         out = g if out is None else out.add(g)
     if out is None:
-        out = Tensor.full(x.shape[:axis] + (n_out,) + x.shape[axis + 1:], 0, x.dtype)
+        out = Tensor.full((*x.shape[:axis], n_out, *x.shape[axis + 1:]), 0, x.dtype)
     if outside is not None and outside.any():
         mask = Tensor.const(outside.reshape(shape), DType.bool).expand(out.shape)
         out = mask.where(Tensor.full(out.shape, extrapolation, out.dtype), out)
@@ -190,7 +190,7 @@ def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tenso
             ratios = [o / n for o, n in zip(sizes, in_sizes)]
             s = min(ratios) if policy == "not_larger" else max(ratios)
             sc = [s] * len(axes)
-            outs = [int(math.floor(s * n + 0.5)) for n in in_sizes]
+            outs = [math.floor(s * n + 0.5) for n in in_sizes]
         else:
             raise fail(ctx, f"unknown keep_aspect_ratio_policy {policy!r}")
     elif scales is not None:
@@ -199,7 +199,7 @@ def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tenso
         sc = [float(v) for v in scales]
         if any(s <= 0 for s in sc):
             raise fail(ctx, "scales must be positive")
-        outs = [int(math.floor(float(F32(n) * F32(s)))) for n, s in zip(in_sizes, sc)]
+        outs = [math.floor(float(F32(n) * F32(s))) for n, s in zip(in_sizes, sc)]
     else:
         raise fail(ctx, "one of scales and sizes is required")
     antialias = bool(ctx.attr("antialias", 0))
@@ -332,7 +332,7 @@ def grid_sample_op(ctx: OpContext) -> Tensor:
         if w is not None:
             sample = sample.mul(w.cast(x.dtype).reshape((n, 1, q)).expand((n, c, q)))
         out = sample if out is None else out.add(sample)
-    return out.reshape((n, c) + tuple(outs))
+    return out.reshape((n, c, *outs))
 
 
 @op("AffineGrid")
@@ -352,8 +352,8 @@ def affine_grid_op(ctx: OpContext) -> Tensor:
     mesh = np.meshgrid(*axes, indexing="ij")
     base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(math.prod(spatial))], axis=1)
     pts = Tensor.const(base.astype(np.float32)).cast(theta.dtype)
-    grid = pts.reshape((1,) + pts.shape).expand((n,) + pts.shape).matmul(theta.transpose())
-    return grid.reshape((n,) + tuple(spatial) + (r,))
+    grid = pts.reshape((1, *pts.shape)).expand((n, *pts.shape)).matmul(theta.transpose())
+    return grid.reshape((n, *spatial, r))
 
 
 @op("CenterCropPad")

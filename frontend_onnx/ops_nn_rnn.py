@@ -137,7 +137,7 @@ def _time_order(s: _Rnn, d: int, xw: Tensor) -> tuple[Tensor, range, np.ndarray 
 
 
 def _time_gather(t: Tensor, idx: np.ndarray) -> Tensor:
-    index = Tensor.const(idx.reshape(idx.shape + (1,)), DType.int64).expand(t.shape)
+    index = Tensor.const(idx.reshape((*idx.shape, 1)), DType.int64).expand(t.shape)
     return t.gather(index, 0)
 
 

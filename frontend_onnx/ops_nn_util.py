@@ -109,8 +109,8 @@ def take(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
         # each source element r times in a row (nearest upsampling): a broadcast view, no gather
         start, count, r = rep
         t = take(x, np.arange(start, start + count), axis).unsqueeze([axis + 1])
-        t = t.expand(t.shape[:axis + 1] + (r,) + t.shape[axis + 2:])
-        return t.reshape(x.shape[:axis] + (n,) + x.shape[axis + 1:])
+        t = t.expand((*t.shape[:axis + 1], r, *t.shape[axis + 2:]))
+        return t.reshape((*x.shape[:axis], n, *x.shape[axis + 1:]))
     shape = [n if k == axis else 1 for k in range(x.ndim)]
     out_shape = [n if k == axis else s for k, s in enumerate(x.shape)]
     index = Tensor.const(idx.reshape(shape), DType.int64).expand(out_shape)

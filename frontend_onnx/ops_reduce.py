@@ -31,7 +31,7 @@ def prod(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
     lead = [(0, x.shape[k]) for k in rest]
     while size > 1:
         size //= 2
-        y = y.shrink(lead + [(0, size)]).mul(y.shrink(lead + [(size, 2 * size)]))
+        y = y.shrink([*lead, (0, size)]).mul(y.shrink([*lead, (size, 2 * size)]))
     out_shape = [1 if k in axes else s for k, s in enumerate(x.shape)] if keepdim else [x.shape[k] for k in rest]
     return y.reshape(out_shape)
 

@@ -275,7 +275,7 @@ def range_op(ctx: OpContext) -> Tensor:
     if delta == 0:
         raise ValueError("Range delta is 0")
     dt = array_dtype(start.dtype)
-    n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
+    n = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
     if n > MAX_RANGE:
         raise ValueError(f"Range of {n} elements is too large")
     if n > FOLD_LIMIT:  # computed by a kernel rather than stored

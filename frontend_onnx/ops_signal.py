@@ -54,13 +54,13 @@ def dft_last(re: Tensor, im: Tensor | None, n: int, inverse: bool, onesided: boo
         # bins 1..(n-1)/2 stand for their mirror images too; bin 0 (and n/2) for themselves
         weight = np.where((np.arange(used) == 0) | (2 * np.arange(used) == n), 1.0, 2.0)[:, None] / n
         re, im = _first(re, used), _first(im, used)
-        real = _sum(re.shape[:-1] + (n,), dtype, _times(re, weight * cos, dtype), _times(im, -weight * sin, dtype))
+        real = _sum((*re.shape[:-1], n), dtype, _times(re, weight * cos, dtype), _times(im, -weight * sin, dtype))
         return real, None
     used = min(re.shape[-1], n)
     bins = n // 2 + 1 if onesided else n
     cos, sin = _basis(used, n, bins)
     re, im = _first(re, used), _first(im, used)
-    shape = re.shape[:-1] + (bins,)
+    shape = (*re.shape[:-1], bins)
     if inverse:  # (re + i im)(cos + i sin) / n
         cos, sin = cos / n, sin / n
         return (_sum(shape, dtype, _times(re, cos, dtype), _times(im, -sin, dtype)),
@@ -78,7 +78,7 @@ def _parts(x: Tensor) -> tuple[Tensor, Tensor | None]:
     if not x.dtype.is_float:
         raise ValueError(f"DFT of {x.dtype.value} values")
     # half precisions sum in float32
-    part = [x.slice((0,) * (x.ndim - 1) + (k,), (1,) * x.ndim, x.shape[:-1] + (1,)).squeeze([-1]).cast(DType.float32)
+    part = [x.slice((0,) * (x.ndim - 1) + (k,), (1,) * x.ndim, (*x.shape[:-1], 1)).squeeze([-1]).cast(DType.float32)
             for k in range(c)]
     return part[0], part[1] if c == 2 else None
 
@@ -102,10 +102,11 @@ def dft(ctx: OpContext) -> Tensor:
     order = [d for d in range(re.ndim) if d != axis] + [axis]
     back = [int(d) for d in np.argsort(order)]
     re, im = re.permute(order), None if im is None else im.permute(order)
+    n = re.shape[-1]
     if length:
         n = length[0]
-    else:
-        n = 2 * (re.shape[-1] - 1) if inverse and onesided else re.shape[-1]
+    elif inverse and onesided:
+        n = 2 * (n - 1)
     re, im = dft_last(re, im, n, inverse, onesided)
     return _joined(re.permute(back), None if im is None else im.permute(back), x.dtype)
 

@@ -76,7 +76,7 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _scalar(src: Src):
-    s, v = src
+    s = src[0]
     if s.op is Op.Constant and s.attrs["value"].ndim == 0:
         return s.attrs["value"].item()
     if s.op is Op.Constant and s.attrs["value"].size == 1:
@@ -160,4 +160,4 @@ def optimize(graph: Graph) -> Graph:
     return graph
 
 
-__all__ = ["fold_constants", "simplify", "cse", "dce", "optimize", "ELEMENTWISE", "REDUCE"]
+__all__ = ["ELEMENTWISE", "REDUCE", "cse", "dce", "fold_constants", "optimize", "simplify"]

@@ -289,8 +289,8 @@ class Tensor:
         index = index.lt(0).where(index.add(size), index)
         out_shape = broadcast_shape(tuple(s for k, s in enumerate(self.shape) if k != axis),
                                     tuple(s for k, s in enumerate(index.shape) if k != axis))
-        out_shape = out_shape[:axis] + (index.shape[axis],) + out_shape[axis:]
-        data = self.expand(out_shape[:axis] + (size,) + out_shape[axis + 1:])
+        out_shape = (*out_shape[:axis], index.shape[axis], *out_shape[axis:])
+        data = self.expand((*out_shape[:axis], size, *out_shape[axis + 1:]))
         index = index.expand(out_shape)
         return Tensor._make(Op.Gather, [data, index], out_shape, self.dtype, axis=axis)
 
@@ -587,8 +587,8 @@ class Tensor:
         k2, n = b.shape[-2:]
         if k != k2:
             raise ValueError(f"matmul shapes {list(a.shape)} and {list(b.shape)} do not match")
-        a = a.expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
-        b = b.expand(batch + (k, n)).transpose(-1, -2).reshape(batch + (1, n, k)).expand(batch + (m, n, k))
+        a = a.expand((*batch, m, k)).reshape((*batch, m, 1, k)).expand((*batch, m, n, k))
+        b = b.expand((*batch, k, n)).transpose(-1, -2).reshape((*batch, 1, n, k)).expand((*batch, m, n, k))
         return a.mul(b).sum((-1,))
 
 

@@ -11,6 +11,7 @@ a ``Contiguous`` node.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -130,7 +131,7 @@ class View:
 
     def window(self, dim: int, out: int, size: int, stride: int = 1, dilation: int = 1) -> View:
         """Replace ``dim`` by two dims (out, size): element (o, k) is old o*stride + k*dilation."""
-        shape = self.shape[:dim] + (out, size) + self.shape[dim + 1:]
+        shape = (*self.shape[:dim], out, size, *self.shape[dim + 1:])
         rows = []
         for j in range(self.ndim):
             if j < dim:
@@ -174,7 +175,7 @@ class View:
             i += 1
             k += 1
             if len(gi) > 1:
-                for a, b in zip(gi, gi[1:]):
+                for a, b in itertools.pairwise(gi):
                     if strides[a] != strides[b] * dims[b]:
                         return None
                 if any(m[0][j] for m in mask for j in gi):

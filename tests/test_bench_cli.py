@@ -54,7 +54,7 @@ def validate(value, schema: dict, root: dict | None = None, where: str = "$") ->
     if types is not None:
         types = [types] if isinstance(types, str) else types
         if not any(_is_type(value, t) for t in types):
-            return errors + [f"{where}: {type(value).__name__} is not {types}"]
+            return [*errors, f"{where}: {type(value).__name__} is not {types}"]
     if _is_type(value, "number"):
         if "minimum" in schema and value < schema["minimum"]:
             errors.append(f"{where}: {value} < {schema['minimum']}")

@@ -247,7 +247,7 @@ def test_few_rows_against_weights_laid_out_n_by_k_swap_roles(m):
     assert plan.sizes[1] == 37 and plan.sizes[2] == m and plan.a_direct
     feeds = {"x": RNG.standard_normal((m, 40)).astype(np.float32)}
     be = CPUBackend()
-    for s in _schedules(be, cs[0]) + [{**be.default_schedule(cs[0]), "impl": "blas"}]:
+    for s in [*_schedules(be, cs[0]), {**be.default_schedule(cs[0]), "impl": "blas"}]:
         _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
 
 
@@ -276,7 +276,7 @@ def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
     for name in ("w1", "w1", "w2", "w1"):
         xv = RNG.standard_normal((m, k)).astype(np.float32)
         ins = [xv if i != bi else weights[name] for i in range(len(c.inputs))]
-        ck(ins + [out])
+        ck([*ins, out])
         want = np.maximum(xv @ (weights[name].T if transposed else weights[name]), 0)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
     # one set of panels per weight, filled once

@@ -88,11 +88,10 @@ def test_winner_counts_trials(cache: TuningCache):
 
 
 def test_transaction_is_all_or_nothing(cache: TuningCache):
-    with pytest.raises(RuntimeError):
-        with cache.transaction():
-            cache.record_trial("k", DEV, TC, {"i": 1}, "ok", [10])
-            cache.propose_winner("k", DEV, TC, {"i": 1}, 10)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), cache.transaction():
+        cache.record_trial("k", DEV, TC, {"i": 1}, "ok", [10])
+        cache.propose_winner("k", DEV, TC, {"i": 1}, 10)
+        raise RuntimeError("boom")
     assert cache.trials("k") == [] and cache.best("k", DEV, TC) is None
     with cache.transaction():
         cache.record_trial("k", DEV, TC, {"i": 1}, "ok", [10])

@@ -78,9 +78,8 @@ def test_import_into_readonly_is_refused(tmp_path: Path):
     with TuningCache(tmp_path / "a.db") as a:
         _fill(a, "a")
         a.export(tmp_path / "a.jsonl")
-    with TuningCache(tmp_path / "a.db", readonly=True) as a:
-        with pytest.raises(LuminalError, match="read-only"):
-            a.import_(tmp_path / "a.jsonl")
+    with TuningCache(tmp_path / "a.db", readonly=True) as a, pytest.raises(LuminalError, match="read-only"):
+        a.import_(tmp_path / "a.jsonl")
 
 
 def _lines(path: Path) -> list[str]:
@@ -88,17 +87,17 @@ def _lines(path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("damage, match", [
-    (lambda ls: ls[:5] + ["{not json"] + ls[5:], "line 6: not JSON"),
-    (lambda ls: ls[:5] + [ls[5].replace('"ok"', '"fabulous"')] + ls[6:], "line 6: field 'status'"),
-    (lambda ls: ls + ['{"type": "trial", "uid": "x", "status": "ok"}'], "line 12: field 'signature'"),
-    (lambda ls: ls + ['{"type": "virus"}'], "line 12: unknown record type"),
-    (lambda ls: ls + ['[1, 2]'], "line 12: expected a JSON object"),
-    (lambda ls: ['{"format": "something-else", "version": 1}'] + ls[1:], "line 1: not a luminal tuning cache export"),
-    (lambda ls: [json.dumps({"format": FORMAT, "version": 99})] + ls[1:], "line 1: export format version 99"),
+    (lambda ls: [*ls[:5], "{not json", *ls[5:]], "line 6: not JSON"),
+    (lambda ls: [*ls[:5], ls[5].replace('"ok"', '"fabulous"'), *ls[6:]], "line 6: field 'status'"),
+    (lambda ls: [*ls, '{"type": "trial", "uid": "x", "status": "ok"}'], "line 12: field 'signature'"),
+    (lambda ls: [*ls, '{"type": "virus"}'], "line 12: unknown record type"),
+    (lambda ls: [*ls, '[1, 2]'], "line 12: expected a JSON object"),
+    (lambda ls: ['{"format": "something-else", "version": 1}', *ls[1:]], "line 1: not a luminal tuning cache export"),
+    (lambda ls: [json.dumps({"format": FORMAT, "version": 99}), *ls[1:]], "line 1: export format version 99"),
     (lambda ls: [], "empty"),
-    (lambda ls: ls[:5] + [ls[5].replace('"config":{', '"config":{"x":NaN,')] + ls[6:], "line 6: NaN is not"),
-    (lambda ls: ls + ['{"type": "trial", "n": ' + "9" * 5000 + "}"], "line 12: not JSON"),
-    (lambda ls: ls + ["[" * 100_000 + "]" * 100_000], "line 12: not JSON"),
+    (lambda ls: [*ls[:5], ls[5].replace('"config":{', '"config":{"x":NaN,'), *ls[6:]], "line 6: NaN is not"),
+    (lambda ls: [*ls, '{"type": "trial", "n": ' + "9" * 5000 + "}"], "line 12: not JSON"),
+    (lambda ls: [*ls, "[" * 100_000 + "]" * 100_000], "line 12: not JSON"),
 ])
 def test_bad_file_changes_nothing(tmp_path: Path, damage, match):
     with TuningCache(tmp_path / "a.db") as a:

@@ -93,7 +93,7 @@ def test_four_writers_lose_nothing(tmp_path: Path):
             assert w is None or w.median_ns <= 1_000_000
             lookups += 1
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     assert _consistent(path) == 800
     with TuningCache(path) as c:
@@ -137,10 +137,9 @@ def _make_cache(path: Path, n: int = 400) -> None:
 def _assert_refused(path: Path, match: str, readonly: bool = False) -> None:
     before = _snapshot(path)
     time.sleep(0.01)
-    with pytest.raises(LuminalError, match=match) as info:
-        with TuningCache(path, readonly=readonly) as c:
-            c.stats()
-            c.trials("k0")
+    with pytest.raises(LuminalError, match=match) as info, TuningCache(path, readonly=readonly) as c:
+        c.stats()
+        c.trials("k0")
     assert "\n" not in str(info.value)
     assert _snapshot(path) == before
 
@@ -179,11 +178,10 @@ def test_damaged_data_page_is_an_error_not_a_traceback(tmp_path: Path):
     with open(path, "r+b") as f:
         f.seek(size // 2)
         f.write(b"\xa5" * 8192)
-    with pytest.raises(LuminalError, match="corrupted"):
-        with TuningCache(path) as c:
-            problems = c.check()
-            c.trials("k3")
-            assert problems == []  # unreachable when the damage is seen: check() or the read raise first
+    with pytest.raises(LuminalError, match="corrupted"), TuningCache(path) as c:
+        problems = c.check()
+        c.trials("k3")
+        assert problems == []  # unreachable when the damage is seen: check() or the read raise first
 
 
 def test_foreign_sqlite_is_refused_untouched(tmp_path: Path):

@@ -89,7 +89,7 @@ def test_pyproject_without_section_is_no_config_and_search_stops_at_repo_root(tm
     (outer / "luminal.toml").write_text('[[models]]\npath = "m.onnx"\n')
     (repo / ".git").mkdir()
     assert find_config_file(repo) is None
-    with pytest.raises(LuminalError, match="no MODEL given and no \\[tool.luminal\\]"):
+    with pytest.raises(LuminalError, match=r"no MODEL given and no \[tool.luminal\]"):
         configured_models(repo)
 
 

@@ -7,8 +7,8 @@ import pytest
 from frontend_util import assert_matches, make_model, run_ours
 from onnx import helper
 
-from luminal.errors import LuminalError  # noqa: E402
-from luminal.frontend_onnx import load  # noqa: E402
+from luminal.errors import LuminalError
+from luminal.frontend_onnx import load
 
 RNG = np.random.default_rng(6)
 MS = "com.microsoft"

@@ -109,7 +109,7 @@ def test_a_placeholder_can_still_be_bound_by_its_name():
 
 
 def test_placeholder_names():
-    assert all(is_placeholder(p) for p in PLACEHOLDERS + ["unk__0", "DynamicDimension.12", " "])
+    assert all(is_placeholder(p) for p in [*PLACEHOLDERS, "unk__0", "DynamicDimension.12", " "])
     assert not any(is_placeholder(p) for p in ["batch", "s0", "seq_len", "N", "height"])
 
 

@@ -11,9 +11,9 @@ import pytest
 from frontend_util import assert_matches, make_model, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
-from luminal import ir  # noqa: E402
-from luminal.errors import LuminalError  # noqa: E402
-from luminal.frontend_onnx import ImportResult, check_supported, load  # noqa: E402
+from luminal import ir
+from luminal.errors import LuminalError
+from luminal.frontend_onnx import ImportResult, check_supported, load
 
 RNG = np.random.default_rng(4)
 
@@ -181,7 +181,7 @@ def _external_model(tmp_path: Path, location: str = "weights.bin") -> tuple[Path
 
 
 def test_external_data_inside_folder(tmp_path):
-    p, expected = _external_model(tmp_path)
+    p, _ = _external_model(tmp_path)
     r = load(p)
     x = RNG.standard_normal((2, 64)).astype(np.float32)
     w = np.fromfile(tmp_path / "weights.bin", dtype=np.float32).reshape(64, 32)
@@ -251,7 +251,7 @@ def test_unsupported_op_inside_a_branch_is_listed():
     x = RNG.standard_normal(2).astype(np.float32)
     m = make_model([helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL, [], [1])),
                     helper.make_node("If", ["c"], ["y"], then_branch=sub, else_branch=sub)], {"x": x})
-    with pytest.raises(LuminalError, match="NotARealOp.*inner_node"):
+    with pytest.raises(LuminalError, match=r"NotARealOp.*inner_node"):
         load(m)
 
 
@@ -269,7 +269,7 @@ def test_cycle_and_undefined_values_are_refused():
     with pytest.raises(LuminalError, match="cycle"):
         load(cyc)
     undef = make_model([helper.make_node("Add", ["x", "ghost"], ["y"])], {"x": x})
-    with pytest.raises(LuminalError, match="ghost.*not defined"):
+    with pytest.raises(LuminalError, match=r"ghost.*not defined"):
         load(undef)
 
 
@@ -277,7 +277,7 @@ def test_op_errors_name_the_node():
     x = RNG.standard_normal((2, 3)).astype(np.float32)
     m = make_model(helper.make_node("Reshape", ["x", "s"], ["y"], name="bad_reshape"), {"x": x},
                    {"s": np.array([4, 4], np.int64)})
-    with pytest.raises(LuminalError, match="bad_reshape.*Reshape.*cannot reshape"):
+    with pytest.raises(LuminalError, match=r"bad_reshape.*Reshape.*cannot reshape"):
         load(m)
 
 
@@ -384,7 +384,7 @@ def test_unsupported_op_inside_a_local_function_is_listed():
     m = make_model([h.make_node("F", ["x"], ["y"], domain="custom")], {"x": x})
     m.opset_import.append(h.make_opsetid("custom", 1))
     m.functions.append(fn)
-    with pytest.raises(LuminalError, match="NoSuchOp.*deep") as e:
+    with pytest.raises(LuminalError, match=r"NoSuchOp.*deep") as e:
         load(m)
     assert "'F'" not in str(e.value)
 

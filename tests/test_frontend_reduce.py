@@ -7,7 +7,7 @@ import pytest
 from frontend_util import assert_matches, make_model, run_ours
 from onnx import helper
 
-from luminal.frontend_onnx import load  # noqa: E402
+from luminal.frontend_onnx import load
 
 RNG = np.random.default_rng(2)
 X = RNG.uniform(0.2, 2.0, (3, 4, 5)).astype(np.float32) * np.where(RNG.uniform(size=(3, 4, 5)) > 0.3, 1, -1)

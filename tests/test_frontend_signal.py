@@ -18,7 +18,7 @@ def _complex(y: np.ndarray) -> np.ndarray:
 
 
 def _signal(shape, parts: int) -> np.ndarray:
-    return RNG.standard_normal(tuple(shape) + (parts,)).astype(np.float32)
+    return RNG.standard_normal((*shape, parts)).astype(np.float32)
 
 
 def _dft_model(x, opset, axis, length=None, **attrs):

@@ -286,7 +286,7 @@ print(ok, refused)
 def test_fuzzed_files_never_crash(tmp_path):
     """Random truncations and byte flips: a LuminalError or a model, never a traceback or a crash
     (run in a child so a segfault fails the test rather than pytest)."""
-    m = _model(_inits()[:6] + [numpy_helper.from_array(RNG.standard_normal((32, 7)).astype(np.float32), "big")],
+    m = _model([*_inits()[:6], numpy_helper.from_array(RNG.standard_normal((32, 7)).astype(np.float32), "big")],
                [helper.make_node("Add", ["x", "f32_raw"], ["a"]), helper.make_node("Mul", ["a", "f32_typed"], ["y"])])
     src = _save(m, tmp_path / "src.onnx")
     p = subprocess.run([sys.executable, "-c", _FUZZ, str(src), str(tmp_path), "7", "240"], capture_output=True,

@@ -46,15 +46,15 @@ def test_attention_masks(mask_shape, kind):
         mask[..., 0] = True
     else:
         mask = rng.standard_normal(mask_shape).astype(np.float32)
-    both(list(_qkv()) + [mask], dict(scale=0.3))
+    both([*_qkv(), mask], dict(scale=0.3))
 
 
 def test_attention_fully_masked_row_is_zero():
     mask = np.ones((QL, KL), bool)
     mask[1] = False
-    got, _ = h.luminal_run("Attention", list(_qkv()) + [mask], {}, opset=23)
+    got, _ = h.luminal_run("Attention", [*_qkv(), mask], {}, opset=23)
     assert np.all(got["o0"][:, :, 1] == 0) and np.isfinite(got["o0"]).all()
-    h.check_against_onnx_reference("Attention", list(_qkv()) + [mask], {}, opset=23)
+    h.check_against_onnx_reference("Attention", [*_qkv(), mask], {}, opset=23)
 
 
 @pytest.mark.parametrize("causal", [0, 1])
@@ -72,13 +72,13 @@ def test_attention_qk_output_and_softcap(mode, softcap):
 
     mask = rand(QL, KL, seed=7)
     attrs = dict(qk_matmul_output_mode=mode, softcap=softcap)
-    inputs = list(_qkv()) + [mask, None, None]
+    inputs = [*_qkv(), mask, None, None]
     names = ["y", "", "", "qk"]
     if softcap == 0:  # onnxruntime reports qk before the softcap; onnx's reference after it
         h.check("Attention", inputs, attrs, n_out=4, opset=23, out_names=names)
     got, _ = h.luminal_run("Attention", inputs, attrs, opset=23, out_names=names)
     node = helper.make_node("Attention", ["q", "k", "v", "m"], names, **attrs)
-    want = ReferenceEvaluator(node).run(["y", "qk"], dict(zip("qkvm", inputs[:3] + [mask])))
+    want = ReferenceEvaluator(node).run(["y", "qk"], dict(zip("qkvm", [*inputs[:3], mask])))
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got["qk"], want[1], rtol=1e-5, atol=1e-5)
 
@@ -107,7 +107,7 @@ def test_rotary_embedding(three_d, interleaved, dim, positions):
         attrs["num_heads"] = 3
     inputs = _rotary_inputs(three_d, dim, positions)
     if not positions:
-        inputs[1], inputs[2] = np.broadcast_to(inputs[1], (2,) + inputs[1].shape).copy(), \
-            np.broadcast_to(inputs[2], (2,) + inputs[2].shape).copy()
+        inputs[1], inputs[2] = np.broadcast_to(inputs[1], (2, *inputs[1].shape)).copy(), \
+            np.broadcast_to(inputs[2], (2, *inputs[2].shape)).copy()
     h.check_against_onnx_reference("RotaryEmbedding", inputs, attrs, opset=23)
     h.check("RotaryEmbedding", inputs, attrs, opset=23)

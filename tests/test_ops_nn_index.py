@@ -121,7 +121,7 @@ def _unique_indices(n: int, ishape: tuple[int, ...], axis: int, seed: int = 0) -
     lines = int(np.prod(ishape)) // ishape[axis]
     idx = np.stack([rng.permutation(n)[:ishape[axis]] for _ in range(lines)])
     rest = [s for k, s in enumerate(ishape) if k != axis]
-    idx = np.moveaxis(idx.reshape(rest + [ishape[axis]]), -1, axis)
+    idx = np.moveaxis(idx.reshape([*rest, ishape[axis]]), -1, axis)
     return np.where(rng.random(idx.shape) < 0.3, idx - n, idx).astype(np.int64)  # some negative
 
 

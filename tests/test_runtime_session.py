@@ -94,7 +94,7 @@ def test_stale_and_foreign_artifacts_refused(model_path, tmp_path):
     bad["model"] = {"sha256": None}
     bad["kernels"][0]["ir"]["full"][0] += 1
     (out / "manifest.json").write_text(json.dumps(bad))
-    with pytest.raises(LuminalError, match="signature|malformed"):
+    with pytest.raises(LuminalError, match=r"signature|malformed"):
         InferenceSession(out)
     (tmp_path / "empty").mkdir()
     with pytest.raises(LuminalError, match="not a luminal artifact"):
