@@ -84,20 +84,11 @@ def _whole_shape(decl: InputDecl, value: int | tuple[int, ...]) -> tuple[int, ..
     return tuple(int(v) for v in whole)
 
 
-def bind(decls: Sequence[InputDecl], given: Given) -> Binding:
-    """Every input's shape: its whole shape where given, else its dims, named ones by the value given
-    for the name or else the one an input's whole shape showed, the rest 1 (listed as unbound)."""
-    inputs = {d.name for d in decls}
-    names = {d for decl in decls for d in decl.dims or () if isinstance(d, str)}
-    unknown = sorted(set(given) - inputs - names)
-    if unknown:
-        known = sorted(inputs | {n for n in names if not is_placeholder(n)})
-        raise LuminalError(f"shape given for {', '.join(map(repr, unknown))}, which is neither an input nor a "
-                           f"dimension name of this model (known: {', '.join(map(repr, known)) or 'none'})")
-    by_name = {n: _dim_value(given, n) for n in names if n in given and n not in inputs}
-    warnings: list[str] = []
+def _from_whole_shapes(decls: Sequence[InputDecl], given: Given, by_name: Mapping[str, int],
+                       warnings: list[str]) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """The inputs given whole, and the value each real dim name took in the first of them that has it."""
     shapes: dict[str, tuple[int, ...]] = {}
-    seen: dict[str, tuple[int, str]] = {}  # a name's value in the first whole shape that showed it, and where
+    seen: dict[str, tuple[int, str]] = {}
     for decl in decls:
         if decl.name not in given:
             continue
@@ -113,7 +104,22 @@ def bind(decls: Sequence[InputDecl], given: Given) -> Binding:
                 warnings.append(f"dimension {d!r} is {seen[d][0]} in {seen[d][1]} but {v} in {where}; each input "
                                 f"takes the shape given")
             seen.setdefault(d, (v, where))
-    symbols = {d: v for d, (v, _) in seen.items()}
+    return shapes, {d: v for d, (v, _) in seen.items()}
+
+
+def bind(decls: Sequence[InputDecl], given: Given) -> Binding:
+    """Every input's shape: its whole shape where given, else its dims, named ones by the value given
+    for the name or else the one an input's whole shape showed, the rest 1 (listed as unbound)."""
+    inputs = {d.name for d in decls}
+    names = {d for decl in decls for d in decl.dims or () if isinstance(d, str)}
+    unknown = sorted(set(given) - inputs - names)
+    if unknown:
+        known = sorted(inputs | {n for n in names if not is_placeholder(n)})
+        raise LuminalError(f"shape given for {', '.join(map(repr, unknown))}, which is neither an input nor a "
+                           f"dimension name of this model (known: {', '.join(map(repr, known)) or 'none'})")
+    by_name = {n: _dim_value(given, n) for n in names if n in given and n not in inputs}
+    warnings: list[str] = []
+    shapes, symbols = _from_whole_shapes(decls, given, by_name, warnings)
     unbound: list[str] = []
     for decl in decls:
         if decl.name in shapes:

@@ -19,6 +19,7 @@ from ..errors import LuminalError
 from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
 from . import dims, registry
+from .structure import check_graph, clean
 from .weights import external_view, map_model
 
 Shapes = Mapping[str, "int | tuple[int, ...]"]
@@ -299,12 +300,6 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return out
 
 
-def _clean(s: str | bytes) -> str:
-    if isinstance(s, bytes):  # proto2 hands out strings that are not UTF-8 as bytes
-        s = s.decode("utf-8", "replace")
-    return "".join(c if c.isprintable() else "?" for c in s)[:80]
-
-
 def check_supported(model: str | Path | onnx.ModelProto) -> None:
     """Raise one LuminalError listing every op type the frontend does not know."""
     if not isinstance(model, onnx.ModelProto):
@@ -322,13 +317,13 @@ def check_supported(model: str | Path | onnx.ModelProto) -> None:
     for i, n in enumerate(bodies):
         if registry.lookup(n.domain, n.op_type) is None and (n.domain, n.op_type) not in local:
             key = ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
-            missing.setdefault(key, []).append(_clean(n.name or (n.output[0] if n.output else "")) or f"#{i}")
+            missing.setdefault(key, []).append(clean(n.name or (n.output[0] if n.output else "")) or f"#{i}")
     if not missing:
         return
     parts = []
     for (dom, op_type), names in missing.items():
         shown = ", ".join(names[:5]) + (f", +{len(names) - 5} more" if len(names) > 5 else "")
-        parts.append(f"{_clean(op_type)} (domain {_clean(dom) or 'ai.onnx'!r}, opset {opsets.get(dom, '?')}; "
+        parts.append(f"{clean(op_type)} (domain {clean(dom) or 'ai.onnx'!r}, opset {opsets.get(dom, '?')}; "
                      f"nodes: {shown})")
     raise LuminalError(f"unsupported ONNX ops ({len(missing)}): " + "; ".join(parts))
 
@@ -364,7 +359,7 @@ class Importer:
         are initializers of ``g`` read elsewhere (the mapped file's), by name."""
         if inputs is not None:
             if len(inputs) != len(g.input):
-                raise LuminalError(f"subgraph {_clean(g.name)!r} takes {len(g.input)} inputs, got {len(inputs)}")
+                raise LuminalError(f"subgraph {clean(g.name)!r} takes {len(g.input)} inputs, got {len(inputs)}")
             for vi, t in zip(g.input, inputs):
                 scope[vi.name] = t
         weights = weights or {}
@@ -379,12 +374,12 @@ class Importer:
         outs = []
         for o in g.output:
             if o.name not in scope:
-                raise LuminalError(f"graph output {_clean(o.name)!r} is never produced")
+                raise LuminalError(f"graph output {clean(o.name)!r} is never produced")
             outs.append(scope[o.name])
         return outs
 
     def run_node(self, n: onnx.NodeProto, scope: ChainMap) -> None:
-        label = f"node {_clean(n.name or n.output[0] if n.output else n.name)!r} ({_clean(n.op_type)})"
+        label = f"node {clean(n.name or n.output[0] if n.output else n.name)!r} ({clean(n.op_type)})"
         fn = registry.lookup(n.domain, n.op_type)
         if fn is None:
             raise LuminalError(f"{label}: unsupported op")
@@ -393,7 +388,7 @@ class Importer:
             if not name:
                 inputs.append(None)
             elif name not in scope or scope[name] is None:
-                raise LuminalError(f"{label}: input {_clean(name)!r} is not defined")
+                raise LuminalError(f"{label}: input {clean(name)!r} is not defined")
             else:
                 inputs.append(scope[name])
         attrs = {a.name: _attr_value(a) for a in n.attribute}
@@ -472,7 +467,7 @@ def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodePro
         for o in n.output:
             if o:
                 if o in producer:
-                    raise LuminalError(f"value {_clean(o)!r} is produced by more than one node")
+                    raise LuminalError(f"value {clean(o)!r} is produced by more than one node")
                 producer[o] = i
     deps = [{producer[d] for d in _deps(n) if d in producer} for n in nodes]
     if all(d < i for i, ds in enumerate(deps) for d in ds):
@@ -500,6 +495,36 @@ def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodePro
     return order
 
 
+def _default_opset(opsets: Mapping[str, int], warnings: list[str]) -> int:
+    if "" not in opsets:
+        raise LuminalError("the model has no opset import for the default ONNX domain")
+    opset, newest = opsets[""], onnx.defs.onnx_opset_version()
+    if opset > newest:
+        warnings.append(f"model opset {opset} is newer than this onnx ({newest}); ops are read as opset {newest}")
+    return opset
+
+
+def _bind_inputs(g: onnx.GraphProto, shapes: Shapes | None,
+                 warnings: list[str]) -> tuple[list[tuple[str, DType, tuple[int, ...]]], dims.Binding]:
+    """The graph's inputs (initializers listed as inputs are constants) with their dtypes and shapes."""
+    init_names = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
+    real_inputs = [vi for vi in g.input if vi.name not in init_names]
+    dtypes = []
+    for vi in real_inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise LuminalError(f"input {clean(vi.name)!r} is not a tensor")
+        elem = vi.type.tensor_type.elem_type
+        dtypes.append(onnx_dtype(elem))
+        if elem == TensorProto.DOUBLE:
+            warnings.append(f"input {clean(vi.name)!r} is double; computed as float32")
+    given = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in (shapes or {}).items()}
+    bound = dims.bind([dims.InputDecl(vi.name, dims.declared_dims(vi)) for vi in real_inputs], given)
+    warnings.extend(bound.warnings)
+    if bound.unbound:
+        warnings.append(f"unbound dimensions default to 1: {', '.join(clean(u) for u in bound.unbound)}")
+    return [(vi.name, dt, bound.shapes[vi.name]) for vi, dt in zip(real_inputs, dtypes)], bound
+
+
 def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True) -> ImportResult:
     """Import an ONNX model (a path or a ModelProto) into a primitive Graph, optimised
     with ``ir.optimize`` unless ``optimize`` is False."""
@@ -514,31 +539,12 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         proto = _inline_functions(proto)
     load_external_data(proto, base, weights)
     opsets = _opsets(proto)
-    if "" not in opsets:
-        raise LuminalError("the model has no opset import for the default ONNX domain")
-    opset = opsets[""]
-    newest = onnx.defs.onnx_opset_version()
-    if opset > newest:
-        warnings.append(f"model opset {opset} is newer than this onnx ({newest}); ops are read as opset {newest}")
+    opset = _default_opset(opsets, warnings)
 
     g = proto.graph
-    init_names = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
-    real_inputs = [vi for vi in g.input if vi.name not in init_names]
-    dtypes = []
-    for vi in real_inputs:
-        if not vi.type.HasField("tensor_type"):
-            raise LuminalError(f"input {_clean(vi.name)!r} is not a tensor")
-        elem = vi.type.tensor_type.elem_type
-        dtypes.append(onnx_dtype(elem))
-        if elem == TensorProto.DOUBLE:
-            warnings.append(f"input {_clean(vi.name)!r} is double; computed as float32")
-    given = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in (shapes or {}).items()}
-    bound = dims.bind([dims.InputDecl(vi.name, dims.declared_dims(vi)) for vi in real_inputs], given)
-    warnings.extend(bound.warnings)
-    resolved = [(vi.name, dt, bound.shapes[vi.name]) for vi, dt in zip(real_inputs, dtypes)]
+    check_graph(g)
+    resolved, bound = _bind_inputs(g, shapes, warnings)
     unbound = bound.unbound
-    if unbound:
-        warnings.append(f"unbound dimensions default to 1: {', '.join(_clean(u) for u in unbound)}")
 
     declared = _declared(g, {name: dt for name, dt, _ in resolved})
     scope: ChainMap = ChainMap()
@@ -559,14 +565,14 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         if not unbound:
             raise
         # a model exported with dynamic dims often still holds the traced sizes in its Reshape targets
-        names = ", ".join(_clean(u) for u in unbound)
+        names = ", ".join(clean(u) for u in unbound)
         raise LuminalError(f"{e} (unbound dimensions default to 1: {names}; give them with --shape)") from None
     out_tensors, names = [], []
     for o, t in zip(g.output, outs):
         if t is None:
-            raise LuminalError(f"graph output {_clean(o.name)!r} is never produced")
+            raise LuminalError(f"graph output {clean(o.name)!r} is never produced")
         if not isinstance(t, Tensor):
-            raise LuminalError(f"graph output {_clean(o.name)!r} is a sequence; only tensor outputs are supported")
+            raise LuminalError(f"graph output {clean(o.name)!r} is a sequence; only tensor outputs are supported")
         out_tensors.append(materialise(t))
         names.append(o.name)
     declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True))
