@@ -208,12 +208,12 @@ def bench_model(model: BenchModel, settings: Settings,
                 progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Parity first, then timings. When luminal's outputs are wrong the entry has status "wrong-outputs",
     a "message", and no timings."""
-    from ..frontend_onnx import load
+    from ..frontend_onnx.loader import Unbound, load_model
     from .modelcheck import load_model_proto, make_inputs
 
     proto = load_model_proto(str(model.path))  # refuses a missing or unreadable file
     t0 = time.perf_counter()
-    imported = load(str(model.path), dict(model.shapes))
+    imported = load_model(model.path, model.shapes, Unbound.WARN)
     feeds = make_inputs(list(imported.inputs), proto, settings.seed)
     del proto
     t1 = time.perf_counter()

@@ -255,13 +255,13 @@ def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str
                 atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, seed: int = 0,
                 cache: str | None = None) -> CheckReport:
     """Run the model on onnxruntime and on a luminal backend with the same seeded inputs."""
-    from ..frontend_onnx import load
+    from ..frontend_onnx.loader import Unbound, load_model
 
     if backend not in BACKENDS:
         raise LuminalError(f"backend {backend!r} is not available (available: {', '.join(sorted(BACKENDS))})")
     proto = load_model_proto(path)
     t0 = time.perf_counter()
-    imported = load(path, dict(shapes or {}))
+    imported = load_model(path, shapes, Unbound.WARN)
     t1 = time.perf_counter()
     feeds = make_inputs(list(imported.inputs), proto, seed)
     del proto

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ import numpy as np
 from ..codegen.backend import Backend, Schedule, get_backend
 from ..codegen.kernel import Kernel
 from ..codegen.partition import partition
-from ..errors import LuminalError
 from ..ir.graph import Graph, Op
+from ..values import Shape
 from .model import CompiledModel, CompileStats, TensorSpec
 
 
@@ -74,18 +75,14 @@ def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict
     return model
 
 
-def import_model(path: str | Path, shapes: dict | None = None) -> Graph:
-    from ..frontend_onnx import load
+def import_model(path: str | Path, shapes: Mapping[str, Shape] | None = None) -> Graph:
+    """The model's graph for compiling: a dim nobody bound is refused, as the kernels would be made for 1."""
+    from ..frontend_onnx.loader import Unbound, load_model
 
-    result = load(str(path), shapes or {})
-    if getattr(result, "unbound", None):
-        raise LuminalError(f"unbound symbolic dims {', '.join(result.unbound)}: pass --shape name=value")
-    return result.graph
+    return load_model(path, shapes, Unbound.REFUSE).graph
 
 
-def compile_model(path: str | Path, shapes: dict | None = None, backend: str | Backend = "auto",
+def compile_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, backend: str | Backend = "auto",
                   cache: Any = None) -> CompiledModel:
-    if not Path(path).is_file():
-        raise LuminalError(f"model file not found: {path}")
     graph = import_model(path, shapes)
     return compile_graph(graph, backend, cache=cache)

@@ -339,9 +339,10 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
     if isinstance(model, Graph):
         graph, name = model, "graph"
     else:
-        from ..frontend_onnx import load
+        from ..frontend_onnx.loader import Unbound, load_model
 
-        graph, name = load(model, shapes or {}).graph, Path(model).name
+        # winners are stored per kernel shape: a dim taken as 1 would tune kernels no later compile asks for
+        graph, name = load_model(model, shapes, Unbound.REFUSE).graph, Path(model).name
     spent = time.monotonic() - start
     tuner = Tuner(graph, backend, max(budget_s - spent, 1e-3), model_name=name, sampler=sampler, seed=seed,
                   storage=storage, cache=cache, workers=workers, timeout_s=timeout_s, plan=plan, fusion=fusion,
