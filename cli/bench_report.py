@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from html import escape
 from typing import Any
@@ -27,7 +28,7 @@ def _binned(samples: list[float], bins: int = 600) -> list[tuple[float, float]]:
     if x.size <= bins:
         return list(enumerate(x.tolist()))
     edges = np.linspace(0, x.size, bins + 1).astype(int)
-    return [(float((a + b - 1) / 2), float(np.median(x[a:b]))) for a, b in zip(edges[:-1], edges[1:])]
+    return [(float((a + b - 1) / 2), float(np.median(x[a:b]))) for a, b in itertools.pairwise(edges)]
 
 
 def _ms(seconds: float | None) -> str:

@@ -124,23 +124,30 @@ def bind(decls: Sequence[InputDecl], given: Given) -> Binding:
     for decl in decls:
         if decl.name in shapes:
             continue
-        if decl.dims is None:
-            raise LuminalError(f"input {decl.name!r} has no known rank; give its whole shape, e.g. "
-                               f"{decl.name}=1x3x224x224")
-        shape: list[int] = []
-        for k, d in enumerate(decl.dims):
-            if isinstance(d, int):
-                shape.append(d)
-            elif d is not None and d in by_name:
-                symbols[d] = by_name[d]
-                shape.append(by_name[d])
-            elif d is not None and not is_placeholder(d):
-                if d not in symbols:
-                    unbound.append(d)
-                    symbols[d] = 1
-                shape.append(symbols[d])
-            else:
-                unbound.append(f"{decl.name}[{k}]")
-                shape.append(1)
-        shapes[decl.name] = tuple(shape)
+        shapes[decl.name] = _declared_shape(decl, by_name, symbols, unbound)
     return Binding(shapes, symbols, unbound, warnings)
+
+
+def _declared_shape(decl: InputDecl, by_name: Mapping[str, int], symbols: dict[str, int],
+                    unbound: list[str]) -> tuple[int, ...]:
+    """An input's shape from its declared dims: a named dim takes the value given for its name or seen before,
+    else 1 (recorded in ``symbols`` and listed in ``unbound``); a placeholder dim is 1, listed by position."""
+    if decl.dims is None:
+        raise LuminalError(f"input {decl.name!r} has no known rank; give its whole shape, e.g. "
+                           f"{decl.name}=1x3x224x224")
+    shape: list[int] = []
+    for k, d in enumerate(decl.dims):
+        if isinstance(d, int):
+            shape.append(d)
+        elif d is not None and d in by_name:
+            symbols[d] = by_name[d]
+            shape.append(by_name[d])
+        elif d is not None and not is_placeholder(d):
+            if d not in symbols:
+                unbound.append(d)
+                symbols[d] = 1
+            shape.append(symbols[d])
+        else:
+            unbound.append(f"{decl.name}[{k}]")
+            shape.append(1)
+    return tuple(shape)

@@ -40,52 +40,31 @@ def _band(q_len: int, kv_len: int, offset: np.ndarray, lo: int | None, hi: int |
     return allowed
 
 
-@op("Attention")
-def attention_op(ctx: OpContext) -> list[Tensor | None]:
-    q, k, v = need(ctx, 0), need(ctx, 1), need(ctx, 2)
-    mask, past_k, past_v = ctx.input(3), ctx.input(4), ctx.input(5)
-    if (past_k is None) != (past_v is None):
-        raise fail(ctx, "past_key and past_value must be given together")
+def _split_heads(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Q, K and V as (batch, heads, seq, head); 3-D inputs are split by q_num_heads and kv_num_heads."""
     if not q.ndim == k.ndim == v.ndim or q.ndim not in (3, 4):
         raise fail(ctx, "Q, K and V must all be 3-D or all 4-D")
-    dt = q.dtype
-    three_d = q.ndim == 3
-    if three_d:
-        qh, kvh = int(ctx.attr("q_num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
-        if qh <= 0 or kvh <= 0 or q.shape[2] % qh or k.shape[2] % kvh or v.shape[2] % kvh:
-            raise fail(ctx, "3-D inputs need q_num_heads and kv_num_heads that divide the hidden sizes")
-        q, k, v = _heads(q, qh), _heads(k, kvh), _heads(v, kvh)
-    batch, qh, q_len, head = q.shape
-    kvh = k.shape[1]
-    if qh % kvh or v.shape[1] != kvh:
-        raise fail(ctx, f"{qh} query heads cannot share {kvh} key/value heads")
-    scale = ctx.attr("scale")
-    scale = 1 / math.sqrt(head) if scale is None else float(scale)
-    root = float(np.float32(math.sqrt(scale)))
-    if past_k is not None:
-        k = concat([past_k.cast(dt), k], 2)
-        v = concat([past_v.cast(dt), v], 2)
-    present_k, present_v = k, v
-    kv_len = k.shape[2]
+    if q.ndim == 4:
+        return q, k, v
+    qh, kvh = int(ctx.attr("q_num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
+    if qh <= 0 or kvh <= 0 or q.shape[2] % qh or k.shape[2] % kvh or v.shape[2] % kvh:
+        raise fail(ctx, "3-D inputs need q_num_heads and kv_num_heads that divide the hidden sizes")
+    return _heads(q, qh), _heads(k, kvh), _heads(v, kvh)
 
+
+def _allowed(ctx: OpContext, q_len: int, kv_len: int, past_len: int | None) -> np.ndarray | None:
+    """Where a query may attend a key, from is_causal, the window sizes and nonpad_kv_seqlen; None: anywhere."""
     nonpad = None
     if ctx.input(6) is not None:
         nonpad = ctx.const(6).reshape(-1).astype(np.int64)
-    if nonpad is not None and past_k is not None:
+    if nonpad is not None and past_len is not None:
         raise fail(ctx, "nonpad_kv_seqlen cannot be combined with past_key/past_value")
-    if past_k is not None:
-        offset = np.array([past_k.shape[2]])
+    if past_len is not None:
+        offset = np.array([past_len])
     elif nonpad is not None:
         offset = nonpad - q_len
     else:
         offset = np.array([0])
-
-    bias = None
-    if mask is not None:
-        if mask.shape[-1] < kv_len:
-            fill = False if mask.dtype is DType.bool else NEG_INF
-            mask = mask.pad([(0, 0)] * (mask.ndim - 1) + [(0, kv_len - mask.shape[-1])], value=fill)
-        bias = _additive(mask, dt)
     allowed = None
     if ctx.attr("is_causal", 0):
         allowed = _band(q_len, kv_len, offset, 0, None)
@@ -96,19 +75,31 @@ def attention_op(ctx: OpContext) -> list[Tensor | None]:
     if nonpad is not None:
         pad_ok = (np.arange(kv_len)[None, :] < nonpad[:, None]).reshape(-1, 1, 1, kv_len)
         allowed = pad_ok if allowed is None else allowed & pad_ok
-    if allowed is not None:
-        c = Tensor.const(np.where(allowed, 0.0, NEG_INF).astype(dt.np), dt)
-        if bias is None:
-            bias = c
-        else:
-            both = broadcast_shape(bias.shape, c.shape)
-            bias = bias.expand(both).add(c.expand(both))
+    return allowed
 
-    if qh != kvh:  # grouped-query attention: each key/value head serves qh/kvh query heads in a row
-        rep = qh // kvh
-        k = k.unsqueeze([2]).expand((batch, kvh, rep, *k.shape[2:])).reshape((batch, qh, *k.shape[2:]))
-        v = v.unsqueeze([2]).expand((batch, kvh, rep, *v.shape[2:])).reshape((batch, qh, *v.shape[2:]))
-    qk = q.mul(root).matmul(k.mul(root).transpose())
+
+def _bias(ctx: OpContext, mask: Tensor | None, dt: DType, q_len: int, kv_len: int,
+          past_len: int | None) -> Tensor | None:
+    """The additive mask on the scores: the attn_mask input plus -inf where attending is not allowed."""
+    bias = None
+    if mask is not None:
+        if mask.shape[-1] < kv_len:
+            fill = False if mask.dtype is DType.bool else NEG_INF
+            mask = mask.pad([(0, 0)] * (mask.ndim - 1) + [(0, kv_len - mask.shape[-1])], value=fill)
+        bias = _additive(mask, dt)
+    allowed = _allowed(ctx, q_len, kv_len, past_len)
+    if allowed is None:
+        return bias
+    c = Tensor.const(np.where(allowed, 0.0, NEG_INF).astype(dt.np), dt)
+    if bias is None:
+        return c
+    both = broadcast_shape(bias.shape, c.shape)
+    return bias.expand(both).add(c.expand(both))
+
+
+def _attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, dt: DType) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T + bias) v over scaled q and k, and the qk output its qk_matmul_output_mode asks for."""
+    qk = q.matmul(k.transpose())
     softcap = float(ctx.attr("softcap", 0.0) or 0.0)
     if softcap > 0:
         qk = qk.mul(1 / softcap).tanh().mul(softcap)
@@ -123,7 +114,37 @@ def attention_op(ctx: OpContext) -> list[Tensor | None]:
     p = p.cast(dt)
     if mode == 3:
         qk_out = p
-    y = p.matmul(v)
+    return p.matmul(v), qk_out
+
+
+@op("Attention")
+def attention_op(ctx: OpContext) -> list[Tensor | None]:
+    q, k, v = need(ctx, 0), need(ctx, 1), need(ctx, 2)
+    mask, past_k, past_v = ctx.input(3), ctx.input(4), ctx.input(5)
+    if (past_k is None) != (past_v is None):
+        raise fail(ctx, "past_key and past_value must be given together")
+    dt = q.dtype
+    three_d = q.ndim == 3
+    q, k, v = _split_heads(ctx, q, k, v)
+    batch, qh, q_len, head = q.shape
+    kvh = k.shape[1]
+    if qh % kvh or v.shape[1] != kvh:
+        raise fail(ctx, f"{qh} query heads cannot share {kvh} key/value heads")
+    scale = ctx.attr("scale")
+    scale = 1 / math.sqrt(head) if scale is None else float(scale)
+    root = float(np.float32(math.sqrt(scale)))
+    past_len = None
+    if past_k is not None and past_v is not None:
+        past_len = past_k.shape[2]
+        k = concat([past_k.cast(dt), k], 2)
+        v = concat([past_v.cast(dt), v], 2)
+    present_k, present_v = k, v
+    bias = _bias(ctx, mask, dt, q_len, k.shape[2], past_len)
+    if qh != kvh:  # grouped-query attention: each key/value head serves qh/kvh query heads in a row
+        rep = qh // kvh
+        k = k.unsqueeze([2]).expand((batch, kvh, rep, *k.shape[2:])).reshape((batch, qh, *k.shape[2:]))
+        v = v.unsqueeze([2]).expand((batch, kvh, rep, *v.shape[2:])).reshape((batch, qh, *v.shape[2:]))
+    y, qk_out = _attend(ctx, q.mul(root), k.mul(root), v, bias, dt)
     if three_d:
         y = y.permute([0, 2, 1, 3]).reshape((batch, q_len, -1))
     return [y, present_k if wants(ctx, 1) else None, present_v if wants(ctx, 2) else None,

@@ -163,9 +163,8 @@ def _apply(x: Tensor, axis: int, taps, outside, extrapolation: float) -> Tensor:
     return out
 
 
-def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tensor:
-    r = x.ndim
-    axes = [norm_axis(a, r) for a in (ctx.attr("axes") or range(r))]
+def _modes(ctx: OpContext, legacy: bool) -> tuple[str, str, str]:
+    """The interpolation mode, the coordinate transformation and the nearest rounding, checked."""
     mode = ctx.attr("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
         raise fail(ctx, f"unknown mode {mode!r}")
@@ -177,31 +176,40 @@ def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tenso
         raise fail(ctx, f"unknown coordinate_transformation_mode {ctm!r}")
     if nearest not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"):
         raise fail(ctx, f"unknown nearest_mode {nearest!r}")
-    in_sizes = [x.shape[a] for a in axes]
+    return mode, ctm, nearest
+
+
+def _out_sizes(ctx: OpContext, in_sizes: list[int], scales, sizes) -> tuple[list[int], list[float]]:
+    """The output size and the scale of every resized axis, from the sizes input (with its
+    keep_aspect_ratio_policy) or the scales input."""
     if sizes is not None:
-        if len(sizes) != len(axes):
+        if len(sizes) != len(in_sizes):
             raise fail(ctx, "sizes must have one value per axis")
         policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
         sizes = [int(v) for v in sizes]
         if policy == "stretch":
-            outs = sizes
-            sc = [o / n for o, n in zip(outs, in_sizes)]
-        elif policy in ("not_larger", "not_smaller"):
-            ratios = [o / n for o, n in zip(sizes, in_sizes)]
-            s = min(ratios) if policy == "not_larger" else max(ratios)
-            sc = [s] * len(axes)
-            outs = [math.floor(s * n + 0.5) for n in in_sizes]
-        else:
+            return sizes, [o / n for o, n in zip(sizes, in_sizes)]
+        if policy not in ("not_larger", "not_smaller"):
             raise fail(ctx, f"unknown keep_aspect_ratio_policy {policy!r}")
-    elif scales is not None:
-        if len(scales) != len(axes):
-            raise fail(ctx, "scales must have one value per axis")
-        sc = [float(v) for v in scales]
-        if any(s <= 0 for s in sc):
-            raise fail(ctx, "scales must be positive")
-        outs = [math.floor(float(F32(n) * F32(s))) for n, s in zip(in_sizes, sc)]
-    else:
+        ratios = [o / n for o, n in zip(sizes, in_sizes)]
+        s = min(ratios) if policy == "not_larger" else max(ratios)
+        return [math.floor(s * n + 0.5) for n in in_sizes], [s] * len(in_sizes)
+    if scales is None:
         raise fail(ctx, "one of scales and sizes is required")
+    if len(scales) != len(in_sizes):
+        raise fail(ctx, "scales must have one value per axis")
+    sc = [float(v) for v in scales]
+    if any(s <= 0 for s in sc):
+        raise fail(ctx, "scales must be positive")
+    return [math.floor(float(F32(n) * F32(s))) for n, s in zip(in_sizes, sc)], sc
+
+
+def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tensor:
+    r = x.ndim
+    axes = [norm_axis(a, r) for a in (ctx.attr("axes") or range(r))]
+    mode, ctm, nearest = _modes(ctx, legacy)
+    in_sizes = [x.shape[a] for a in axes]
+    outs, sc = _out_sizes(ctx, in_sizes, scales, sizes)
     antialias = bool(ctx.attr("antialias", 0))
     a = float(ctx.attr("cubic_coeff_a", -0.75))
     exclude = bool(ctx.attr("exclude_outside", 0))

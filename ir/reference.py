@@ -78,6 +78,57 @@ def sum_of_product(a: np.ndarray, va: View, b: np.ndarray, vb: View, axes: tuple
     return r.reshape(tuple(shape[k] if k in out_dims else 1 for k in range(len(shape))))
 
 
+_UNARY = {Op.Exp2: np.exp2, Op.Log2: np.log2, Op.Sin: np.sin, Op.Sqrt: np.sqrt, Op.Recip: np.reciprocal}
+
+
+def _iota(node: Node) -> np.ndarray:
+    ax = node.attrs["axis"]
+    r = np.arange(node.shape[ax], dtype=np.int64).reshape([-1 if k == ax else 1 for k in range(len(node.shape))])
+    return np.broadcast_to(r, node.shape).astype(node.dtype.np)
+
+
+def _cast(x: np.ndarray, dt: DType) -> np.ndarray:
+    if dt is DType.bool:
+        return x != 0
+    if dt.is_int and x.dtype.kind == "f":
+        x = np.where(np.isfinite(x), x, 0)
+        info = np.iinfo(dt.np)
+        x = np.clip(np.trunc(x.astype(np.float64)), info.min, info.max)
+    return x.astype(dt.np)
+
+
+def _combine(node: Node, srcs: list[np.ndarray], xs: list[np.ndarray]) -> np.ndarray:
+    """A primitive of several sources (or a reduction), over the sources in their compute dtype ``xs``."""
+    op, dt = node.op, node.dtype
+    if op is Op.Add:
+        return np.logical_or(*xs) if dt is DType.bool else xs[0] + xs[1]
+    if op is Op.Mul:
+        return np.logical_and(*xs) if dt is DType.bool else xs[0] * xs[1]
+    if op is Op.Div:
+        return xs[0] / xs[1]
+    if op is Op.Mod:
+        if not dt.is_int:
+            return np.fmod(*xs)
+        a, b = xs
+        return np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b)))
+    if op is Op.LessThan:
+        return xs[0] < xs[1]
+    if op is Op.Where:
+        return np.where(srcs[0], xs[1], xs[2])
+    if op is Op.SumReduce:
+        return np.sum(xs[0], axis=node.attrs["axes"], keepdims=True, dtype=dt.compute.np)
+    if op is Op.MaxReduce:
+        return np.max(xs[0], axis=node.attrs["axes"], keepdims=True)
+    if op is Op.Gather:
+        data, idx = srcs
+        ax = node.attrs["axis"]
+        idx = np.clip(idx.astype(np.int64), 0, data.shape[ax] - 1)
+        return np.take_along_axis(data, idx, axis=ax)
+    if op is Op.Contiguous:
+        return srcs[0]
+    raise NotImplementedError(op)
+
+
 def eval_node(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
     """One primitive over already-materialised source arrays (of the node's view shapes)."""
     op, dt = node.op, node.dtype
@@ -85,60 +136,12 @@ def eval_node(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
         if op is Op.Constant:
             return node.attrs["value"]
         if op is Op.Iota:
-            ax = node.attrs["axis"]
-            r = np.arange(node.shape[ax], dtype=np.int64).reshape(
-                [-1 if k == ax else 1 for k in range(len(node.shape))])
-            return np.broadcast_to(r, node.shape).astype(dt.np)
+            return _iota(node)
         if op is Op.Cast:
-            x = srcs[0]
-            if dt is DType.bool:
-                return x != 0
-            if dt.is_int and x.dtype.kind == "f":
-                x = np.where(np.isfinite(x), x, 0)
-                info = np.iinfo(dt.np)
-                x = np.clip(np.trunc(x.astype(np.float64)), info.min, info.max)
-            return x.astype(dt.np)
+            return _cast(srcs[0], dt)
         xs = [_compute(s) for s in srcs]
-        if op is Op.Exp2:
-            r = np.exp2(xs[0])
-        elif op is Op.Log2:
-            r = np.log2(xs[0])
-        elif op is Op.Sin:
-            r = np.sin(xs[0])
-        elif op is Op.Sqrt:
-            r = np.sqrt(xs[0])
-        elif op is Op.Recip:
-            r = np.reciprocal(xs[0])
-        elif op is Op.Add:
-            r = np.logical_or(*xs) if dt is DType.bool else xs[0] + xs[1]
-        elif op is Op.Mul:
-            r = np.logical_and(*xs) if dt is DType.bool else xs[0] * xs[1]
-        elif op is Op.Div:
-            r = xs[0] / xs[1]
-        elif op is Op.Mod:
-            if dt.is_int:
-                a, b = xs
-                safe = np.where(b == 0, 1, b)
-                r = np.where(b == 0, 0, np.fmod(a, safe))
-            else:
-                r = np.fmod(*xs)
-        elif op is Op.LessThan:
-            r = xs[0] < xs[1]
-        elif op is Op.Where:
-            r = np.where(srcs[0], xs[1], xs[2])
-        elif op is Op.SumReduce:
-            r = np.sum(xs[0], axis=node.attrs["axes"], keepdims=True, dtype=dt.compute.np)
-        elif op is Op.MaxReduce:
-            r = np.max(xs[0], axis=node.attrs["axes"], keepdims=True)
-        elif op is Op.Gather:
-            data, idx = srcs
-            ax = node.attrs["axis"]
-            idx = np.clip(idx.astype(np.int64), 0, data.shape[ax] - 1)
-            r = np.take_along_axis(data, idx, axis=ax)
-        elif op is Op.Contiguous:
-            r = srcs[0]
-        else:
-            raise NotImplementedError(op)
+        unary = _UNARY.get(op)
+        r = unary(xs[0]) if unary is not None else _combine(node, srcs, xs)
         return np.broadcast_to(np.asarray(r).astype(dt.np, copy=False), node.shape)
 
 

@@ -35,6 +35,41 @@ def _is_type(value, name: str) -> bool:
     return isinstance(value, _TYPES[name])
 
 
+def _bounds(value: float, schema: dict, where: str) -> list[str]:
+    errors = []
+    if "minimum" in schema and value < schema["minimum"]:
+        errors.append(f"{where}: {value} < {schema['minimum']}")
+    if "maximum" in schema and value > schema["maximum"]:
+        errors.append(f"{where}: {value} > {schema['maximum']}")
+    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        errors.append(f"{where}: {value} <= {schema['exclusiveMinimum']}")
+    return errors
+
+
+def _object_errors(value: dict, schema: dict, root: dict, where: str) -> list[str]:
+    errors = [f"{where}: missing {key!r}" for key in schema.get("required", []) if key not in value]
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    for key, v in value.items():
+        if key in props:
+            errors += validate(v, props[key], root, f"{where}.{key}")
+        elif extra is False:
+            errors.append(f"{where}: unexpected key {key!r}")
+        elif isinstance(extra, dict):
+            errors += validate(v, extra, root, f"{where}.{key}")
+    return errors
+
+
+def _array_errors(value: list, schema: dict, root: dict, where: str) -> list[str]:
+    errors = []
+    if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
+        errors.append(f"{where}: {len(value)} items out of bounds")
+    if "items" in schema:
+        for i, v in enumerate(value):
+            errors += validate(v, schema["items"], root, f"{where}[{i}]")
+    return errors
+
+
 def validate(value, schema: dict, root: dict | None = None, where: str = "$") -> list[str]:
     """Errors of ``value`` against the subset of JSON Schema that bench.schema.json uses."""
     root = root or schema
@@ -56,31 +91,11 @@ def validate(value, schema: dict, root: dict | None = None, where: str = "$") ->
         if not any(_is_type(value, t) for t in types):
             return [*errors, f"{where}: {type(value).__name__} is not {types}"]
     if _is_type(value, "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{where}: {value} < {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{where}: {value} > {schema['maximum']}")
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            errors.append(f"{where}: {value} <= {schema['exclusiveMinimum']}")
+        errors += _bounds(value, schema, where)
     if isinstance(value, dict):
-        props = schema.get("properties", {})
-        for key in schema.get("required", []):
-            if key not in value:
-                errors.append(f"{where}: missing {key!r}")
-        extra = schema.get("additionalProperties", True)
-        for key, v in value.items():
-            if key in props:
-                errors += validate(v, props[key], root, f"{where}.{key}")
-            elif extra is False:
-                errors.append(f"{where}: unexpected key {key!r}")
-            elif isinstance(extra, dict):
-                errors += validate(v, extra, root, f"{where}.{key}")
+        errors += _object_errors(value, schema, root, where)
     if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
-            errors.append(f"{where}: {len(value)} items out of bounds")
-        if "items" in schema:
-            for i, v in enumerate(value):
-                errors += validate(v, schema["items"], root, f"{where}[{i}]")
+        errors += _array_errors(value, schema, root, where)
     return errors
 
 
