@@ -87,24 +87,3 @@ def emit_json(data: Any, path: str | None = None) -> None:
             f.write(text + "\n")
     else:
         sys.stdout.write(text + "\n")
-
-
-def parse_shapes(spec: list[str] | None) -> dict[str, Any]:
-    """``--shape batch=1,seq=128`` and ``--shape x=1x3x48x320`` into {name: int | tuple}."""
-    out: dict[str, Any] = {}
-    for item in spec or []:
-        for part in item.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "=" not in part:
-                raise LuminalError(f"bad --shape {part!r}: expected name=value or input=AxBxC")
-            k, v = part.split("=", 1)
-            try:
-                dims = tuple(int(d) for d in v.lower().split("x"))
-            except ValueError:
-                raise LuminalError(f"bad --shape {part!r}: {v!r} is not an integer or AxBxC") from None
-            if any(d < 0 for d in dims):
-                raise LuminalError(f"bad --shape {part!r}: dimensions must be non-negative")
-            out[k.strip()] = dims[0] if len(dims) == 1 and "x" not in v.lower() else dims
-    return out

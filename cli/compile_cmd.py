@@ -4,24 +4,24 @@ compile every kernel and optionally write an artifact directory."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import LuminalError
-from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes
+from ..config import cache_of, load_config
+from ..values import Shape, format_duration
+from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors
+from .project import backend_of, chosen_models
 
 
-def run_compile(model: str, backend: str, shape: list[str] | None, out: str | None, cache: str | None) -> dict:
+def run_compile(model: str, backend: str, shapes: Mapping[str, Shape], out: str | None, cache: str | None) -> dict:
     from ..runtime.artifact import write_artifact
     from ..runtime.compile import compile_graph, import_model, resolve_backend
     from .modelcheck import open_cache
 
-    if not Path(model).is_file():
-        raise LuminalError(f"model file not found: {model}")
-    shapes = parse_shapes(shape)
     be = resolve_backend(backend)
     t0 = time.perf_counter()
     graph = import_model(model, shapes)
@@ -42,7 +42,7 @@ def run_compile(model: str, backend: str, shape: list[str] | None, out: str | No
         "inputs": [i.to_json() for i in compiled.inputs], "outputs": [o.to_json() for o in compiled.outputs],
     }
     if out:
-        result["artifact"] = str(write_artifact(compiled, out, model, shapes))
+        result["artifact"] = str(write_artifact(compiled, out, model, dict(shapes)))
     return result
 
 
@@ -53,26 +53,29 @@ def _show(r: dict) -> None:
     t.add_row("tuning cache", f"{c['hits']} hits, {c['misses']} misses" if c["used"] else "not used (defaults)")
     m = r["memory"]
     t.add_row("buffer memory", f"{m['planned_bytes']:,} B planned vs {m['intermediate_bytes']:,} B unshared")
-    t.add_row("time", f"import {r['import_s']:.2f} s, compile {r['compile_s']:.2f} s")
+    t.add_row("time", f"import {format_duration(r['import_s'])}, compile {format_duration(r['compile_s'])}")
     if "artifact" in r:
         t.add_row("artifact", escape(r["artifact"]))
     console.print(t)
 
 
+def compile_(
+    model: str = typer.Argument(..., help="The ONNX model file."),
+    backend: str = typer.Option(None, "--backend", help="auto, cuda, cpu or interpret (default: config, else auto)."),
+    shape: list[str] = SHAPE_OPT,
+    out: str = typer.Option(None, "-o", "--output", help="Write a loadable artifact to this directory."),
+    cache: str = CACHE_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
+    config = load_config()
+    (chosen,) = chosen_models(model, shape, config)
+    r = run_compile(model, backend_of(backend, config, "auto"), chosen.shapes, out, cache_of(cache, config))
+    if as_json:
+        emit_json(r)
+    else:
+        _show(r)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("compile")
-    @handle_errors
-    def compile_(
-        model: str = typer.Argument(..., help="The ONNX model file."),
-        backend: str = typer.Option("auto", "--backend", help="auto, cuda, cpu or interpret."),
-        shape: list[str] = SHAPE_OPT,
-        out: str = typer.Option(None, "-o", "--output", help="Write a loadable artifact to this directory."),
-        cache: str = CACHE_OPT,
-        as_json: bool = JSON_OPT,
-    ) -> None:
-        """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
-        r = run_compile(model, backend, shape, out, cache)
-        if as_json:
-            emit_json(r)
-        else:
-            _show(r)
+    app.command("compile")(handle_errors(compile_))

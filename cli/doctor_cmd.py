@@ -11,9 +11,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..config import BACKENDS
+from ..config import BACKENDS, cache_of, load_config
 from ..errors import LuminalError
 from .common import CACHE_OPT, JSON_OPT, console, emit_json, handle_errors
+from .project import backend_of
 
 PACKAGES = ("numpy", "onnx", "onnxruntime", "triton", "torch", "optuna", "sqlite-utils", "typer", "rich")
 
@@ -100,27 +101,31 @@ def _show(data: dict[str, Any], backend: str) -> None:
     console.print(t, highlight=False)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("doctor")
-    @handle_errors
-    def doctor(
-        backend: str = typer.Option("auto", "--backend", help="Backend that must work here: " + "|".join(BACKENDS)),
-        cache: str = CACHE_OPT,
-        as_json: bool = JSON_OPT,
-    ) -> None:
-        """What this machine offers: GPU, C compiler, OpenMP, versions, the tuning cache."""
-        if backend not in BACKENDS:
-            raise LuminalError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
-        data = collect(cache)
-        ok = data["backends"][backend]["ok"]
-        data["checked_backend"] = backend
-        data["ok"] = ok
-        if as_json:
-            emit_json(data)
-        else:
-            _show(data, backend)
-            if not ok:
-                console.print(f"backend {backend} cannot run here: {data['backends'][backend]['detail']}",
-                              markup=False)
+def doctor(
+    backend: str = typer.Option(None, "--backend", help="Backend that must work here: " + "|".join(BACKENDS)
+                                + " (default: config, else auto)."),
+    cache: str = CACHE_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """What this machine offers: GPU, C compiler, OpenMP, versions, the tuning cache."""
+    config = load_config()
+    backend = backend_of(backend, config, "auto")
+    if backend not in BACKENDS:
+        raise LuminalError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    data = collect(cache_of(cache, config))
+    ok = data["backends"][backend]["ok"]
+    data["checked_backend"] = backend
+    data["ok"] = ok
+    if as_json:
+        emit_json(data)
+    else:
+        _show(data, backend)
         if not ok:
-            raise typer.Exit(1)
+            console.print(f"backend {backend} cannot run here: {data['backends'][backend]['detail']}",
+                          markup=False)
+    if not ok:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(handle_errors(doctor))

@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
-from .common import JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, parse_shapes, printable, shown
+from ..config import load_config
+from ..values import Shape, format_duration
+from .common import JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, printable, shown
+from .project import chosen_models
+
+if TYPE_CHECKING:
+    from ..frontend_onnx import IOInfo
+    from ..ir import Graph
 
 
-def _io(items) -> list[dict]:
+def _io(items: Iterable[IOInfo]) -> list[dict]:
     return [{"name": i.name, "dtype": i.dtype.value, "shape": list(i.shape)} for i in items]
 
 
-def inspect_model(model: str, shapes: dict) -> tuple[dict, object]:
+def inspect_model(model: str, shapes: Mapping[str, Shape]) -> tuple[dict, Graph]:
     """The report as plain data, and the optimised graph."""
-    from ..frontend_onnx import load
+    from ..frontend_onnx.loader import Unbound, load_model
     from ..ir import optimize
 
     t0 = time.perf_counter()
-    res = load(model, shapes, optimize=False)
+    res = load_model(model, shapes, Unbound.WARN, optimize=False)
     before = res.graph.primitive_counts()
     graph = optimize(res.graph)
     seconds = time.perf_counter() - t0
@@ -60,56 +69,65 @@ def _print_kernels(rows: list[dict]) -> None:
     console.print(f"{len(rows)} kernels, {total:,} bytes moved", soft_wrap=True)
 
 
+def inspect_cmd(
+    model: str = typer.Argument(..., help="The ONNX model file."),
+    shape: list[str] = SHAPE_OPT,
+    ir: bool = typer.Option(False, "--ir", help="Print the optimised primitive graph."),
+    kernels: bool = typer.Option(False, "--kernels", help="List the kernels of the default fusion plan."),
+    json_path: str = JSON_FILE_OPT,
+) -> None:
+    """Show the model's ONNX ops, its primitives before and after the passes, and its inputs and outputs."""
+    from ..ir import format_graph
+
+    (chosen,) = chosen_models(model, shape, load_config())
+    data, graph = inspect_model(model, chosen.shapes)
+    if kernels:
+        from ..runtime.report import kernel_table
+
+        data["kernels"] = kernel_table(graph)
+    if json_path:
+        emit_json(dict(data, ir=format_graph(graph)) if ir else data, json_path)
+        if json_path == "-":
+            return
+    _print_report(model, data, graph, kernels, ir)
+
+
+def _print_report(model: str, data: dict, graph: Graph, kernels: bool, ir: bool) -> None:
+    """The report as tables, for people."""
+    from ..ir import format_graph
+
+    console.print(f"[bold]{shown(model)}[/]  opset {data['opset']}, {data['onnx_nodes']} ONNX nodes, "
+                  f"{data['primitive_nodes_after']} primitives after passes "
+                  f"(import {format_duration(data['import_seconds'])})", soft_wrap=True)
+    io = Table(title="inputs and outputs")
+    for col in ("", "name", "dtype", "shape"):
+        io.add_column(col)
+    for kind in ("inputs", "outputs"):
+        for i in data[kind]:
+            io.add_row(kind[:-1], shown(i["name"]), i["dtype"], _shape(i["shape"]))  # names: never markup
+    console.print(io)
+    ops = Table(title="ONNX ops")
+    ops.add_column("op")
+    ops.add_column("count", justify="right")
+    for k, v in sorted(data["onnx_ops"].items(), key=lambda kv: (-kv[1], kv[0])):
+        ops.add_row(shown(k), str(v))
+    console.print(ops)
+    prims = Table(title="primitives")
+    for col in ("primitive", "before passes", "after passes"):
+        prims.add_column(col, justify="left" if col == "primitive" else "right")
+    before, after = data["primitives_before_passes"], data["primitives_after_passes"]
+    for k in sorted(set(after) | set(before)):
+        prims.add_row(k, str(before.get(k, 0)), str(after.get(k, 0)))
+    prims.add_row("[bold]total[/]", str(data["primitive_nodes_before"]), str(data["primitive_nodes_after"]))
+    console.print(prims)
+    for w in data["warnings"]:
+        console.print(f"[yellow]warning:[/] {shown(str(w))}", soft_wrap=True)
+    if kernels:
+        _print_kernels(data["kernels"])
+    if ir:
+        text = "\n".join(printable(line) for line in format_graph(graph).splitlines())
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("inspect")
-    @handle_errors
-    def inspect_cmd(
-        model: str = typer.Argument(..., help="The ONNX model file."),
-        shape: list[str] = SHAPE_OPT,
-        ir: bool = typer.Option(False, "--ir", help="Print the optimised primitive graph."),
-        kernels: bool = typer.Option(False, "--kernels", help="List the kernels of the default fusion plan."),
-        json_path: str = JSON_FILE_OPT,
-    ) -> None:
-        """Show the model's ONNX ops, its primitives before and after the passes, and its inputs and outputs."""
-        from ..ir import format_graph
-
-        data, graph = inspect_model(model, parse_shapes(shape))
-        if kernels:
-            from ..runtime.report import kernel_table
-
-            data["kernels"] = kernel_table(graph)
-        if json_path:
-            emit_json(dict(data, ir=format_graph(graph)) if ir else data, json_path)
-            if json_path == "-":
-                return
-        console.print(f"[bold]{shown(model)}[/]  opset {data['opset']}, {data['onnx_nodes']} ONNX nodes, "
-                      f"{data['primitive_nodes_after']} primitives after passes "
-                      f"(import {data['import_seconds']:.2f} s)", soft_wrap=True)
-        io = Table(title="inputs and outputs")
-        for col in ("", "name", "dtype", "shape"):
-            io.add_column(col)
-        for kind in ("inputs", "outputs"):
-            for i in data[kind]:
-                io.add_row(kind[:-1], shown(i["name"]), i["dtype"], _shape(i["shape"]))  # names: never markup
-        console.print(io)
-        ops = Table(title="ONNX ops")
-        ops.add_column("op")
-        ops.add_column("count", justify="right")
-        for k, v in sorted(data["onnx_ops"].items(), key=lambda kv: (-kv[1], kv[0])):
-            ops.add_row(shown(k), str(v))
-        console.print(ops)
-        prims = Table(title="primitives")
-        for col in ("primitive", "before passes", "after passes"):
-            prims.add_column(col, justify="left" if col == "primitive" else "right")
-        before, after = data["primitives_before_passes"], data["primitives_after_passes"]
-        for k in sorted(set(after) | set(before)):
-            prims.add_row(k, str(before.get(k, 0)), str(after.get(k, 0)))
-        prims.add_row("[bold]total[/]", str(data["primitive_nodes_before"]), str(data["primitive_nodes_after"]))
-        console.print(prims)
-        for w in data["warnings"]:
-            console.print(f"[yellow]warning:[/] {shown(str(w))}", soft_wrap=True)
-        if kernels:
-            _print_kernels(data["kernels"])
-        if ir:
-            text = "\n".join(printable(line) for line in format_graph(graph).splitlines())
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
+    app.command("inspect")(handle_errors(inspect_cmd))
