@@ -62,10 +62,10 @@ def check(
     config = load_config()
     todo = jobs(model, shape, config, atol, rtol)
     backend = backend_of(backend, config, DEFAULT_BACKEND)
-    cache = cache_of(cache, config)  # where tune put winners
+    cache_path = cache_of(cache, config)  # where tune put winners
     reports = []
     for job in todo:
-        report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache)
+        report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache_path)
         reports.append(report)
         if json_path != "-":
             _show(report, f"{job.path}: {backend} vs onnxruntime (atol {job.atol:g}, rtol {job.rtol:g}, seed {seed})")
