@@ -23,6 +23,7 @@ from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge, fusible_edges, fusion_key, partition
 from ..errors import LuminalError
 from ..ir.graph import Graph, Op
+from ..values import format_duration
 from .measure import Measurement, Measurer, refuse_untimed
 from .report import TuneReport
 from .samplers import make_sampler
@@ -252,7 +253,8 @@ class Tuner:
                     self.keep_default = True
                     self.report.notes.append(
                         f"end to end the tuned model was slower than the default beyond the noise "
-                        f"({after.median_ns / 1e3:.0f} vs {before.median_ns / 1e3:.0f} µs): no winners written")
+                        f"({format_duration(after.median_ns / 1e9)} vs {format_duration(before.median_ns / 1e9)}): "
+                        f"no winners written")
             elif not self.stop():
                 self.report.notes.append("no time was left to time the model end to end before and after")
 
