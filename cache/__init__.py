@@ -3,20 +3,16 @@
 from .db import TuningCache, default_cache_path
 from .fingerprint import (
     CODEGEN_VERSION,
-    CompilerInfo,
     Fingerprint,
     backend_fingerprints,
-    detect_c_compiler,
     device_fingerprint,
     toolchain_fingerprint,
 )
 from .records import CacheStats, ImportReport, Kernel, PruneReport, Trial, Winner
 
 __all__ = [
-    "backend_fingerprints",
     "CODEGEN_VERSION",
     "CacheStats",
-    "CompilerInfo",
     "Fingerprint",
     "ImportReport",
     "Kernel",
@@ -24,8 +20,8 @@ __all__ = [
     "Trial",
     "TuningCache",
     "Winner",
+    "backend_fingerprints",
     "default_cache_path",
-    "detect_c_compiler",
     "device_fingerprint",
     "toolchain_fingerprint",
 ]

@@ -70,14 +70,6 @@ def parse_against(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def resolve_backend(backend: str) -> str:
-    if backend != "auto":
-        return backend
-    from ..cache.fingerprint import cuda_info
-
-    return "cuda" if cuda_info() is not None else "cpu"
-
-
 # ---------------------------------------------------------------- runners
 
 def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray], settings: Settings) -> Runner:
@@ -91,11 +83,13 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
         call = lambda: run_reference(graph, feeds)
         return Runner(SUBJECT, call, lambda: dict(zip(names, call())), {"backend": "reference"})
     from ..cache import TuningCache
+    from ..codegen.backend import get_backend
     from ..runtime.compile import compile_graph
 
+    backend = get_backend(settings.backend, settings.threads)
     cache = TuningCache(settings.cache, readonly=True)
     try:
-        compiled = compile_graph(graph, settings.backend, cache=cache)
+        compiled = compile_graph(graph, backend, cache=cache)
     finally:
         cache.close()
     names = [o.name for o in compiled.outputs]
@@ -256,14 +250,15 @@ def bench_model(model: BenchModel, settings: Settings,
 def environment(backend: str, threads: int) -> dict[str, Any]:
     """Who measured: versions, the device and toolchain fingerprints of the backend that ran (for a compiled
     backend, the keys its winners are stored under in the tuning cache)."""
-    from ..cache.fingerprint import backend_fingerprints, device_fingerprint, package_version, toolchain_fingerprint
+    from ..cache.fingerprint import backend_fingerprints, device_fingerprint, toolchain_fingerprint
+    from ..target import package_version
 
     if backend == "reference":  # the numpy executor: no codegen backend, nothing tuned
         device, toolchain = device_fingerprint(backend), toolchain_fingerprint(backend)
     else:
         from ..codegen.backend import get_backend
 
-        device, toolchain = backend_fingerprints(get_backend(backend))
+        device, toolchain = backend_fingerprints(get_backend(backend, threads))
     return {
         "luminal": __version__,
         "python": platform.python_version(),

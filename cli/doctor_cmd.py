@@ -41,7 +41,7 @@ def _cache_info(path: str | None) -> dict[str, Any]:
 def collect(cache: str | None = None) -> dict[str, Any]:
     """Everything doctor reports, as plain data."""
     from .. import __version__
-    from ..cache.fingerprint import cpu_info, cuda_info, detect_c_compiler, package_version
+    from ..target import cpu_info, cuda_info, detect_c_compiler, package_version, resolve_backend
 
     cc = detect_c_compiler()
     gpu = cuda_info()
@@ -56,7 +56,7 @@ def collect(cache: str | None = None) -> dict[str, Any]:
                       else "triton and torch are needed"),
         "reference": (True, "ok"),
     }
-    auto = "cuda" if backends["cuda"][0] else "cpu"
+    auto = resolve_backend("auto")
     backends["auto"] = (backends[auto][0], f"picks {auto}: {backends[auto][1]}")
     return {
         "python": {"version": platform.python_version(), "executable": sys.executable,

@@ -8,11 +8,12 @@ knob -> value (JSON-serialisable), so the cache and Optuna can store them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 
+from ..target import Target, detect_target
 from .kernel import Kernel
 
 Schedule = dict[str, Any]
@@ -87,29 +88,39 @@ def sequential_launcher(compiled: Sequence[CompiledKernel], buffers: Sequence[Se
     return launch
 
 
-_BACKENDS: dict[str, Callable[[], Backend]] = {}
+_BACKENDS: dict[str, Callable[[Target], Backend]] = {}
 
 
-def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+def register_backend(name: str, factory: Callable[[Target], Backend]) -> None:
+    """``factory`` makes the backend for a Target whose ``backend`` is ``name``."""
     _BACKENDS[name] = factory
 
 
-def get_backend(name: str) -> Backend:
-    """``auto`` picks cuda when a GPU is visible, else cpu."""
+def get_backend(target: str | Target = "auto", threads: int | None = None) -> Backend:
+    """The backend for ``target``: a Target, or a backend name whose Target is detected here (luminal.target's
+    detect_target: ``auto`` as its resolve_backend picks, ``threads`` or the environment's count)."""
     from ..errors import LuminalError
 
     _load_builtin()
-    if name == "auto":
-        if "cuda" in _BACKENDS and (cuda := _BACKENDS["cuda"]()).available() is None:
-            return cuda
-        name = "cpu"
+    if isinstance(target, str):
+        target = detect_target(target, threads)
+    name = target.backend
     if name not in _BACKENDS:
         raise LuminalError(f"unknown backend {name!r}; choose from auto, {', '.join(sorted(_BACKENDS))}")
-    backend = _BACKENDS[name]()
+    backend = _BACKENDS[name](target)
     missing = backend.available()
     if missing:
         raise LuminalError(f"backend {name!r} cannot run here: {missing}")
     return backend
+
+
+def with_threads(backend: Backend, threads: int) -> Backend:
+    """``backend`` on its Target with ``threads`` threads (a new backend where the count differs); a backend made
+    without a Target (a test's, one registered elsewhere) comes back as it is."""
+    target = getattr(backend, "target", None)
+    if not isinstance(target, Target) or target.threads == threads:
+        return backend
+    return get_backend(replace(target, threads=threads))
 
 
 def _load_builtin() -> None:

@@ -94,7 +94,7 @@ def read_manifest(path: str | Path) -> dict:
 
 
 def load_artifact(path: str | Path, backend: str | Backend | None = None,
-                  model_path: str | Path | None = None) -> CompiledModel:
+                  model_path: str | Path | None = None, threads: int | None = None) -> CompiledModel:
     d = Path(path)
     m = read_manifest(d)
     try:
@@ -106,7 +106,7 @@ def load_artifact(path: str | Path, backend: str | Backend | None = None,
         if model_path and not recorded:
             raise LuminalError("artifact records no model hash; cannot check it against the model, recompile")
         name = m["backend"] if backend in (None, "auto") else backend
-        be = resolve_backend(name)
+        be = resolve_backend(name, threads)
         if be.name == m["backend"]:
             theirs, ours = m.get("toolchain", {}).get("codegen"), be.toolchain().get("codegen")
             if theirs != ours:

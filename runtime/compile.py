@@ -18,8 +18,9 @@ from ..values import Shape
 from .model import CompiledModel, CompileStats, TensorSpec
 
 
-def resolve_backend(backend: str | Backend) -> Backend:
-    return get_backend(backend) if isinstance(backend, str) else backend
+def resolve_backend(backend: str | Backend, threads: int | None = None) -> Backend:
+    """A backend object as it is, else the backend of that name (``threads``: its target's, None: the default)."""
+    return get_backend(backend, threads) if isinstance(backend, str) else backend
 
 
 def graph_specs(graph: Graph) -> tuple[list[TensorSpec], list[TensorSpec], dict[int, np.ndarray]]:

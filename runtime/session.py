@@ -32,19 +32,20 @@ class NodeArg:
 
 
 class InferenceSession:
-    """``InferenceSession(model.onnx | artifact_dir, backend="auto", shapes=None)``."""
+    """``InferenceSession(model.onnx | artifact_dir, backend="auto", shapes=None, threads=None)``: ``threads``
+    is the C kernels' thread count (None: LUMINAL_NUM_THREADS, else OMP_NUM_THREADS, else every core)."""
 
     def __init__(self, path_or_artifact_dir: str | Path, backend: str = "auto", shapes: dict | None = None,
-                 cache: Any = None, providers: Any = None):
+                 cache: Any = None, providers: Any = None, threads: int | None = None):
         p = Path(path_or_artifact_dir)
         if p.is_dir():
             from .artifact import load_artifact
 
-            self._model: CompiledModel = load_artifact(p, backend)
+            self._model: CompiledModel = load_artifact(p, backend, threads=threads)
         elif p.is_file():
-            from .compile import compile_model
+            from .compile import compile_model, resolve_backend
 
-            self._model = compile_model(p, shapes, backend, cache)
+            self._model = compile_model(p, shapes, resolve_backend(backend, threads), cache)
         else:
             raise LuminalError(f"no model file or artifact directory at {p}")
         self._specs = {s.name: s for s in self._model.inputs}

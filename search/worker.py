@@ -20,6 +20,7 @@ from multiprocessing import connection
 from typing import Any
 
 from ..ir.graph import Graph
+from ..target import Target
 
 
 class WorkerLost(Exception):
@@ -36,7 +37,7 @@ class Cancelled(Exception):
 
 @dataclass
 class WorkerContext:
-    """What a worker needs to rebuild its state: the backend (an object under fork, a name under spawn),
+    """What a worker needs to rebuild its state: the backend (an object under fork, its Target or name under spawn),
     the model graph for end-to-end jobs (pickled bytes under spawn), and the thread count."""
 
     backend: Any
@@ -90,7 +91,7 @@ def _serve(conn: Any, ctx: WorkerContext) -> None:
     graph = ctx.graph
     if isinstance(graph, bytes):
         graph = _deep(lambda: pickle.loads(graph))
-    if isinstance(backend, str):
+    if isinstance(backend, str | Target):
         from ..codegen.backend import get_backend
 
         backend = get_backend(backend)
@@ -119,12 +120,14 @@ class Worker:
     def _start(self) -> None:
         # decided at every start: the backend may have become unsafe to fork since the last one
         ctx = self.ctx
-        method = "spawn" if isinstance(ctx.backend, str) else start_method(ctx.backend)
-        if method == "spawn" and not isinstance(ctx.backend, str):
+        method = "spawn" if isinstance(ctx.backend, str | Target) else start_method(ctx.backend)
+        if method == "spawn" and not isinstance(ctx.backend, str | Target):
             graph = ctx.graph
             if graph is not None and not isinstance(graph, bytes):
                 graph = _deep(lambda: pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
-            ctx = self.ctx = WorkerContext(ctx.backend.name, graph, ctx.threads)
+            made_for = getattr(ctx.backend, "target", None)
+            ctx = self.ctx = WorkerContext(made_for if isinstance(made_for, Target) else ctx.backend.name, graph,
+                                           ctx.threads)
         context = mp.get_context(method)
         parent, child = context.Pipe()
         self.proc = context.Process(target=_serve, args=(child, ctx), daemon=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,19 +29,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
-
-
-@pytest.fixture(autouse=True)
-def _thread_settings():
-    """`luminal bench` and `luminal tune` pin OMP_NUM_THREADS in their own process, here the test's: the kernels'
-    thread count follows it, so a test must not leave it to the next."""
-    saved = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "LUMINAL_NUM_THREADS")}
-    yield
-    for var, value in saved.items():
-        if value is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
 
 
 def export_example_models(small_only: bool, only: str = "") -> dict:

@@ -150,8 +150,8 @@ def test_buffers_are_aligned():
 
 
 def test_openmp_thread_setting_pins_the_default_and_the_thread_knob(monkeypatch):
-    """`luminal bench --threads N` and a configured `threads` set OMP_NUM_THREADS: the kernels' parallel regions
-    name their thread count, so it must reach the schedule, not only OpenMP."""
+    """A backend made without a Target takes its thread count from OMP_NUM_THREADS (LUMINAL_NUM_THREADS first), read
+    once when it is made: the kernels' parallel regions name their thread count, so it must reach the schedule."""
     monkeypatch.delenv("LUMINAL_NUM_THREADS", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "3,1")
     x = Tensor.input("x", (1000, 600), DType.float32)
@@ -161,6 +161,8 @@ def test_openmp_thread_setting_pins_the_default_and_the_thread_knob(monkeypatch)
     assert s["threads"] == 3 and be.compile([(k, s)])[0].threads == 3
     assert dict((kn.name, kn.choices) for kn in be.space(k))["threads"] == (1, 2, 3)
     monkeypatch.setenv("LUMINAL_NUM_THREADS", "2")  # luminal's own setting first
+    assert be.default_schedule(k)["threads"] == 3  # read when the backend was made, not later
+    be = CPUBackend()
     assert be.default_schedule(k)["threads"] == 2
     # a schedule made where more threads were set, or with 0 for the default count, still runs here
     assert be.valid(k, s) and be.valid(k, {**s, "threads": 0}) and not be.valid(k, {**s, "threads": -1})

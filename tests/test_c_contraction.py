@@ -109,7 +109,7 @@ def test_a_conv_tiles_the_orientation_that_pads_less(hw, cout):
     """Output pixels fewer than a few tiles' NR would leave most lanes idle: the pixels then become the tiles'
     rows (A, packed per call) and the weight their columns (B, packed once), where that pads 10% less."""
     from luminal.codegen.c.contraction import TILE
-    from luminal.codegen.c.emit import simd_width
+    from luminal.target import host_simd_width as simd_width
 
     x = Tensor.input("x", (1, 8, hw, hw), DType.float32)
     wt = Tensor.const(RNG.standard_normal((cout, 8, 3, 3)).astype(np.float32))

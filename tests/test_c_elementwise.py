@@ -181,7 +181,7 @@ def test_random_valid_schedules_agree():
 def test_masked_loads_of_long_rows_are_staged_and_agree():
     """Rows of 32 or more copy their masked loads (pads, the halves of a concat, reversed or strided slices)
     into arrays between the mask's bounds before the loop; a row past STAGE_MAX reads them in place."""
-    from luminal.codegen.c.backend import CPUBackend, source
+    from luminal.codegen.c.backend import CPUBackend
 
     x = _input("x", (3, 40, 61))
     w = _input("w", (2, 5000))
@@ -194,7 +194,7 @@ def test_masked_loads_of_long_rows_are_staged_and_agree():
     g = _check(outs, feeds)
     be = CPUBackend()
     ks = [k for k in partition(g, {}) if k.form == "elementwise"]
-    staged = ["for (int64_t j = 0; j < nl; j++)" in source(k, be.default_schedule(k)) for k in ks]
+    staged = ["for (int64_t j = 0; j < nl; j++)" in be.source(k, be.default_schedule(k)) for k in ks]
     assert staged.count(True) == 3 and staged.count(False) == 1, staged
     want = run_reference(g, feeds)
     for block in (1024, 4096, 1 << 30):

@@ -1,4 +1,4 @@
-"""Device and toolchain fingerprints, and the C compiler probe."""
+"""Device and toolchain fingerprints, and the hardware and C compiler detection they are made from."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from luminal import target as tg
 from luminal.cache import fingerprint as fp
 from luminal.errors import LuminalError
 
@@ -28,19 +29,19 @@ def test_cpu_fingerprint():
     assert d1 == d2
     info = d1.info
     assert info["backend"] == "cpu" and info["cores"] == os.cpu_count() and info["arch"] == platform.machine()
-    assert set(info["isa"]) <= set(fp.CPU_ISA_FLAGS)
+    assert set(info["isa"]) <= set(tg.CPU_ISA_FLAGS)
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         text = cpuinfo.read_text()
         flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
                       if line.lower().startswith(("flags", "features"))), [])
-        assert info["isa"] == [f for f in fp.CPU_ISA_FLAGS if f in flags]
+        assert info["isa"] == [f for f in tg.CPU_ISA_FLAGS if f in flags]
     assert fp.device_fingerprint("interpret").key != d1.key  # backends never share winners
 
 
 def test_cuda_without_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert fp.cuda_info() is None
+    assert tg.cuda_info() is None
     with pytest.raises(LuminalError, match="needs a visible NVIDIA GPU"):
         fp.device_fingerprint("cuda")
     with pytest.raises(LuminalError, match="unknown backend"):
@@ -56,11 +57,11 @@ def test_toolchain_depends_on_codegen_version_and_compiler(monkeypatch):
     monkeypatch.setattr(fp, "CODEGEN_VERSION", "999")
     assert fp.toolchain_fingerprint("cpu", {"cc": "gcc 12", "flags": ["-O3"]}).key != base.key
     cuda = fp.toolchain_fingerprint("cuda")
-    assert cuda.info["triton"] == fp.package_version("triton")
+    assert cuda.info["triton"] == tg.package_version("triton")
 
 
 def test_detect_c_compiler_builds_a_loadable_library(tmp_path: Path):
-    cc = fp.detect_c_compiler()
+    cc = tg.detect_c_compiler()
     assert cc is not None, "this machine has a C compiler"
     assert os.path.exists(cc.path) and cc.version
     assert set(cc.base_flags) <= set(cc.flags)
@@ -81,10 +82,10 @@ def _fake(path: Path, script: str) -> None:
 def test_no_compiler_and_broken_compiler(monkeypatch, tmp_path: Path):
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert fp.detect_c_compiler() is None
+    assert tg.detect_c_compiler() is None
     _fake(tmp_path / "cc", "echo 'fake cc 1.0'; exit 1\n")  # --version fails
     _fake(tmp_path / "gcc", "if [ \"$1\" = --version ]; then echo 'gcc 0'; exit 0; fi; exit 1\n")  # cannot build
-    assert fp.detect_c_compiler() is None
+    assert tg.detect_c_compiler() is None
     assert fp.toolchain_fingerprint("cpu").info["cc"] is None
 
 
@@ -113,13 +114,13 @@ class _FakeTorch:
 
 def test_cuda_fingerprint_from_torch(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "torch", _FakeTorch)
-    monkeypatch.setattr(fp, "gpu_may_exist", lambda: True)
-    monkeypatch.setattr(fp, "_nvidia_driver_version", lambda: "580.159.03")
-    info = fp.cuda_info()
+    monkeypatch.setattr(tg, "gpu_may_exist", lambda: True)
+    monkeypatch.setattr(tg, "_nvidia_driver_version", lambda: "580.159.03")
+    info = tg.cuda_info()
     assert info == {"name": "NVIDIA H200", "capability": "9.0", "sm_count": 132, "memory_bytes": 150_000_000_000,
                     "driver": "580.159.03", "cuda": "13.0"}
     d = fp.device_fingerprint("cuda")
     assert d.key.startswith("cuda-") and d.info["name"] == "NVIDIA H200"
-    assert fp.cuda_info(index=1) is None
-    monkeypatch.setattr(fp, "_nvidia_driver_version", lambda: "580.200.00")
+    assert tg.cuda_info(index=1) is None
+    monkeypatch.setattr(tg, "_nvidia_driver_version", lambda: "580.200.00")
     assert fp.device_fingerprint("cuda").key != d.key  # a driver update invalidates timings

@@ -10,8 +10,8 @@ from pathlib import Path
 from cli_util import invoke
 
 from luminal.cache import TuningCache
-from luminal.cache.fingerprint import cuda_info, detect_c_compiler
 from luminal.cli import doctor_cmd
+from luminal.target import cuda_info, detect_c_compiler
 
 
 def doctor(*args: str):
@@ -77,7 +77,8 @@ def test_unknown_backend_is_exit_2(tmp_path: Path):
 def test_cuda_backend_with_gpu_exits_0(monkeypatch, tmp_path: Path):
     gpu = {"name": "NVIDIA H200", "capability": "9.0", "sm_count": 132, "memory_bytes": 150 * 2**30,
            "driver": "580.159.03", "cuda": "13.0"}
-    monkeypatch.setattr("luminal.cache.fingerprint.cuda_info", lambda index=0: gpu)
+    monkeypatch.setattr("luminal.target.cuda_info", lambda index=0: gpu)
+    monkeypatch.setattr("luminal.target.gpu_may_exist", lambda: True)
     r = doctor("--backend", "cuda", "--json", "--cache", str(tmp_path / "c.db"))
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)

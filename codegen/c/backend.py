@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ...target import Target, detect_target
 from ..backend import Knob, Schedule, register_backend
 from ..kernel import Kernel
 from . import build, schedule
@@ -136,11 +137,12 @@ class Launch:
                 ck(arg)
 
 
-def source(kernel: Kernel, sched: Schedule) -> str:
+def source(kernel: Kernel, sched: Schedule, threads: int) -> str:
+    """The C source of ``kernel`` under ``sched`` on a target of ``threads`` threads."""
     plan = plan_contraction(kernel)
     if plan is not None:
         if sched.get("impl") == "blas":
-            return BlasKernel.epilogue_source(kernel, plan)
+            return BlasKernel.epilogue_source(kernel, plan, threads)
         if sched.get("impl") == "loops":
             return emit_reduction_lanes(kernel, sched)
         return emit_contraction(kernel, sched, schedule.simd_width())
@@ -152,10 +154,19 @@ def source(kernel: Kernel, sched: Schedule) -> str:
 
 
 class CPUBackend:
+    """C kernels for ``target`` (detected here where none is given: its threads from the environment)."""
+
     name = "cpu"
 
+    def __init__(self, target: Target | None = None):
+        self.target = target or detect_target("cpu")
+
+    def _toolchain(self) -> build.Toolchain | None:
+        compiler = self.target.compiler
+        return build.toolchain_of(compiler) if compiler is not None else None
+
     def available(self) -> str | None:
-        return None if build.toolchain() is not None else build.missing_message()
+        return None if self._toolchain() is not None else build.missing_message()
 
     def fork_safe(self) -> bool:
         # the OpenMP threads of a kernel library loaded here are not in a forked child, whose first
@@ -163,30 +174,30 @@ class CPUBackend:
         return not build.libraries_loaded()
 
     def space(self, kernel: Kernel) -> list[Knob]:
-        return schedule.space(kernel)
+        return schedule.space(kernel, self.target.threads)
 
     def default_schedule(self, kernel: Kernel) -> Schedule:
-        return schedule.default_schedule(kernel)
+        return schedule.default_schedule(kernel, self.target.threads)
 
     def valid(self, kernel: Kernel, sched: Schedule) -> bool:
-        return schedule.valid(kernel, sched)
+        return schedule.valid(kernel, sched, self.target.threads)
 
     def source(self, kernel: Kernel, sched: Schedule) -> str:
-        return source(kernel, sched)
+        return source(kernel, sched, self.target.threads)
 
     def identity(self, kernel: Kernel, sched: Schedule) -> str:
         # knobs past a kernel's sizes (a row block over all rows, a chunk over all columns, threads for a loop
         # that runs on one) leave the source as it is; the thread count matters where a parallel region is
-        src = source(kernel, sched)
+        src = self.source(kernel, sched)
         parallel = "omp parallel" in src or sched.get("impl") == "blas"
-        threads = (sched.get("threads", 0) or schedule.default_threads()) if parallel else 1
+        threads = (sched.get("threads", 0) or self.target.threads) if parallel else 1
         return hashlib.sha1(f"{threads}\n{src}".encode()).hexdigest()
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[Any]:
-        fns = build.build([source(k, s) for k, s in items])
+        fns = build.build([self.source(k, s) for k, s in items], tc=self._toolchain())
         out: list[Any] = []
         for (k, s), fn in zip(items, fns):
-            threads = s.get("threads", 0) or schedule.default_threads()
+            threads = s.get("threads", 0) or self.target.threads
             plan = plan_contraction(k)
             blas = plan is not None and s.get("impl") == "blas"
             ck = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads, packed_b(k, s))
@@ -218,8 +229,8 @@ class CPUBackend:
         return None
 
     def toolchain(self) -> dict[str, Any]:
-        tc = build.toolchain()
-        return {"backend": "cpu", **(tc.as_dict() if tc else {}), "simd_width": schedule.simd_width()}
+        tc = self._toolchain()
+        return {"backend": "cpu", **(tc.as_dict() if tc else {}), "simd_width": self.target.simd_width}
 
 
 register_backend("cpu", CPUBackend)

@@ -62,12 +62,12 @@ class BlasKernel:
         self.threads = epilogue.threads
 
     @staticmethod
-    def epilogue_source(kernel: Kernel, plan: Plan) -> str:
+    def epilogue_source(kernel: Kernel, plan: Plan, threads: int) -> str:
         from .emit import emit_elementwise
         from .schedule import default_schedule
 
         epi = epilogue_kernel(kernel, plan)
-        return emit_elementwise(epi, default_schedule(epi))
+        return emit_elementwise(epi, default_schedule(epi, threads))
 
     def __call__(self, buffers) -> None:
         k, p = self.kernel, self.plan

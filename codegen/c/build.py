@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ...errors import LuminalError
+from ...target import CompilerInfo, detect_c_compiler
 
 # compiler invocations in this process (tests check that a cached build runs none)
 STATS = {"compile": 0, "link": 0}
@@ -40,17 +41,9 @@ class Toolchain:
         return {"cc": self.version, "cflags": list(self.cflags), "ldflags": list(self.ldflags)}
 
 
-def _detect_compiler():
-    from ...cache.fingerprint import detect_c_compiler
-
-    return detect_c_compiler()
-
-
 @lru_cache(maxsize=4)
-def _toolchain(path_env: str | None, cc_env: str | None) -> Toolchain | None:
-    info = _detect_compiler()
-    if info is None:
-        return None
+def toolchain_of(info: CompilerInfo) -> Toolchain:
+    """The flags kernels compile and link with on compiler ``info`` (probed once per compiler)."""
     base = tuple(f for f in info.flags if f != "-shared")
     extra = tuple(f for f in _EXTRA_FLAGS if _accepts(info.path, base + (f,)))
     omp = ("-fopenmp",) if "-fopenmp" in base else ()
@@ -58,8 +51,9 @@ def _toolchain(path_env: str | None, cc_env: str | None) -> Toolchain | None:
 
 
 def toolchain() -> Toolchain | None:
-    """The C compiler and flags, detected once per PATH/CC; None without a working compiler."""
-    return _toolchain(os.environ.get("PATH"), os.environ.get("CC"))
+    """The detected C compiler's toolchain; None without a working compiler."""
+    info = detect_c_compiler()
+    return toolchain_of(info) if info is not None else None
 
 
 def _accepts(cc: str, flags: tuple[str, ...]) -> bool:
@@ -134,9 +128,10 @@ def _compile_object(source: str, h: str, tc: Toolchain, d: Path) -> Path:
     return obj
 
 
-def build(sources: list[str], jobs: int | None = None) -> list[ctypes._CFuncPtr]:
-    """Compile and load; returns one C function per source, ``int f(void **bufs, int nthreads)`` (0: ok)."""
-    tc = toolchain()
+def build(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> list[ctypes._CFuncPtr]:
+    """Compile (with ``tc``, else the detected toolchain) and load; returns one C function per source,
+    ``int f(void **bufs, int nthreads)`` (0: ok)."""
+    tc = tc or toolchain()
     if tc is None:
         raise LuminalError(missing_message())
     d = cache_dir()

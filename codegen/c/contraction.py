@@ -23,10 +23,11 @@ from dataclasses import dataclass, fields, replace
 
 from ...ir.dtypes import DType
 from ...ir.view import View
+from ...target import host_simd_width
 from ..index import run_coeff, view_exprs
 from ..kernel import Contraction, Kernel
 from . import ctypes_map as ct
-from .emit import _indent, copy_between, mask_bounds, simd_width
+from .emit import _indent, copy_between, mask_bounds
 from .normalize import normalize
 
 PAR_MIN_MACS = 1 << 21
@@ -112,7 +113,7 @@ def _plan_contraction(kernel: Kernel) -> Plan | None:
 def _padded(plan: Plan) -> float:
     """How much larger the default tiles (TILE) make the product than it is."""
     _, m, n, _ = plan.sizes
-    mr, nr = TILE[0], TILE[1] * simd_width()
+    mr, nr = TILE[0], TILE[1] * host_simd_width()
     return -(-m // mr) * mr * -(-n // nr) * nr / (m * n)
 
 

@@ -10,9 +10,7 @@ row. Values are SSA variables ``v<n>``, one per kernel op.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
-from ...cache.fingerprint import cpu_info
 from ...ir.dtypes import DType
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_exprs
@@ -22,18 +20,6 @@ from .normalize import normalize
 from .prelude import PRELUDE
 
 PAR_MIN = 1 << 16  # elements below which a kernel runs on one thread
-
-
-@lru_cache(maxsize=1)
-def simd_width() -> int:
-    """float32 lanes of the widest vector unit (read once: every ``space`` and ``valid`` call of a search
-    asks)."""
-    isa = set(cpu_info()["isa"])
-    if "avx512f" in isa:
-        return 16
-    if "avx" in isa or "asimd" in isa:
-        return 8
-    return 4
 
 
 def affine(coeffs, const: int, exprs: list[str]) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 
+from ...target import host_simd_width as simd_width
 from ..backend import Knob, Schedule
 from ..kernel import Kernel
 from .contraction import TILE, plan_contraction
-from .emit import LANES, lanes_apply, simd_width
+from .emit import LANES, lanes_apply
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
 # 2-core VM, where softmaxes and layer norms of 0.6-1.0M operations ran 1.6-2x faster on one thread than on two,
@@ -16,40 +16,23 @@ from .emit import LANES, lanes_apply, simd_width
 GRAIN = 1 << 20
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def default_threads() -> int:
-    """LUMINAL_NUM_THREADS, else OpenMP's OMP_NUM_THREADS (its first level), else every core this process may use:
-    a kernel's parallel regions name their thread count, which OpenMP's own setting would not change."""
-    for var in ("LUMINAL_NUM_THREADS", "OMP_NUM_THREADS"):
-        env = os.environ.get(var, "").split(",")[0].strip()
-        if env.isdigit() and int(env) > 0:
-            return int(env)
-    return cores()
-
-
-def _thread_choices() -> tuple[int, ...]:
+def _thread_choices(n: int) -> tuple[int, ...]:
     # counts, not 0 for "all": on the knob's scale all threads is the most, and a cost model reading the order
     # took one thread (the fastest for small reductions) for a near neighbour of the default
-    n = default_threads()
     return tuple(sorted({1, n} | {2 ** k for k in range(1, 8) if 2 ** k < n}))
 
 
-def threads_for(kernel: Kernel) -> int:
+def threads_for(kernel: Kernel, threads: int) -> int:
     """One thread per GRAIN operations of the kernel (its flops, and a load or store per element), at most
-    the default count: as a parallel loop with a grain size splits (PyTorch's parallel_for, TVM's), since waking
-    a sleeping team costs more than a small kernel's whole run."""
+    ``threads`` (the target's): as a parallel loop with a grain size splits (PyTorch's parallel_for, TVM's),
+    since waking a sleeping team costs more than a small kernel's whole run."""
     work = kernel.flops + math.prod(kernel.full)
-    return max((c for c in _thread_choices() if c <= max(1, work // GRAIN)), default=1)
+    return max((c for c in _thread_choices(threads) if c <= max(1, work // GRAIN)), default=1)
 
 
-def space(kernel: Kernel) -> list[Knob]:
-    threads = Knob("threads", _thread_choices())
+def space(kernel: Kernel, threads: int) -> list[Knob]:
+    """The knobs of ``kernel`` on a target of ``threads`` threads."""
+    knob = Knob("threads", _thread_choices(threads))
     plan = plan_contraction(kernel)
     if plan is not None:
         vw = simd_width()
@@ -65,9 +48,9 @@ def space(kernel: Kernel) -> list[Knob]:
             Knob("pack_b", (True, False)),
             Knob("pack_a", (True, False)),
             Knob("lanes", (16, 64, 256)),
-            threads,
+            knob,
         ]
-    knobs = [Knob("vec", (0, 4, 8, 16)), Knob("unroll", (1, 2, 4)), threads]
+    knobs = [Knob("vec", (0, 4, 8, 16)), Knob("unroll", (1, 2, 4)), knob]
     if kernel.reduce_axes:
         knobs.append(Knob("rows_per_thread", (0, 1, 4, 16, 64)))
         knobs.append(Knob("stash", (True, False)))
@@ -78,7 +61,8 @@ def space(kernel: Kernel) -> list[Knob]:
     return knobs
 
 
-def default_schedule(kernel: Kernel) -> Schedule:
+def default_schedule(kernel: Kernel, threads: int) -> Schedule:
+    """A schedule of ``kernel`` that always works, for a target of ``threads`` threads."""
     plan = plan_contraction(kernel)
     if plan is not None:
         vw = simd_width()
@@ -95,7 +79,7 @@ def default_schedule(kernel: Kernel) -> Schedule:
             mc = min((c for c in (24, 48, 72, 96, 144) if c >= m), default=96)
         nc = 128 if plan.b_const else 256
         # enough MC x NC tiles to keep every thread busy
-        while nb * -(-m // mc) * -(-n // nc) < 4 * default_threads() and (nc > 64 or mc > 24):
+        while nb * -(-m // mc) * -(-n // nc) < 4 * threads and (nc > 64 or mc > 24):
             if nc > 64:
                 nc //= 2
             else:
@@ -109,17 +93,17 @@ def default_schedule(kernel: Kernel) -> Schedule:
         # tile could keep: loops that sum the taps over a block of output columns
         impl = "loops" if m == 1 and nb > 1 else "generated"
         return {"impl": impl, "mr": mr, "nr": nr, "mc": mc, "nc": nc, "kc": 256, "order": "nm",
-                "pack_b": not direct, "pack_a": not direct_a, "lanes": LANES, "threads": default_threads()}
+                "pack_b": not direct, "pack_a": not direct_a, "lanes": LANES, "threads": threads}
     if kernel.reduce_axes:
-        s = {"vec": 0, "unroll": 1, "threads": threads_for(kernel), "rows_per_thread": 0, "stash": True}
+        s = {"vec": 0, "unroll": 1, "threads": threads_for(kernel, threads), "rows_per_thread": 0, "stash": True}
         if lanes_apply(kernel):
             s["lanes"] = LANES
         return s
-    return {"vec": 0, "unroll": 1, "threads": threads_for(kernel), "block": 16384}
+    return {"vec": 0, "unroll": 1, "threads": threads_for(kernel, threads), "block": 16384}
 
 
-def valid(kernel: Kernel, sched: Schedule) -> bool:
-    knobs = {k.name: k for k in space(kernel)}
+def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
+    knobs = {k.name: k for k in space(kernel, threads)}
     for name, value in sched.items():
         if name == "threads":  # any count runs (0: the default count): a schedule made on a machine with other cores
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -132,7 +116,7 @@ def valid(kernel: Kernel, sched: Schedule) -> bool:
     if plan is None:
         return not (sched["vec"] and sched["unroll"] > 1)  # unrolled loops are vectorised by gcc itself
     if sched["impl"] != "generated":  # the GEMM's knobs mean nothing to a library call or loops
-        d = default_schedule(kernel)
+        d = default_schedule(kernel, threads)
         free = ("impl", "threads", "lanes") if sched["impl"] == "loops" else ("impl", "threads")
         return all(sched[k] == d[k] for k in d if k not in free)
     if sched["lanes"] != LANES:  # nor lanes to the GEMM

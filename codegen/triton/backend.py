@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ...cache.fingerprint import gpu_may_exist
 from ...ir.dtypes import DType
+from ...target import Target, missing_for_triton
 from ..backend import Knob, Schedule, register_backend, sequential_launcher
 from ..kernel import Kernel
 from . import schedule as sched
@@ -136,37 +136,25 @@ def _warm_up(pairs: list[tuple[TritonKernel, Kernel]]) -> None:
 
 
 class TritonBackend:
-    def __init__(self, name: str, interpret: bool):
-        self.name = name
+    def __init__(self, target: Target, interpret: bool):
+        self.name = target.backend
+        self.target = target
         self.interpret = interpret
-        self._arch: int | None = None
+        self._arch: int | None = 80 if interpret else target.gpu_arch
 
     def fork_safe(self) -> bool:
         return False  # a CUDA context does not survive fork
 
     def available(self) -> str | None:
-        # importing torch costs seconds: without an NVIDIA driver there is no GPU to find
-        if not self.interpret and not gpu_may_exist():
-            return "no CUDA GPU is visible"
-        try:
-            import torch
-            import triton  # noqa: F401
-        except ImportError as e:
-            return f"{e.name} is not installed (pip install luminal-onnx[gpu])"
-        if not self.interpret and not torch.cuda.is_available():
-            return "no CUDA GPU is visible"
-        return None
+        return missing_for_triton(gpu=not self.interpret)
 
     @property
     def arch(self) -> int:
         if self._arch is None:
-            if self.interpret:
-                self._arch = 80
-            else:
-                import torch
+            import torch
 
-                major, minor = torch.cuda.get_device_capability()
-                self._arch = major * 10 + minor
+            major, minor = torch.cuda.get_device_capability()
+            self._arch = major * 10 + minor
         return self._arch
 
     @property
@@ -229,5 +217,5 @@ class TritonBackend:
                 "interpret": self.interpret}
 
 
-register_backend("cuda", lambda: TritonBackend("cuda", interpret=False))
-register_backend("interpret", lambda: TritonBackend("interpret", interpret=True))
+register_backend("cuda", lambda target: TritonBackend(target, interpret=False))
+register_backend("interpret", lambda target: TritonBackend(target, interpret=True))
