@@ -146,7 +146,7 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
 
     users = graph.consumers()
     outputs = {o.id for o in graph.outputs}
-    kernels = [_build(g, group_of, users, outputs) for g in groups]
+    kernels = [_build(g, users, outputs) for g in groups]
     return _launch_order(kernels)
 
 
@@ -176,74 +176,85 @@ def _space_view(v: View, shape: tuple[int, ...]) -> View:
     return r if r is not None else v
 
 
-def _build(g: _Group, group_of, users, outputs: set[int]) -> Kernel:
-    full = g.full
-    axes = g.reduce_axes or ()
-    row = tuple(1 if k in axes else s for k, s in enumerate(full))
-    full_n, row_n = math.prod(full), math.prod(row)
-    members = {n.id for n in g.nodes}
-    ops: list[KOp] = []
-    index: dict[int, int] = {}
-    inputs: list[Buffer] = []
-    input_nodes: dict[int, int] = {}  # graph node id -> buffer position
-    leaf_cache: dict[tuple, int] = {}
+class _KernelBuilder:
+    """The KOps of one group: each node in turn, its sources from outside the group as leaves (a load of a
+    kernel input, a scalar constant, an iota), equal leaves once."""
 
-    def space_of(n: Node) -> Space:
+    def __init__(self, g: _Group):
+        assert g.full is not None
+        self.full = g.full
+        self.axes = g.reduce_axes or ()
+        self.row = tuple(1 if k in self.axes else s for k, s in enumerate(self.full))
+        self.full_n, self.row_n = math.prod(self.full), math.prod(self.row)
+        self.members = {n.id for n in g.nodes}
+        self.ops: list[KOp] = []
+        self.index: dict[int, int] = {}  # graph node id -> KOp position
+        self.inputs: list[Buffer] = []
+        self.input_nodes: dict[int, int] = {}  # graph node id -> buffer position
+        self._leaves: dict[tuple[object, ...], int] = {}
+
+    def space_of(self, n: Node) -> Space:
         if n.op in REDUCE:
             return Space.row
-        if axes and n.numel == row_n and n.numel != full_n:
+        if self.axes and n.numel == self.row_n and n.numel != self.full_n:
             return Space.row
         return Space.full
 
-    def add(op: KOp) -> int:
+    def add(self, op: KOp) -> int:
         key = (op.op, op.args, op.dtype, op.space, op.attrs)
-        if op.op in LEAF_OPS and key in leaf_cache:
-            return leaf_cache[key]
-        ops.append(op)
+        if op.op in LEAF_OPS and key in self._leaves:
+            return self._leaves[key]
+        self.ops.append(op)
         if op.op in LEAF_OPS:
-            leaf_cache[key] = len(ops) - 1
-        return len(ops) - 1
+            self._leaves[key] = len(self.ops) - 1
+        return len(self.ops) - 1
 
-    def buf(s: Node) -> int:
-        if s.id not in input_nodes:
-            input_nodes[s.id] = len(inputs)
-            inputs.append(Buffer(s.shape, s.dtype, s.op is Op.Constant))
-        return input_nodes[s.id]
+    def buf(self, s: Node) -> int:
+        if s.id not in self.input_nodes:
+            self.input_nodes[s.id] = len(self.inputs)
+            self.inputs.append(Buffer(s.shape, s.dtype, s.op is Op.Constant))
+        return self.input_nodes[s.id]
 
-    def operand(s: Node, v: View, space: Space) -> int:
-        shape = full if space is Space.full else row
-        if s.id in members:  # the same element, or a row value broadcast over the full space
-            return index[s.id]
+    def operand(self, s: Node, v: View, space: Space) -> int:
+        shape = self.full if space is Space.full else self.row
+        if s.id in self.members:  # the same element, or a row value broadcast over the full space
+            return self.index[s.id]
         if s.is_scalar_const and not v.mask:
-            return add(KOp(Leaf.Const, (), s.dtype, space, (("value", s.attrs["value"].item()),)))
+            return self.add(KOp(Leaf.Const, (), s.dtype, space, (("value", s.attrs["value"].item()),)))
         if s.op is Op.Iota:
-            return add(KOp(Op.Iota, (), s.dtype, space,
-                           (("view", _space_view(v, shape)), ("shape", s.shape), ("axis", s.attrs["axis"]))))
-        return add(KOp(Leaf.Load, (), s.dtype, space, (("buf", buf(s)), ("view", _space_view(v, shape)))))
+            return self.add(KOp(Op.Iota, (), s.dtype, space,
+                                (("view", _space_view(v, shape)), ("shape", s.shape), ("axis", s.attrs["axis"]))))
+        return self.add(KOp(Leaf.Load, (), s.dtype, space, (("buf", self.buf(s)), ("view", _space_view(v, shape)))))
 
-    for n in g.nodes:
-        sp = space_of(n)
+    def node(self, n: Node) -> None:
+        sp = self.space_of(n)
         if n.op in REDUCE:
             s, v = n.srcs[0]
-            a = operand(s, v, Space.full)
-            index[n.id] = add(KOp(n.op, (a,), n.dtype, Space.row, (("axes", axes),)))
+            a = self.operand(s, v, Space.full)
+            self.index[n.id] = self.add(KOp(n.op, (a,), n.dtype, Space.row, (("axes", self.axes),)))
         elif n.op is Op.Gather:
             (d, dv), (ix, iv) = n.srcs
-            i = operand(ix, iv, sp)
+            i = self.operand(ix, iv, sp)
             # data view and axis are over the node's own shape; the emitter unravels if it differs
-            index[n.id] = add(KOp(Op.Gather, (i,), n.dtype, sp,
-                                  (("buf", buf(d)), ("view", dv), ("axis", n.attrs["axis"]), ("shape", n.shape))))
+            self.index[n.id] = self.add(KOp(Op.Gather, (i,), n.dtype, sp, (("buf", self.buf(d)), ("view", dv),
+                                                                          ("axis", n.attrs["axis"]),
+                                                                          ("shape", n.shape))))
         else:
-            args = tuple(operand(s, v, sp) for s, v in n.srcs)
-            index[n.id] = add(KOp(n.op, args, n.dtype, sp))
+            args = tuple(self.operand(s, v, sp) for s, v in n.srcs)
+            self.index[n.id] = self.add(KOp(n.op, args, n.dtype, sp))
 
+
+def _build(g: _Group, users: dict[int, list[Node]], outputs: set[int]) -> Kernel:
+    kb = _KernelBuilder(g)
+    for n in g.nodes:
+        kb.node(n)
     outs: list[tuple[int, Buffer]] = []
     out_nodes: list[int] = []
-    for n in g.nodes:
-        if n.id in outputs or any(u.id not in members for u in users.get(n.id, [])):
-            outs.append((index[n.id], Buffer(n.shape, n.dtype)))
+    for n in g.nodes:  # what the graph's outputs or other kernels read
+        if n.id in outputs or any(u.id not in kb.members for u in users.get(n.id, [])):
+            outs.append((kb.index[n.id], Buffer(n.shape, n.dtype)))
             out_nodes.append(n.id)
-    return Kernel.of(full, axes, inputs, ops, outs, list(input_nodes), out_nodes)
+    return Kernel.of(kb.full, kb.axes, kb.inputs, kb.ops, outs, list(kb.input_nodes), out_nodes)
 
 
 def _launch_order(kernels: list[Kernel]) -> list[Kernel]:

@@ -11,9 +11,10 @@ from dataclasses import asdict, dataclass
 from ...errors import LuminalError
 from ...ir.dtypes import DType
 from ..kernel import Kernel
+from ..knobs import Schedule
 from . import schedule as sched
 from .backend import load_source
-from .emit import emit
+from .emit import emit_typed
 
 POINTER = {DType.float32: "*fp32", DType.float16: "*fp16", DType.bfloat16: "*bf16", DType.int64: "*i64",
            DType.int32: "*i32", DType.bool: "*u8"}
@@ -32,19 +33,20 @@ class AotInfo:
         return asdict(self)
 
 
-def compile_aot(kernel: Kernel, schedule: dict | None = None, arch: int = 90) -> AotInfo:
+def compile_aot(kernel: Kernel, schedule: Schedule | None = None, arch: int = 90) -> AotInfo:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    schedule = schedule or sched.default(kernel)
-    mod = load_source(emit(kernel, schedule))
+    typed = sched.typed(kernel, schedule or sched.default(kernel))
+    if typed is None:
+        raise ValueError(f"not a schedule of this {sched.kind_of(kernel)} kernel: {schedule}")
+    mod = load_source(emit_typed(kernel, typed))
     signature = {f"in{i}": POINTER[b.dtype] for i, b in enumerate(kernel.inputs)}
     signature.update({f"out{i}": POINTER[b.dtype] for i, (_, b) in enumerate(kernel.outputs)})
-    consts = sched.constexprs(kernel, schedule)
+    consts = sched.constexprs(kernel, typed)
     signature.update({k: "constexpr" for k in consts})
-    options = {"num_warps": schedule.get("num_warps", 4), "num_stages": schedule.get("num_stages", 3),
-               "enable_fp_fusion": False}
+    options: dict[str, int | bool] = {"num_stages": 3, **sched.launch_options(typed), "enable_fp_fusion": False}
     try:
         ck = triton.compile(ASTSource(fn=mod.kernel, signature=signature, constexprs=consts),
                             target=GPUTarget("cuda", arch, 32), options=options)

@@ -9,6 +9,7 @@ whatever was imported first.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import importlib.util
 import math
@@ -26,7 +27,7 @@ from ...target import Target, missing_for_triton
 from ..backend import Knob, Schedule, register_backend, sequential_launcher
 from ..kernel import Kernel
 from . import schedule as sched
-from .emit import emit
+from .emit import emit, emit_typed
 
 CODEGEN_VERSION = "triton-1"
 _SRC_DIR: str | None = None
@@ -80,8 +81,8 @@ def torch_dtype(dt: DType):
 class TritonKernel:
     """One launchable kernel: buffers are torch tensors, inputs then outputs."""
 
-    def __init__(self, kernel: Kernel, schedule: Schedule, source: str, interpret: bool):
-        self.source = source
+    def __init__(self, kernel: Kernel, schedule: sched.TritonSchedule, interpret: bool):
+        self.source = source = emit_typed(kernel, schedule)
         mod = load_source(source)
         if interpret:
             from triton.runtime.interpreter import InterpretedFunction
@@ -94,10 +95,10 @@ class TritonKernel:
             self.fn = mod.kernel if isinstance(mod.kernel, JITFunction) else JITFunction(mod.kernel.fn)
         self.grid = sched.grid(kernel, schedule)
         self.constexprs = sched.constexprs(kernel, schedule)
-        self.options = {} if interpret else {k: schedule[k] for k in sched.LAUNCH_OPTIONS if k in schedule}
+        self.options: dict[str, int | bool] = {} if interpret else dict(sched.launch_options(schedule))
         if not interpret:
             self.options["enable_fp_fusion"] = False
-        self.zero_outputs = sched.needs_zeroed_output(kernel, schedule)
+        self.zero_outputs = sched.needs_zeroed_output(schedule)
         self.n_in = len(kernel.inputs)
         self.empty = math.prod(kernel.full) == 0
 
@@ -126,13 +127,18 @@ def _warm_up(pairs: list[tuple[TritonKernel, Kernel]]) -> None:
 
         dts = [torch.uint8 if b.dtype is DType.bool else torch_dtype(b.dtype)
                for b in [*k.inputs, *(b for _, b in k.outputs)]]
-        try:
+        with contextlib.suppress(Exception):
             tk.fn.warmup(*dts, grid=tk.grid, **tk.constexprs, **tk.options)
-        except Exception:
-            pass
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) // 2))) as pool:
         list(pool.map(one, pairs))
+
+
+def _typed(kernel: Kernel, schedule: Schedule) -> sched.TritonSchedule:
+    t = sched.typed(kernel, schedule)
+    if t is None:
+        raise ValueError(f"not a schedule of this {sched.kind_of(kernel)} kernel: {schedule}")
+    return t
 
 
 class TritonBackend:
@@ -174,7 +180,7 @@ class TritonBackend:
         return emit(kernel, schedule)
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[TritonKernel]:
-        kernels = [TritonKernel(k, s, emit(k, s), self.interpret) for k, s in items]
+        kernels = [TritonKernel(k, _typed(k, s), self.interpret) for k, s in items]
         if not self.interpret and kernels:
             _warm_up([(tk, k) for tk, (k, _) in zip(kernels, items)])
         return kernels

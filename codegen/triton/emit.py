@@ -15,8 +15,17 @@ from ...ir.dtypes import DType
 from ...ir.graph import Op
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_exprs, view_run
-from ..kernel import REDUCE_OPS, Kernel, KOp, Leaf, Space
-from .schedule import CONSTEXPRS, kind_of, split_ok
+from ..kernel import LEAF_OPS, REDUCE_OPS, Form, Kernel, KOp, Leaf, Space
+from ..knobs import Schedule
+from .schedule import (
+    CONSTEXPRS,
+    ContractionSchedule,
+    ReductionSchedule,
+    TritonSchedule,
+    kind_of,
+    split_ok,
+    typed,
+)
 
 TL = {
     DType.float32: "tl.float32",
@@ -45,6 +54,19 @@ def num(value, dtype: DType) -> str:
 
 def _half(dt: DType) -> bool:
     return dt in (DType.float16, DType.bfloat16)
+
+
+def _as_f32(x: str, dt: DType) -> str:
+    """A value as float32 when it is a half precision (Triton computes those in float32)."""
+    return f"{x}.to(tl.float32)" if _half(dt) else x
+
+
+def _from_f32(e: str, dt: DType) -> str:
+    """A float32 result as the op's dtype, when that is a half precision."""
+    return f"({e}).to({TL[dt]})" if _half(dt) else e
+
+
+_UNARY = {Op.Exp2: "tl.exp2", Op.Log2: "tl.log2", Op.Sin: "tl.sin", Op.Sqrt: "tl.sqrt_rn"}
 
 
 @dataclass
@@ -147,66 +169,67 @@ class OpEmitter:
 
     def arg(self, j: int, suffix: str) -> str:
         o = self.k.ops[j]
-        return f"v{j}{suffix if o.space == 'full' else ''}"
+        return f"v{j}{suffix if o.space is Space.full else ''}"
 
     def expr(self, op: KOp, suffix: str) -> str:
+        args = [self.arg(a, suffix) for a in op.args]
+        if op.op in LEAF_OPS:
+            return self.leaf(op)
+        if op.op is Op.Gather:
+            return self.gather(op, args[0])
+        if op.op is Op.Contiguous:
+            return args[0]
+        adt = [self.k.ops[a].dtype for a in op.args]
+        if op.op is Op.Cast:
+            return self.cast(args[0], adt[0], op.dtype)
+        if len(args) == 1:
+            return self.unary(op, args[0], adt[0])
+        return self.binary(op, args, adt)
+
+    def leaf(self, op: KOp) -> str:
         dt = op.dtype
         sp = self.spaces[op.space]
-        args = [self.arg(a, suffix) for a in op.args]
-        adt = [self.k.ops[a].dtype for a in op.args]
-
-        def cf(x: str, d: DType) -> str:
-            return f"{x}.to(tl.float32)" if _half(d) else x
-
-        def out(e: str) -> str:
-            return f"({e}).to({TL[dt]})" if _half(dt) else e
-
         if op.op is Leaf.Load:
             view = op.attr("view")
             idx = self.unravel(op.space, view.shape)
             return self.load(f"in{op.attr('buf')}", view, idx, op.space, dt)
         if op.op is Leaf.Const:
             return f"tl.full({sp.block}, {num(op.attr('value'), dt)}, {TL[dt]})"
-        if op.op is Op.Iota:
-            view, shape, axis = op.attr("view"), op.attr("shape"), op.attr("axis")
-            idx = self.unravel(op.space, view.shape)
-            addr, valid = self.address(view, idx, sp.zero)
-            inner = math.prod(shape[axis + 1:])
-            val = f"(({addr}) // {inner} % {shape[axis]})"
-            if valid is not None:
-                val = f"tl.where({valid}, {val}, 0)"
-            return f"{val}.to({TL[dt]})"
-        if op.op is Op.Gather:
-            return self.gather(op, args[0])
-        a = args[0] if args else None
-        if op.op == "Exp2":
-            return out(f"tl.exp2({cf(a, adt[0])})")
-        if op.op == "Log2":
-            return out(f"tl.log2({cf(a, adt[0])})")
-        if op.op == "Sin":
-            return out(f"tl.sin({cf(a, adt[0])})")
-        if op.op == "Sqrt":
-            return out(f"tl.sqrt_rn({cf(a, adt[0])})")
-        if op.op == "Recip":
-            return out(f"tl.div_rn(tl.full({sp.block}, 1.0, tl.float32), {cf(a, adt[0])})")
-        if op.op is Op.Contiguous:
-            return a
-        if op.op == "Cast":
-            return self.cast(a, adt[0], dt)
-        b = args[1] if len(args) > 1 else None
-        if op.op == "Add":
-            return f"({a} | {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} + {cf(b, adt[1])}")
+        view, shape, axis = op.attr("view"), op.attr("shape"), op.attr("axis")  # an Iota
+        idx = self.unravel(op.space, view.shape)
+        addr, valid = self.address(view, idx, sp.zero)
+        inner = math.prod(shape[axis + 1:])
+        val = f"(({addr}) // {inner} % {shape[axis]})"
+        if valid is not None:
+            val = f"tl.where({valid}, {val}, 0)"
+        return f"{val}.to({TL[dt]})"
+
+    def unary(self, op: KOp, a: str, adt: DType) -> str:
+        """Exp2, Log2, Sin, Sqrt, Recip: computed in float32 for half precisions."""
+        x = _as_f32(a, adt)
+        if op.op is Op.Recip:
+            e = f"tl.div_rn(tl.full({self.spaces[op.space].block}, 1.0, tl.float32), {x})"
+        else:
+            e = f"{_UNARY[op.op]}({x})"
+        return _from_f32(e, op.dtype)
+
+    def binary(self, op: KOp, args: list[str], adt: list[DType]) -> str:
+        dt = op.dtype
+        a, b = args[0], args[1]
+        fa, fb = _as_f32(a, adt[0]), _as_f32(b, adt[1])
+        if op.op is Op.Add:
+            return f"({a} | {b})" if dt is DType.bool else _from_f32(f"{fa} + {fb}", dt)
         if op.op is Op.Mul:
-            return f"({a} & {b})" if dt is DType.bool else out(f"{cf(a, adt[0])} * {cf(b, adt[1])}")
-        if op.op == "Div":
-            return out(f"tl.div_rn({cf(a, adt[0])}, {cf(b, adt[1])})")
-        if op.op == "Mod":
+            return f"({a} & {b})" if dt is DType.bool else _from_f32(f"{fa} * {fb}", dt)
+        if op.op is Op.Div:
+            return _from_f32(f"tl.div_rn({fa}, {fb})", dt)
+        if op.op is Op.Mod:
             if dt.is_int:
                 return f"tl.where({b} == 0, 0, {a} % tl.where({b} == 0, 1, {b})).to({TL[dt]})"
-            return out(f"{cf(a, adt[0])} % {cf(b, adt[1])}")
-        if op.op == "LessThan":
-            return f"({cf(a, adt[0])} < {cf(b, adt[1])})"
-        if op.op == "Where":
+            return _from_f32(f"{fa} % {fb}", dt)
+        if op.op is Op.LessThan:
+            return f"({fa} < {fb})"
+        if op.op is Op.Where:
             return f"tl.where({a}, {b}, {args[2]})"
         raise NotImplementedError(op.op)
 
@@ -267,11 +290,18 @@ def _finish(header: str, w: Writer) -> str:
     return "import triton\nimport triton.language as tl\n\n\n" + header + "\n".join(w.lines) + "\n"
 
 
-def emit(kernel: Kernel, schedule: dict) -> str:
-    kind = kind_of(kernel)
-    if kind == "contraction":
+def emit(kernel: Kernel, schedule: Schedule) -> str:
+    """The source of ``kernel`` under a stored schedule (ValueError where it is not one of the kernel's)."""
+    s = typed(kernel, schedule)
+    if s is None:
+        raise ValueError(f"not a schedule of this {kind_of(kernel)} kernel: {schedule}")
+    return emit_typed(kernel, s)
+
+
+def emit_typed(kernel: Kernel, schedule: TritonSchedule) -> str:
+    if isinstance(schedule, ContractionSchedule):
         return emit_contraction(kernel, schedule)
-    if kind == "reduction":
+    if isinstance(schedule, ReductionSchedule):
         return emit_reduction(kernel, schedule)
     return emit_elementwise(kernel)
 
@@ -292,7 +322,7 @@ def emit_elementwise(k: Kernel) -> str:
         e.emit(i, op)
     for o, (i, b) in enumerate(k.outputs):
         e.store(o, e.names[i], Space.full, b.dtype)
-    return _finish(_signature(k, CONSTEXPRS["elementwise"]), w)
+    return _finish(_signature(k, CONSTEXPRS[Form.elementwise]), w)
 
 
 # -- reduction ---------------------------------------------------------------------
@@ -305,93 +335,102 @@ def _levels(k: Kernel) -> list[int]:
     return lv
 
 
-def emit_reduction(k: Kernel, schedule: dict) -> str:
-    w = Writer()
-    big = _is_big(k)
-    axes = k.reduce_axes
-    row_dims = [d for d in range(len(k.full)) if d not in axes]
-    red_dims = list(axes)
-    nrows = math.prod(k.full[d] for d in row_dims)
-    rlen = math.prod(k.full[d] for d in red_dims)
-    w("pid = tl.program_id(0)" + (".to(tl.int64)" if big else ""))
-    w("rid = pid * ROWS + tl.arange(0, ROWS)[:, None]")
-    w(f"rb = rid < {nrows}")
-    w("zr = rid * 0")
-    w("jr = tl.arange(0, BLOCK)[None, :]" + (".to(tl.int64)" if big else ""))
-    ridx = ["0"] * len(k.full)
-    for d, v in zip(row_dims, _unravel(w, "rid", [k.full[d] for d in row_dims], lambda n: f"r{row_dims[n]}")):
-        ridx[d] = v
-    row = Indexing(k.row, ridx, "rid", "rb", "zr", "[ROWS, 1]")
-    fidx = list(ridx)
-    for d in red_dims:
-        fidx[d] = f"f{d}" if k.full[d] > 1 else "0"
-    # reduced dims last (size-1 dims aside): the full linear index is rid * rlen + j
-    trailing = all(k.full[d] == 1 for d in range(min(axes), len(k.full)) if d not in axes)
-    full = Indexing(k.full, fidx, "fl" if trailing else None, "fb", "zf", "[ROWS, BLOCK]")
-    e = OpEmitter(k, w, {Space.full: full, Space.row: row}, big)
-    single = rlen <= schedule["BLOCK"]
+class _Reduction:
+    """Writes a reduction kernel: ROWS rows per program, the reduced dims in chunks of BLOCK (one chunk when
+    they fit: ``single``), one pass over them per level of reductions that depend on earlier ones."""
 
-    def chunk_indices() -> None:
-        w(f"fb = rb & (j < {rlen})")
+    def __init__(self, k: Kernel, schedule: ReductionSchedule):
+        self.k = k
+        self.w = w = Writer()
+        big = _is_big(k)
+        axes = k.reduce_axes
+        row_dims = [d for d in range(len(k.full)) if d not in axes]
+        self.red_dims = list(axes)
+        nrows = math.prod(k.full[d] for d in row_dims)
+        self.rlen = math.prod(k.full[d] for d in self.red_dims)
+        w("pid = tl.program_id(0)" + (".to(tl.int64)" if big else ""))
+        w("rid = pid * ROWS + tl.arange(0, ROWS)[:, None]")
+        w(f"rb = rid < {nrows}")
+        w("zr = rid * 0")
+        w("jr = tl.arange(0, BLOCK)[None, :]" + (".to(tl.int64)" if big else ""))
+        ridx = ["0"] * len(k.full)
+        for d, v in zip(row_dims, _unravel(w, "rid", [k.full[d] for d in row_dims], lambda n: f"r{row_dims[n]}")):
+            ridx[d] = v
+        row = Indexing(k.row, ridx, "rid", "rb", "zr", "[ROWS, 1]")
+        fidx = list(ridx)
+        for d in self.red_dims:
+            fidx[d] = f"f{d}" if k.full[d] > 1 else "0"
+        # reduced dims last (size-1 dims aside): the full linear index is rid * rlen + j
+        self.trailing = all(k.full[d] == 1 for d in range(min(axes), len(k.full)) if d not in axes)
+        full = Indexing(k.full, fidx, "fl" if self.trailing else None, "fb", "zf", "[ROWS, BLOCK]")
+        self.e = OpEmitter(k, w, {Space.full: full, Space.row: row}, big)
+        self.single = self.rlen <= schedule.BLOCK
+        self.done: set[int] = set()  # row-space ops emitted
+        self.emitted_full: set[int] = set()  # full-space ops emitted (reused across passes when single)
+
+    def chunk_indices(self) -> None:
+        w, red_dims = self.w, self.red_dims
+        w(f"fb = rb & (j < {self.rlen})")
         w("zf = zr + j * 0")
-        if trailing:
-            w(f"fl = rid * {rlen} + j")
-        _unravel(w, "j", [k.full[d] for d in red_dims], lambda n: f"f{red_dims[n]}")
-        e.forget(Space.full)
+        if self.trailing:
+            w(f"fl = rid * {self.rlen} + j")
+        _unravel(w, "j", [self.k.full[d] for d in red_dims], lambda n: f"f{red_dims[n]}")
+        self.e.forget(Space.full)
 
-    lv = _levels(k)
-    reds = [i for i, op in enumerate(k.ops) if op.op in REDUCE_OPS]
-    passes = sorted({lv[k.ops[r].args[0]] for r in reds})
-    done: set[int] = set()
+    def open_chunks(self) -> None:
+        """A loop over the chunks of the reduced dims (nothing when there is one chunk)."""
+        if not self.single:
+            self.w(f"for j0 in range(0, {self.rlen}, BLOCK):")
+            self.w.indent += 1
+            self.w("j = j0 + jr")
+            self.chunk_indices()
 
-    def emit_ready_rows() -> None:
-        for i, op in enumerate(k.ops):
-            if i in done or op.space is not Space.row or op.op in REDUCE_OPS:
+    def close_chunks(self) -> None:
+        if not self.single:
+            self.w.indent -= 1
+
+    def emit_ready_rows(self) -> None:
+        for i, op in enumerate(self.k.ops):
+            if i in self.done or op.space is not Space.row or op.op in REDUCE_OPS:
                 continue
-            if all(a in done for a in op.args):
-                e.emit(i, op)
-                done.add(i)
+            if all(a in self.done for a in op.args):
+                self.e.emit(i, op)
+                self.done.add(i)
 
-    full_outs = [(o, i, b) for o, (i, b) in enumerate(k.outputs) if k.ops[i].space is Space.full]
-    if single:
-        w("j = jr")
-        chunk_indices()
-    emit_ready_rows()
-    emitted_full: set[int] = set()
-    for p in passes:
-        mine = [r for r in reds if lv[k.ops[r].args[0]] == p]
-        for r in mine:
-            acc_dt = _acc_dtype(k.ops[r].dtype)
-            init = "0" if k.ops[r].op is Op.SumReduce else _lowest(acc_dt)
-            w(f"acc{r} = tl.full([ROWS, BLOCK], {init}, {acc_dt})")
-            if k.ops[r].op is Op.MaxReduce and acc_dt == "tl.float32":
-                w(f"nan{r} = tl.full([ROWS, BLOCK], 0, tl.int32)")
-        suffix = "" if single else f"_{p}"
-        if not single:
-            w(f"for j0 in range(0, {rlen}, BLOCK):")
-            w.indent += 1
-            w("j = j0 + jr")
-            chunk_indices()
-        for i in k.full_cone([k.ops[r].args[0] for r in mine]):
-            if single and i in emitted_full:
+    def emit_full(self, roots: list[int], suffix: str) -> None:
+        """The full-space ops ``roots`` depend on, in this chunk."""
+        for i in self.k.full_cone(roots):
+            if self.single and i in self.emitted_full:
                 continue
-            e.emit(i, k.ops[i], suffix)
-            emitted_full.add(i)
-        for r in mine:
-            x = e.arg(k.ops[r].args[0], suffix)
-            acc_dt = _acc_dtype(k.ops[r].dtype)
-            x = f"{x}.to({acc_dt})"
-            if k.ops[r].op is Op.SumReduce:
+            self.e.emit(i, self.k.ops[i], suffix)
+            self.emitted_full.add(i)
+
+    def init_accumulators(self, reds: list[int]) -> None:
+        for r in reds:
+            acc_dt = _acc_dtype(self.k.ops[r].dtype)
+            init = "0" if self.k.ops[r].op is Op.SumReduce else _lowest(acc_dt)
+            self.w(f"acc{r} = tl.full([ROWS, BLOCK], {init}, {acc_dt})")
+            if self.k.ops[r].op is Op.MaxReduce and acc_dt == "tl.float32":
+                self.w(f"nan{r} = tl.full([ROWS, BLOCK], 0, tl.int32)")
+
+    def fold(self, reds: list[int], suffix: str) -> None:
+        """Each reduction's argument in this chunk folded into its accumulator (a float max tracks NaNs)."""
+        w = self.w
+        for r in reds:
+            acc_dt = _acc_dtype(self.k.ops[r].dtype)
+            x = f"{self.e.arg(self.k.ops[r].args[0], suffix)}.to({acc_dt})"
+            if self.k.ops[r].op is Op.SumReduce:
                 w(f"acc{r} += tl.where(fb, {x}, 0)")
             else:
                 w(f"x{r} = tl.where(fb, {x}, {_lowest(acc_dt)})")
                 if acc_dt == "tl.float32":
                     w(f"nan{r} = tl.maximum(nan{r}, (x{r} != x{r}).to(tl.int32))")
                 w(f"acc{r} = tl.maximum(acc{r}, x{r})")
-        if not single:
-            w.indent -= 1
-        for r in mine:
-            op = k.ops[r]
+
+    def finish(self, reds: list[int]) -> None:
+        """Each reduction's row value from its accumulator."""
+        for r in reds:
+            op = self.k.ops[r]
             if op.op is Op.SumReduce:
                 val = f"tl.reduce(acc{r}, 1, tl.standard._sum_combine)[:, None]"
             else:
@@ -400,30 +439,49 @@ def emit_reduction(k: Kernel, schedule: dict) -> str:
                     anynan = f"tl.reduce(nan{r}, 1, tl.standard._elementwise_max)[:, None] > 0"
                     val = f'tl.where({anynan}, float("nan"), {val})'
             val = f"({val} != 0)" if op.dtype is DType.bool else f"{val}.to({TL[op.dtype]})"
-            w(f"v{r} = {val}")
-            e.names[r] = f"v{r}"
-            done.add(r)
-        emit_ready_rows()
-    if full_outs:
-        suffix = "" if single else "_o"
-        if not single:
-            w(f"for j0 in range(0, {rlen}, BLOCK):")
-            w.indent += 1
-            w("j = j0 + jr")
-            chunk_indices()
-        for i in k.full_cone([i for _, i, _ in full_outs]):
-            if single and i in emitted_full:
-                continue
-            e.emit(i, k.ops[i], suffix)
-            emitted_full.add(i)
-        for o, i, b in full_outs:
-            e.store(o, e.arg(i, suffix), Space.full, b.dtype)
-        if not single:
-            w.indent -= 1
-    for o, (i, b) in enumerate(k.outputs):
-        if k.ops[i].space is Space.row:
-            e.store(o, f"v{i}", Space.row, b.dtype)
-    return _finish(_signature(k, CONSTEXPRS["reduction"]), w)
+            self.w(f"v{r} = {val}")
+            self.e.names[r] = f"v{r}"
+            self.done.add(r)
+
+    def reduction_pass(self, p: int, reds: list[int]) -> None:
+        """The reductions whose arguments need ``p`` earlier passes: one loop over the reduced dims."""
+        self.init_accumulators(reds)
+        suffix = "" if self.single else f"_{p}"
+        self.open_chunks()
+        self.emit_full([self.k.ops[r].args[0] for r in reds], suffix)
+        self.fold(reds, suffix)
+        self.close_chunks()
+        self.finish(reds)
+        self.emit_ready_rows()
+
+    def store_outputs(self) -> None:
+        """The full-space outputs in one more pass over the reduced dims, then the row-space ones."""
+        k, e = self.k, self.e
+        full_outs = [(o, i, b) for o, (i, b) in enumerate(k.outputs) if k.ops[i].space is Space.full]
+        if full_outs:
+            suffix = "" if self.single else "_o"
+            self.open_chunks()
+            self.emit_full([i for _, i, _ in full_outs], suffix)
+            for o, i, b in full_outs:
+                e.store(o, e.arg(i, suffix), Space.full, b.dtype)
+            self.close_chunks()
+        for o, (i, b) in enumerate(k.outputs):
+            if k.ops[i].space is Space.row:
+                e.store(o, f"v{i}", Space.row, b.dtype)
+
+
+def emit_reduction(k: Kernel, schedule: ReductionSchedule) -> str:
+    r = _Reduction(k, schedule)
+    if r.single:
+        r.w("j = jr")
+        r.chunk_indices()
+    r.emit_ready_rows()
+    lv = _levels(k)
+    reds = [i for i, op in enumerate(k.ops) if op.op in REDUCE_OPS]
+    for p in sorted({lv[k.ops[x].args[0]] for x in reds}):
+        r.reduction_pass(p, [x for x in reds if lv[k.ops[x].args[0]] == p])
+    r.store_outputs()
+    return _finish(_signature(k, CONSTEXPRS[Form.reduction]), r.w)
 
 
 def _acc_dtype(dt: DType) -> str:
@@ -439,12 +497,23 @@ def _lowest(acc_dt: str) -> str:
 
 
 # -- contraction -------------------------------------------------------------------
-def emit_contraction(k: Kernel, schedule: dict) -> str:
+def emit_contraction(k: Kernel, schedule: ContractionSchedule) -> str:
     plan = k.contraction
     w = Writer()
     big = _is_big(k)
-    it = ".to(tl.int64)" if big else ""
-    M, N, K = plan.size("m"), plan.size("n"), plan.size("k")
+    _tile_ids(w, plan.size("m"), plan.size("n"), ".to(tl.int64)" if big else "")
+    # index expressions per operand orientation
+    mi = _unravel_group(w, plan.m, k.full, "rm[:, None]", "m")
+    ni = _unravel_group(w, plan.n, k.full, "rn[None, :]", "n")
+    bi = _unravel_group(w, plan.batch, k.full, "pid_b", "b")
+    _k_loop(k, w, big, {**mi, **ni, **bi})
+    _contraction_epilogue(k, w, big, {**mi, **ni, **bi}, split_ok(k) and schedule.SPLIT_K > 1)
+    return _finish(_signature(k, CONSTEXPRS[Form.contraction]), w)
+
+
+def _tile_ids(w: Writer, M: int, N: int, it: str) -> None:
+    """The program's output tile (rows ``rm``, columns ``rn``, batch ``pid_b``): tiles in groups of GROUP_M
+    rows, so that neighbouring programs share operand tiles in L2."""
     w("pid = tl.program_id(0)" + it)
     w("pid_k = tl.program_id(2)")
     w(f"num_m = ({M} + BLOCK_M - 1) // BLOCK_M")
@@ -460,11 +529,13 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     w("rm = pm * BLOCK_M + tl.arange(0, BLOCK_M)" + it)
     w("rn = pn * BLOCK_N + tl.arange(0, BLOCK_N)" + it)
     w("rk0 = tl.arange(0, BLOCK_K)" + it)
-    # index expressions per operand orientation
-    mi = _unravel_group(w, plan.m, k.full, "rm[:, None]", "m")
-    ni = _unravel_group(w, plan.n, k.full, "rn[None, :]", "n")
-    bi = _unravel_group(w, plan.batch, k.full, "pid_b", "b")
-    a_op, b_op = k.ops[plan.a], k.ops[plan.b]
+
+
+def _k_loop(k: Kernel, w: Writer, big: bool, outer: dict[int, str]) -> None:
+    """The loop over K (this program's share of it under split-K): both operand tiles loaded, then one dot
+    into ``acc``. ``outer``: the index of each M, N and batch dim."""
+    plan = k.contraction
+    M, N, K = plan.size("m"), plan.size("n"), plan.size("k")
     w("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     w(f"for k0 in range(pid_k * BLOCK_K, {K}, BLOCK_K * SPLIT_K):")
     w.indent += 1
@@ -473,26 +544,10 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     kb = _unravel_group(w, plan.k, k.full, "rk[:, None]", "kb")
     dummy = Indexing(k.full, [], None, "", "", "")
     e = OpEmitter(k, w, {Space.full: dummy}, big)
-    for name, op, kidx, ksrc, bound, zero in (
-        ("a", a_op, ka, "rk[None, :]", f"(rm[:, None] < {M}) & (rk[None, :] < {K})",
-         "(rm[:, None] * 0 + rk[None, :] * 0)"),
-        ("b", b_op, kb, "rk[:, None]", f"(rk[:, None] < {K}) & (rn[None, :] < {N})",
-         "(rk[:, None] * 0 + rn[None, :] * 0)"),
-    ):
-        view = op.attr("view")
-        idx = [mi.get(d) or ni.get(d) or bi.get(d) or kidx.get(d) or "0" for d in range(len(k.full))]
-        flat = []
-        for dims, src in ((plan.m, "rm[:, None]"), (plan.n, "rn[None, :]"), (plan.batch, "pid_b"), (plan.k, ksrc)):
-            stride = view_run(view, dims, k.full)
-            if stride is not None:  # the group is one strided run for this operand: no div/mod per element
-                for d in dims:
-                    idx[d] = "0"
-                if stride:
-                    flat.append(f" + {src} * {stride}")
-        addr, valid = e.address(view, idx, zero)
-        addr += "".join(flat)
-        m = bound if valid is None else f"{bound} & {valid}"
-        w(f"{name} = tl.load(in{op.attr('buf')} + ({addr}), mask={m}, other=0)")
+    _load_operand(k, w, e, "a", k.ops[plan.a], outer, ka, "rk[None, :]",
+                  f"(rm[:, None] < {M}) & (rk[None, :] < {K})", "(rm[:, None] * 0 + rk[None, :] * 0)")
+    _load_operand(k, w, e, "b", k.ops[plan.b], outer, kb, "rk[:, None]",
+                  f"(rk[:, None] < {K}) & (rn[None, :] < {N})", "(rk[:, None] * 0 + rn[None, :] * 0)")
     dt = k.ops[plan.mul].dtype
     if dt is DType.float32:
         w('acc = tl.dot(a, b, acc, input_precision=PRECISION)')
@@ -502,8 +557,34 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     else:
         w(f"acc = tl.dot(a.to({TL[dt]}), b.to({TL[dt]}), acc)")
     w.indent -= 1
-    # epilogue over the row space
-    ridx = [mi.get(d) or ni.get(d) or bi.get(d) or "0" for d in range(len(k.full))]
+
+
+def _load_operand(k: Kernel, w: Writer, e: OpEmitter, name: str, op: KOp, outer: dict[int, str],
+                  kidx: dict[int, str], ksrc: str, bound: str, zero: str) -> None:
+    """``name = tl.load(...)``: one operand's tile; a group of dims the view walks as one strided run is
+    addressed by its flat index, without a div/mod per element."""
+    plan = k.contraction
+    view = op.attr("view")
+    idx = [outer.get(d) or kidx.get(d) or "0" for d in range(len(k.full))]
+    flat = []
+    for dims, src in ((plan.m, "rm[:, None]"), (plan.n, "rn[None, :]"), (plan.batch, "pid_b"), (plan.k, ksrc)):
+        stride = view_run(view, dims, k.full)
+        if stride is not None:
+            for d in dims:
+                idx[d] = "0"
+            if stride:
+                flat.append(f" + {src} * {stride}")
+    addr, valid = e.address(view, idx, zero)
+    addr += "".join(flat)
+    m = bound if valid is None else f"{bound} & {valid}"
+    w(f"{name} = tl.load(in{op.attr('buf')} + ({addr}), mask={m}, other=0)")
+
+
+def _contraction_epilogue(k: Kernel, w: Writer, big: bool, outer: dict[int, str], atomic: bool) -> None:
+    """The row-space ops over the finished tile, and its outputs stored (added atomically under split-K)."""
+    plan = k.contraction
+    M, N = plan.size("m"), plan.size("n")
+    ridx = [outer.get(d) or "0" for d in range(len(k.full))]
     for d in plan.k:
         ridx[d] = "0"
     w("zr = rm[:, None] * 0 + rn[None, :] * 0")
@@ -517,13 +598,12 @@ def emit_contraction(k: Kernel, schedule: dict) -> str:
     for i, op in enumerate(k.ops):
         if op.space is Space.row and i != red:
             e.emit(i, op)
-    if split_ok(k) and schedule.get("SPLIT_K", 1) > 1:
+    if atomic:
         (i, _b), = k.outputs
         w(f"tl.atomic_add(out0 + {e.lin(Space.row)}, v{i}, mask=rb)")
     else:
         for o, (i, b) in enumerate(k.outputs):
             e.store(o, f"v{i}", Space.row, b.dtype)
-    return _finish(_signature(k, CONSTEXPRS["contraction"]), w)
 
 
 def _unravel_group(w: Writer, dims: tuple[int, ...], full: tuple[int, ...], src: str, prefix: str) -> dict[int, str]:
