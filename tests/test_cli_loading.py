@@ -91,7 +91,7 @@ def test_the_loader_refuses_or_warns_and_names_a_missing_file(dynamic, tmp_path)
     assert load_model(dynamic, {}, Unbound.WARN).unbound == ["batch"]
     bound = load_model(dynamic, {"batch": 8}, Unbound.REFUSE)
     assert bound.inputs[0].shape == (8, 8) and not bound.unbound
-    with pytest.raises(LuminalError, match="model '.*gone.onnx' not found"):
+    with pytest.raises(LuminalError, match=r"model '.*gone\.onnx' not found"):
         load_model(tmp_path / "gone.onnx", {}, Unbound.WARN)
 
 
@@ -116,8 +116,8 @@ def test_shape_on_the_command_line_and_in_the_configuration_mean_the_same(tmp_pa
     (tmp_path / "m.onnx").write_bytes(b"")
     cfg = parse_config({"models": [{"path": "m.onnx", "shapes": {"x": _toml_value(toml)}}]}, tmp_path / "p.toml")
     assert cfg.models[0].shapes == parse_shape_args([f"x={cli}"])
-    value = cfg.models[0].shapes["x"]
-    assert value == parse_shape_value(_toml_value(toml), "x") and type(value) is type(parse_shape_args([f"x={cli}"])["x"])
+    value, given = cfg.models[0].shapes["x"], parse_shape_args([f"x={cli}"])["x"]
+    assert value == parse_shape_value(_toml_value(toml), "x") and type(value) is type(given)
 
 
 def _toml_value(text: str) -> object:
@@ -128,7 +128,7 @@ def _toml_value(text: str) -> object:
 
 @pytest.mark.parametrize("bad", ["two", "1x", "-1", "1x-3", "", "x8"])
 def test_bad_shapes_are_refused_alike(tmp_path, bad):
-    with pytest.raises(LuminalError, match="expected an integer or a shape|must be non-negative"):
+    with pytest.raises(LuminalError, match=r"expected an integer or a shape|must be non-negative"):
         parse_shape_args([f"x={bad}"])
     (tmp_path / "m.onnx").write_bytes(b"")
     with pytest.raises(LuminalError, match=r"models\[0\]\.shapes\.x: (expected an integer or a shape|dimensions "
