@@ -14,7 +14,17 @@ from rich.table import Table
 
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL, cache_of, load_config
 from ..values import format_duration
-from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, shown
+from .common import (
+    CACHE_OPT,
+    JSON_FILE_OPT,
+    MAX_MEMORY_OPT,
+    SHAPE_OPT,
+    console,
+    emit_json,
+    handle_errors,
+    max_memory_of,
+    shown,
+)
 from .project import backend_of, jobs
 
 if TYPE_CHECKING:
@@ -55,6 +65,7 @@ def check(
     json_path: str = JSON_FILE_OPT,
     junit_path: str = typer.Option(None, "--junit", help="Write JUnit XML (one test case per model) to this file."),
     cache: str = CACHE_OPT,
+    max_memory: str = MAX_MEMORY_OPT,
 ) -> None:
     """Compare luminal's outputs with onnxruntime's on the same seeded random inputs."""
     from .modelcheck import check_model
@@ -65,7 +76,8 @@ def check(
     cache_path = cache_of(cache, config)  # where tune put winners
     reports = []
     for job in todo:
-        report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache_path)
+        report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache_path,
+                             max_memory=max_memory_of(max_memory))
         reports.append(report)
         if json_path != "-":
             _show(report, f"{job.path}: {backend} vs onnxruntime (atol {job.atol:g}, rtol {job.rtol:g}, seed {seed})")

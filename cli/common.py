@@ -24,6 +24,15 @@ CACHE_OPT = typer.Option(None, "--cache", help="Tuning cache file (default: $LUM
                                                "~/.cache/luminal/tuning.db).")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
 JSON_FILE_OPT = typer.Option(None, "--json", help="Write the report as JSON to this file ('-': stdout).")
+MAX_MEMORY_OPT = typer.Option(None, "--max-memory", help="Refuse a model that needs more memory than this "
+                                                         "(8G, 512M; default: the memory available).")
+
+
+def max_memory_of(text: str | None) -> int | None:
+    """``--max-memory`` in bytes (None: the memory available)."""
+    from ..frontend_onnx.limits import parse_size
+
+    return None if text is None else parse_size(text)
 
 
 # exit code of a fault in luminal itself (1 is a failed check, 2 bad input)

@@ -11,7 +11,17 @@ from rich.table import Table
 
 from ..config import load_config
 from ..values import Shape, format_duration
-from .common import JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors, printable, shown
+from .common import (
+    JSON_FILE_OPT,
+    MAX_MEMORY_OPT,
+    SHAPE_OPT,
+    console,
+    emit_json,
+    handle_errors,
+    max_memory_of,
+    printable,
+    shown,
+)
 from .project import chosen_models
 
 if TYPE_CHECKING:
@@ -23,13 +33,13 @@ def _io(items: Iterable[IOInfo]) -> list[dict]:
     return [{"name": i.name, "dtype": i.dtype.value, "shape": list(i.shape)} for i in items]
 
 
-def inspect_model(model: str, shapes: Mapping[str, Shape]) -> tuple[dict, Graph]:
+def inspect_model(model: str, shapes: Mapping[str, Shape], max_memory: int | None = None) -> tuple[dict, Graph]:
     """The report as plain data, and the optimised graph."""
     from ..frontend_onnx.loader import Unbound, load_model
     from ..ir import optimize
 
     t0 = time.perf_counter()
-    res = load_model(model, shapes, Unbound.WARN, optimize=False)
+    res = load_model(model, shapes, Unbound.WARN, optimize=False, max_memory=max_memory)
     before = res.graph.primitive_counts()
     graph = optimize(res.graph)
     seconds = time.perf_counter() - t0
@@ -75,12 +85,13 @@ def inspect_cmd(
     ir: bool = typer.Option(False, "--ir", help="Print the optimised primitive graph."),
     kernels: bool = typer.Option(False, "--kernels", help="List the kernels of the default fusion plan."),
     json_path: str = JSON_FILE_OPT,
+    max_memory: str = MAX_MEMORY_OPT,
 ) -> None:
     """Show the model's ONNX ops, its primitives before and after the passes, and its inputs and outputs."""
     from ..ir import format_graph
 
     (chosen,) = chosen_models(model, shape, load_config())
-    data, graph = inspect_model(model, chosen.shapes)
+    data, graph = inspect_model(model, chosen.shapes, max_memory_of(max_memory))
     if kernels:
         from ..runtime.report import kernel_table
 

@@ -253,15 +253,16 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
 
 def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str = "reference",
                 atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, seed: int = 0,
-                cache: str | None = None) -> CheckReport:
-    """Run the model on onnxruntime and on a luminal backend with the same seeded inputs."""
+                cache: str | None = None, max_memory: int | None = None) -> CheckReport:
+    """Run the model on onnxruntime and on a luminal backend with the same seeded inputs; a model that needs
+    more than ``max_memory`` bytes (default: the memory available) is refused before either runs."""
     from ..frontend_onnx.loader import Unbound, load_model
 
     if backend not in BACKENDS:
         raise LuminalError(f"backend {backend!r} is not available (available: {', '.join(sorted(BACKENDS))})")
     proto = load_model_proto(path)
     t0 = time.perf_counter()
-    imported = load_model(path, shapes, Unbound.WARN)
+    imported = load_model(path, shapes, Unbound.WARN, max_memory=max_memory)
     t1 = time.perf_counter()
     feeds = make_inputs(list(imported.inputs), proto, seed)
     del proto

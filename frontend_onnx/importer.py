@@ -19,6 +19,7 @@ from ..errors import LuminalError
 from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
 from . import dims, registry
+from .limits import MemoryGuard
 from .structure import check_graph, clean
 from .weights import external_view, map_model
 
@@ -238,6 +239,10 @@ def _external_ref(t: TensorProto, base: Path | None) -> tuple[Path, int, int]:
         raise LuminalError(f"tensor {t.name!r}: external data file missing")
     if offset < 0 or length < -1:
         raise LuminalError(f"tensor {t.name!r}: bad external data offset or length")
+    size = path.stat().st_size
+    if offset > size or (length >= 0 and offset + length > size):
+        raise LuminalError(f"tensor {t.name!r}: its external data file ({size} bytes) is shorter than its offset "
+                           f"{offset} + length {max(length, 0)}")
     return path, offset, length
 
 
@@ -342,12 +347,20 @@ def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
 
 # -- the import ----------------------------------------------------------------
 
+# the work of unrolling loops, over the whole model: a Loop's own bound (ops_control.MAX_UNROLL) multiplies
+# when Loops nest
+MAX_UNROLLED = 1 << 17
+
+
 @dataclass
 class Importer:
     opsets: dict[str, int]
     warnings: list[str]
+    guard: MemoryGuard
     # numpy dtypes of constants as the model wrote them (the IR widens int8/uint8/int16/...)
     written: dict[str, np.dtype] = field(default_factory=dict)
+    # body runs of Loops and Scans (unrolled) over the whole model, each counted as its nodes + 1
+    unrolled: int = 0
 
     def source_dtype(self, name: str) -> np.dtype | None:
         return self.written.get(name)
@@ -358,6 +371,10 @@ class Importer:
         ``inputs`` bind a subgraph's declared inputs (a Loop body's) by position; ``weights``
         are initializers of ``g`` read elsewhere (the mapped file's), by name."""
         if inputs is not None:
+            self.unrolled += len(g.node) + 1
+            if self.unrolled > MAX_UNROLLED:
+                raise LuminalError(f"unrolling the model's loops imports more than {MAX_UNROLLED} nodes in all "
+                                   f"(nested loops multiply)")
             if len(inputs) != len(g.input):
                 raise LuminalError(f"subgraph {clean(g.name)!r} takes {len(g.input)} inputs, got {len(inputs)}")
             for vi, t in zip(g.input, inputs):
@@ -409,6 +426,8 @@ class Importer:
                 ZeroDivisionError, OverflowError, AttributeError) as e:
             raise LuminalError(f"{label}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
         outs = [out] if isinstance(out, Tensor) else list(out)
+        made = {name: t for name, t in zip(n.output, outs) if name and isinstance(t, Tensor)}
+        self.guard.node(label, (t for t in inputs if isinstance(t, Tensor)), made)
         for k, name in enumerate(n.output):
             if not name:
                 continue
@@ -525,9 +544,11 @@ def _bind_inputs(g: onnx.GraphProto, shapes: Shapes | None,
     return [(vi.name, dt, bound.shapes[vi.name]) for vi, dt in zip(real_inputs, dtypes)], bound
 
 
-def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True) -> ImportResult:
+def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True,
+         max_memory: int | None = None) -> ImportResult:
     """Import an ONNX model (a path or a ModelProto) into a primitive Graph, optimised
-    with ``ir.optimize`` unless ``optimize`` is False."""
+    with ``ir.optimize`` unless ``optimize`` is False. A model whose inputs, or some node's inputs and
+    outputs, need more than ``max_memory`` bytes (default: the memory available) is refused."""
     proto, base, weights = read_model(model)
     check_supported(proto)
     warnings: list[str] = []
@@ -554,7 +575,9 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         scope[name] = t
         in_nodes.append(t.node)
         inputs.append(IOInfo(name, dt, shape, declared.get(name)))
-    imp = Importer(opsets, warnings)
+    guard = MemoryGuard.of(max_memory)
+    guard.inputs({name: scope[name] for name, _, _ in resolved})
+    imp = Importer(opsets, warnings, guard)
     for vi in list(g.input) + list(g.value_info):
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
         if elem in _ELEM:
@@ -575,6 +598,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
             raise LuminalError(f"graph output {clean(o.name)!r} is a sequence; only tensor outputs are supported")
         out_tensors.append(materialise(t))
         names.append(o.name)
+    guard.node("the graph", [scope[name] for name, _, _ in resolved], dict(zip(names, out_tensors)))
     declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True))
     graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(bound.symbols), declared)
     if optimize:

@@ -25,12 +25,12 @@ def unbound_message(names: Iterable[str]) -> str:
 
 
 def load_model(path: str | Path, shapes: Mapping[str, Shape] | None, unbound: Unbound,
-               optimize: bool = True) -> ImportResult:
+               optimize: bool = True, max_memory: int | None = None) -> ImportResult:
     """Import the ONNX file at ``path`` with ``shapes`` bound (optimised with ``ir.optimize`` unless
     ``optimize`` is False). LuminalError for a missing file, and for unbound dims under ``Unbound.REFUSE``."""
     if not Path(path).is_file():
         raise LuminalError(f"model {str(path)!r} not found")
-    result = load(str(path), dict(shapes or {}), optimize=optimize)
+    result = load(str(path), dict(shapes or {}), optimize=optimize, max_memory=max_memory)
     if result.unbound and unbound is Unbound.REFUSE:
         raise LuminalError(unbound_message(result.unbound))
     return result

@@ -61,9 +61,8 @@ class Tensor:
     def iota(shape: Sequence[int], axis: int, dtype: DType = DType.int64) -> Tensor:
         shape = tuple(shape)
         base = tuple(s if k == axis else 1 for k, s in enumerate(shape))
-        arr = np.arange(shape[axis]).reshape(base).astype(dtype.np)
         if shape[axis] <= 4096:
-            return Tensor.const(arr, dtype).expand(shape)
+            return Tensor.const(np.arange(shape[axis]).reshape(base).astype(dtype.np), dtype).expand(shape)
         return Tensor(_node(Op.Iota, (), base, dtype, axis=axis)).expand(shape)
 
     # -- properties --------------------------------------------------------

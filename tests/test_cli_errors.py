@@ -60,7 +60,7 @@ def relu_model(tmp_path) -> Path:
 
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_debug_shows_the_trace_of_an_internal_error(relu_model, monkeypatch, how):
-    def broken(model, shapes):
+    def broken(*args: object) -> None:
         raise KeyError("lost")
 
     monkeypatch.setattr(inspect_cmd, "inspect_model", broken)
