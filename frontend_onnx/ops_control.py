@@ -9,18 +9,19 @@ lists of tensors that exist only during the import.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from ..errors import LuminalError
 from ..ir import DType, Tensor
 from .ops_shape import concat, norm_axis, split_sizes, stack
-from .registry import OpContext, op
+from .registry import OpContext, need, need_const, need_ints, op
 
 
 def _branch(ctx: OpContext, name: str) -> list[Tensor | None]:
     g = ctx.attr(name)
     if g is None:
         raise ValueError(f"If without {name}")
-    outs = ctx.importer.run_graph(g, ctx.scope.new_child())
+    outs = ctx.run_subgraph(g)
     if len(outs) != len(ctx.node.output):
         raise ValueError(f"{name} has {len(outs)} outputs, the node {len(ctx.node.output)}")
     return outs
@@ -28,7 +29,7 @@ def _branch(ctx: OpContext, name: str) -> list[Tensor | None]:
 
 @op("If")
 def if_op(ctx: OpContext) -> list[Tensor | None]:
-    cond = ctx.inputs[0]
+    cond = need(ctx, 0)
     if cond.numel != 1:
         raise ValueError(f"If condition has {cond.numel} elements")
     if cond.is_const:
@@ -36,7 +37,7 @@ def if_op(ctx: OpContext) -> list[Tensor | None]:
         return _branch(ctx, "then_branch" if taken else "else_branch")
     then, other = _branch(ctx, "then_branch"), _branch(ctx, "else_branch")
     c = cond.reshape(())
-    outs = []
+    outs: list[Tensor | None] = []
     for a, b in zip(then, other):
         if a is None or b is None:
             outs.append(None)
@@ -61,13 +62,22 @@ def _known_bool(t: Tensor, what: str) -> bool:
     return bool(t.numpy().reshape(-1)[0])
 
 
+def _run_body(ctx: OpContext, body: onnx.GraphProto, inputs: list, what: str) -> list[Tensor]:
+    """One iteration of a Loop or Scan body: its outputs, every one of which must be produced."""
+    outs = ctx.run_subgraph(body, inputs)
+    produced = [o for o in outs if o is not None]
+    if len(produced) != len(outs):
+        raise ValueError(f"{what} body output is never produced")
+    return produced
+
+
 @op("Loop")
 def loop_op(ctx: OpContext) -> list[Tensor | None]:
     trip_t, cond_t = ctx.input(0), ctx.input(1)
-    carried = list(ctx.inputs[2:])
+    carried: list[Tensor | None] = list(ctx.inputs[2:])
     body = ctx.attr("body")
-    trip = None if trip_t is None else ctx.ints(0)[0]
-    go = True if cond_t is None else bool(ctx.const(1).reshape(-1)[0])
+    trip = None if trip_t is None else need_ints(ctx, 0)[0]
+    go = True if cond_t is None else bool(need_const(ctx, 1).reshape(-1)[0])
     if trip is None and cond_t is None:
         raise LuminalError(f"node {ctx.node.name!r} (Loop): runs forever (no trip count, no condition)")
     n_scan = len(body.output) - 1 - len(carried)
@@ -78,11 +88,9 @@ def loop_op(ctx: OpContext) -> list[Tensor | None]:
             raise LuminalError(f"node {ctx.node.name!r} (Loop): more than {MAX_UNROLL} iterations to unroll")
         it = Tensor.const(np.array([i], np.int64)).reshape(())
         cond_in = Tensor.full((), True, DType.bool)
-        outs = ctx.importer.run_graph(body, ctx.scope.new_child(), [it, cond_in, *carried])
-        if any(o is None for o in outs):
-            raise ValueError("Loop body output is never produced")
+        outs = _run_body(ctx, body, [it, cond_in, *carried], "Loop")
         go = _known_bool(outs[0], "condition (computed by its body)")
-        carried = outs[1:1 + len(carried)]
+        carried = list(outs[1:1 + len(carried)])
         for k in range(n_scan):
             scans[k].append(outs[1 + len(carried) + k])
         i += 1
@@ -115,9 +123,7 @@ def _scan(ctx: OpContext, states: list[Tensor], scans: list[Tensor], in_axes: li
             ranges = [(0, e) for e in t.shape]
             ranges[a] = (k, k + 1)
             slices.append(t.shrink(ranges).squeeze([a]))
-        outs = ctx.importer.run_graph(body, ctx.scope.new_child(), [*states, *slices])
-        if any(o is None for o in outs):
-            raise ValueError("Scan body output is never produced")
+        outs = _run_body(ctx, body, [*states, *slices], "Scan")
         states = outs[:len(states)]
         for k in range(n_out):
             collected[k].append(outs[len(states) + k])
@@ -130,14 +136,14 @@ def _scan(ctx: OpContext, states: list[Tensor], scans: list[Tensor], in_axes: li
 
 
 @op("Scan")
-def scan_op(ctx: OpContext) -> list[Tensor | None]:
+def scan_op(ctx: OpContext) -> list[Tensor]:
     """Scan, unrolled over the scan axis; opset 8's form has a leading batch axis and sequence_lens."""
     body = ctx.attr("body")
     m = int(ctx.attr("num_scan_inputs"))
     if ctx.opset < 9:
         if ctx.input(0) is not None:
-            lens = ctx.const(0)
-            if not (lens == ctx.inputs[-1].shape[1]).all():
+            lens = need_const(ctx, 0)
+            if not (lens == need(ctx, len(ctx.inputs) - 1).shape[1]).all():
                 raise NotImplementedError("Scan with sequence_lens shorter than the sequence")
         xs = [t for t in ctx.inputs[1:] if t is not None]
         states, scans = xs[:len(xs) - m], xs[len(xs) - m:]
@@ -173,7 +179,7 @@ def _seq(ctx: OpContext, i: int = 0) -> Sequence:
 
 def _position(ctx: OpContext, i: int, n: int, default: int, insert: bool = False) -> int:
     p = ctx.input(i)
-    pos = default if p is None else ctx.ints(i)[0]
+    pos = default if p is None else need_ints(ctx, i)[0]
     hi = n + 1 if insert else n
     if not -hi <= pos < hi:
         raise ValueError(f"sequence position {pos} out of range for length {n}")
@@ -204,7 +210,7 @@ def sequence_at(ctx: OpContext) -> Tensor:
 @op("SequenceInsert")
 def sequence_insert(ctx: OpContext) -> list:
     s = Sequence(_seq(ctx))
-    s.insert(_position(ctx, 2, len(s), len(s), insert=True), ctx.inputs[1])
+    s.insert(_position(ctx, 2, len(s), len(s), insert=True), need(ctx, 1))
     return [s]
 
 
@@ -217,7 +223,7 @@ def sequence_erase(ctx: OpContext) -> list:
 
 @op("SplitToSequence")
 def split_to_sequence(ctx: OpContext) -> list:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axis = norm_axis(int(ctx.attr("axis", 0)), x.ndim)
     d = x.shape[axis]
     split = ctx.const(1)

@@ -9,11 +9,11 @@ from onnx import TensorProto
 
 from ..ir import DType, Tensor, broadcast_shape
 from .importer import const_tensor, onnx_dtype
-from .registry import MS, OpContext, op
+from .registry import MS, OpContext, need, op
 
 
 def _x(ctx: OpContext) -> Tensor:
-    return ctx.inputs[0]
+    return need(ctx, 0)
 
 
 def _full_like(t: Tensor, value) -> Tensor:
@@ -174,7 +174,7 @@ def _channel_slope(x: Tensor, slope: Tensor) -> Tensor:
 
 @op("PRelu")
 def prelu(ctx: OpContext) -> Tensor:
-    x, slope = ctx.inputs[0], ctx.inputs[1]
+    x, slope = need(ctx, 0), need(ctx, 1)
     slope = _channel_slope(x, slope)
     return x.lt(0).where(x.mul(slope.cast(x.dtype)), x)
 
@@ -201,8 +201,10 @@ def remainder(a: Tensor, b: Tensor | int, fmod: bool = False) -> Tensor:
     r = a.mod(b)
     if fmod:
         return r
-    if isinstance(b, int) and b > 0:
-        return r.lt(0).where(r.add(b), r)
+    if isinstance(b, int):
+        if b > 0:
+            return r.lt(0).where(r.add(b), r)
+        b = Tensor.full(r.shape, b, r.dtype)
     b = b.cast(r.dtype).expand(r.shape)
     fix = r.ne(0) & r.lt(0).ne(b.lt(0))
     return fix.where(r.add(b), r)
@@ -217,7 +219,7 @@ _BINARY = {
 
 @op(*_BINARY)
 def binary(ctx: OpContext) -> Tensor:
-    a, b = ctx.inputs[0], ctx.inputs[1]
+    a, b = need(ctx, 0), need(ctx, 1)
     return _BINARY[ctx.node.op_type](a, b)
 
 
@@ -225,7 +227,7 @@ def _int_width(ctx: OpContext, i: int) -> tuple[int, bool]:
     """Bits and signedness of integer input i as the model writes it (the IR computes the narrow ones wider)."""
     dt = ctx.written(i)
     if dt is None or dt.kind not in "iu":
-        dt = ctx.inputs[i].dtype.np
+        dt = need(ctx, i).dtype.np
     if dt.kind not in "iu":
         raise NotImplementedError(f"bitwise ops on {dt.name}")
     # uint64 lives in int64 with its bit pattern kept: its bits are read as a signed type's
@@ -262,7 +264,7 @@ _BITWISE = {"BitwiseAnd": lambda a, b: a.mul(b), "BitwiseOr": lambda a, b: a.add
 @op(*_BITWISE)
 def bitwise(ctx: OpContext) -> Tensor:
     """Integer bitwise ops bit by bit from Mod and LessThan: the IR has no bit operations."""
-    a, b = ctx.inputs[0], ctx.inputs[1]
+    a, b = need(ctx, 0), need(ctx, 1)
     if a.dtype != b.dtype or a.dtype.is_float or a.dtype is DType.bool:
         raise ValueError(f"needs two integer inputs of one type, got {a.dtype.name} and {b.dtype.name}")
     width, signed = _int_width(ctx, 0)
@@ -273,7 +275,7 @@ def bitwise(ctx: OpContext) -> Tensor:
 
 @op("BitwiseNot")
 def bitwise_not(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     if x.dtype.is_float or x.dtype is DType.bool:
         raise ValueError(f"needs an integer input, got {x.dtype.name}")
     width, signed = _int_width(ctx, 0)
@@ -283,7 +285,7 @@ def bitwise_not(ctx: OpContext) -> Tensor:
 
 @op("Pow")
 def power(ctx: OpContext) -> Tensor:
-    a, b = ctx.inputs[0], ctx.inputs[1]
+    a, b = need(ctx, 0), need(ctx, 1)
     if _both_const_ints(a, b) and (b.numpy() >= 0).all():
         return const_tensor(np.power(a.numpy().astype(np.int64), b.numpy().astype(np.int64)), a.dtype)
     return a.pow(b).cast(a.dtype)
@@ -291,7 +293,7 @@ def power(ctx: OpContext) -> Tensor:
 
 @op("Mod")
 def mod(ctx: OpContext) -> Tensor:
-    a, b = ctx.inputs[0], ctx.inputs[1]
+    a, b = need(ctx, 0), need(ctx, 1)
     return remainder(a, b, bool(ctx.attr("fmod", 0)))
 
 
@@ -324,7 +326,7 @@ def clip(ctx: OpContext) -> Tensor:
 
 @op("Where")
 def where(ctx: OpContext) -> Tensor:
-    c, a, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    c, a, b = need(ctx, 0), need(ctx, 1), need(ctx, 2)
     return c.where(a, b)
 
 
@@ -342,7 +344,7 @@ def cast(ctx: OpContext) -> Tensor:
 
 @op("CastLike")
 def cast_like(ctx: OpContext) -> Tensor:
-    return _x(ctx).cast(ctx.inputs[1].dtype)
+    return _x(ctx).cast(need(ctx, 1).dtype)
 
 
 # -- com.microsoft activations (onnxruntime's fused forms) ------------------------------------
@@ -358,13 +360,13 @@ def gelu_tanh(x: Tensor) -> Tensor:
 
 
 def _biased(ctx: OpContext) -> Tensor:
-    x, bias = ctx.inputs[0], ctx.input(1)
+    x, bias = need(ctx, 0), ctx.input(1)
     return x if bias is None else x.add(bias)
 
 
 @op("Gelu", domain=MS)
 def ms_gelu(ctx: OpContext) -> Tensor:
-    return gelu_erf(ctx.inputs[0])
+    return gelu_erf(need(ctx, 0))
 
 
 @op("BiasGelu", domain=MS)
@@ -383,12 +385,12 @@ def swish(x: Tensor, alpha: float) -> Tensor:
 
 @op("QuickGelu", domain=MS)
 def ms_quick_gelu(ctx: OpContext) -> Tensor:
-    return swish(ctx.inputs[0], float(ctx.attr("alpha", 1.702)))
+    return swish(need(ctx, 0), float(ctx.attr("alpha", 1.702)))
 
 
 @op("BiasAdd", domain=MS)
 def ms_bias_add(ctx: OpContext) -> Tensor:
-    return ctx.inputs[0].add(ctx.inputs[1]).add(ctx.inputs[2])
+    return need(ctx, 0).add(need(ctx, 1)).add(need(ctx, 2))
 
 
 @op("Swish")
@@ -398,7 +400,7 @@ def swish_op(ctx: OpContext) -> Tensor:
 
 @op("SwiGLU")
 def swiglu_op(ctx: OpContext) -> Tensor:
-    gate, value = ctx.inputs[0], ctx.inputs[1]
+    gate, value = need(ctx, 0), need(ctx, 1)
     if gate.shape != value.shape:
         raise ValueError(f"gate {list(gate.shape)} and value {list(value.shape)} must have one shape")
     return swish(gate, float(ctx.attr("alpha", 1.0))).mul(value)

@@ -8,9 +8,8 @@ import numpy as np
 
 from ..ir import DType, Tensor, broadcast_shape
 from .ops_nn_index import gather_axis
-from .ops_nn_util import fail, need, wants
 from .ops_shape import concat, stack
-from .registry import OpContext, op
+from .registry import OpContext, fail, need, need_const, op, wants
 
 NEG_INF = float("-inf")
 
@@ -56,7 +55,7 @@ def _allowed(ctx: OpContext, q_len: int, kv_len: int, past_len: int | None) -> n
     """Where a query may attend a key, from is_causal, the window sizes and nonpad_kv_seqlen; None: anywhere."""
     nonpad = None
     if ctx.input(6) is not None:
-        nonpad = ctx.const(6).reshape(-1).astype(np.int64)
+        nonpad = need_const(ctx, 6).reshape(-1).astype(np.int64)
     if nonpad is not None and past_len is not None:
         raise fail(ctx, "nonpad_kv_seqlen cannot be combined with past_key/past_value")
     if past_len is not None:

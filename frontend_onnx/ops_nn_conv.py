@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_nn_util import fail, need, spatial_pads, wants, windows
+from .ops_nn_util import spatial_pads, windows
 from .ops_reduce import lp_norm
-from .registry import OpContext, op
+from .registry import OpContext, fail, need, op, wants
 
 
 def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = False):
@@ -166,9 +166,9 @@ def overlap_add(cols: Tensor, strides, dilations, pads_begin, outs) -> Tensor:
         key = tuple(res)
         buckets[key] = view if key not in buckets else buckets[key].add(view)
     y = Tensor.full((n, m, *(v for q, st in zip(qs, strides) for v in (q, st))), 0, cols.dtype)
-    for res, b in buckets.items():
+    for phase, b in buckets.items():
         b = b.reshape((n, m, *(v for q in qs for v in (q, 1))))
-        b = b.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (res[d], strides[d] - 1 - res[d]))])
+        b = b.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (phase[d], strides[d] - 1 - phase[d]))])
         y = y.add(b)
     y = y.reshape((n, m, *(q * st for q, st in zip(qs, strides))))
     return y.shrink([(0, n), (0, m)] + [(0, o) for o in outs])
@@ -340,6 +340,7 @@ def deform_conv_op(ctx: OpContext) -> Tensor:
             idx = lin.reshape((n, og, 1, k * p)).expand((n, og, cpo, k * p))
             s = flat.gather(idx, 3).mul(wt.cast(x.dtype).reshape((n, og, 1, k * p)).expand((n, og, cpo, k * p)))
             cols = s if cols is None else cols.add(s)
+    assert cols is not None, "four bilinear taps"
     # columns (N, C, K, P) -> grouped contraction with W (M, C/g, K)
     mg = m // group
     cols = cols.reshape((n, group, 1, cg, k, p)).permute([0, 1, 2, 5, 3, 4])
@@ -352,11 +353,11 @@ def deform_conv_op(ctx: OpContext) -> Tensor:
 @op("Col2Im")
 def col2im_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
-    image, block = ctx.const(1), ctx.const(2)
-    if image is None or block is None:
+    image_c, block_c = ctx.const(1), ctx.const(2)
+    if image_c is None or block_c is None:
         raise fail(ctx, "image_shape and block_shape must be constant")
-    image = [int(v) for v in image.reshape(-1)]
-    block = [int(v) for v in block.reshape(-1)]
+    image = [int(v) for v in image_c.reshape(-1)]
+    block = [int(v) for v in block_c.reshape(-1)]
     nd = len(image)
     strides = list(ctx.attr("strides") or [1] * nd)
     dilations = list(ctx.attr("dilations") or [1] * nd)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_elementwise import remainder
-from .ops_nn_util import fail, need, take
+from .ops_nn_util import take
 from .ops_shape import norm_axis
-from .registry import OpContext, op
+from .registry import OpContext, fail, need, need_const, op
+
+# Pad's modes that numpy's pad names alike
+_NP_PAD: dict[str, Literal["reflect", "edge", "wrap"]] = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
 def _index(t: Tensor) -> Tensor:
@@ -99,10 +103,7 @@ def gather_nd_op(ctx: OpContext) -> Tensor:
 @op("OneHot")
 def one_hot_op(ctx: OpContext) -> Tensor:
     idx, values = need(ctx, 0), need(ctx, 2)
-    depth = ctx.const(1)
-    if depth is None:
-        raise fail(ctx, "depth is required")
-    depth = int(np.asarray(depth).reshape(-1)[0])
+    depth = int(need_const(ctx, 1).reshape(-1)[0])
     axis = int(ctx.attr("axis", -1))
     axis = axis % (idx.ndim + 1)
     shape = (*idx.shape[:axis], depth, *idx.shape[axis:])
@@ -129,8 +130,8 @@ def tile_op(ctx: OpContext) -> Tensor:
 @op("Trilu")
 def trilu_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
-    k = ctx.ints(1)
-    k = k[0] if k else 0
+    given = ctx.ints(1)
+    k = given[0] if given else 0
     upper = bool(ctx.attr("upper", 1))
     if x.ndim < 2:
         raise fail(ctx, "input must be at least 2-D")
@@ -183,7 +184,7 @@ def pad_op(ctx: OpContext) -> Tensor:
             else:
                 raise fail(ctx, f"cannot {mode}-pad an empty axis")
         else:
-            idx = np.pad(np.arange(n), (pb, pe), mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+            idx = np.pad(np.arange(n), (pb, pe), mode=_NP_PAD[mode])
         x = take(x, idx, a)
     return x
 
@@ -256,7 +257,7 @@ def cumsum(x: Tensor, axis: int, exclusive: bool, reverse: bool) -> Tensor:
     xt = x.permute(order)
     full = (*xt.shape[:-1], n, n)
     prodt = xt.unsqueeze([-2]).expand(full).mul(mask.reshape((1,) * (len(full) - 2) + (n, n)).expand(full))
-    return prodt.sum((-1,)).permute(np.argsort(order))
+    return prodt.sum((-1,)).permute([int(k) for k in np.argsort(order)])
 
 
 def _scatter(ctx: OpContext, data: Tensor, onehot: Tensor, upd: Tensor, hit_axes: tuple[int, ...]) -> Tensor:
@@ -315,7 +316,7 @@ def scatter_elements_op(ctx: OpContext) -> Tensor:
         # updates cover only a corner of data on the other axes
         inside = Tensor.full((*lead, n), True, DType.bool).pad(pad)
         out = inside.where(out.pad(pad), dt)
-    return out.permute(np.argsort(order))
+    return out.permute([int(k) for k in np.argsort(order)])
 
 
 @op("ScatterND")

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..ir import Tensor
-from .ops_nn_util import fail, need
-from .registry import OpContext, op
+from .registry import OpContext, fail, need, op
 
 
 @op("MatMul")

@@ -9,10 +9,10 @@ import numpy as np
 from ..ir import DType, Tensor
 from .ops_elementwise import gelu_erf, gelu_tanh
 from .ops_nn_index import gather_axis
-from .ops_nn_util import RandomOpError, fail, need, wants
+from .ops_nn_util import RandomOpError
 from .ops_reduce import lp_norm, normalise
 from .ops_shape import norm_axis
-from .registry import OpContext, op
+from .registry import OpContext, fail, need, op, wants
 
 
 def _channel_affine(y: Tensor, scale: Tensor, bias: Tensor) -> Tensor:

@@ -4,6 +4,7 @@ quantised type is read from how the model wrote the zero point (or the input) it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -13,12 +14,13 @@ from ..ir import DType, Tensor
 from .importer import onnx_dtype
 from .ops_elementwise import activation
 from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op
-from .ops_nn_util import fail, need
-from .registry import MS, OpContext, op
+from .ops_shape import concat
+from .registry import MS, OpContext, fail, need, op
 
 # the saturation range of each quantised ONNX type
-_QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
-           TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-(2 ** 31), 2 ** 31 - 1)}
+_QRANGE: dict[int, tuple[int, int]] = {
+    TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
+    TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-(2 ** 31), 2 ** 31 - 1)}
 
 
 def _qtype(ctx: OpContext, *inputs: int, default: int | None = None) -> int:
@@ -169,20 +171,12 @@ def _requantise_float(ctx: OpContext, y: Tensor, at: int, x_zp: int) -> Tensor:
 def qlinear_concat(ctx: OpContext) -> Tensor:
     n = (len(ctx.inputs) - 2) // 3
     xs = [_dequant(need(ctx, 2 + 3 * k), need(ctx, 3 + 3 * k), ctx.input(4 + 3 * k)) for k in range(n)]
-    return _requantise_float(ctx, xs[0].cat(xs[1:], int(ctx.attr("axis"))), 0, 4)
+    return _requantise_float(ctx, concat(xs, int(ctx.attr("axis"))), 0, 4)
 
 
-class _Shim:
-    """The node's context with a dequantised input 0, for running a float op's function on it."""
-
-    def __init__(self, ctx: OpContext, x: Tensor):
-        self._ctx, self.inputs = ctx, [x]
-
-    def __getattr__(self, name):
-        return getattr(self._ctx, name)
-
-    def input(self, i: int) -> Tensor | None:
-        return self.inputs[i] if i < len(self.inputs) else None
+def _shim(ctx: OpContext, x: Tensor) -> OpContext:
+    """The node's context with a dequantised input 0 alone, for running a float op's function on it."""
+    return dataclasses.replace(ctx, inputs=[x])
 
 
 def _pool(f: Callable[[OpContext], Tensor]) -> Callable[..., Tensor]:
@@ -190,10 +184,10 @@ def _pool(f: Callable[[OpContext], Tensor]) -> Callable[..., Tensor]:
 
     def g(ctx: OpContext, x: Tensor) -> Tensor:
         if not ctx.attr("channels_last", 0):
-            return f(_Shim(ctx, x))
+            return f(_shim(ctx, x))
         to_first = [0, x.ndim - 1, *range(1, x.ndim - 1)]
         to_last = [0, *range(2, x.ndim), 1]
-        return f(_Shim(ctx, x.permute(to_first))).permute(to_last)
+        return f(_shim(ctx, x.permute(to_first))).permute(to_last)
 
     return g
 

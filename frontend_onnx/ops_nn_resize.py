@@ -8,9 +8,9 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_nn_util import fail, need, take
+from .ops_nn_util import take
 from .ops_shape import norm_axis
-from .registry import OpContext, op
+from .registry import OpContext, fail, need, need_const, op
 
 F32 = np.float32
 
@@ -69,8 +69,8 @@ def _round_away(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) + F32(0.5))
 
 
-def _cubic_coeffs(s: np.ndarray, a: float) -> list[np.ndarray]:
-    a = F32(a)
+def _cubic_coeffs(s: np.ndarray, coeff: float) -> list[np.ndarray]:
+    a = F32(coeff)
     one = F32(1)
     return [((a * (s + one) - 5 * a) * (s + one) + 8 * a) * (s + one) - 4 * a,
             ((a + 2) * s - (a + 3)) * s * s + one,
@@ -235,7 +235,7 @@ def _maybe(ctx: OpContext, i: int) -> np.ndarray | None:
     t = ctx.input(i)
     if t is None or t.numel == 0:
         return None
-    return ctx.const(i).reshape(-1)
+    return need_const(ctx, i).reshape(-1)
 
 
 @op("Resize")
@@ -336,20 +336,22 @@ def grid_sample_op(ctx: OpContext) -> Tensor:
             lin = term if lin is None else lin.add(term)
             if wi is not None:
                 w = wi if w is None else w.mul(wi)
+        assert lin is not None, "an index per spatial dim"
         sample = flat.gather(lin.reshape((n, 1, q)).expand((n, c, q)), 2)
         if w is not None:
             sample = sample.mul(w.cast(x.dtype).reshape((n, 1, q)).expand((n, c, q)))
         out = sample if out is None else out.add(sample)
+    assert out is not None, "a grid sample has taps"
     return out.reshape((n, c, *outs))
 
 
 @op("AffineGrid")
 def affine_grid_op(ctx: OpContext) -> Tensor:
     theta = need(ctx, 0)
-    size = ctx.const(1)
-    if size is None or size.size not in (4, 5):
+    given = ctx.const(1)
+    if given is None or given.size not in (4, 5):
         raise fail(ctx, "size must be a constant (N, C, H, W) or (N, C, D, H, W)")
-    size = [int(v) for v in size.reshape(-1)]
+    size = [int(v) for v in given.reshape(-1)]
     r = len(size) - 2
     n, spatial = size[0], size[2:]
     if theta.shape != (n, r, r + 1):

@@ -12,9 +12,8 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_elementwise import ACTIVATIONS
-from .ops_nn_util import fail, need, wants
 from .ops_shape import stack
-from .registry import OpContext, op
+from .registry import OpContext, fail, need, need_const, op, wants
 
 _TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
 _TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
@@ -83,7 +82,7 @@ def _setup(ctx: OpContext, gates: int) -> _Rnn:
         raise fail(ctx, "W/R shapes do not match hidden_size, direction and the input size")
     lens = None
     if ctx.input(4) is not None:
-        v = ctx.const(4).reshape(-1).astype(np.int64)
+        v = need_const(ctx, 4).reshape(-1).astype(np.int64)
         if v.size:
             if v.shape != (batch,) or (v < 0).any() or (v > seq).any():
                 raise fail(ctx, f"sequence_lens must be {batch} lengths in [0, {seq}]")
@@ -189,18 +188,20 @@ def _run(ctx: OpContext, s: _Rnn, inits: list[list[Tensor]], direction) -> list[
     """Unroll every direction. ``direction(d)`` gives (the step inputs, ``step``), where
     ``step(x_t, states)`` returns the new states, h first; ``inits`` holds each state's initial
     value per direction. A sequence past its length keeps its states and outputs zeros."""
-    ys, finals, orders = [], [[] for _ in inits], []
+    ys: list[list[Tensor]] = []
+    finals: list[list[Tensor]] = [[] for _ in inits]
+    orders = []
     for d in range(s.dirs):
         xw, step = direction(d)
         xw, steps, order = _time_order(s, d, xw)
         states = [init[d] for init in inits]
-        out: list[Tensor] = [None] * s.seq
+        out: dict[int, Tensor] = {}
         for t in steps:
             new = step(_step_input(xw, t), states)
             valid = _valid(s, t)
             states = [_hold(valid, n, old) for n, old in zip(new, states)]
             out[t] = _hold(valid, new[0], Tensor.full(new[0].shape, 0, new[0].dtype))
-        ys.append(out)
+        ys.append([out[t] for t in range(s.seq)])
         orders.append(order)
         for k, v in enumerate(states):
             finals[k].append(_final(s, v))

@@ -8,28 +8,11 @@ import numpy as np
 
 from ..errors import LuminalError
 from ..ir import DType, Tensor
-from .registry import OpContext
+from .registry import OpContext, fail
 
 
 class RandomOpError(LuminalError):
     """The node's output is random (training-mode Dropout, ...): no deterministic result exists."""
-
-
-def fail(ctx: OpContext, message: str, kind: type[LuminalError] = LuminalError) -> LuminalError:
-    name = (ctx.node.name or ctx.node.op_type)[:80]
-    return kind(f"node {name!r} ({ctx.node.op_type}, opset {ctx.opset}): {message}")
-
-
-def need(ctx: OpContext, i: int) -> Tensor:
-    t = ctx.input(i)
-    if t is None:
-        raise fail(ctx, f"input {i} is required")
-    return t
-
-
-def wants(ctx: OpContext, k: int) -> bool:
-    """Whether the node asks for output k."""
-    return k < len(ctx.node.output) and bool(ctx.node.output[k])
 
 
 def spatial_pads(ctx: OpContext, in_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],

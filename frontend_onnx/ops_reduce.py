@@ -12,7 +12,7 @@ from . import registry
 from .importer import const_tensor
 from .ops_elementwise import activation
 from .ops_shape import axes_arg, concat, norm_axis
-from .registry import MS, OpContext, op
+from .registry import MS, OpContext, need, need_ints, op
 
 # the opset where each op's axes moved from an attribute to an input
 _AXES_INPUT_SINCE = {"ReduceSum": 13}
@@ -78,28 +78,28 @@ _REDUCE = {
 @op(*_REDUCE)
 def reduce_op(ctx: OpContext) -> Tensor:
     kind = ctx.node.op_type
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axes = axes_arg(ctx, _AXES_INPUT_SINCE.get(kind, 18))
     keepdim = bool(ctx.attr("keepdims", 1))
     if not axes:
         if ctx.attr("noop_with_empty_axes", 0):
             return x
         axes = list(range(x.ndim))
-    axes = tuple(sorted({norm_axis(a, x.ndim) for a in axes}))
-    shape = [1 if k in axes else s for k, s in enumerate(x.shape)] if keepdim else \
-        [s for k, s in enumerate(x.shape) if k not in axes]
-    if any(x.shape[a] == 0 for a in axes):
+    red = tuple(sorted({norm_axis(a, x.ndim) for a in axes}))
+    shape = [1 if k in red else s for k, s in enumerate(x.shape)] if keepdim else \
+        [s for k, s in enumerate(x.shape) if k not in red]
+    if any(x.shape[a] == 0 for a in red):
         dtype = x.dtype
         value = _empty_identity(kind, dtype)
         if dtype.is_int and isinstance(value, float) and not math.isfinite(value):
             dtype = DType.float32
         return Tensor.full(shape, value, dtype)
-    return _REDUCE[kind](x, axes, keepdim)
+    return _REDUCE[kind](x, red, keepdim)
 
 
 @op("ArgMax", "ArgMin")
 def arg_op(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axis = norm_axis(int(ctx.attr("axis", 0)), x.ndim)
     keepdim = bool(ctx.attr("keepdims", 1))
     last = bool(ctx.attr("select_last_index", 0))
@@ -116,8 +116,11 @@ def arg_op(ctx: OpContext) -> Tensor:
 def normalise(x: Tensor, axes: tuple[int, ...], eps: float, rms: bool = False):
     """(x - mean) / sqrt(var + eps) over ``axes``, or x / sqrt(mean(x^2) + eps) when ``rms``;
     returns (y, mean (None when rms), inverse std, var), the statistics with kept dims."""
-    mean = None if rms else x.mean(axes, keepdim=True)
-    d = x if rms else x.sub(mean.expand(x.shape))
+    mean = None
+    d = x
+    if not rms:
+        mean = x.mean(axes, keepdim=True)
+        d = x.sub(mean.expand(x.shape))
     var = d.mul(d).mean(axes, keepdim=True)
     inv = var.add(eps).rsqrt()
     return d.mul(inv.expand(x.shape)), mean, inv, var
@@ -126,7 +129,7 @@ def normalise(x: Tensor, axes: tuple[int, ...], eps: float, rms: bool = False):
 @op("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", domain=MS)
 def skip_layer_norm(ctx: OpContext) -> list[Tensor | None]:
     rms = ctx.node.op_type == "SkipSimplifiedLayerNormalization"
-    x, skip, gamma = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    x, skip, gamma = need(ctx, 0), need(ctx, 1), need(ctx, 2)
     beta, bias = (None, ctx.input(3)) if rms else (ctx.input(3), ctx.input(4))
     s = x.add(skip)
     if bias is not None:
@@ -138,7 +141,7 @@ def skip_layer_norm(ctx: OpContext) -> list[Tensor | None]:
 
 @op("FusedMatMul", domain=MS)
 def fused_matmul(ctx: OpContext) -> Tensor:
-    a, b = ctx.inputs[0], ctx.inputs[1]
+    a, b = need(ctx, 0), need(ctx, 1)
     if ctx.attr("transBatchA", 0) or ctx.attr("transBatchB", 0):
         raise NotImplementedError("FusedMatMul with transBatchA/transBatchB")
     if ctx.attr("transA", 0):
@@ -156,6 +159,7 @@ def fused_gemm(ctx: OpContext) -> Tensor:
     if gemm is None:
         raise NotImplementedError("Gemm")
     y, name = gemm(ctx), str(ctx.attr("activation", ""))
+    assert isinstance(y, Tensor), "Gemm has one output"
     if name in ("", "Identity"):
         return y
     return activation(name, y, ctx.attr("activation_alpha"), ctx.attr("activation_beta"))
@@ -167,8 +171,8 @@ MAX_TOPK = 256
 @op("TopK")
 def topk(ctx: OpContext) -> list[Tensor]:
     """k rounds of (max, first index of it, mask it out); k must be known and at most MAX_TOPK."""
-    x = ctx.inputs[0]
-    k = ctx.ints(1)[0] if ctx.opset >= 10 else int(ctx.attr("k"))
+    x = need(ctx, 0)
+    k = need_ints(ctx, 1)[0] if ctx.opset >= 10 else int(ctx.attr("k"))
     axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
     n = x.shape[axis]
     if not 0 <= k <= n:

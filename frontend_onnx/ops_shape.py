@@ -9,7 +9,7 @@ import numpy as np
 from ..ir import DType, Tensor, broadcast_shape
 from ..ir.tensor import FOLD_LIMIT
 from .importer import array_dtype, const_tensor, onnx_dtype, sparse_value
-from .registry import OpContext, op
+from .registry import OpContext, need, need_ints, op
 
 MAX_RANGE = 1 << 31
 
@@ -47,7 +47,7 @@ def constant(ctx: OpContext) -> Tensor:
 
 @op("ConstantOfShape")
 def constant_of_shape(ctx: OpContext) -> Tensor:
-    shape = ctx.ints(0)
+    shape = need_ints(ctx, 0)
     if any(s < 0 for s in shape):
         raise ValueError(f"negative dimension in {shape}")
     value = ctx.attr("value")
@@ -59,7 +59,7 @@ def constant_of_shape(ctx: OpContext) -> Tensor:
 
 @op("Shape")
 def shape_op(ctx: OpContext) -> Tensor:
-    shape = ctx.inputs[0].shape
+    shape = need(ctx, 0).shape
     r = len(shape)
     start, end = int(ctx.attr("start", 0)), ctx.attr("end")
     end = r if end is None else int(end)
@@ -70,13 +70,13 @@ def shape_op(ctx: OpContext) -> Tensor:
 
 @op("Size")
 def size_op(ctx: OpContext) -> Tensor:
-    return const_tensor(np.int64(ctx.inputs[0].numel))
+    return const_tensor(np.int64(need(ctx, 0).numel))
 
 
 @op("Reshape")
 def reshape(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
-    spec = ctx.ints(1) if ctx.opset >= 5 else [int(s) for s in ctx.attr("shape")]
+    x = need(ctx, 0)
+    spec = need_ints(ctx, 1) if ctx.opset >= 5 else [int(s) for s in ctx.attr("shape")]
     allowzero = bool(ctx.attr("allowzero", 0))
     shape = []
     for k, s in enumerate(spec):
@@ -100,7 +100,7 @@ def reshape(ctx: OpContext) -> Tensor:
 
 @op("Flatten")
 def flatten(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axis = int(ctx.attr("axis", 1))
     if not -x.ndim <= axis <= x.ndim:
         raise ValueError(f"axis {axis} out of range for rank {x.ndim}")
@@ -110,7 +110,7 @@ def flatten(ctx: OpContext) -> Tensor:
 
 @op("Squeeze")
 def squeeze(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axes = axes_arg(ctx, 13)
     if axes is None:
         axes = [k for k, s in enumerate(x.shape) if s == 1]
@@ -123,7 +123,7 @@ def squeeze(ctx: OpContext) -> Tensor:
 
 @op("Unsqueeze")
 def unsqueeze(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axes = axes_arg(ctx, 13) or []
     n = x.ndim + len(axes)
     axes = [norm_axis(a, n) for a in axes]
@@ -134,7 +134,7 @@ def unsqueeze(ctx: OpContext) -> Tensor:
 
 @op("Transpose")
 def transpose(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     perm = ctx.attr("perm")
     perm = list(reversed(range(x.ndim))) if perm is None else [norm_axis(int(p), x.ndim) for p in perm]
     if sorted(perm) != list(range(x.ndim)):
@@ -144,8 +144,8 @@ def transpose(ctx: OpContext) -> Tensor:
 
 @op("Expand")
 def expand(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
-    shape = broadcast_shape(x.shape, tuple(ctx.ints(1)))
+    x = need(ctx, 0)
+    shape = broadcast_shape(x.shape, tuple(need_ints(ctx, 1)))
     return x.expand(shape)
 
 
@@ -195,7 +195,7 @@ def concat_op(ctx: OpContext) -> Tensor:
 
 @op("Split")
 def split(ctx: OpContext) -> list[Tensor]:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axis = norm_axis(int(ctx.attr("axis", 0)), x.ndim)
     d = x.shape[axis]
     n_out = len(ctx.node.output)
@@ -245,13 +245,13 @@ def _slice_params(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
 
 @op("Slice")
 def slice_op(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     if ctx.opset < 10:
         starts, ends = [int(v) for v in ctx.attr("starts")], [int(v) for v in ctx.attr("ends")]
         axes = ctx.attr("axes")
         steps = None
     else:
-        starts, ends, axes, steps = ctx.ints(1), ctx.ints(2), ctx.ints(3), ctx.ints(4)
+        starts, ends, axes, steps = need_ints(ctx, 1), need_ints(ctx, 2), ctx.ints(3), ctx.ints(4)
     if len(starts) != len(ends):
         raise ValueError("starts and ends differ in length")
     axes = list(range(len(starts))) if axes is None else [norm_axis(int(a), x.ndim) for a in axes]
@@ -283,15 +283,14 @@ def range_op(ctx: OpContext) -> Tensor:
         first = int(start) if dt.is_int else float(start)
         return Tensor.iota((n,), 0, dt.compute).mul(step).add(first).cast(dt)
     if dt.is_int:
-        vals = int(start) + np.arange(n, dtype=np.int64) * int(delta)
-    else:
-        vals = start.astype(np.float32) + np.arange(n, dtype=np.float32) * delta.astype(np.float32)
+        return const_tensor((int(start) + np.arange(n, dtype=np.int64) * int(delta)).astype(dt.np), dt)
+    vals = start.astype(np.float32) + np.arange(n, dtype=np.float32) * delta.astype(np.float32)
     return const_tensor(vals.astype(dt.np), dt)
 
 
 @op("EyeLike")
 def eye_like(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     if x.ndim != 2:
         raise ValueError(f"EyeLike needs a 2-D input, got rank {x.ndim}")
     dtype = onnx_dtype(int(ctx.attr("dtype"))) if ctx.attr("dtype") is not None else x.dtype
@@ -313,7 +312,7 @@ _WINDOWS = {"HannWindow": (0.5, 0.5, 0.0), "HammingWindow": (25 / 46, 21 / 46, 0
 
 @op(*_WINDOWS)
 def window(ctx: OpContext) -> Tensor:
-    size = ctx.ints(0)[0]
+    size = need_ints(ctx, 0)[0]
     if not 0 <= size <= FOLD_LIMIT:
         raise ValueError(f"window size {size} out of range")
     a0, a1, a2 = _WINDOWS[ctx.node.op_type]

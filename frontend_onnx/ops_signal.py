@@ -3,13 +3,15 @@ folded to a constant."""
 
 from __future__ import annotations
 
+from typing import overload
+
 import numpy as np
 
 from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
 from .importer import const_tensor, onnx_dtype
 from .ops_shape import concat, norm_axis
-from .registry import OpContext, op
+from .registry import OpContext, need, need_ints, op
 
 
 def _basis(used: int, n: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -34,6 +36,10 @@ def _sum(shape: tuple[int, ...], dtype: DType, *terms: Tensor | None) -> Tensor:
     return total
 
 
+@overload
+def _first(x: Tensor, used: int) -> Tensor: ...
+@overload
+def _first(x: None, used: int) -> None: ...
 def _first(x: Tensor | None, used: int) -> Tensor | None:
     """The first ``used`` points of the last axis."""
     if x is None or used == x.shape[-1]:
@@ -91,7 +97,7 @@ def _joined(re: Tensor, im: Tensor | None, dtype: DType) -> Tensor:
 
 @op("DFT")
 def dft(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
+    x = need(ctx, 0)
     axis = ctx.attr("axis", 1) if ctx.opset < 20 else (ctx.ints(2) or [-2])[0]
     axis = norm_axis(int(axis), x.ndim)
     if axis == x.ndim - 1:
@@ -113,40 +119,37 @@ def dft(ctx: OpContext) -> Tensor:
 
 @op("STFT")
 def stft(ctx: OpContext) -> Tensor:
-    x = ctx.inputs[0]
-    step = ctx.ints(1)[0]
+    x = need(ctx, 0)
+    step = need_ints(ctx, 1)[0]
     window = ctx.input(2)
     given = ctx.ints(3)
     # [batch, length] is a real signal too (torch's exporter writes it so; onnxruntime reads it)
     re, im = (x.cast(DType.float32), None) if x.ndim == 2 and x.dtype.is_float else _parts(x)
     if re.ndim != 2:
         raise ValueError(f"STFT of a signal of shape {list(x.shape)}: [batch, length, 1 or 2] expected")
-    size = window.shape[0] if window is not None else None
-    length = given[0] if given else size if size is not None else re.shape[1]
-    if size is not None and (window.ndim != 1 or size != length):
+    length = given[0] if given else window.shape[0] if window is not None else re.shape[1]
+    if window is not None and (window.ndim != 1 or window.shape[0] != length):
         raise ValueError(f"STFT window of shape {list(window.shape)} for frames of {length}")
     if step < 1 or not 1 <= length <= re.shape[1]:
         raise ValueError(f"STFT frames of {length} every {step} over a signal of {re.shape[1]}")
     frames = 1 + (re.shape[1] - length) // step
 
-    def framed(t: Tensor | None) -> Tensor | None:
-        if t is None:
-            return None
+    def framed(t: Tensor) -> Tensor:
         t = t.window(1, frames, length, step)
         return t if window is None else t.mul(window.cast(t.dtype))
 
-    re, im = dft_last(framed(re), framed(im), length, False, bool(ctx.attr("onesided", 1)))
+    re, im = dft_last(framed(re), None if im is None else framed(im), length, False, bool(ctx.attr("onesided", 1)))
     return _joined(re, im, x.dtype)
 
 
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
-    return 2595 * np.log1p(hz / 700) / np.log(10)
+def _hz_to_mel(hz: float) -> float:
+    return float(2595 * np.log1p(hz / 700) / np.log(10))
 
 
 @op("MelWeightMatrix")
 def mel_weight_matrix(ctx: OpContext) -> Tensor:
     """Triangular filters over the spectrogram's bins, folded to a constant as ONNX's reference builds them."""
-    mels, n, rate = (ctx.ints(i)[0] for i in range(3))
+    mels, n, rate = (need_ints(ctx, i)[0] for i in range(3))
     low, high = (float(np.asarray(ctx.const(i)).reshape(-1)[0]) for i in (3, 4))
     if mels < 1 or n < 1 or rate < 1 or not 0 <= low < high or (n // 2 + 1) * mels > FOLD_LIMIT:
         raise ValueError(f"MelWeightMatrix of {mels} bins over a DFT of {n} at {rate} Hz, {low}-{high} Hz")

@@ -6,15 +6,19 @@ An op function takes an OpContext and returns a Tensor or a list of Tensors
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import onnx
 
 from ..errors import LuminalError
 from ..ir import Tensor
+
+if TYPE_CHECKING:
+    from .importer import Importer
 
 
 @dataclass
@@ -23,9 +27,9 @@ class OpContext:
     opset: int
     inputs: list[Tensor | None]
     attrs: dict[str, Any] = field(default_factory=dict)
-    # the importer's context for ops with subgraphs (If): name -> Tensor
-    scope: dict[str, Tensor] | None = None
-    importer: Any = None
+    # the importer's context for ops with subgraphs (If, Loop, Scan): name -> value
+    scope: ChainMap[str, Any] | None = None
+    importer: Importer | None = None
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -59,16 +63,56 @@ class OpContext:
         v = self.const(i)
         return None if v is None else [int(x) for x in v.reshape(-1)]
 
+    def run_subgraph(self, g: onnx.GraphProto, inputs: list | None = None) -> list[Tensor | None]:
+        """Import a subgraph attribute in a child of this node's scope; its outputs' values."""
+        if self.importer is None or self.scope is None:
+            raise fail(self, "a subgraph needs the importer's scope")
+        return self.importer.run_graph(g, self.scope.new_child(), inputs)
 
-OpFn = Callable[[OpContext], "Tensor | list[Tensor | None]"]
+
+def fail(ctx: OpContext, message: str, kind: type[LuminalError] = LuminalError) -> LuminalError:
+    name = (ctx.node.name or ctx.node.op_type)[:80]
+    return kind(f"node {name!r} ({ctx.node.op_type}, opset {ctx.opset}): {message}")
+
+
+def need(ctx: OpContext, i: int) -> Tensor:
+    """Input i, which the op requires."""
+    t = ctx.input(i)
+    if t is None:
+        raise fail(ctx, f"input {i} is required")
+    return t
+
+
+def need_const(ctx: OpContext, i: int) -> np.ndarray:
+    """Input i as a numpy array; it must be given and constant after folding."""
+    v = ctx.const(i)
+    if v is None:
+        raise fail(ctx, f"input {i} is required")
+    return v
+
+
+def need_ints(ctx: OpContext, i: int) -> list[int]:
+    """Constant input i as a flat list of ints; it must be given."""
+    return [int(x) for x in need_const(ctx, i).reshape(-1)]
+
+
+def wants(ctx: OpContext, k: int) -> bool:
+    """Whether the node asks for output k."""
+    return k < len(ctx.node.output) and bool(ctx.node.output[k])
+
+
+OpFn = Callable[[OpContext], "Tensor | Sequence[Tensor | None]"]
 MS = "com.microsoft"  # onnxruntime's contrib domain (its fused and quantised ops)
 REGISTRY: dict[tuple[str, str], OpFn] = {}
 
 
-def op(*names: str, domain: str = "") -> Callable[[OpFn], OpFn]:
+F = TypeVar("F", bound=OpFn)
+
+
+def op(*names: str, domain: str = "") -> Callable[[F], F]:
     """Register ``fn`` for the ONNX op types ``names`` (default domain)."""
 
-    def deco(fn: OpFn) -> OpFn:
+    def deco(fn: F) -> F:
         for n in names:
             REGISTRY[(domain, n)] = fn
         return fn

@@ -39,7 +39,7 @@ LITTLE = sys.byteorder == "little"
 MAP_MIN = 1 << 20
 
 # element types whose raw_data numpy_helper.to_array reads as a plain little-endian array
-_PLAIN = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)) for t in (
+_PLAIN: dict[int, np.dtype] = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)) for t in (
     TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE, TensorProto.INT64,
     TensorProto.INT32, TensorProto.INT16, TensorProto.INT8, TensorProto.UINT8, TensorProto.UINT16,
     TensorProto.UINT32, TensorProto.UINT64, TensorProto.BOOL)}

@@ -190,3 +190,33 @@ def test_qlinearmatmul_with_per_row_and_per_column_scales(tmp_path):
     want = np.clip(np.rint(acc * ((a_s[:, None] * b_s[None, :]) / np.float32(0.2)) + 128), 0, 255).astype(np.uint8)
     got = InferenceSession(path, backend="cpu").run(None, {"a": x})[0]
     assert got.dtype == np.uint8 and np.array_equal(got, want)
+
+
+def test_qlinear_concat_matches_onnxruntime(tmp_path):
+    """onnxruntime's QLinearConcat: each input dequantised with its own scale and zero point, joined, requantised."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+             numpy_helper.from_array(np.array(100, np.uint8), "yz")]
+    names = ["ys", "yz"]
+    inputs = []
+    for k, (scale, zp) in enumerate([(0.02, 120), (0.07, 90)]):
+        inits += [numpy_helper.from_array(np.array(scale, np.float32), f"s{k}"),
+                  numpy_helper.from_array(np.array(zp, np.uint8), f"z{k}")]
+        names += [f"x{k}", f"s{k}", f"z{k}"]
+        inputs.append(helper.make_tensor_value_info(f"x{k}", TensorProto.UINT8, [2, 3 + k]))
+    node = helper.make_node("QLinearConcat", names, ["y"], domain="com.microsoft", axis=-1)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                              inits)
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    path = tmp_path / "qlconcat.onnx"
+    onnx.save(model, str(path))
+    feeds = {"x0": rng.integers(0, 256, (2, 3)).astype(np.uint8), "x1": rng.integers(0, 256, (2, 4)).astype(np.uint8)}
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    for backend in ("interpret", "cpu"):
+        got = InferenceSession(path, backend=backend).run(None, feeds)[0]
+        assert got.dtype == np.uint8 and got.shape == (2, 7)
+        assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1, backend
