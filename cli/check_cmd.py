@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL, cache_of, load_config
+from ..target import resolve_backend
 from ..values import format_duration
 from .common import (
     CACHE_OPT,
@@ -30,7 +31,8 @@ from .project import backend_of, jobs
 if TYPE_CHECKING:
     from .modelcheck import CheckReport
 
-DEFAULT_BACKEND = "reference"
+# what `compile` uses: a green check speaks of the kernels that ship
+DEFAULT_BACKEND = "auto"
 
 
 def _fmt(x: float) -> str:
@@ -57,7 +59,8 @@ def check(
     model: str = typer.Argument(None, help="The ONNX model file (default: the models of \\[tool.luminal])."),
     shape: list[str] = SHAPE_OPT,
     backend: str = typer.Option(None, "--backend",
-                                help=f"The luminal backend to check (default: config, else {DEFAULT_BACKEND})."),
+                                help="The luminal backend to check: auto, cpu, cuda, interpret or reference (the numpy "
+                                     "executor) (default: config, else auto, the backend compile uses)."),
     atol: float = typer.Option(None, "--atol", help=f"Absolute tolerance (default: config, else {DEFAULT_ATOL:g})."),
     rtol: float = typer.Option(None, "--rtol", help=f"Relative tolerance: |a-b| <= atol + rtol*|b| "
                                                      f"(default: config, else {DEFAULT_RTOL:g})."),
@@ -72,7 +75,7 @@ def check(
 
     config = load_config()
     todo = jobs(model, shape, config, atol, rtol)
-    backend = backend_of(backend, config, DEFAULT_BACKEND)
+    backend = resolve_backend(backend_of(backend, config, DEFAULT_BACKEND))
     cache_path = cache_of(cache, config)  # where tune put winners
     reports = []
     for job in todo:

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from luminal.cli import check_cmd, inspect_cmd, modelcheck
 from luminal.errors import LuminalError
+from luminal.target import resolve_backend
 
 
 def _invoke(*args: str):
@@ -60,6 +61,14 @@ def test_check_ok_prints_a_table(embed_model):
     r = _invoke("check", str(embed_model), "--shape", "batch=2,seq=5")
     assert r.exit_code == 0, r.output
     assert "probs" in r.output and "best" in r.output and "pass" in r.output
+    # by default the kernels compile would build, named in the title
+    assert f"{resolve_backend('auto')} vs onnxruntime" in " ".join(r.output.split())
+
+
+def test_check_reference_backend_stays(embed_model):
+    r = _invoke("check", str(embed_model), "--shape", "batch=2,seq=5", "--backend", "reference", "--json", "-")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["backend"] == "reference"
 
 
 def test_check_json_report(embed_model, tmp_path):
@@ -67,7 +76,7 @@ def test_check_json_report(embed_model, tmp_path):
     r = _invoke("check", str(embed_model), "--shape", "batch=2,seq=5", "--seed", "4", "--json", str(out))
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
-    assert data["ok"] is True and data["seed"] == 4 and data["backend"] == "reference"
+    assert data["ok"] is True and data["seed"] == 4 and data["backend"] == resolve_backend("auto")
     assert data["inputs"]["ids"] == {"shape": [2, 5], "dtype": "int64"}
     assert {o["name"] for o in data["outputs"]} == {"probs", "best"}
     assert all(o["max_abs"] <= 1e-5 for o in data["outputs"])
