@@ -45,9 +45,9 @@ class Toolchain:
 def toolchain_of(info: CompilerInfo) -> Toolchain:
     """The flags kernels compile and link with on compiler ``info`` (probed once per compiler)."""
     base = tuple(f for f in info.flags if f != "-shared")
-    extra = tuple(f for f in _EXTRA_FLAGS if _accepts(info.path, base + (f,)))
+    extra = tuple(f for f in _EXTRA_FLAGS if _accepts(info.path, (*base, f)))
     omp = ("-fopenmp",) if "-fopenmp" in base else ()
-    return Toolchain(info.path, info.version, base + extra, ("-shared", "-fPIC") + omp)
+    return Toolchain(info.path, info.version, base + extra, ("-shared", "-fPIC", *omp))
 
 
 def toolchain() -> Toolchain | None:
