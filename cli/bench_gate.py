@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,26 @@ def read_bench_json(path: str | Path) -> dict[str, Any]:
         raise LuminalError(f"baseline {str(p)!r} is not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("models"), list):
         raise LuminalError(f"baseline {str(p)!r} is not a `luminal bench --json` file (no models list)")
+    for m in doc["models"]:
+        baseline_samples(m, str(p))
     return doc
+
+
+def baseline_samples(model: object, where: str = "the baseline") -> list[float] | None:
+    """A baseline model's luminal timings: None when it has none; anything implausible (not a list of
+    positive, finite seconds) raises, so that a damaged baseline fails the gate instead of passing it."""
+    if not isinstance(model, dict) or not isinstance(model.get("name"), str):
+        raise LuminalError(f"baseline {where!r}: a model entry without a name")
+    runtimes = model.get("runtimes")
+    entry = runtimes.get(SUBJECT) if isinstance(runtimes, dict) else None
+    if not isinstance(entry, dict) or entry.get("samples_s") is None:
+        return None
+    samples = entry["samples_s"]
+    if not isinstance(samples, list) or not samples or not all(
+            type(s) in (int, float) and math.isfinite(s) and s > 0 for s in samples):
+        raise LuminalError(f"baseline {where!r}: model {model['name'][:80]!r} has implausible timings "
+                           "(samples_s must be positive, finite seconds)")
+    return [float(s) for s in samples]
 
 
 def _samples(model: dict[str, Any]) -> list[float] | None:
@@ -76,7 +96,7 @@ def gate(new_doc: dict[str, Any], base_doc: dict[str, Any], allowed: float, *, c
         if new is None:
             continue
         name = m.get("name", "?")
-        old = _samples(base[name]) if name in base else None
+        old = baseline_samples(base[name]) if name in base else None
         if old is None:
             results.append(GateResult(name, None, None, None, allowed, False,
                                       f"{name}: not in the baseline (or without luminal timings); not gated"))
