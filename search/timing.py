@@ -94,6 +94,9 @@ class CudaTimer:
 
 
 def make_timer(backend: Any) -> CpuTimer | CudaTimer:
+    own = getattr(backend, "make_timer", None)  # a backend that keeps its own time (the tests' virtual clocks)
+    if own is not None:
+        return own()
     return CudaTimer(backend) if backend.name == "cuda" else CpuTimer(backend)
 
 

@@ -391,9 +391,17 @@ def run_case(case: Case, backend: str = "reference") -> CaseResult:
 
 # ---------------------------------------------------------------- the pool
 
+# a worker's first message: it has imported everything, so a case's time limit counts the case alone (a worker
+# that starts while the machine is busy can take seconds to import luminal, onnx and numpy)
+READY = "ready"
+# how long a worker may take to start
+STARTUP_TIMEOUT = 600.0
+
+
 def _worker(conn, backend: str) -> None:
     warnings.simplefilter("ignore")
     np.seterr(all="ignore")
+    conn.send(READY)
     while True:
         try:
             case = conn.recv()
@@ -412,6 +420,7 @@ class _Slot:
         child.close()
         self.case: Case | None = None
         self.started = 0.0
+        self.ready = False
 
     def give(self, case: Case) -> None:
         self.case, self.started = case, time.monotonic()
@@ -429,10 +438,15 @@ def _finished(s: _Slot, ready: list, timeout: float) -> tuple[CaseResult | None,
     assert s.case is not None
     if s.conn in ready:
         try:
-            return s.conn.recv(), False
+            msg = s.conn.recv()
         except (EOFError, OSError):
             return CaseResult(s.case.name, "failed", f"worker died (exit code {s.proc.exitcode})"), True
-    if time.monotonic() - s.started > timeout:
+        if msg != READY:
+            return msg, False
+        s.ready, s.started = True, time.monotonic()  # the case waited in the pipe until now
+    if not s.ready and time.monotonic() - s.started > STARTUP_TIMEOUT:
+        return CaseResult(s.case.name, "failed", f"the worker did not start in {STARTUP_TIMEOUT:g} s"), True
+    if s.ready and time.monotonic() - s.started > timeout:
         return CaseResult(s.case.name, "failed", f"timeout after {timeout:g} s", seconds=timeout), True
     return None, False
 

@@ -17,11 +17,26 @@ from luminal.search.timing import TimingPlan
 
 UNIT_S = 100e-6
 
+# virtual time, per process: a virtual fake kernel's run adds ``speed`` units to it instead of spinning, and the
+# virtual timer reads it, so what the search measures does not depend on how busy the machine is
+CLOCK_NS = [0]
+
+
+class VirtualTimer:
+    def flush(self):
+        pass
+
+    def __call__(self, fn):
+        t0 = CLOCK_NS[0]
+        fn()
+        return CLOCK_NS[0] - t0
+
 
 class FakeKernel:
-    def __init__(self, kernel, schedule):
+    def __init__(self, kernel, schedule, virtual=False):
         self.kernel = kernel
         self.schedule = schedule
+        self.virtual = virtual
 
     def __call__(self, buffers):
         k, s = self.kernel, self.schedule
@@ -34,6 +49,9 @@ class FakeKernel:
         outs = run_kernel(k, [np.asarray(b) for b in buffers[:n_in]])
         for dst, val in zip(buffers[n_in:], outs):
             dst[...] = val + (1 if mode == "wrong" else 0)
+        if self.virtual:
+            CLOCK_NS[0] += round(s.get("speed", 1) * UNIT_S * 1e9)
+            return
         t_end = time.perf_counter() + s.get("speed", 1) * UNIT_S
         while time.perf_counter() < t_end:
             pass
@@ -46,9 +64,13 @@ PLAN = TimingPlan(warmup_s=0.005, cap_s=0.02, min_reps=5, flush=False)
 class FakeBackend:
     name = "fake"
 
-    def __init__(self, modes=("ok", "crash", "hang", "wrong", "bad"), speeds=(1, 2, 3, 4, 5, 6, 7, 8)):
+    def __init__(self, modes=("ok", "crash", "hang", "wrong", "bad"), speeds=(1, 2, 3, 4, 5, 6, 7, 8), virtual=False):
+        """``virtual``: kernels take ``speed`` units of virtual time, which is what the search measures."""
         self.modes = tuple(modes)
         self.speeds = tuple(speeds)
+        self.virtual = virtual
+        if virtual:
+            self.make_timer = VirtualTimer  # what search.timing.make_timer takes instead of the wall clock
 
     def available(self):
         return None
@@ -70,7 +92,7 @@ class FakeBackend:
         for k, s in items:
             if s.get("mode") == "bad":
                 raise RuntimeError("does not compile")
-            out.append(FakeKernel(k, s))
+            out.append(FakeKernel(k, s, self.virtual))
         return out
 
     def from_numpy(self, a):
