@@ -7,6 +7,8 @@ Triton).
 
 from __future__ import annotations
 
+import itertools
+
 from ..ir.view import View, contiguous_strides
 
 
@@ -30,7 +32,7 @@ def run_coeff(coeffs: tuple[int, ...], dims: tuple[int, ...], shape: tuple[int, 
     as one run (``coeffs[a] == coeffs[b] * shape[b]`` for neighbours; dims of size 1 do not count), else None.
     No dims: 0."""
     real = [d for d in dims if shape[d] != 1]
-    for a, b in zip(real, real[1:]):
+    for a, b in itertools.pairwise(real):
         if coeffs[a] != coeffs[b] * shape[b]:
             return None
     return coeffs[real[-1]] if real else 0

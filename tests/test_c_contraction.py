@@ -257,6 +257,7 @@ def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
     the same compiled kernel called with another weight packs that one."""
     from luminal.codegen.c.backend import _PANELS
     from luminal.codegen.c.contraction import packed_b
+    from luminal.codegen.c.knobs import GemmSchedule
     from luminal.ir import run_reference
 
     w = RNG.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
@@ -268,7 +269,7 @@ def test_constant_weight_packed_once_per_weight(m, k, n, transposed):
     be = CPUBackend()
     sched = {**be.default_schedule(c), "pack_b": True}
     assert c.inputs[c.ops[plan_contraction(c).b].attr("buf")].constant
-    bi, floats, _ = packed_b(c, sched)
+    bi, floats, _ = packed_b(c, GemmSchedule(**sched))
     assert floats >= k * n
     (ck,) = be.compile([(c, sched)])
     out = np.empty((m, n), np.float32)

@@ -18,6 +18,7 @@ from . import build, schedule
 from .blas import BlasKernel
 from .contraction import emit_contraction, packed_b, plan_contraction
 from .emit import emit_elementwise, emit_reduction, emit_reduction_lanes, lanes_apply
+from .knobs import CSchedule, GemmSchedule, ReductionSchedule
 
 ALIGN = 64
 
@@ -139,15 +140,27 @@ class Launch:
 
 def source(kernel: Kernel, sched: Schedule, threads: int) -> str:
     """The C source of ``kernel`` under ``sched`` on a target of ``threads`` threads."""
-    plan = plan_contraction(kernel)
-    if plan is not None:
-        if sched.get("impl") == "blas":
+    return typed_source(kernel, _typed(kernel, sched, threads), threads)
+
+
+def _typed(kernel: Kernel, sched: Schedule, threads: int) -> CSchedule:
+    t = schedule.typed(kernel, sched, threads, choices=False)
+    if t is None:
+        raise ValueError(f"not a schedule of this {kernel.form} kernel: {sched}")
+    return t
+
+
+def typed_source(kernel: Kernel, sched: CSchedule, threads: int) -> str:
+    if isinstance(sched, GemmSchedule):
+        plan = plan_contraction(kernel)
+        assert plan is not None
+        if sched.impl == "blas":
             return BlasKernel.epilogue_source(kernel, plan, threads)
-        if sched.get("impl") == "loops":
-            return emit_reduction_lanes(kernel, sched)
+        if sched.impl == "loops":
+            return emit_reduction_lanes(kernel, sched.loops())
         return emit_contraction(kernel, sched, schedule.simd_width())
-    if kernel.reduce_axes:
-        if sched.get("lanes", 0) and lanes_apply(kernel):
+    if isinstance(sched, ReductionSchedule):
+        if sched.lanes and lanes_apply(kernel):
             return emit_reduction_lanes(kernel, sched)
         return emit_reduction(kernel, sched)
     return emit_elementwise(kernel, sched)
@@ -188,20 +201,25 @@ class CPUBackend:
     def identity(self, kernel: Kernel, sched: Schedule) -> str:
         # knobs past a kernel's sizes (a row block over all rows, a chunk over all columns, threads for a loop
         # that runs on one) leave the source as it is; the thread count matters where a parallel region is
-        src = self.source(kernel, sched)
-        parallel = "omp parallel" in src or sched.get("impl") == "blas"
-        threads = (sched.get("threads", 0) or self.target.threads) if parallel else 1
+        t = _typed(kernel, sched, self.target.threads)
+        src = typed_source(kernel, t, self.target.threads)
+        parallel = "omp parallel" in src or (isinstance(t, GemmSchedule) and t.impl == "blas")
+        threads = (t.threads or self.target.threads) if parallel else 1
         return hashlib.sha1(f"{threads}\n{src}".encode()).hexdigest()
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[Any]:
-        fns = build.build([self.source(k, s) for k, s in items], tc=self._toolchain())
+        typed = [(k, _typed(k, s, self.target.threads)) for k, s in items]
+        fns = build.build([typed_source(k, t, self.target.threads) for k, t in typed], tc=self._toolchain())
         out: list[Any] = []
-        for (k, s), fn in zip(items, fns):
-            threads = s.get("threads", 0) or self.target.threads
-            plan = plan_contraction(k)
-            blas = plan is not None and s.get("impl") == "blas"
-            ck = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads, packed_b(k, s))
+        for (k, t), fn in zip(typed, fns):
+            threads = t.threads or self.target.threads
+            gemm = t if isinstance(t, GemmSchedule) else None
+            blas = gemm is not None and gemm.impl == "blas"
+            ck = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads,
+                         packed_b(k, gemm) if gemm is not None else None)
             if blas:
+                plan = plan_contraction(k)
+                assert plan is not None
                 ck = BlasKernel(k, plan, ck)
             out.append(ck)
         return out

@@ -14,7 +14,7 @@ import numpy as np
 from ...ir.dtypes import DType
 from ...ir.reference import read
 from ...ir.view import View
-from ..kernel import Buffer, Kernel, KOp
+from ..kernel import Buffer, Kernel, KOp, Leaf, Space
 from .contraction import Plan
 
 
@@ -28,7 +28,7 @@ def _contiguous_in(shape: tuple[int, ...], dims: tuple[int, ...], scale: int) ->
 
 def epilogue_kernel(kernel: Kernel, plan: Plan) -> Kernel:
     """The row-space part of a contraction as an elementwise kernel reading the product buffer."""
-    nb, M, N, K = plan.sizes
+    nb, M, N, _ = plan.sizes
     row = kernel.row
     strides = {**_contiguous_in(row, plan.batch, M * N), **_contiguous_in(row, plan.m, N),
                **_contiguous_in(row, plan.n, 1)}
@@ -36,14 +36,14 @@ def epilogue_kernel(kernel: Kernel, plan: Plan) -> Kernel:
     ops = []
     for i, op in enumerate(kernel.ops):
         if i == plan.red:
-            op = KOp("Load", (), DType.float32, "full", (("buf", len(kernel.inputs)), ("view", view)))
-        elif op.space == "full":
-            op = KOp("Const", (), op.dtype, "full", (("value", 0),))
+            op = KOp(Leaf.Load, (), DType.float32, Space.full, (("buf", len(kernel.inputs)), ("view", view)))
+        elif op.space is Space.full:
+            op = KOp(Leaf.Const, (), op.dtype, Space.full, (("value", 0),))
         else:
-            op = replace(op, space="full")
+            op = replace(op, space=Space.full)
         ops.append(op)
-    inputs = list(kernel.inputs) + [Buffer((nb, M, N), DType.float32)]
-    return Kernel("elementwise", row, (), inputs, ops, list(kernel.outputs))
+    inputs = [*kernel.inputs, Buffer((nb, M, N), DType.float32)]
+    return Kernel.of(row, (), inputs, ops, kernel.outputs)
 
 
 def _operand(arr: np.ndarray, view: View, outer: tuple[int, ...], inner: tuple[int, ...], nb: int, a: int,
@@ -64,10 +64,13 @@ class BlasKernel:
     @staticmethod
     def epilogue_source(kernel: Kernel, plan: Plan, threads: int) -> str:
         from .emit import emit_elementwise
-        from .schedule import default_schedule
+        from .knobs import ElementwiseSchedule
+        from .schedule import typed_default
 
         epi = epilogue_kernel(kernel, plan)
-        return emit_elementwise(epi, default_schedule(epi, threads))
+        default = typed_default(epi, threads)
+        assert isinstance(default, ElementwiseSchedule)
+        return emit_elementwise(epi, default)
 
     def __call__(self, buffers) -> None:
         k, p = self.kernel, self.plan
@@ -75,10 +78,7 @@ class BlasKernel:
         oa, ob = k.ops[p.a], k.ops[p.b]
         a = _operand(buffers[oa.attr("buf")], oa.attr("view"), p.batch + p.m, p.k, nb, M, K, k.full)
         b = _operand(buffers[ob.attr("buf")], ob.attr("view"), p.batch + p.k, p.n, nb, K, N, k.full)
-        if p.batch:
-            c = np.matmul(a, b)
-        else:
-            c = np.matmul(a[0], b[0]).reshape(1, M, N)
+        c = np.matmul(a, b) if p.batch else np.matmul(a[0], b[0]).reshape(1, M, N)
         c = np.ascontiguousarray(c, dtype=np.float32)
         n_in = len(k.inputs)
-        self.epilogue(list(buffers[:n_in]) + [c] + list(buffers[n_in:]))
+        self.epilogue([*buffers[:n_in], c, *buffers[n_in:]])

@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 from ...ir.dtypes import DType
 from ...ir.view import View
 from ...target import host_simd_width
 from ..index import run_coeff, view_exprs
-from ..kernel import Contraction, Kernel
+from ..kernel import Contraction, Kernel, Space
 from . import ctypes_map as ct
 from .emit import _indent, copy_between, mask_bounds
 from .normalize import normalize
+
+if TYPE_CHECKING:
+    from .knobs import GemmSchedule
 
 PAR_MIN_MACS = 1 << 21
 _DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element type, readable in place
@@ -67,14 +71,14 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
                 b_const=b_const)
 
 
-def packed_b(kernel: Kernel, sched: dict) -> tuple[int, int, tuple[str, int]] | None:
+def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, int]] | None:
     """(input index of B, floats of its panels, their layout) when the kernel packs a constant B once: the
     caller then passes two more buffers, the panels and an int that is 0 until they are filled."""
     plan = plan_contraction(kernel)
-    if plan is None or not plan.b_const or not sched.get("pack_b") or sched.get("impl") != "generated":
+    if plan is None or not plan.b_const or not sched.pack_b or sched.impl != "generated":
         return None
     nb, _, n, k = plan.sizes
-    nr = sched["nr"]
+    nr = sched.nr
     return kernel.ops[plan.b].attr("buf"), nb * -(-n // nr) * k * nr, (kernel.signature, nr)
 
 
@@ -227,7 +231,7 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
           "    sj[ns] = j; sl[ns] = len;"]
     for e, (_, const, _) in enumerate(exprs):
         parts = [x for x in (_term(terms, e, "batch", "ib"), _term(terms, e, "n", "n")) if x]
-        L.append(f"    sb{e}[ns] = {' + '.join(parts + [str(const)])};")
+        L.append(f"    sb{e}[ns] = {' + '.join([*parts, str(const)])};")
     L += ["    j += len;", "}"]
 
     def rows(sb: str, sj: str, sl: str, indent: int) -> list[str]:
@@ -240,7 +244,7 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
         body += [f"if (lo == 0 && hi == {nr}) {{",
                  "    #pragma omp simd",
                  f"    for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};",
-                 "} else {"] + _indent(copy_between("ds", sl, value), 4) + ["}"]
+                 "} else {", *_indent(copy_between("ds", sl, value), 4), "}"]
         return _indent(body, indent)
 
     value = ct.load(dt, f"src[{step[0]} * w]")
@@ -250,60 +254,147 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     L += [f"if (ns == 1 && jmax == {nr}) {{"]
     L += [f"    const int64_t b{e} = sb{e}[0];" for e in range(len(exprs))]
     L += _indent(head, 4) + rows("b{e}", "0", str(nr), 8) + ["    }", "} else {"]
-    L += _indent(head, 4) + ["        for (int64_t s = 0; s < ns; s++) {"] + rows("sb{e}[s]", "sj[s]", "sl[s]", 12)
+    L += [*_indent(head, 4), "        for (int64_t s = 0; s < ns; s++) {", *rows("sb{e}[s]", "sj[s]", "sl[s]", 12)]
     L += ["        }", f"        for (int64_t j = jmax; j < {nr}; j++) d[j] = 0;", "    }", "}"]
     return L
 
 
-def emit_contraction(kernel: Kernel, sched: dict, vw: int) -> str:
-    from .emit import Body, _buffers, _signature, unravel
-    from .prelude import PRELUDE
+def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
+    kernel, plan = _merged(kernel)
+    t = _tiling(kernel, plan, sched)
+    oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
+    va, vb = oa.attr("view"), ob.attr("view")
+    groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
+    fill_a, names_a, len_a = _tables("ta", va, groups, kernel.full)
+    fill_b, names_b, len_b = _tables("tb", vb, groups, kernel.full)
+    elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
+    L = _header(elem, vw)
+    L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
+    L += _epilogue_function(kernel, plan, t.nc)
+    L += _entry(kernel, t, fill_a + fill_b, len_a + len_b + 1)
+    # small contractions run on the calling thread: waking a team costs more than it saves
+    par = "" if t.nb * t.M * t.N * t.K >= PAR_MIN_MACS else " if(0)"
+    L.append(f"    #pragma omp parallel num_threads(nt){par}")
+    L.append("    {")
+    if not t.direct_a:
+        L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
+    pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr)
+    if t.size_b or t.once:
+        L += _pack_b_all(pack_b, t)
+    L += _tile_loop(t, sched.order, pack_b, _b_source(ob.attr("buf"), vb, names_b, t),
+                    _a_source(oa.attr("buf"), va, names_a, t))
+    L.append("    }")
+    if t.once:
+        L.append("    *lum_packed = 1;")
+    L += ["    free(lum_tab);", "    return 0;", "}"]
+    return "\n".join(L) + "\n"
 
-    # as every C emitter, over the kernel with the dims every view walks as one merged (a 1x1 conv's rows and
-    # columns: its epilogue then finds the output index without a division per element), unless that
-    # changes how the GEMM reads it, against which the schedule was checked
+
+def _merged(kernel: Kernel) -> tuple[Kernel, Plan]:
+    """As every C emitter, the kernel with the dims every view walks as one merged (a 1x1 conv's rows and
+    columns: its epilogue then finds the output index without a division per element), unless that changes
+    how the GEMM reads it, against which the schedule was checked."""
     plan = plan_contraction(kernel)
+    assert plan is not None
     merged = normalize(kernel)
     mplan = plan_contraction(merged)
     if mplan is not None and (mplan.sizes, mplan.a, mplan.b) == (plan.sizes, plan.a, plan.b):
-        kernel, plan = merged, mplan
+        return merged, mplan
+    return kernel, plan
+
+
+@dataclass(frozen=True)
+class _Tiling:
+    """The block sizes and buffers a schedule gives one contraction."""
+
+    nb: int
+    M: int
+    N: int
+    K: int
+    mr: int
+    nr: int
+    mc: int  # rows of an MC x NC tile
+    nc: int
+    kc: int  # K step of a tile's accumulation
+    direct: bool  # B read in place, not packed
+    direct_a: bool  # A read in place, not packed
+    once: bool  # a constant B packed once, into panels the caller keeps
+
+    @property
+    def pm(self) -> int:  # MR panels of A per batch
+        return -(-self.M // self.mr)
+
+    @property
+    def pn(self) -> int:  # NR panels of B per batch
+        return -(-self.N // self.nr)
+
+    @property
+    def mt(self) -> int:  # row blocks
+        return -(-self.M // self.mc)
+
+    @property
+    def nt(self) -> int:  # column blocks
+        return -(-self.N // self.nc)
+
+    @property
+    def tile_b(self) -> bool:
+        """One row block: each B block is used once, so it is packed right before use, into a per-thread buffer
+        that stays in cache, instead of into one panel array for all of B."""
+        return not self.direct and self.mt == 1 and not self.once
+
+    @property
+    def size_a(self) -> int:
+        return 0 if self.direct_a else -(-self.nb * self.pm * self.K * self.mr // 16) * 16  # B panels 64-byte aligned
+
+    @property
+    def size_b(self) -> int:
+        return 0 if self.direct or self.tile_b or self.once else -(-self.nb * self.pn * self.K * self.nr // 16) * 16
+
+    @property
+    def size_bt(self) -> int:
+        return self.nc * self.kc if self.tile_b else 0
+
+
+def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
+    nb, M, N, K = plan.sizes
+    mr, nr = sched.mr, sched.nr
+    # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
+    mc, nc = min(sched.mc, -(-M // mr) * mr), min(sched.nc, -(-N // nr) * nr)
+    return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b,
+                   direct_a=not sched.pack_a, once=packed_b(kernel, sched) is not None)
+
+
+def _header(elem: str, vw: int) -> list[str]:
+    """The prelude, the GEMM's element and vector types, and the per-thread workspace."""
+    from .prelude import PRELUDE
+
+    return [PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif",
+            f"typedef {elem} lum_t;  /* the GEMM's element type */",
+            f"typedef lum_t lum_v __attribute__((vector_size({vw * 4})));",
+            f"typedef lum_t lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));",
+            "/* one workspace per calling thread, shared by all contraction kernels of a library (weak, hidden) */",
+            "#define LUM_SHARED __attribute__((weak, visibility(\"hidden\")))",
+            "LUM_SHARED _Thread_local float *lum_ws = 0;", "LUM_SHARED _Thread_local size_t lum_ws_n = 0;",
+            "LUM_SHARED float *lum_workspace(size_t n) {",
+            "    if (n > lum_ws_n) { free(lum_ws); n = (n + 15) & ~(size_t)15;",
+            "        lum_ws = (float *)aligned_alloc(64, n * sizeof(float)); lum_ws_n = lum_ws ? n : 0; }",
+            "    return lum_ws;", "}"]
+
+
+def _epilogue_function(kernel: Kernel, plan: Plan, nc: int) -> list[str]:
+    """The row-space epilogue over a finished tile, in a function of its own: inlined, a long epilogue (BERT's
+    erf GELU: 60 ops) took registers from the micro-kernel's loop (its GEMM 1.36x slower)."""
+    from .emit import _buffers
+
+    return ["static __attribute__((noinline)) void lum_epilogue(void **b, const lum_t *restrict ct, int64_t ib,",
+            "                                                   int64_t ic, int64_t jc, int64_t mcur, int64_t ncur) {",
+            "    (void)ib;", *_buffers(kernel), *_indent(_epilogue_body(kernel, plan, nc), 4), "}"]
+
+
+def _epilogue_body(kernel: Kernel, plan: Plan, nc: int) -> list[str]:
+    from .emit import Body, unravel
 
     full = kernel.full
-    nb, M, N, K = plan.sizes
-    elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
-    mr, nr = sched["mr"], sched["nr"]
-    # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
-    mc, nc = min(sched["mc"], -(-M // mr) * mr), min(sched["nc"], -(-N // nr) * nr)
-    kc = min(sched["kc"] or K, K)
-    direct = not sched["pack_b"]
-    once = packed_b(kernel, sched) is not None
-    pm, pn = -(-M // mr), -(-N // nr)
-    groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
-    oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
-    va, vb = oa.attr("view"), ob.attr("view")
-    fill_a, names_a, len_a = _tables("ta", va, groups, full)
-    fill_b, names_b, len_b = _tables("tb", vb, groups, full)
-    ntab = len_a + len_b + 1
-    mt, nt_ = -(-M // mc), -(-N // nc)
-    tiles = nb * mt * nt_
-
-    L = [PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif",
-         f"typedef {elem} lum_t;  /* the GEMM's element type */",
-         f"typedef lum_t lum_v __attribute__((vector_size({vw * 4})));",
-         f"typedef lum_t lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));",
-         "/* one workspace per calling thread, shared by all contraction kernels of a library (weak, hidden) */",
-         "#define LUM_SHARED __attribute__((weak, visibility(\"hidden\")))",
-         "LUM_SHARED _Thread_local float *lum_ws = 0;", "LUM_SHARED _Thread_local size_t lum_ws_n = 0;",
-         "LUM_SHARED float *lum_workspace(size_t n) {",
-         "    if (n > lum_ws_n) { free(lum_ws); n = (n + 15) & ~(size_t)15;",
-         "        lum_ws = (float *)aligned_alloc(64, n * sizeof(float)); lum_ws_n = lum_ws ? n : 0; }",
-         "    return lum_ws;", "}"]
-    table = direct and names_b[(0, "k")][0] == "tab"
-    direct_a = not sched.get("pack_a", True)
-    L += _micro_kernel(mr, nr, vw, direct, table, direct_a)
-    # the row-space epilogue over a finished tile, in a function of its own: inlined, a long epilogue (BERT's
-    # erf GELU: 60 ops) took registers from the micro-kernel's loop (its GEMM 1.36x slower)
-    body = Body(kernel)
     epi: list[str] = []
     for d, e in zip(plan.batch, unravel("ib", tuple(full[x] for x in plan.batch))):
         epi.append(f"const int64_t i{d} = {e};")
@@ -326,119 +417,126 @@ def emit_contraction(kernel: Kernel, sched: dict, vw: int) -> str:
     epi.append("            const int64_t n = jc + j; (void)n;")
     if plan.n:
         epi.append(f"            const int64_t i{plan.n[-1]} = r0 + (j - j0);")
+    body = Body(kernel)
     red = kernel.ops[plan.red]
     stmts = [f"{ct.COMPUTE[red.dtype]} v{plan.red} = {ct.round_to(red.dtype, f'ct[i * {nc} + j]')};"]
     for n, op in enumerate(kernel.ops):
-        if op.space == "row" and n != plan.red:
+        if op.space is Space.row and n != plan.red:
             stmts += body.value(n)
-    lin = body.linear("row")
+    lin = body.linear(Space.row)
     for j, (o, b) in enumerate(kernel.outputs):
         stmts.append(f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};")
-    epi += _indent(stmts, 12)
-    epi += ["        }", "        j0 += len;", "    }", "}"]
-    L += ["static __attribute__((noinline)) void lum_epilogue(void **b, const lum_t *restrict ct, int64_t ib,",
-          "                                                   int64_t ic, int64_t jc, int64_t mcur, int64_t ncur) {",
-          "    (void)ib;"] + _buffers(kernel) + _indent(epi, 4) + ["}"]
-    L += _signature(kernel)
+    return epi + _indent(stmts, 12) + ["        }", "        j0 += len;", "    }", "}"]
+
+
+def _entry(kernel: Kernel, t: _Tiling, fill: list[str], ntab: int) -> list[str]:
+    """The kernel function up to its parallel region: index tables filled, the workspace (packed A, packed B,
+    per-thread tiles) taken, a constant B's panels found."""
+    from .emit import _signature
+
+    L = _signature(kernel)
     L.append(f"    int64_t *lum_tab = (int64_t *)malloc({ntab} * sizeof(int64_t)), *lum_ti = lum_tab;")
     L.append("    if (!lum_tab) return 1;")
-    L += _indent(fill_a + fill_b, 4)
-    size_a = 0 if direct_a else -(-nb * pm * K * mr // 16) * 16  # keep the packed B panels 64-byte aligned
-    # one row block: each B block is used once, so it is packed right before use, into a per-thread buffer
-    # that stays in cache, instead of into one panel array for all of B
-    tile_b = not direct and mt == 1 and not once
-    size_b = 0 if direct or tile_b or once else -(-nb * pn * K * nr // 16) * 16
-    size_bt = nc * kc if tile_b else 0
-    L.append(f"    lum_t *ap = (lum_t *)lum_workspace({size_a} + {size_b} + (size_t)nt * {mc * nc + size_bt});")
+    L += _indent(fill, 4)
+    L.append(f"    lum_t *ap = (lum_t *)lum_workspace({t.size_a} + {t.size_b} + (size_t)nt * "
+             f"{t.mc * t.nc + t.size_bt});")
     L.append("    if (!ap) { free(lum_tab); return 1; }")
-    L.append(f"    lum_t *bpk = ap + {size_a}; lum_t *ctiles = bpk + {size_b}; (void)bpk;")
-    if once:
+    L.append(f"    lum_t *bpk = ap + {t.size_a}; lum_t *ctiles = bpk + {t.size_b}; (void)bpk;")
+    if t.once:
         nbuf = len(kernel.inputs) + len(kernel.outputs)
         L.append(f"    int *lum_packed = (int *)b[{nbuf + 1}]; const int lum_pack = !*lum_packed;")
         L.append(f"    bpk = (lum_t *)b[{nbuf}];")
-    # small contractions run on the calling thread: waking a team costs more than it saves
-    par = "" if nb * M * N * K >= PAR_MIN_MACS else " if(0)"
-    L.append(f"    #pragma omp parallel num_threads(nt){par}")
-    L.append("    {")
-    if not direct_a:  # pack A: panel (ib, p) holds K x MR (read in place otherwise)
-        ax, aok = _operand(oa.attr("buf"), oa.dtype, va, names_a, {"batch": "ib", "m": "m", "k": "k"})
-        L += ["        #pragma omp for schedule(dynamic, 1)" + (" nowait" if size_b else ""),
-              f"        for (int64_t t = 0; t < {nb * pm}LL; t++) {{",
-              f"            int64_t ib = t / {pm}, p = t % {pm}; (void)ib;",
-              f"            lum_t *dst = ap + t * {K * mr};",
-              f"            for (int64_t i = 0; i < {mr}; i++) {{",
-              f"                int64_t m = p * {mr} + i;",
-              f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0;"
-              " continue; }",
-              f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
-              "            }",
-              "        }"]
-    pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, nr)
-    if size_b or once:
-        L += ["        if (lum_pack) {" if once else "        {",
-              "        #pragma omp for schedule(dynamic, 1)",
-              f"        for (int64_t t = 0; t < {nb * pn}LL; t++) {{",
-              f"            const int64_t ib = t / {pn}, q = t % {pn}, k0 = 0, k1 = {K}; (void)ib;",
-              f"            lum_t *dst = bpk + t * {K * nr};"]
-        L += _indent(pack_b, 12) + ["        }", "        }"]
-    L.append("        #ifdef _OPENMP")
-    L.append(f"        lum_t *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc + size_bt};")
-    L.append("        #else")
-    L.append("        lum_t *ct = ctiles;")
-    L.append("        #endif")
-    L.append(f"        lum_t *bt = ct + {mc * nc}; (void)bt;")
-    L.append("        #pragma omp for schedule(dynamic, 1)")
-    L.append(f"        for (int64_t t = 0; t < {tiles}LL; t++) {{")
-    L.append(f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};")
-    if sched["order"] == "mn":
+    return L
+
+
+def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[str]:
+    """Pack A: panel (ib, p) holds K x MR."""
+    ax, aok = _operand(buf, dt, va, names_a, {"batch": "ib", "m": "m", "k": "k"})
+    mr, K, M = t.mr, t.K, t.M
+    return ["        #pragma omp for schedule(dynamic, 1)" + (" nowait" if t.size_b else ""),
+            f"        for (int64_t t = 0; t < {t.nb * t.pm}LL; t++) {{",
+            f"            int64_t ib = t / {t.pm}, p = t % {t.pm}; (void)ib;",
+            f"            lum_t *dst = ap + t * {K * mr};",
+            f"            for (int64_t i = 0; i < {mr}; i++) {{",
+            f"                int64_t m = p * {mr} + i;",
+            f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0;"
+            " continue; }",
+            f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
+            "            }",
+            "        }"]
+
+
+def _pack_b_all(pack_b: list[str], t: _Tiling) -> list[str]:
+    """Pack all of B into NR panels before the tiles (a constant B only on the first call)."""
+    return ["        if (lum_pack) {" if t.once else "        {",
+            "        #pragma omp for schedule(dynamic, 1)",
+            f"        for (int64_t t = 0; t < {t.nb * t.pn}LL; t++) {{",
+            f"            const int64_t ib = t / {t.pn}, q = t % {t.pn}, k0 = 0, k1 = {t.K}; (void)ib;",
+            f"            lum_t *dst = bpk + t * {t.K * t.nr};", *_indent(pack_b, 12), "        }", "        }"]
+
+
+def _b_source(buf: int, vb: View, names_b: dict, t: _Tiling) -> tuple[list[str], str, str]:
+    """(statements, B pointer, its row stride and row table arguments) of panel ``jr`` for the micro-kernel."""
+    nr = t.nr
+    if not t.direct:
+        bptr = (f"bt + jr * kcur * {nr}" if t.tile_b else
+                f"bpk + (ib * {t.pn} + jc / {nr} + jr) * {t.K * nr} + pc * {nr}")
+        return [], bptr, f"{nr}, 0"
+    boff = _term(names_b, 0, "batch", "ib")
+    base = f"in{buf} + {vb.offset}" + (f" + {boff}" if boff else "") + " + jc + jr*" + str(nr)
+    kind, kv = names_b[(0, "k")]
+    if kind == "tab":
+        return [f"                    const lum_t *bsrc = {base};"], "bsrc", f"0, {kv} + pc"
+    return [f"                    const lum_t *bsrc = {base};"], f"bsrc + pc*{kv}", f"{kv}, 0"
+
+
+def _a_source(buf: int, va: View, names_a: dict, t: _Tiling) -> str:
+    """The A arguments of the micro-kernel for panel ``ir``: pointer, row stride, valid rows."""
+    mr = t.mr
+    if not t.direct_a:
+        return f"ap + (ib * {t.pm} + ic / {mr} + ir) * {t.K * mr} + pc * {mr}, 0, {mr}"
+    kind, sm = names_a.get((0, "m"), ("lin", 0))
+    assert kind == "lin"
+    aoff = _term(names_a, 0, "batch", "ib")
+    abase = f"in{buf} + {va.offset}" + (f" + {aoff}" if aoff else "")
+    return f"{abase} + (ic + ir * {mr}) * {sm} + pc, {sm}, lum_min64({mr}, {t.M} - ic - ir * {mr})"
+
+
+def _tile_loop(t: _Tiling, order: str, pack_b: list[str], b_src: tuple[list[str], str, str], aptr: str) -> list[str]:
+    """The MC x NC tiles, shared among the threads: each accumulated over K in KC steps in the thread's tile
+    buffer by the micro-kernel, then passed through the epilogue."""
+    mr, nr, mc, nc, mt, nt_ = t.mr, t.nr, t.mc, t.nc, t.mt, t.nt
+    L = ["        #ifdef _OPENMP",
+         f"        lum_t *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc + t.size_bt};",
+         "        #else",
+         "        lum_t *ct = ctiles;",
+         "        #endif",
+         f"        lum_t *bt = ct + {mc * nc}; (void)bt;",
+         "        #pragma omp for schedule(dynamic, 1)",
+         f"        for (int64_t t = 0; t < {t.nb * mt * nt_}LL; t++) {{",
+         f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};"]
+    if order == "mn":
         L.append(f"            int64_t ic = (rest / {nt_}) * {mc}, jc = (rest % {nt_}) * {nc};")
     else:
         L.append(f"            int64_t jc = (rest / {mt}) * {nc}, ic = (rest % {mt}) * {mc};")
-    L.append(f"            int64_t mcur = lum_min64({mc}, {M} - ic), ncur = lum_min64({nc}, {N} - jc);")
+    L.append(f"            int64_t mcur = lum_min64({mc}, {t.M} - ic), ncur = lum_min64({nc}, {t.N} - jc);")
     L.append(f"            int64_t mp = (mcur + {mr - 1}) / {mr}, np_ = (ncur + {nr - 1}) / {nr};")
-    L.append(f"            for (int64_t pc = 0; pc < {K}; pc += {kc}) {{")
-    L.append(f"                int64_t kcur = lum_min64({kc}, {K} - pc);")
-    if tile_b:
+    L.append(f"            for (int64_t pc = 0; pc < {t.K}; pc += {t.kc}) {{")
+    L.append(f"                int64_t kcur = lum_min64({t.kc}, {t.K} - pc);")
+    if t.tile_b:
         L += ["                for (int64_t jr = 0; jr < np_; jr++) {",
               f"                    const int64_t q = jc / {nr} + jr, k0 = pc, k1 = pc + kcur;",
               f"                    lum_t *dst = bt + jr * kcur * {nr};"]
-        L += _indent(pack_b, 20) + ["                }"]
+        L += [*_indent(pack_b, 20), "                }"]
+    b_stmts, bptr, bkp = b_src
     L.append("                for (int64_t jr = 0; jr < np_; jr++) {")
-    if direct:
-        boff = _term(names_b, 0, "batch", "ib")
-        base = f"in{ob.attr('buf')} + {vb.offset}" + (f" + {boff}" if boff else "") + " + jc + jr*" + str(nr)
-        L.append(f"                    const lum_t *bsrc = {base};")
-        bptr = "bsrc"
-        kind, kv = names_b[(0, "k")]
-        if kind == "tab":
-            bkp = f"0, {kv} + pc"
-        else:
-            bptr = f"bsrc + pc*{kv}"
-            bkp = f"{kv}, 0"
-    else:
-        bptr = (f"bt + jr * kcur * {nr}" if tile_b else
-                f"bpk + (ib * {pn} + jc / {nr} + jr) * {K * nr} + pc * {nr}")
-        bkp = f"{nr}, 0"
-    if direct_a:
-        kind, sm = names_a.get((0, "m"), ("lin", 0))
-        assert kind == "lin"
-        aoff = _term(names_a, 0, "batch", "ib")
-        abase = f"in{oa.attr('buf')} + {va.offset}" + (f" + {aoff}" if aoff else "")
-        aptr = f"{abase} + (ic + ir * {mr}) * {sm} + pc, {sm}, lum_min64({mr}, {M} - ic - ir * {mr})"
-    else:
-        aptr = f"ap + (ib * {pm} + ic / {mr} + ir) * {K * mr} + pc * {mr}, 0, {mr}"
+    L += b_stmts
     L.append("                    for (int64_t ir = 0; ir < mp; ir++) {")
     L.append(f"                        lum_mk(kcur, {aptr},")
     L.append(f"                               {bptr}, {bkp}, ct + ir * {mr * nc} + jr * {nr}, {nc}, pc == 0);")
-    L.append("                    }")
-    L.append("                }")
-    L.append("            }")
-    L.append("            lum_epilogue(b, ct, ib, ic, jc, mcur, ncur);")
-    L.append("        }")
-    L.append("    }")
-    if once:
-        L.append("    *lum_packed = 1;")
-    L.append("    free(lum_tab);")
-    L.append("    return 0;")
-    L.append("}")
-    return "\n".join(L) + "\n"
+    L += ["                    }",
+          "                }",
+          "            }",
+          "            lum_epilogue(b, ct, ib, ic, jc, mcur, ncur);",
+          "        }"]
+    return L

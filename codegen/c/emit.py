@@ -10,14 +10,19 @@ row. Values are SSA variables ``v<n>``, one per kernel op.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ...ir.dtypes import DType
+from ...ir.graph import Op
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_exprs
-from ..kernel import REDUCE_OPS, Kernel, KOp
+from ..kernel import REDUCE_OPS, Kernel, KOp, Leaf, Space
 from . import ctypes_map as ct
 from .normalize import normalize
 from .prelude import PRELUDE
+
+if TYPE_CHECKING:
+    from .knobs import ElementwiseSchedule, LoopSchedule, ReductionSchedule
 
 PAR_MIN = 1 << 16  # elements below which a kernel runs on one thread
 
@@ -50,14 +55,14 @@ class Body:
         self.staged: set[int] = set()  # loads copied into an array s<n> before a lane loop (emit_reduction_lanes)
 
     # -- index expressions ---------------------------------------------------
-    def space_idx(self, space: str) -> list[str]:
-        return ["0" if (space == "row" and d in self.red) else f"i{d}" for d in range(len(self.k.full))]
+    def space_idx(self, space: Space) -> list[str]:
+        return ["0" if (space is Space.row and d in self.red) else f"i{d}" for d in range(len(self.k.full))]
 
-    def linear(self, space: str) -> str:
+    def linear(self, space: Space) -> str:
         shape = self.k.space_shape(space)
         return affine(contiguous_strides(shape), 0, self.space_idx(space))
 
-    def idx_for(self, shape: tuple[int, ...], space: str) -> list[str]:
+    def idx_for(self, shape: tuple[int, ...], space: Space) -> list[str]:
         if shape == self.k.space_shape(space):
             return self.space_idx(space)
         return unravel(self.linear(space), shape)
@@ -76,13 +81,13 @@ class Body:
         t = ct.COMPUTE[op.dtype]
         if n in self.staged:
             return [f"{t} v{n} = s{n}[j];"]
-        if op.op == "Load":
+        if op.op is Leaf.Load:
             return [f"{t} v{n} = {self._load(op)};"]
-        if op.op == "Const":
+        if op.op is Leaf.Const:
             return [f"const {t} v{n} = {ct.literal(op.attr('value'), op.dtype)};"]
-        if op.op == "Iota":
+        if op.op is Op.Iota:
             return [f"{t} v{n} = {self._iota(op)};"]
-        if op.op == "Gather":
+        if op.op is Op.Gather:
             return self._gather(n, op)
         return [f"{t} v{n} = {self._expr(op)};"]
 
@@ -171,7 +176,7 @@ class Body:
 
 
 def _signature(k: Kernel) -> list[str]:
-    return ["int lum_kernel(void **b, int nt) {", "    (void)nt;"] + _buffers(k)
+    return ["int lum_kernel(void **b, int nt) {", "    (void)nt;", *_buffers(k)]
 
 
 def _buffers(k: Kernel) -> list[str]:
@@ -185,18 +190,18 @@ def _buffers(k: Kernel) -> list[str]:
     return lines
 
 
-def _simd(sched: dict, extra: str = "") -> str:
+def _simd(sched: LoopSchedule, extra: str = "") -> str:
     """The pragma line(s) before an innermost loop: ``omp simd`` (with the reductions), or, when the schedule
     unrolls a loop without reductions, GCC's ivdep + unroll (``omp simd`` admits no pragma after it)."""
-    unroll = sched.get("unroll", 1)
+    unroll = sched.unroll
     if unroll > 1 and "reduction" not in extra:
         return f"#pragma GCC ivdep\n#pragma GCC unroll {unroll}"
-    vec = sched.get("vec", 0)
+    vec = sched.vec
     return "#pragma omp simd" + (f" simdlen({vec})" if vec else "") + extra
 
 
-def _par(numel: int, sched: dict, chunk: int = 0) -> str | None:
-    if numel < PAR_MIN or sched.get("threads", 0) == 1:
+def _par(numel: int, sched: LoopSchedule, chunk: int = 0) -> str | None:
+    if numel < PAR_MIN or sched.threads == 1:
         return None
     return "#pragma omp parallel for num_threads(nt) schedule(static" + (f", {chunk})" if chunk else ")")
 
@@ -217,10 +222,10 @@ def _function(k: Kernel, body: list[str], loop: tuple[str, int] | None = None, p
         if par and count > 1:
             lines.append("    " + par)
         lines += [f"    for (int64_t {var} = 0; {var} < {count}LL; {var}++) {{", *_indent(body, 8), "    }"]
-    return PRELUDE + "\n".join(lines + ["    return 0;", "}"]) + "\n"
+    return PRELUDE + "\n".join([*lines, "    return 0;", "}"]) + "\n"
 
 
-def emit_elementwise(kernel: Kernel, sched: dict) -> str:
+def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     k = normalize(kernel)
     body = Body(k)
     n = len(k.full)
@@ -228,7 +233,7 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     if numel == 0:
         return _function(k, [])
     inner = k.full[-1] if n else 1
-    ch = max(1, min(inner, sched.get("block", inner)))
+    ch = max(1, min(inner, sched.block))
     # masked loads (a pad, the halves of a concat) are staged, as in the lanes reductions: the loop then reads
     # them without a test per element, and vectorises
     staged = _stageable(k, ch) if n else {}
@@ -236,7 +241,7 @@ def emit_elementwise(kernel: Kernel, sched: dict) -> str:
     inner_stmts = []
     for i in k.full_cone([o for o, _ in k.outputs]):
         inner_stmts += body.value(i)
-    lin = body.linear("full")
+    lin = body.linear(Space.full)
     for j, (o, buf) in enumerate(k.outputs):
         inner_stmts.append(f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};")
     if n == 0:
@@ -260,7 +265,7 @@ def _stash(k: Kernel, body: Body, full_outs) -> tuple[int, int, int] | None:
     if not reds or not full_outs:
         return None
     a = k.ops[reds[-1]].args[0]
-    if k.ops[a].space != "full" or ct.COMPUTE[k.ops[a].dtype] != "float":
+    if k.ops[a].space is not Space.full or ct.COMPUTE[k.ops[a].dtype] != "float":
         return None
     if a not in k.full_cone([o for _, o, _ in full_outs]):
         return None
@@ -277,7 +282,7 @@ def _red_loop(k: Kernel, stmts: list[str], pragma: list[str]) -> list[str]:
     """``stmts`` in a loop over the reduced dims (``pragma`` lines before it), or in a block when none is."""
     red = [d for d in range(len(k.full)) if d in k.reduce_axes]
     if not red:
-        return ["{"] + _indent(stmts, 4) + ["}"]
+        return ["{", *_indent(stmts, 4), "}"]
     nred = math.prod(k.full[d] for d in red)
     if len(red) == 1:
         head = [f"for (int64_t i{red[0]} = 0; i{red[0]} < {nred}; i{red[0]}++) {{"]
@@ -287,15 +292,15 @@ def _red_loop(k: Kernel, stmts: list[str], pragma: list[str]) -> list[str]:
     return pragma + head + _indent(stmts, 4) + ["}"]
 
 
-def _passes(k: Kernel, body: Body, sched: dict):
+def _passes(k: Kernel, body: Body, sched: ReductionSchedule):
     """(full-space outputs as (output, op, buffer), the full space's linear index, the stash or None)."""
-    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "full"]
-    return full_outs, body.linear("full"), _stash(k, body, full_outs) if sched.get("stash", True) else None
+    full_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space is Space.full]
+    return full_outs, body.linear(Space.full), _stash(k, body, full_outs) if sched.stash else None
 
 
 def _update(op: KOp, a: int, acc: str, nan: str) -> list[str]:
     """Statements folding v<a> into the accumulator ``acc`` of reduction ``op`` (and a float max's NaN flag)."""
-    if op.op == "SumReduce":
+    if op.op is Op.SumReduce:
         return [f"{acc} = {acc} | v{a};" if op.dtype is DType.bool else f"{acc} += v{a};"]
     upd = [f"{acc} = v{a} > {acc} ? v{a} : {acc};"]
     if ct.COMPUTE[op.dtype] == "float":
@@ -323,7 +328,7 @@ def _out_stmts(body: Body, full_outs, stash, lin: str, prefix) -> list[str]:
     return stmts + [f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};" for j, o, b in full_outs]
 
 
-def emit_reduction(kernel: Kernel, sched: dict) -> str:
+def emit_reduction(kernel: Kernel, sched: ReductionSchedule) -> str:
     k = normalize(kernel)
     body = Body(k)
     kept = [d for d in range(len(k.full)) if d not in body.red]
@@ -337,7 +342,7 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
 
     full_outs, lin, stash = _passes(k, body, sched)
     for n, op in enumerate(k.ops):
-        if op.space != "row":
+        if op.space is not Space.row:
             continue
         if op.op not in REDUCE_OPS:
             row_stmts += body.value(n)
@@ -345,7 +350,7 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
         a = op.args[0]
         t = ct.COMPUTE[op.dtype]
         stmts = _arg_stmts(body, n, stash, lin)
-        if op.op == "SumReduce":
+        if op.op is Op.SumReduce:
             row_stmts.append(f"{t} acc{n} = 0;")
             extra = f" reduction(|:acc{n})" if op.dtype is DType.bool else f" reduction(+:acc{n})"
             row_stmts += red_loop(stmts + _update(op, a, f"acc{n}", f"nan{n}"), extra)
@@ -358,9 +363,9 @@ def emit_reduction(kernel: Kernel, sched: dict) -> str:
     if full_outs:
         row_stmts += red_loop(_out_stmts(body, full_outs, stash, lin, lambda need: []), "")
     for j, (o, b) in enumerate(k.outputs):
-        if k.ops[o].space == "row":
+        if k.ops[o].space is Space.row:
             row_stmts.append(f"out{j}[r] = {ct.store(b.dtype, f'v{o}')};")
-    return _function(k, row_stmts, ("r", rows), _par(math.prod(k.full), sched, sched.get("rows_per_thread", 0)))
+    return _function(k, row_stmts, ("r", rows), _par(math.prod(k.full), sched, sched.rows_per_thread))
 
 
 def lanes_apply(kernel: Kernel) -> bool:
@@ -368,7 +373,7 @@ def lanes_apply(kernel: Kernel) -> bool:
     or every load walks it with a stride of at most 2 (a pooling window's taps are the inner dims; on ResNet's
     3x3/2 max pool 1.5x faster than a row per output)."""
     k = normalize(kernel)
-    if not k.reduce_axes or any(op.op == "Gather" for op in k.ops):
+    if not k.reduce_axes or any(op.op is Op.Gather for op in k.ops):
         return False
     kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
     if not kept or k.full[kept[-1]] < 4:
@@ -376,7 +381,7 @@ def lanes_apply(kernel: Kernel) -> bool:
     din = kept[-1]
     return din == len(k.full) - 1 or all(
         len(op.attr("view").strides) == len(k.full) and abs(op.attr("view").strides[din]) <= 2
-        for op in k.ops if op.op == "Load" and op.space == "full")
+        for op in k.ops if op.op is Leaf.Load and op.space is Space.full)
 
 
 LANES = 64  # the default block of output columns a lanes reduction keeps in arrays
@@ -390,8 +395,8 @@ def _stageable(k: Kernel, length: int) -> dict[int, KOp]:
     bounds (14 columns ran 2x slower staged, 56 and 112 1.4-2x faster)."""
     if not STAGE_MIN <= length <= STAGE_MAX:
         return {}
-    return {i: op for i, op in enumerate(k.ops) if op.op == "Load" and op.space == "full" and op.attr("view").mask
-            and not op.attr("view").never_valid and op.attr("view").shape == k.full}
+    return {i: op for i, op in enumerate(k.ops) if op.op is Leaf.Load and op.space is Space.full
+            and op.attr("view").mask and not op.attr("view").never_valid and op.attr("view").shape == k.full}
 
 
 def mask_bounds(v: str, step: int, bound: int) -> str:
@@ -423,11 +428,11 @@ def _stage_load(n: int, op: KOp, din: int, lanes: int) -> list[str]:
     L = [f"{ct.COMPUTE[op.dtype]} s{n}[{lanes}];", "{", "    int64_t lo = 0, hi = nl;"]
     L += ["    " + mask_bounds(affine(c, k, ex), c[din], b) for c, k, b in masks]
     L.append(f"    const {ct.STORAGE[op.dtype]} *src = in{op.attr('buf')} + {affine(co, k0, ex)};")
-    L += _indent(copy_between(f"s{n}", "nl", ct.load(op.dtype, f"src[{co[din]} * w]")), 4) + ["}"]
+    L += [*_indent(copy_between(f"s{n}", "nl", ct.load(op.dtype, f"src[{co[din]} * w]")), 4), "}"]
     return L
 
 
-def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
+def emit_reduction_lanes(kernel: Kernel, sched: ReductionSchedule) -> str:
     """Column reductions: each row value is an array over a block of ``lanes`` consecutive elements of the
     innermost kept dim, and every loop over those lanes is an ``omp simd`` loop (the reduced dims, inner in
     the space or not, loop around it: a depthwise conv sums its 3x3 taps over a block of output columns)."""
@@ -436,7 +441,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     nd = len(k.full)
     din = max(d for d in range(nd) if d not in body.red)
     size = k.full[din]
-    lanes = max(1, min(sched.get("lanes", LANES), size))
+    lanes = max(1, min(LANES if sched.lanes is None else sched.lanes, size))
     nch = -(-size // lanes)
     outer = [d for d in range(nd) if d not in body.red and d != din]
     tiles = math.prod(k.full[d] for d in outer) * nch
@@ -449,12 +454,12 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     arrays: set[int] = set()
 
     def scalars(ops: list[int]) -> list[str]:
-        used = {a for i in ops for a in k.ops[i].args if k.ops[a].space == "row" and a in arrays} - set(ops)
+        used = {a for i in ops for a in k.ops[i].args if k.ops[a].space is Space.row and a in arrays} - set(ops)
         return [f"const {ct.COMPUTE[k.ops[a].dtype]} v{a} = a{a}[j];" for a in sorted(used)]
 
     def lane_loop(stmts: list[str], extra: str = "") -> list[str]:
-        return _simd(sched, extra).split("\n") + ["for (int64_t j = 0; j < nl; j++) {",
-                                                  f"    const int64_t i{din} = c0 + j;"] + _indent(stmts, 4) + ["}"]
+        return [*_simd(sched, extra).split("\n"), "for (int64_t j = 0; j < nl; j++) {",
+                f"    const int64_t i{din} = c0 + j;", *_indent(stmts, 4), "}"]
 
     # masked loads of the full space (a conv's padded window) are staged: the lane loops read them without a
     # test per element
@@ -466,7 +471,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
 
     full_outs, lin, stash = _passes(k, body, sched)
     for n, op in enumerate(k.ops):
-        if op.space != "row":
+        if op.space is not Space.row:
             continue
         t = ct.COMPUTE[op.dtype]
         st.append(f"{t} a{n}[{lanes}];")
@@ -478,7 +483,7 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
         stmts = scalars(k.full_cone([a])) + _arg_stmts(body, n, stash, lin) \
             + _update(op, a, f"a{n}[j]", f"nan{n}[j]")
         pre = stage(k.full_cone([a]))
-        if op.op == "SumReduce":
+        if op.op is Op.SumReduce:
             st += lane_loop([f"a{n}[j] = 0;"])
             st += _red_loop(k, pre + lane_loop(stmts), [])
             if op.dtype.compute is not op.dtype:
@@ -493,8 +498,8 @@ def emit_reduction_lanes(kernel: Kernel, sched: dict) -> str:
     if full_outs:
         pre = stage(k.full_cone([o for _, o, _ in full_outs]))
         st += _red_loop(k, pre + lane_loop(_out_stmts(body, full_outs, stash, lin, scalars)), [])
-    row_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space == "row"]
+    row_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space is Space.row]
     if row_outs:
-        rlin = body.linear("row")
+        rlin = body.linear(Space.row)
         st += lane_loop([f"out{j}[{rlin}] = {ct.store(b.dtype, f'a{o}[j]')};" for j, o, b in row_outs])
     return _function(k, st, ("t", tiles), _par(math.prod(k.full), sched))

@@ -1,0 +1,85 @@
+"""The schedule knobs of C kernels, declared once per kind of kernel: a GEMM (the contractions the C GEMM
+reads), a reduction, an elementwise loop. ``schedule.py`` derives the space, defaults and validity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..kernel import Kernel
+from ..knobs import KnobValue, knob
+from .contraction import plan_contraction
+from .emit import lanes_apply
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What the knobs' choices depend on besides the kernel."""
+
+    kernel: Kernel
+    vw: int  # float32 lanes of the target's vector unit
+    threads: tuple[int, ...]  # the thread counts the target offers
+
+
+def _any_count(v: KnobValue) -> bool:
+    # any count runs (0: the default count): a schedule made on a machine with other cores
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _impls(c: Ctx) -> tuple[str, ...]:
+    plan = plan_contraction(c.kernel)
+    floats = plan is not None and c.kernel.ops[plan.mul].dtype.is_float  # numpy's BLAS multiplies floats only
+    return ("generated", "blas", "loops") if floats else ("generated", "loops")
+
+
+@dataclass(frozen=True)
+class GemmSchedule:
+    """A contraction: packed panels and an MR x NR register tile (``generated``), numpy's BLAS, or the lanes
+    reduction's loops."""
+
+    impl: Literal["generated", "blas", "loops"] = knob(_impls)
+    mr: int = knob(lambda c: (4, 6, 8, 12))
+    nr: int = knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
+    mc: int = knob(lambda c: (24, 48, 72, 96, 144, 192, 288))
+    nc: int = knob(lambda c: (64, 128, 256, 512, 1024))
+    kc: int = knob(lambda c: (0, 128, 256, 512))
+    order: Literal["mn", "nm"] = knob(lambda c: ("mn", "nm"))
+    pack_b: bool = knob(lambda c: (True, False))
+    pack_a: bool = knob(lambda c: (True, False))
+    lanes: int = knob(lambda c: (16, 64, 256))
+    threads: int = knob(lambda c: c.threads, accepts=_any_count)
+
+    def loops(self) -> ReductionSchedule:
+        """The schedule the lanes reduction's loops run ``impl == "loops"`` with: this block of output
+        columns and thread count, every other loop knob as it is by default."""
+        return ReductionSchedule(vec=0, unroll=1, threads=self.threads, rows_per_thread=0, stash=True,
+                                 lanes=self.lanes)
+
+
+@dataclass(frozen=True)
+class ReductionSchedule:
+    vec: int = knob(lambda c: (0, 4, 8, 16))
+    unroll: int = knob(lambda c: (1, 2, 4))
+    threads: int = knob(lambda c: c.threads, accepts=_any_count)
+    rows_per_thread: int = knob(lambda c: (0, 1, 4, 16, 64))
+    stash: bool = knob(lambda c: (True, False))
+    # reductions that vectorise across their innermost kept dim: its block of output columns
+    lanes: int | None = knob(lambda c: (0, 16, 64, 256) if lanes_apply(c.kernel) else (), conditional=True)
+
+
+@dataclass(frozen=True)
+class ElementwiseSchedule:
+    vec: int = knob(lambda c: (0, 4, 8, 16))
+    unroll: int = knob(lambda c: (1, 2, 4))
+    threads: int = knob(lambda c: c.threads, accepts=_any_count)
+    block: int = knob(lambda c: (1024, 4096, 16384, 65536, 1 << 30))
+
+
+CSchedule = GemmSchedule | ReductionSchedule | ElementwiseSchedule
+LoopSchedule = ReductionSchedule | ElementwiseSchedule  # what the loop emitters read
+
+
+def schedule_type(kernel: Kernel) -> type[CSchedule]:
+    if plan_contraction(kernel) is not None:
+        return GemmSchedule
+    return ReductionSchedule if kernel.reduce_axes else ElementwiseSchedule
