@@ -2,27 +2,21 @@
 
 A backend turns (kernel, schedule) pairs into launchable kernels, owns device
 memory, and declares each kernel's schedule space. Schedules are plain dicts of
-knob -> value (JSON-serialisable), so the cache and Optuna can store them.
+knob -> value (JSON-serialisable), so the cache and Optuna can store them; each
+backend reads them as its typed schedules (codegen/knobs.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..target import Target, detect_target
 from .kernel import Kernel
-
-Schedule = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Knob:
-    name: str
-    choices: tuple[Any, ...]
+from .knobs import Knob, Schedule
 
 
 class CompiledKernel(Protocol):

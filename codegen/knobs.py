@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-KnobValue = bool | int | str
+KnobValue = bool | int | float | str  # what JSON and Optuna keep as they are
 Schedule = dict[str, KnobValue]  # a schedule as stored: knob name -> value, in the declaration's order
 
 
@@ -92,7 +92,7 @@ def _holds(d: _Decl[Any], cs: tuple[KnobValue, ...], v: object, strict: bool, ch
     """Whether a stored schedule may hold ``v`` for a knob of choices ``cs`` (none: no knob of this kernel)."""
     if not cs:
         return not strict and d.universe is not None and v in d.universe
-    if not isinstance(v, bool | int | str):
+    if not isinstance(v, bool | int | float | str):
         return False
     return not choices or (d.accepts(v) if d.accepts is not None else v in cs)
 
