@@ -21,7 +21,6 @@ atol = 1e-3
 
 from __future__ import annotations
 
-import math
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import LuminalError
-from .values import Shape, parse_duration, parse_fraction, parse_shape_value
+from .values import Shape, at_least, non_negative, parse_duration, parse_fraction, parse_shape_value
 
 BACKENDS = ("auto", "cuda", "cpu", "interpret", "reference")
 DEFAULT_ATOL, DEFAULT_RTOL = 1e-4, 1e-3  # output tolerances of `check` and `bench` when nothing sets them
@@ -82,10 +81,7 @@ class _Reader:
         return value
 
     def number(self, key: str, value: Any) -> float:
-        v = float(self.expect(key, value, (int, float), "a number"))
-        if not math.isfinite(v) or v < 0:
-            raise self.error(key, f"must be a non-negative number, got {value!r}")
-        return v
+        return float(self.wrap(key, non_negative, float(self.expect(key, value, (int, float), "a number"))))
 
     def path(self, key: str, value: Any) -> Path:
         text = self.expect(key, value, (str,), "a path string")
@@ -147,9 +143,7 @@ def parse_config(data: Any, source: Path, prefix: str = "[tool.luminal]") -> Con
     rtol = r.number("rtol", data["rtol"]) if "rtol" in data else None
     threads = None
     if "threads" in data:
-        threads = r.expect("threads", data["threads"], (int,), "an integer")
-        if threads < 1:
-            raise r.error("threads", f"must be at least 1, got {threads}")
+        threads = r.wrap("threads", at_least, r.expect("threads", data["threads"], (int,), "an integer"))
     models_in = r.expect("models", data.get("models", []), (list,), "an array of tables")
     names: set[str] = set()
     models = []

@@ -111,6 +111,22 @@ def format_duration(seconds: float | None) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
+# ---------------------------------------------------------------- counts and tolerances
+
+def at_least(value: int | None, what: str, low: int = 1) -> int | None:
+    """A count a person gave (threads, workers, trials), refused below ``low`` in the words the configuration uses."""
+    if value is not None and value < low:
+        raise LuminalError(f"{what}: must be at least {low}, got {value}")
+    return value
+
+
+def non_negative(value: float | None, what: str) -> float | None:
+    """A tolerance a person gave, refused when negative or not finite in the words the configuration uses."""
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise LuminalError(f"{what}: must be a non-negative number, got {value:g}")
+    return value
+
+
 # ---------------------------------------------------------------- fractions
 
 def parse_fraction(value: object, what: str = "max_regression") -> float:

@@ -82,6 +82,13 @@ def cache_show(signature: str = typer.Argument(..., help="A kernel signature or 
                   markup=True, soft_wrap=True)
     if kernel.models:
         console.print("models: " + ", ".join(kernel.models), markup=False, soft_wrap=True)
+    nodes = kernel.shapes.get("nodes") if isinstance(kernel.shapes, dict) else None
+    if nodes and isinstance(nodes, list):  # the model nodes fused into it, as the first model to tune it names them
+        from .common import printable
+
+        console.print("model nodes: " + ", ".join(printable(f"{n[0]} ({n[1]})") for n in nodes
+                                                  if isinstance(n, list) and len(n) == 2),
+                      markup=False, soft_wrap=True)
     if kernel.ir_text:
         console.print(kernel.ir_text, markup=False, highlight=False)
     wt = Table(title="winners", title_justify="left")

@@ -68,12 +68,18 @@ def _shape(s) -> str:
 
 
 def _print_kernels(rows: list[dict]) -> None:
+    from ..runtime.report import node_label, op_label
+
     table = Table(title=f"kernels ({len(rows)})")
-    for col in ("#", "form", "signature", "fused primitives", "bytes", "FLOPs"):
-        table.add_column(col, justify="right" if col in ("#", "bytes", "FLOPs") else "left")
+    names = [node_label(r["nodes"], 40) for r in rows]
+    for col in ("#", "model nodes", "ops", "form", "signature", "fused primitives", "bytes", "FLOPs"):
+        # the names are what a person looks for: the other columns wrap first
+        wide = max(map(len, names), default=0) if col == "model nodes" else None
+        table.add_column(col, justify="right" if col in ("#", "bytes", "FLOPs") else "left", min_width=wide)
     for i, r in enumerate(rows):
         fused = ", ".join(f"{k}x{v}" if v > 1 else k for k, v in sorted(r["primitives"].items()))
-        table.add_row(str(i), r["form"], r.get("signature", "")[:12], fused, f"{r['bytes']:,}", f"{r['flops']:,}")
+        table.add_row(str(i), shown(names[i]), shown(op_label(r["nodes"])), r["form"],
+                      r.get("signature", "")[:12], fused, f"{r['bytes']:,}", f"{r['flops']:,}")
     console.print(table)
     total = sum(r["bytes"] for r in rows)
     console.print(f"{len(rows)} kernels, {total:,} bytes moved", soft_wrap=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL, Config, ModelConfig, models_of, resolve
 from ..errors import LuminalError
-from ..values import Shape, parse_shape_args
+from ..values import Shape, non_negative, parse_shape_args
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ def jobs(model: str | None, shape: list[str] | None, config: Config | None, atol
          rtol: float | None = None, config_path: str | None = None) -> list[Job]:
     """The models of ``chosen_models`` with their tolerances: ``--atol``/``--rtol``, else the model's (or the
     project's) in the configuration, else the defaults."""
+    non_negative(atol, "--atol")
+    non_negative(rtol, "--rtol")
     return [Job(m.name, m.path, dict(m.shapes), resolve(atol, m, lambda m: m.atol, DEFAULT_ATOL),
                 resolve(rtol, m, lambda m: m.rtol, DEFAULT_RTOL))
             for m in chosen_models(model, shape, config, config_path)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -12,14 +14,25 @@ from rich.table import Table
 
 from ..config import Config, cache_of, load_config, resolve
 from ..errors import LuminalError
-from ..values import format_duration, parse_duration
-from .common import CACHE_OPT, JSON_FILE_OPT, SHAPE_OPT, console, emit_json, handle_errors
+from ..values import at_least, format_duration, parse_duration
+from .common import (
+    CACHE_OPT,
+    JSON_FILE_OPT,
+    SHAPE_OPT,
+    console,
+    emit_json,
+    err_console,
+    handle_errors,
+    printable,
+    shown,
+)
 from .project import backend_of, chosen_models
 
 if TYPE_CHECKING:
-    from ..search.report import TuneReport
+    from ..search.report import KernelReport, TuneReport
 
 MAX_ROWS = 20  # kernels shown, the slowest first
+PLAIN_EVERY_S = 5.0  # seconds between progress lines when the output is not a terminal
 
 
 def _t(ns: float | None) -> str:
@@ -31,26 +44,60 @@ def _x(a: float | None, b: float | None) -> str:
 
 
 def _failed(statuses: dict[str, int]) -> int:
-    return sum(v for s, v in statuses.items() if s != "ok")
+    return sum(v for s, v in statuses.items() if s not in ("ok", "timeout"))
+
+
+def _kernel_name(k: KernelReport) -> str:
+    from ..runtime.report import node_label, op_label
+
+    return f"{node_label(k.nodes, 40)} ({op_label(k.nodes)})" if k.nodes else k.signature[:10]
+
+
+def estimated_speedup(report: TuneReport) -> float | None:
+    """The model's kernels, default against best so far, weighted by how often each runs (an estimate: the
+    end-to-end timing at the end says what it is)."""
+    timed = [k for k in report.kernels if k.default_ns and k.best_ns]
+    best = sum(k.best_ns * k.count for k in timed if k.best_ns)
+    return sum(k.default_ns * k.count for k in timed if k.default_ns) / best if best else None
+
+
+def _clock(report: TuneReport) -> str:
+    return (f"{format_duration(report.elapsed_s)} of {format_duration(report.budget_s)} (the last "
+            f"{format_duration(report.reserve_s)} kept for the final timing)")
+
+
+def progress_line(report: TuneReport) -> str:
+    """One line of progress for a log: elapsed of the budget, trials, the best estimated speedup so far and the
+    kernel worked on (names from the model, shown as written: print it without markup)."""
+    speedup = estimated_speedup(report)
+    n = report.trials
+    line = (f"tuning {printable(report.model)}: {_clock(report)}, {n} trial{'' if n == 1 else 's'}, best "
+            f"{'-' if speedup is None else f'{speedup:.2f}x'} (estimated)")
+    current = next((k for k in report.kernels if k.signature == report.current), None)
+    if current is not None:
+        line += f", on {printable(_kernel_name(current))}"
+    elif report.current == "fusion":
+        line += ", on the fusion plan"
+    return line
 
 
 def progress_table(report: TuneReport) -> Table:
-    t = Table(title=f"tuning {report.model} on {report.backend}: {format_duration(report.elapsed_s)} of "
-                    f"{format_duration(report.budget_s)}, {report.trials} trials")
-    for col in ("kernel", "form", "count", "trials", "failed", "default", "best", "speedup"):
+    t = Table(title=f"tuning {shown(report.model)} on {report.backend}: {_clock(report)}, {report.trials} trials")
+    for col in ("kernel", "form", "count", "trials", "failed", "timeouts", "default", "best", "speedup"):
         t.add_column(col, justify="left" if col in ("kernel", "form") else "right")
     ranked = sorted(report.kernels, key=lambda k: -(k.best_ns or 0) * k.count)
     for k in ranked[:MAX_ROWS]:
-        t.add_row(k.signature[:10], k.form, str(k.count), str(k.trials), str(_failed(k.statuses)), _t(k.default_ns),
-                  _t(k.best_ns), _x(k.default_ns, k.best_ns))
+        t.add_row(shown(_kernel_name(k)), k.form, str(k.count), str(k.trials), str(_failed(k.statuses)),
+                  str(k.statuses.get("timeout", 0)), _t(k.default_ns), _t(k.best_ns), _x(k.default_ns, k.best_ns))
     if len(ranked) > MAX_ROWS:
         rest = ranked[MAX_ROWS:]
         t.add_row(f"{len(rest)} more", "", str(sum(k.count for k in rest)), str(sum(k.trials for k in rest)),
-                  str(sum(_failed(k.statuses) for k in rest)), "", "", "")
+                  str(sum(_failed(k.statuses) for k in rest)), str(sum(k.statuses.get("timeout", 0) for k in rest)),
+                  "", "", "")
     f = report.fusion
     if f is not None:
-        t.add_row("fusion", f"{f.edges} edges", "1", str(f.trials), str(_failed(f.statuses)), _t(f.default_ns),
-                  _t(f.best_ns), _x(f.default_ns, f.best_ns))
+        t.add_row("fusion", f"{f.edges} edges", "1", str(f.trials), str(_failed(f.statuses)),
+                  str(f.statuses.get("timeout", 0)), _t(f.default_ns), _t(f.best_ns), _x(f.default_ns, f.best_ns))
     return t
 
 
@@ -59,34 +106,55 @@ def final_table(reports: list[TuneReport]) -> Table:
     for col in ("model", "trials", "before", "after", "speedup", "stopped"):
         t.add_column(col, justify="left" if col in ("model", "stopped") else "right")
     for r in reports:
-        t.add_row(r.model, str(r.trials), _t(r.e2e_default_ns), _t(r.e2e_tuned_ns),
+        t.add_row(shown(r.model), str(r.trials), _t(r.e2e_default_ns), _t(r.e2e_tuned_ns),
                   _x(r.e2e_default_ns, r.e2e_tuned_ns), r.stopped)
     return t
 
 
+def notes_of(report: TuneReport) -> list[str]:
+    """What a person should know about a run besides its table: the tuner's notes and the candidates that ran
+    out of time."""
+    notes = list(report.notes)
+    timeouts = report.statuses.get("timeout", 0)
+    if timeouts:
+        notes.append(f"{timeouts} candidate{'s' if timeouts > 1 else ''} timed out (each may take "
+                     f"{format_duration(report.timeout_s)}; --timeout sets it)")
+    return notes
+
+
 def tune_cmd(
-    model: str = typer.Argument(None, help="The ONNX model; without it, the models in [tool.luminal]."),
-    budget: str = typer.Option(None, "--budget", help="Time to spend: 30s, 10m, 1h (split across models)."),
+    model: str = typer.Argument(None, help="The ONNX model; without it, the models in \\[tool.luminal]."),
+    budget: str = typer.Option(None, "--budget", help="Time to spend: 30s, 10m, 1h (split across models; loading "
+                                                      "and compiling count)."),
     backend: str = typer.Option(None, "--backend", help="auto, cpu or cuda."),
     shape: list[str] = SHAPE_OPT,
+    trials: int = typer.Option(None, "--trials", help="Stop after N trials per model."),
+    patience: int = typer.Option(None, "--patience", help="Leave a kernel after N trials without a gain."),
     sampler: str = typer.Option("gp", "--sampler", help="gp (a Gaussian-process cost model over the valid "
                                 "points that learns across kernels), tpe, random, cmaes or grid."),
     seed: int = typer.Option(0, "--seed", help="Seed of the samplers and of the verification inputs."),
     storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: studies.db by the cache)."),
     workers: int = typer.Option(None, "--workers", help="Compile workers (default: min(4, cores))."),
     cache: str = CACHE_OPT,
-    timeout: float = typer.Option(None, "--timeout", help="Seconds before a candidate counts as hung."),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds before a candidate counts as hung "
+                                                          "(default: budget/20, between 2 and 20)."),
     no_fusion: bool = typer.Option(False, "--no-fusion", help="Keep the default fusion; tune schedules only."),
     json_path: str = JSON_FILE_OPT,
 ) -> None:
-    """Tune fusion decisions and kernel schedules on this machine; winners go to the tuning cache."""
+    """Tune fusion decisions and kernel schedules on this machine; winners go to the tuning cache.
+
+    On a terminal a live table shows the progress, elsewhere (a log) one line every few seconds. Ctrl-C stops:
+    what was found is saved, and the exit code is 130."""
     from ..search.samplers import SAMPLERS
     from ..search.tuner import tune
 
     if sampler not in SAMPLERS:
-        raise LuminalError(f"unknown sampler {sampler!r}; choose from {', '.join(SAMPLERS)}")
-    if workers is not None and workers < 0:
-        raise LuminalError("--workers must be zero or more")
+        raise LuminalError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    at_least(workers, "--workers")
+    at_least(trials, "--trials")
+    at_least(patience, "--patience")
+    if timeout is not None:
+        parse_duration(timeout, "--timeout")
     config = load_config()
     models = chosen_models(model, shape, config)
     total = _budget(budget, config)
@@ -97,18 +165,23 @@ def tune_cmd(
         with _progress(quiet) as show:
             r = tune(str(m.path), backend, total / len(models), shapes=dict(m.shapes), sampler=sampler, seed=seed,
                      storage=storage, cache=cache_of(cache, config), workers=workers, progress=show,
-                     timeout_s=timeout, fusion=not no_fusion, threads=None if config is None else config.threads)
+                     timeout_s=timeout, fusion=not no_fusion, threads=None if config is None else config.threads,
+                     trials=trials, patience=patience)
         reports.append(r)
         if not quiet:
-            for note in r.notes:
-                console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+            for note in notes_of(r):
+                console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True)
         if r.stopped == "interrupted":
             break
     if not quiet:
         console.print(final_table(reports))
-        console.print(f"winners in {reports[-1].cache}; studies in {reports[-1].storage}", soft_wrap=True)
+        console.print(f"winners in {shown(reports[-1].cache)}; studies in {shown(reports[-1].storage)}",
+                      soft_wrap=True)
     if json_path:
         emit_json({"models": [r.to_json() for r in reports]}, json_path)
+    if reports[-1].stopped == "interrupted":
+        err_console.print("interrupted: the winners found so far are saved", highlight=False)
+        raise typer.Exit(130)
 
 
 def _budget(budget: str | None, config: Config | None) -> float:
@@ -134,15 +207,44 @@ def _timed_backend(backend: str | None, config: Config | None) -> str:
 
 @contextmanager
 def _progress(quiet: bool) -> Iterator[Callable[[TuneReport], None]]:
-    """The live progress table of one model's tuning, shown from its first report on (a model refused while it
-    loads leaves no empty table behind); nothing when ``quiet``."""
-    live = None if quiet else Live(console=console, refresh_per_second=4, transient=False)
+    """One model's progress, from its first report on (a model refused while it loads leaves no empty table behind):
+    on a terminal a live table; elsewhere a line every PLAIN_EVERY_S seconds and one at the end; nothing when
+    ``quiet``."""
+    if quiet:
+        yield lambda report: None
+        return
+    if console.is_terminal:
+        with _live() as show:
+            yield show
+        return
+    last: list[TuneReport] = []
+    printed = {"at": -math.inf, "line": ""}
+
+    def line(report: TuneReport) -> None:
+        text = progress_line(report)
+        if text != printed["line"]:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+            console.file.flush()
+        printed["line"] = text
+
+    def show(report: TuneReport) -> None:
+        last[:] = [report]
+        if time.monotonic() - printed["at"] >= PLAIN_EVERY_S:
+            printed["at"] = time.monotonic()
+            line(report)
+
+    yield show
+    if last:
+        line(last[0])
+
+
+@contextmanager
+def _live() -> Iterator[Callable[[TuneReport], None]]:
+    live = Live(console=console, refresh_per_second=4, transient=False)
     started = False
 
     def show(report: TuneReport) -> None:
         nonlocal started
-        if live is None:
-            return
         if not started:
             live.start()
             started = True
@@ -151,7 +253,7 @@ def _progress(quiet: bool) -> Iterator[Callable[[TuneReport], None]]:
     try:
         yield show
     finally:
-        if live is not None and started:
+        if started:
             live.stop()
             console.print()
 

@@ -120,14 +120,16 @@ class Kernel:
     # graph node ids behind inputs/outputs: used by the runtime, never part of the signature
     input_nodes: tuple[int, ...] = ()
     output_nodes: tuple[int, ...] = ()
+    # the model nodes (name, op type) fused into it, in graph order: for people, never part of the signature
+    sources: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, full: tuple[int, ...], reduce_axes: tuple[int, ...], inputs: Sequence[Buffer], ops: Sequence[KOp],
            outputs: Sequence[tuple[int, Buffer]], input_nodes: Sequence[int] = (),
-           output_nodes: Sequence[int] = ()) -> Kernel:
+           output_nodes: Sequence[int] = (), sources: Sequence[tuple[str, str]] = ()) -> Kernel:
         ops, outputs = tuple(ops), tuple(outputs)
         return cls(form_of(full, reduce_axes, ops, outputs), full, reduce_axes, tuple(inputs), ops, outputs,
-                   tuple(input_nodes), tuple(output_nodes))
+                   tuple(input_nodes), tuple(output_nodes), tuple(sources))
 
     @property
     def row(self) -> tuple[int, ...]:

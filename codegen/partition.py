@@ -254,7 +254,8 @@ def _build(g: _Group, users: dict[int, list[Node]], outputs: set[int]) -> Kernel
         if n.id in outputs or any(u.id not in kb.members for u in users.get(n.id, [])):
             outs.append((kb.index[n.id], Buffer(n.shape, n.dtype)))
             out_nodes.append(n.id)
-    return Kernel.of(kb.full, kb.axes, kb.inputs, kb.ops, outs, list(kb.input_nodes), out_nodes)
+    sources = list(dict.fromkeys(n.origin for n in g.nodes if n.origin is not None))
+    return Kernel.of(kb.full, kb.axes, kb.inputs, kb.ops, outs, list(kb.input_nodes), out_nodes, sources)
 
 
 def _launch_order(kernels: list[Kernel]) -> list[Kernel]:

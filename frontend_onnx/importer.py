@@ -17,6 +17,7 @@ from onnx import TensorProto, numpy_helper
 from .. import ir
 from ..errors import LuminalError
 from ..ir import DType, Tensor
+from ..ir.graph import origin
 from ..ir.tensor import FOLD_LIMIT
 from . import dims, registry
 from .limits import MemoryGuard
@@ -416,7 +417,8 @@ class Importer:
         dom = "" if n.domain == "ai.onnx" else n.domain
         ctx = registry.OpContext(n, self.opsets.get(dom, 1), inputs, attrs, scope, self)
         try:
-            out = fn(ctx)
+            with origin(n.name or (n.output[0] if n.output else ""), n.op_type):
+                out = fn(ctx)
         except LuminalError as e:
             msg = str(e)
             if msg.startswith("node "):

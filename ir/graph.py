@@ -5,6 +5,9 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +56,20 @@ REDUCE = frozenset({Op.SumReduce, Op.MaxReduce})
 
 _ids = itertools.count()
 
+# the model node (its name and op type) being imported: every primitive made meanwhile is one of its pieces
+Origin = tuple[str, str]
+_origin: ContextVar[Origin | None] = ContextVar("origin", default=None)
+
+
+@contextmanager
+def origin(name: str, op_type: str) -> Iterator[None]:
+    """Primitives made inside come from the model node ``name`` of type ``op_type``."""
+    token = _origin.set((name, op_type))
+    try:
+        yield
+    finally:
+        _origin.reset(token)
+
 
 @dataclass(eq=False)
 class Node:
@@ -71,6 +88,8 @@ class Node:
     dtype: DType
     attrs: dict[str, Any] = field(default_factory=dict)
     id: int = field(default_factory=lambda: next(_ids))
+    # the model node this primitive is a piece of (None: made by luminal itself); never part of its meaning
+    origin: Origin | None = field(default_factory=_origin.get, repr=False)
 
     @property
     def numel(self) -> int:

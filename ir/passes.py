@@ -43,6 +43,8 @@ def _rebuild(graph: Graph, visit) -> Graph:
     for n in graph.toposort():
         srcs = tuple(remap(s, v) for s, v in n.srcs)
         out = visit(n, srcs)
+        if isinstance(out, Node) and out.origin is None:  # a rewritten node is still a piece of the same model node
+            out.origin = n.origin
         if isinstance(out, tuple):
             alias[n.id] = out
         else:

@@ -32,8 +32,10 @@ def refuse_untimed(backend: Any) -> None:
 class Measurer:
     def __init__(self, backend: Any, graph: Graph | None = None, workers: int = 1, plan: TimingPlan | None = None,
                  timeout_s: float = 10.0, seed: int = 0, threads: int | None = None,
-                 stop: Callable[[], bool] | None = None):
+                 stop: Callable[[], bool] | None = None, end: float | None = None):
+        """``end``: the monotonic time no compile or timing may wait past (the tuning budget's end)."""
         refuse_untimed(backend)
+        self.end = end
         self.backend = backend
         self.plan = plan or TimingPlan()
         self.timeout_s = timeout_s
@@ -56,7 +58,7 @@ class Measurer:
                 if w not in busy and todo:
                     i, s = todo.pop(0)
                     worker.submit(CompileJob(kernel, s))
-                    busy[w] = (i, time.monotonic() + self.timeout_s * 3)
+                    busy[w] = (i, self._capped(time.monotonic() + self.timeout_s * 3))
             wait_any([self.pool[w] for w in busy], Worker.POLL_S)
             for w in list(busy):
                 i, deadline = busy[w]
@@ -85,9 +87,14 @@ class Measurer:
         per = p.warmup_s + p.cap_s * 1.5
         return self.timeout_s + prep_s + n * per
 
+    def _capped(self, deadline: float) -> float:
+        """``deadline``, or the end when that comes first: a slow compile or run spends the budget too."""
+        return deadline if self.end is None else min(deadline, self.end)
+
     def _run(self, job: Any, n: int, prep_s: float) -> list[Measurement]:
+        now = time.monotonic()
         try:
-            reply = self.timer.call(job, self._budget(n, prep_s), self.stop)
+            reply = self.timer.call(job, max(0.01, self._capped(now + self._budget(n, prep_s)) - now), self.stop)
         except WorkerLost as e:
             return [Measurement(e.status, message=str(e)) for _ in range(n)]
         if reply.poisoned:

@@ -19,6 +19,7 @@ class KernelReport:
     sampler_note: str | None = None
     cached: int = 0  # proposals answered from earlier measurements
     pruned: int = 0  # invalid points rejected before compiling
+    nodes: list[list[str]] = field(default_factory=list)  # the model nodes [name, op type] fused into it
 
     @property
     def speedup(self) -> float | None:
@@ -47,7 +48,10 @@ class TuneReport:
     storage: str
     cache: str
     elapsed_s: float = 0.0
-    stopped: str = ""  # budget | interrupted | exhausted
+    reserve_s: float = 0.0  # the end of the budget kept for re-timing the finalists and the model before and after
+    timeout_s: float = 0.0  # a candidate that takes longer counts as a timeout
+    current: str = ""  # the task worked on last: a kernel's signature, or "fusion"
+    stopped: str = ""  # budget | trials | patience | exhausted | interrupted
     kernels: list[KernelReport] = field(default_factory=list)
     fusion: FusionReport | None = None
     e2e_default_ns: float | None = None

@@ -34,6 +34,14 @@ class TaskState:
         self.seconds += seconds
 
     @property
+    def stale(self) -> int:
+        """Trials since the best last improved (all of them while nothing ran)."""
+        best = self.history[-1] if self.history else math.inf
+        if not math.isfinite(best):
+            return self.trials
+        return self.trials - 1 - self.history.index(best)
+
+    @property
     def seconds_per_trial(self) -> float:
         return self.seconds / self.trials if self.trials else 0.0
 
@@ -59,10 +67,10 @@ def step_seconds(task: TaskState, tasks: list[TaskState], batch: int) -> float:
     return max((t.seconds_per_trial for t in tasks if t.trials), default=0.0)
 
 
-def pick(tasks: list[TaskState], min_trials: int = 1) -> TaskState | None:
+def pick(tasks: list[TaskState], min_trials: int = 1, patience: int | None = None) -> TaskState | None:
     """The next task to spend trials on: any below ``min_trials`` first (in order), then the best
-    gradient per second."""
-    live = [t for t in tasks if not t.done and t.weight > 0]
+    gradient per second; a task whose last ``patience`` trials found nothing better is left."""
+    live = [t for t in tasks if not t.done and t.weight > 0 and (patience is None or t.stale < patience)]
     if not live:
         return None
     for t in live:
