@@ -65,7 +65,8 @@ def model_case(rng: random.Random, index: int, ctx: Context) -> Case:
         command = rng.choice((["inspect", "m.onnx"], ["inspect", "m.onnx"], ["compile", "m.onnx", "--backend", "cpu"]))
     if seed.name == "dynamic" and command[0] != "inspect" and rng.random() < 0.8:
         command += ["--shape", "N=2"]
-    return Case("model", index, f"{seed.name}: {how}", tuple(command), (("m.onnx", data), *seed.extra))
+    files = (("m.onnx", data), *seed.extra)
+    return Case("model", index, f"{seed.name}: {how}", tuple(command), files, untouched=tuple(n for n, _ in files))
 
 
 # ---------------------------------------------------------------- cache files
@@ -251,7 +252,13 @@ def cache_case(rng: random.Random, index: int, ctx: Context) -> Case:
     if readonly and command[0] == "cache" and command[1] == "export":
         command = ["cache", "export", "/dev/null"]
     argv = [*command, "--cache", cache]
-    return Case("cache", index, how, tuple(argv), tuple(files), fifos, folders, readonly)
+    untouched = (cache,) if _reads_only(argv) else ()
+    return Case("cache", index, how, tuple(argv), tuple(files), fifos, folders, readonly, untouched)
+
+
+def _reads_only(argv: list[str]) -> bool:
+    """The cache commands that must leave the cache file as it is (and create no -wal or -shm beside it)."""
+    return argv[0] == "cache" and (argv[1] in ("ls", "show", "stats", "export", "check") or "--dry-run" in argv)
 
 
 # ---------------------------------------------------------------- command-line values
@@ -305,6 +312,24 @@ COMMAND_WEIGHTS = {"bench": 3, "tune": 1, "check": 3, "compile": 2, "inspect": 3
                    "cache show": 1}
 
 
+BAD_SAMPLES: tuple[object, ...] = (0, -1.0, float("nan"), float("inf"), True, "x", None, [])
+
+
+def _broken_baseline(rng: random.Random, bench: bytes) -> tuple[bytes, str]:
+    """A baseline no regression gate may trust: every luminal sample unusable, or the file cut short."""
+    if rng.random() < 0.2:
+        return bench[: rng.randrange(len(bench))], "baseline cut short"
+    doc = json.loads(bench)
+    value = rng.choice(BAD_SAMPLES)
+    for model in doc.get("models", []):
+        runtime = model.get("runtimes", {}).get("luminal", {})
+        if rng.random() < 0.2:
+            runtime["samples_s"] = rng.choice(([], None, "x", {}))
+        else:
+            runtime["samples_s"] = [value] * len(runtime.get("samples_s") or [1])
+    return json.dumps(doc).encode(), f"baseline samples {value!r}"
+
+
 def _bad_baseline(rng: random.Random, bench: bytes) -> bytes:
     doc = json.loads(bench)
     value: object = rng.choice((0, float("nan"), True, -1, 1e308, "x", None, [], float("inf")))
@@ -347,7 +372,16 @@ def cli_case(rng: random.Random, index: int, ctx: Context) -> Case:
              ("good.json", ctx.base.export)]
     if command.startswith("cache") or rng.random() < 0.3:
         files.append(("default-cache.db", ctx.base.cache))
-    return Case("cli", index, ", ".join(bent), tuple(argv), tuple(files))
+    untouched = (TINY, "default-cache.db") if _reads_only(argv) else (TINY,)
+    must_refuse = False
+    if command == "bench" and rng.random() < 0.15 and b'"samples_s"' in ctx.base.bench:
+        broken, what = _broken_baseline(rng, ctx.base.bench)
+        files.append(("broken.json", broken))
+        argv += ["--baseline", "broken.json"]
+        bent.append(what)
+        must_refuse = True
+    return Case("cli", index, ", ".join(bent), tuple(argv), tuple(files), untouched=untouched,
+                must_refuse=must_refuse)
 
 
 CASE_MAKERS: dict[str, Callable[[random.Random, int, Context], Case]] = {

@@ -9,6 +9,7 @@ traceback and exits 1.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import multiprocessing.process
 import os
@@ -38,6 +39,10 @@ class Outcome(enum.Enum):
     SIGNAL = "signal"  # killed by a signal (not our timeout)
     TIMEOUT = "timeout"  # still running at the deadline
     OTHER_EXIT = "other_exit"  # any other exit code
+    NOT_REFUSED = "not_refused"  # exit 0 or 1 where the input is bad beyond doubt (exit 2 expected)
+    RAW_CONTROL = "raw_control"  # exit 0, 1 or 2, but a terminal escape or other control character went out raw
+    CHANGED_INPUT = "changed_input"  # exit 0, 1 or 2, but a file the command must only read changed (or -wal/-shm
+    # appeared beside it), or a file named '-' was written
 
     @property
     def clean(self) -> bool:
@@ -56,6 +61,8 @@ class Case:
     fifos: tuple[str, ...] = ()
     folders: tuple[str, ...] = ()
     readonly: bool = False  # the folder and its files read-only, the command run as an unprivileged user
+    untouched: tuple[str, ...] = ()  # files the command must leave as they are
+    must_refuse: bool = False  # the input is bad beyond doubt: only exit 2 is right
 
     @property
     def name(self) -> str:
@@ -215,8 +222,7 @@ def execute(app: typer.Typer, case: Case, ws: Workspace, limits: Limits, debug: 
     """Run the case; with ``debug``, an internal error (exit 3) is run again with --debug for its trace."""
     result = _execute(app, case, ws, limits)
     if debug and result.outcome is Outcome.OTHER_EXIT and "Traceback" not in result.stderr:
-        again = _execute(app, Case(case.family, case.index, case.how, ("--debug", *case.argv), case.files, case.fifos,
-                                   case.folders, case.readonly), ws, limits)
+        again = _execute(app, dataclasses.replace(case, argv=("--debug", *case.argv)), ws, limits)
         if "Traceback (most recent call last)" in again.stderr:
             sig = signature(case, Outcome.TRACEBACK, again.returncode, again.stderr)
             return Result(case, result.outcome, result.returncode, result.seconds, result.stderr, result.stdout,
@@ -247,7 +253,41 @@ def _execute(app: typer.Typer, case: Case, ws: Workspace, limits: Limits) -> Res
     stderr = _read(io_dir / "stderr")
     returncode = None if status is None else os.waitstatus_to_exitcode(status)
     outcome = classify(returncode, stderr)
-    return Result(case, outcome, returncode, seconds, stderr, stdout, signature(case, outcome, returncode, stderr))
+    note: tuple[str, ...] = ()
+    if outcome.clean:
+        outcome = oracles(case, case_dir, stdout + stderr, returncode) or outcome
+        note = tuple(changes(case, case_dir)) if outcome is Outcome.CHANGED_INPUT else ()
+    return Result(case, outcome, returncode, seconds, stderr, stdout,
+                  signature(case, outcome, returncode, stderr, note))
+
+
+# C0 controls but newline and tab, DEL, C1 controls, bidi overrides: out of a model's names onto a terminal
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def oracles(case: Case, case_dir: Path, output: str, returncode: int | None = 0) -> Outcome | None:
+    """What a clean exit code can hide: bad input taken, raw control characters in the output, inputs changed
+    behind the user's back."""
+    if case.must_refuse and returncode in (0, 1):
+        return Outcome.NOT_REFUSED
+    if RAW.search(output.replace("\r\n", "\n")):
+        return Outcome.RAW_CONTROL
+    return Outcome.CHANGED_INPUT if changes(case, case_dir) else None
+
+
+def changes(case: Case, case_dir: Path) -> list[str]:
+    """The files of ``case.untouched`` that changed or grew a -wal/-shm, and a file named '-' written."""
+    files = dict(case.files)
+    out = []
+    for name in case.untouched:
+        path = case_dir / name
+        if name in files and (not path.is_file() or path.read_bytes() != files[name]):
+            out.append(f"{name} changed")
+        out += [f"{name}{s} created" for s in ("-wal", "-shm")
+                if Path(f"{path}{s}").exists() and f"{name}{s}" not in files]
+    if (case_dir / "-").exists() and "-" not in files:
+        out.append("wrote a file named '-'")
+    return out
 
 
 def _read(path: Path, limit: int = 1 << 20) -> str:
@@ -282,7 +322,7 @@ def classify(returncode: int | None, stderr: str) -> Outcome:
 _FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 
 
-def signature(case: Case, outcome: Outcome, returncode: int | None, stderr: str) -> str:
+def signature(case: Case, outcome: Outcome, returncode: int | None, stderr: str, note: tuple[str, ...] = ()) -> str:
     """A key that groups failures with one cause: the command, the exception and the innermost luminal frame."""
     command = case.command
     if outcome is Outcome.TRACEBACK:
@@ -306,6 +346,12 @@ def signature(case: Case, outcome: Outcome, returncode: int | None, stderr: str)
         return f"{command} | exit {returncode} | {_redact(final)[:80]}"
     if outcome is Outcome.TIMEOUT:
         return f"{command} | timeout | {case.how.split(';')[0][:60]}"
+    if outcome is Outcome.NOT_REFUSED:
+        return f"{command} | exit {returncode} on bad input | {case.how.split(';')[0][:60]}"
+    if outcome is Outcome.RAW_CONTROL:
+        return f"{command} | raw control character | {case.how.split(';')[0][:60]}"
+    if outcome is Outcome.CHANGED_INPUT:
+        return f"{command} | {', '.join(note)} | {case.how.split(';')[0][:60]}"
     return f"{command} | {outcome.value}"
 
 

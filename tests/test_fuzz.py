@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fuzz_runner import Case, Limits, Outcome, classify, signature
+from fuzz_runner import Case, Limits, Outcome, classify, oracles, signature
 from fuzzing import FuzzConfig, Summary, run_fuzz
 
 CASES_PER_FAMILY = 100
@@ -36,6 +36,26 @@ def test_outcomes_are_classified():
              f'  File "{Path(__file__).parent.parent}/ir/passes.py", line 42, in g\n    x[k]\nKeyError: \'a\'\n')
     case = Case("model", 0, "", ("check", "m.onnx"))
     assert signature(case, Outcome.TRACEBACK, 1, trace) == "check | KeyError | ir/passes.py:42"
+
+
+def test_oracles_see_what_exit_codes_hide(tmp_path: Path):
+    case = Case("model", 0, "", ("inspect", "m.onnx"), (("m.onnx", b"model"),), untouched=("m.onnx",))
+    (tmp_path / "m.onnx").write_bytes(b"model")
+    assert oracles(case, tmp_path, "a table\n  with 'names'\t\n") is None
+    assert oracles(case, tmp_path, "name \x1b[2J here\n") is Outcome.RAW_CONTROL
+    assert oracles(case, tmp_path, "name \u202e here\n") is Outcome.RAW_CONTROL
+    (tmp_path / "m.onnx-wal").write_bytes(b"")
+    assert oracles(case, tmp_path, "") is Outcome.CHANGED_INPUT
+    (tmp_path / "m.onnx-wal").unlink()
+    (tmp_path / "m.onnx").write_bytes(b"changed")
+    assert oracles(case, tmp_path, "") is Outcome.CHANGED_INPUT
+    (tmp_path / "m.onnx").write_bytes(b"model")
+    (tmp_path / "-").write_text("{}")
+    assert oracles(case, tmp_path, "") is Outcome.CHANGED_INPUT
+    (tmp_path / "-").unlink()
+    refuse = Case("cli", 0, "", ("bench", "m.onnx", "--baseline", "broken.json"), must_refuse=True)
+    assert oracles(refuse, tmp_path, "", 0) is Outcome.NOT_REFUSED
+    assert oracles(refuse, tmp_path, "", 2) is None
 
 
 def test_fuzz_slice_has_no_unclean_outcome(tmp_path: Path):
