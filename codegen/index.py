@@ -50,4 +50,10 @@ def view_exprs(view: View) -> list[tuple[tuple[int, ...], int, int | None]]:
     """The affine expressions a read through ``view`` evaluates, as (coefficients, constant, bound): first the
     element's address (bound None), then each mask constraint, shifted so that it holds where
     ``0 <= value < bound``."""
-    return [(view.strides, view.offset, None)] + [(c, -lo, hi - lo) for c, lo, hi in view.mask]
+    return [(view.strides, view.offset, None), *view_masks(view)]
+
+
+def view_masks(view: View) -> list[tuple[tuple[int, ...], int, int]]:
+    """The mask constraints of ``view_exprs``: (coefficients, constant, bound), holding where
+    ``0 <= value < bound``."""
+    return [(c, -lo, hi - lo) for c, lo, hi in view.mask]

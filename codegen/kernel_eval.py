@@ -21,6 +21,12 @@ def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
     c = kernel.contraction
     skip = {c.a, c.b, c.mul} if c is not None else set()
     vals: list[np.ndarray | None] = []
+
+    def val(i: int) -> np.ndarray:
+        v = vals[i]
+        assert v is not None, "a contraction's product is read only by its sum"
+        return v
+
     for n, op in enumerate(kernel.ops):
         shape = kernel.space_shape(op.space)
         if c is not None and n == c.red:
@@ -42,10 +48,10 @@ def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
             iota = eval_node(Node(Op.Iota, (), op.attr("shape"), op.dtype, {"axis": op.attr("axis")}), [])
             vals.append(_through(op.attr("view"), np.ascontiguousarray(iota), shape))
             continue
-        args = [np.broadcast_to(vals[a], shape) if op.space is Space.full else vals[a] for a in op.args]
+        args = [np.broadcast_to(val(a), shape) if op.space is Space.full else val(a) for a in op.args]
         if op.op in REDUCE_OPS:
             node = Node(Op(op.op), (), kernel.row, op.dtype, {"axes": op.attr("axes")})
-            vals.append(np.asarray(eval_node(node, [np.broadcast_to(vals[op.args[0]], kernel.full)])))
+            vals.append(np.asarray(eval_node(node, [np.broadcast_to(val(op.args[0]), kernel.full)])))
             continue
         if op.op is Op.Gather:
             nshape = op.attr("shape")
@@ -55,5 +61,5 @@ def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
             continue
         node = Node(Op(op.op), (), shape, op.dtype, {})
         vals.append(np.asarray(eval_node(node, args)))
-    return [np.ascontiguousarray(np.broadcast_to(vals[i], kernel.space_shape(kernel.ops[i].space)))
+    return [np.ascontiguousarray(np.broadcast_to(val(i), kernel.space_shape(kernel.ops[i].space)))
             .reshape(b.shape) for i, b in kernel.outputs]

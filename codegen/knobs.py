@@ -23,22 +23,23 @@ class Knob:
     choices: tuple[KnobValue, ...]
 
 
-Ctx = TypeVar("Ctx", contravariant=True)
-Choices = Callable[[Ctx], tuple[KnobValue, ...]]
+C = TypeVar("C", contravariant=True)  # what a backend's choices are functions of (a kernel, or more)
+Choices = Callable[[C], tuple[KnobValue, ...]]
 
 
 @dataclass(frozen=True)
-class _Decl(Generic[Ctx]):
-    choices: Choices[Ctx]
+class _Decl(Generic[C]):
+    choices: Choices[C]
     optional: bool  # may be left out even where it is a knob (a stored schedule older than the knob)
     conditional: bool  # a knob of some kernels only (None where it is none)
     accepts: Callable[[KnobValue], bool] | None
     universe: tuple[KnobValue, ...] | None  # values it may hold where it is no knob (lenient parse), None: none
 
 
-def knob(choices: Choices[Ctx], *, optional: bool = False, conditional: bool = False,
+def knob(choices: Choices[C], *, optional: bool = False, conditional: bool = False,
          accepts: Callable[[KnobValue], bool] | None = None, universe: tuple[KnobValue, ...] | None = None) -> Any:
-    """A schedule field (typed by its annotation; ``Any`` here as dataclasses' own ``field`` is). ``accepts``:
+    """A schedule field (typed by its annotation; ``Any`` here as dataclasses' own ``field`` is: a backend
+    wraps it with its own context type, so that its choice functions are checked). ``accepts``:
     the values a stored schedule may hold when not only the choices (a thread count made on another machine)."""
     decl = _Decl(choices, optional, conditional, accepts, universe)
     # fields that are not knobs of every kernel, or may be left out, are None where absent

@@ -57,7 +57,9 @@ class CKernel:
         self._fn = fn
         self._arr = ctypes.c_void_p * (nbuf + (2 if packed else 0))
         self.threads = threads
-        self.address = ctypes.cast(fn, ctypes.c_void_p).value
+        address = ctypes.cast(fn, ctypes.c_void_p).value
+        assert address is not None
+        self.address: int = address
         self._last: tuple[list, Any] | None = None  # weak references to the last buffers, their pointer array
         self._packed = packed
 
@@ -215,8 +217,8 @@ class CPUBackend:
             threads = t.threads or self.target.threads
             gemm = t if isinstance(t, GemmSchedule) else None
             blas = gemm is not None and gemm.impl == "blas"
-            ck = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads,
-                         packed_b(k, gemm) if gemm is not None else None)
+            ck: CKernel | BlasKernel = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads,
+                                               packed_b(k, gemm) if gemm is not None else None)
             if blas:
                 plan = plan_contraction(k)
                 assert plan is not None

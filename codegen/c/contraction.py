@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from ...ir.dtypes import DType
 from ...ir.view import View
 from ...target import host_simd_width
-from ..index import run_coeff, view_exprs
+from ..index import run_coeff, view_exprs, view_masks
 from ..kernel import Contraction, Kernel, Space
 from . import ctypes_map as ct
 from .emit import _indent, copy_between, mask_bounds
@@ -237,7 +237,7 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     def rows(sb: str, sj: str, sl: str, indent: int) -> list[str]:
         """The K rows of the panel's segment (``sb{e}``, ``sj``, ``sl``: its index terms, start and length)."""
         body = [f"lum_t *restrict ds = d + {sj};", f"int64_t lo = 0, hi = {sl};"]
-        for e, (_, _, r) in enumerate(exprs[1:], start=1):
+        for e, (_, _, r) in enumerate(view_masks(vb), start=1):
             body.append(f"{{ const int64_t v = {sb.format(e=e)} + kt{e}; {mask_bounds('v', step[e], r)} }}")
         body.append(f"const {ct.STORAGE[dt]} *restrict src = in{buf} + {sb.format(e=0)} + kt0;")
         # a whole panel row from one run: a loop of fixed length, which the compiler unrolls and vectorises

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ...ir.dtypes import DType
 from ...ir.graph import Op
 from ...ir.view import View, contiguous_strides
-from ..index import digits, view_exprs
+from ..index import digits, view_exprs, view_masks
 from ..kernel import REDUCE_OPS, Kernel, KOp, Leaf, Space
 from . import ctypes_map as ct
 from .normalize import normalize
@@ -424,9 +424,9 @@ def _stage_load(n: int, op: KOp, din: int, lanes: int) -> list[str]:
     a strided copy between the bounds its mask allows, zeros around it."""
     view: View = op.attr("view")
     ex = [f"i{d}" if d != din else "c0" for d in range(len(view.shape))]
-    (co, k0, _), *masks = view_exprs(view)
+    co, k0 = view.strides, view.offset
     L = [f"{ct.COMPUTE[op.dtype]} s{n}[{lanes}];", "{", "    int64_t lo = 0, hi = nl;"]
-    L += ["    " + mask_bounds(affine(c, k, ex), c[din], b) for c, k, b in masks]
+    L += ["    " + mask_bounds(affine(c, k, ex), c[din], b) for c, k, b in view_masks(view)]
     L.append(f"    const {ct.STORAGE[op.dtype]} *src = in{op.attr('buf')} + {affine(co, k0, ex)};")
     L += [*_indent(copy_between(f"s{n}", "nl", ct.load(op.dtype, f"src[{co[din]} * w]")), 4), "}"]
     return L

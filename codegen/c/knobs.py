@@ -3,8 +3,9 @@ reads), a reduction, an elementwise loop. ``schedule.py`` derives the space, def
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..kernel import Kernel
 from ..knobs import KnobValue, knob
@@ -19,6 +20,11 @@ class Ctx:
     kernel: Kernel
     vw: int  # float32 lanes of the target's vector unit
     threads: tuple[int, ...]  # the thread counts the target offers
+
+
+def _knob(choices: Callable[[Ctx], tuple[KnobValue, ...]], conditional: bool = False,
+          accepts: Callable[[KnobValue], bool] | None = None) -> Any:
+    return knob(choices, conditional=conditional, accepts=accepts)
 
 
 def _any_count(v: KnobValue) -> bool:
@@ -37,17 +43,17 @@ class GemmSchedule:
     """A contraction: packed panels and an MR x NR register tile (``generated``), numpy's BLAS, or the lanes
     reduction's loops."""
 
-    impl: Literal["generated", "blas", "loops"] = knob(_impls)
-    mr: int = knob(lambda c: (4, 6, 8, 12))
-    nr: int = knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
-    mc: int = knob(lambda c: (24, 48, 72, 96, 144, 192, 288))
-    nc: int = knob(lambda c: (64, 128, 256, 512, 1024))
-    kc: int = knob(lambda c: (0, 128, 256, 512))
-    order: Literal["mn", "nm"] = knob(lambda c: ("mn", "nm"))
-    pack_b: bool = knob(lambda c: (True, False))
-    pack_a: bool = knob(lambda c: (True, False))
-    lanes: int = knob(lambda c: (16, 64, 256))
-    threads: int = knob(lambda c: c.threads, accepts=_any_count)
+    impl: Literal["generated", "blas", "loops"] = _knob(_impls)
+    mr: int = _knob(lambda c: (4, 6, 8, 12))
+    nr: int = _knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
+    mc: int = _knob(lambda c: (24, 48, 72, 96, 144, 192, 288))
+    nc: int = _knob(lambda c: (64, 128, 256, 512, 1024))
+    kc: int = _knob(lambda c: (0, 128, 256, 512))
+    order: Literal["mn", "nm"] = _knob(lambda c: ("mn", "nm"))
+    pack_b: bool = _knob(lambda c: (True, False))
+    pack_a: bool = _knob(lambda c: (True, False))
+    lanes: int = _knob(lambda c: (16, 64, 256))
+    threads: int = _knob(lambda c: c.threads, accepts=_any_count)
 
     def loops(self) -> ReductionSchedule:
         """The schedule the lanes reduction's loops run ``impl == "loops"`` with: this block of output
@@ -58,21 +64,21 @@ class GemmSchedule:
 
 @dataclass(frozen=True)
 class ReductionSchedule:
-    vec: int = knob(lambda c: (0, 4, 8, 16))
-    unroll: int = knob(lambda c: (1, 2, 4))
-    threads: int = knob(lambda c: c.threads, accepts=_any_count)
-    rows_per_thread: int = knob(lambda c: (0, 1, 4, 16, 64))
-    stash: bool = knob(lambda c: (True, False))
+    vec: int = _knob(lambda c: (0, 4, 8, 16))
+    unroll: int = _knob(lambda c: (1, 2, 4))
+    threads: int = _knob(lambda c: c.threads, accepts=_any_count)
+    rows_per_thread: int = _knob(lambda c: (0, 1, 4, 16, 64))
+    stash: bool = _knob(lambda c: (True, False))
     # reductions that vectorise across their innermost kept dim: its block of output columns
-    lanes: int | None = knob(lambda c: (0, 16, 64, 256) if lanes_apply(c.kernel) else (), conditional=True)
+    lanes: int | None = _knob(lambda c: (0, 16, 64, 256) if lanes_apply(c.kernel) else (), conditional=True)
 
 
 @dataclass(frozen=True)
 class ElementwiseSchedule:
-    vec: int = knob(lambda c: (0, 4, 8, 16))
-    unroll: int = knob(lambda c: (1, 2, 4))
-    threads: int = knob(lambda c: c.threads, accepts=_any_count)
-    block: int = knob(lambda c: (1024, 4096, 16384, 65536, 1 << 30))
+    vec: int = _knob(lambda c: (0, 4, 8, 16))
+    unroll: int = _knob(lambda c: (1, 2, 4))
+    threads: int = _knob(lambda c: c.threads, accepts=_any_count)
+    block: int = _knob(lambda c: (1024, 4096, 16384, 65536, 1 << 30))
 
 
 CSchedule = GemmSchedule | ReductionSchedule | ElementwiseSchedule

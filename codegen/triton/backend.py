@@ -12,19 +12,21 @@ import atexit
 import contextlib
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from ...ir.dtypes import DType
 from ...target import Target, missing_for_triton
-from ..backend import Knob, Schedule, register_backend, sequential_launcher
+from ..backend import CompiledKernel, Knob, Schedule, register_backend, sequential_launcher
 from ..kernel import Kernel
 from . import schedule as sched
 from .emit import emit, emit_typed
@@ -42,7 +44,7 @@ def _src_dir() -> str:
     return _SRC_DIR
 
 
-def load_source(source: str):
+def load_source(source: str) -> ModuleType:
     """Import generated source as a module (Triton needs a real file to read the function back)."""
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
     if key in _MODULES:
@@ -52,6 +54,7 @@ def load_source(source: str):
         f.write(source)
     name = f"luminal_generated_{key}"
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
@@ -179,11 +182,15 @@ class TritonBackend:
     def source(self, kernel: Kernel, schedule: Schedule) -> str:
         return emit(kernel, schedule)
 
-    def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[TritonKernel]:
+    def identity(self, kernel: Kernel, schedule: Schedule) -> str:
+        # block sizes are launch arguments: every schedule is a point of its own
+        return json.dumps(schedule, sort_keys=True, default=str)
+
+    def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[CompiledKernel]:
         kernels = [TritonKernel(k, _typed(k, s), self.interpret) for k, s in items]
         if not self.interpret and kernels:
             _warm_up([(tk, k) for tk, (k, _) in zip(kernels, items)])
-        return kernels
+        return list(kernels)
 
     def from_numpy(self, array: np.ndarray):
         return _host(array).to(self.device, copy=True)

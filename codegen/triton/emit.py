@@ -9,13 +9,14 @@ launcher what it needs (grid, which buffers to zero first).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...ir.dtypes import DType
 from ...ir.graph import Op
 from ...ir.view import View, contiguous_strides
 from ..index import digits, view_exprs, view_run
-from ..kernel import LEAF_OPS, REDUCE_OPS, Form, Kernel, KOp, Leaf, Space
+from ..kernel import LEAF_OPS, REDUCE_OPS, Form, Kernel, KOp, KOpName, Leaf, Space
 from ..knobs import Schedule
 from .schedule import (
     CONSTEXPRS,
@@ -23,6 +24,7 @@ from .schedule import (
     ReductionSchedule,
     TritonSchedule,
     kind_of,
+    plan_of,
     split_ok,
     typed,
 )
@@ -66,7 +68,7 @@ def _from_f32(e: str, dt: DType) -> str:
     return f"({e}).to({TL[dt]})" if _half(dt) else e
 
 
-_UNARY = {Op.Exp2: "tl.exp2", Op.Log2: "tl.log2", Op.Sin: "tl.sin", Op.Sqrt: "tl.sqrt_rn"}
+_UNARY: dict[KOpName, str] = {Op.Exp2: "tl.exp2", Op.Log2: "tl.log2", Op.Sin: "tl.sin", Op.Sqrt: "tl.sqrt_rn"}
 
 
 @dataclass
@@ -260,7 +262,7 @@ class OpEmitter:
         self.w(f"tl.store(out{o} + {self.lin(space)}, {v}, mask={sp.bound})")
 
 
-def _unravel(w: Writer, src: str, shape: tuple[int, ...], name) -> list[str]:
+def _unravel(w: Writer, src: str, shape: Sequence[int], name: Callable[[int], str]) -> list[str]:
     """Writes the index of each dim of ``shape`` in a row-major unravel of ``src`` to variable ``name(d)``;
     returns the variables, "0" for dims of size 1. Lanes past the end are masked."""
     out = []
@@ -498,7 +500,7 @@ def _lowest(acc_dt: str) -> str:
 
 # -- contraction -------------------------------------------------------------------
 def emit_contraction(k: Kernel, schedule: ContractionSchedule) -> str:
-    plan = k.contraction
+    plan = plan_of(k)
     w = Writer()
     big = _is_big(k)
     _tile_ids(w, plan.size("m"), plan.size("n"), ".to(tl.int64)" if big else "")
@@ -534,7 +536,7 @@ def _tile_ids(w: Writer, M: int, N: int, it: str) -> None:
 def _k_loop(k: Kernel, w: Writer, big: bool, outer: dict[int, str]) -> None:
     """The loop over K (this program's share of it under split-K): both operand tiles loaded, then one dot
     into ``acc``. ``outer``: the index of each M, N and batch dim."""
-    plan = k.contraction
+    plan = plan_of(k)
     M, N, K = plan.size("m"), plan.size("n"), plan.size("k")
     w("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     w(f"for k0 in range(pid_k * BLOCK_K, {K}, BLOCK_K * SPLIT_K):")
@@ -563,7 +565,7 @@ def _load_operand(k: Kernel, w: Writer, e: OpEmitter, name: str, op: KOp, outer:
                   kidx: dict[int, str], ksrc: str, bound: str, zero: str) -> None:
     """``name = tl.load(...)``: one operand's tile; a group of dims the view walks as one strided run is
     addressed by its flat index, without a div/mod per element."""
-    plan = k.contraction
+    plan = plan_of(k)
     view = op.attr("view")
     idx = [outer.get(d) or kidx.get(d) or "0" for d in range(len(k.full))]
     flat = []
@@ -582,7 +584,7 @@ def _load_operand(k: Kernel, w: Writer, e: OpEmitter, name: str, op: KOp, outer:
 
 def _contraction_epilogue(k: Kernel, w: Writer, big: bool, outer: dict[int, str], atomic: bool) -> None:
     """The row-space ops over the finished tile, and its outputs stored (added atomically under split-K)."""
-    plan = k.contraction
+    plan = plan_of(k)
     M, N = plan.size("m"), plan.size("n")
     ridx = [outer.get(d) or "0" for d in range(len(k.full))]
     for d in plan.k:

@@ -4,13 +4,14 @@ constraints."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ...ir.dtypes import DType
 from ...ir.graph import Op
-from ..kernel import Form, Kernel, Space
-from ..knobs import Knob, Schedule, knob, parse, to_json
+from ..kernel import Contraction, Form, Kernel, Space
+from ..knobs import Knob, KnobValue, Schedule, knob, parse, to_json
 from ..knobs import space as knobs_of
 
 # shared memory per block on the GPUs we target (bytes)
@@ -24,9 +25,17 @@ def npow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def plan_of(k: Kernel) -> Contraction:
+    """The matmul reading of a kernel emitted as a contraction."""
+    c = k.contraction
+    if c is None:
+        raise ValueError("not a contraction kernel")
+    return c
+
+
 def split_ok(k: Kernel) -> bool:
     """Split-K partial sums are added atomically: only when the output is the plain float32 sum."""
-    red = k.contraction.red
+    red = plan_of(k).red
     epilogue = [o for i, o in enumerate(k.ops) if o.space is Space.row and i != red]
     return (len(k.outputs) == 1 and k.outputs[0][1].dtype is DType.float32
             and all(o.op is Op.Contiguous for o in epilogue))
@@ -45,6 +54,11 @@ def _rows_rlen(k: Kernel) -> tuple[int, int]:
     return math.prod(k.full) // max(rlen, 1), rlen
 
 
+def _knob(choices: Callable[[Kernel], tuple[KnobValue, ...]], optional: bool = False,
+          universe: tuple[KnobValue, ...] | None = None) -> Any:
+    return knob(choices, optional=optional, universe=universe)
+
+
 Precision = Literal["ieee", "tf32"]
 PRECISIONS: tuple[Precision, ...] = ("ieee", "tf32")
 _WARPS = (1, 2, 4, 8)
@@ -52,32 +66,32 @@ _WARPS = (1, 2, 4, 8)
 
 @dataclass(frozen=True)
 class ElementwiseSchedule:
-    BLOCK: int = knob(lambda k: (64, 128, 256, 512, 1024, 2048, 4096))
-    num_warps: int = knob(lambda k: _WARPS)
+    BLOCK: int = _knob(lambda k: (64, 128, 256, 512, 1024, 2048, 4096))
+    num_warps: int = _knob(lambda k: _WARPS)
 
 
 @dataclass(frozen=True)
 class ReductionSchedule:
-    BLOCK: int = knob(lambda k: (16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
-    ROWS: int = knob(lambda k: (1, 2, 4, 8, 16, 32, 64))
-    num_warps: int = knob(lambda k: _WARPS)
+    BLOCK: int = _knob(lambda k: (16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
+    ROWS: int = _knob(lambda k: (1, 2, 4, 8, 16, 32, 64))
+    num_warps: int = _knob(lambda k: _WARPS)
 
 
 def _precisions(k: Kernel) -> tuple[Precision, ...]:
-    return PRECISIONS if k.ops[k.contraction.mul].dtype is DType.float32 else ()
+    return PRECISIONS if k.ops[plan_of(k).mul].dtype is DType.float32 else ()
 
 
 @dataclass(frozen=True)
 class ContractionSchedule:
-    BLOCK_M: int = knob(lambda k: (16, 32, 64, 128, 256))
-    BLOCK_N: int = knob(lambda k: (16, 32, 64, 128, 256))
-    BLOCK_K: int = knob(lambda k: (16, 32, 64, 128))
-    GROUP_M: int = knob(lambda k: (1, 4, 8, 16))
-    num_warps: int = knob(lambda k: (2, 4, 8))
-    num_stages: int = knob(lambda k: (1, 2, 3, 4, 5))
-    SPLIT_K: int = knob(lambda k: (1, 2, 4, 8, 16) if split_ok(k) else (1,))
+    BLOCK_M: int = _knob(lambda k: (16, 32, 64, 128, 256))
+    BLOCK_N: int = _knob(lambda k: (16, 32, 64, 128, 256))
+    BLOCK_K: int = _knob(lambda k: (16, 32, 64, 128))
+    GROUP_M: int = _knob(lambda k: (1, 4, 8, 16))
+    num_warps: int = _knob(lambda k: (2, 4, 8))
+    num_stages: int = _knob(lambda k: (1, 2, 3, 4, 5))
+    SPLIT_K: int = _knob(lambda k: (1, 2, 4, 8, 16) if split_ok(k) else (1,))
     # float32 products only; a schedule stored before the knob existed runs as "ieee"
-    PRECISION: Literal["ieee", "tf32"] | None = knob(_precisions, optional=True, universe=PRECISIONS)
+    PRECISION: Literal["ieee", "tf32"] | None = _knob(_precisions, optional=True, universe=PRECISIONS)
 
 
 TritonSchedule = ElementwiseSchedule | ReductionSchedule | ContractionSchedule
@@ -105,7 +119,7 @@ def typed_default(k: Kernel) -> TritonSchedule:
         block = min(2048, max(16, npow2(rlen)))
         nrow = min(npow2(rows), max(1, 1024 // block))
         return ReductionSchedule(BLOCK=block, ROWS=nrow, num_warps=max(1, min(8, block * nrow // 256)))
-    plan = k.contraction
+    plan = plan_of(k)
     return ContractionSchedule(
         BLOCK_M=min(64, max(16, npow2(plan.size("m")))), BLOCK_N=min(64, max(16, npow2(plan.size("n")))),
         BLOCK_K=min(32, max(16, npow2(plan.size("k")))), GROUP_M=8, num_warps=4, num_stages=3, SPLIT_K=1,
@@ -117,7 +131,7 @@ def default(k: Kernel) -> Schedule:
 
 
 def _shared_memory(k: Kernel, s: ContractionSchedule) -> int:
-    item = k.ops[k.contraction.mul].dtype.itemsize
+    item = k.ops[plan_of(k).mul].dtype.itemsize
     return (s.BLOCK_M * s.BLOCK_K + s.BLOCK_K * s.BLOCK_N) * item * max(1, s.num_stages)
 
 
@@ -136,7 +150,7 @@ def fits(k: Kernel, s: TritonSchedule, arch: int = 80) -> bool:
     if isinstance(s, ReductionSchedule):
         rows, _ = _rows_rlen(k)
         return s.ROWS * s.BLOCK <= 16384 and npow2(rows) >= s.ROWS
-    plan = k.contraction
+    plan = plan_of(k)
     if 128 * 32 * s.num_warps < s.BLOCK_M * s.BLOCK_N:
         return False
     if s.SPLIT_K > 1 and (not split_ok(k) or plan.size("k") < s.BLOCK_K * s.SPLIT_K):
@@ -155,7 +169,7 @@ def grid(k: Kernel, s: TritonSchedule) -> tuple[int, int, int]:
     if isinstance(s, ReductionSchedule):
         rows, _ = _rows_rlen(k)
         return (-(-rows // s.ROWS), 1, 1)
-    plan = k.contraction
+    plan = plan_of(k)
     tiles = -(-plan.size("m") // s.BLOCK_M) * -(-plan.size("n") // s.BLOCK_N)
     return (tiles * plan.size("batch"), 1, s.SPLIT_K)
 
