@@ -254,7 +254,8 @@ def contraction_of(full: tuple[int, ...], reduce_axes: tuple[int, ...], ops: tup
         groups[role].append(d)
     if not groups["m"] and not groups["n"]:
         return None
-    return Contraction(mul, red, a, b, *(tuple(groups[g]) for g in ("batch", "m", "n", "k")), full=full)
+    return Contraction(mul, red, a, b, tuple(groups["batch"]), tuple(groups["m"]), tuple(groups["n"]),
+                       tuple(groups["k"]), full)
 
 
 def form_of(full: tuple[int, ...], reduce_axes: tuple[int, ...], ops: tuple[KOp, ...],
