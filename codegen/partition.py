@@ -55,8 +55,8 @@ def fusible_edges(graph: Graph) -> list[Edge]:
 @dataclass
 class _Group:
     id: int
+    full: tuple[int, ...]
     nodes: list[Node] = field(default_factory=list)
-    full: tuple[int, ...] | None = None
     reduce_axes: tuple[int, ...] | None = None
     deps: set[int] = field(default_factory=set)  # transitive group ids this group reads from
     contraction: bool = False  # holds a SumReduce over a Mul of two loaded operands (a matmul)
@@ -181,7 +181,6 @@ class _KernelBuilder:
     kernel input, a scalar constant, an iota), equal leaves once."""
 
     def __init__(self, g: _Group):
-        assert g.full is not None
         self.full = g.full
         self.axes = g.reduce_axes or ()
         self.row = tuple(1 if k in self.axes else s for k, s in enumerate(self.full))
