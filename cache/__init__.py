@@ -8,14 +8,14 @@ from .fingerprint import (
     device_fingerprint,
     toolchain_fingerprint,
 )
-from .records import CacheStats, ImportReport, Kernel, PruneReport, Trial, Winner
+from .records import CacheStats, ImportReport, KernelRecord, PruneReport, Trial, Winner
 
 __all__ = [
     "CODEGEN_VERSION",
     "CacheStats",
     "Fingerprint",
     "ImportReport",
-    "Kernel",
+    "KernelRecord",
     "PruneReport",
     "Trial",
     "TuningCache",

@@ -30,7 +30,7 @@ from .fingerprint import Fingerprint
 from .records import (
     CacheStats,
     ImportReport,
-    Kernel,
+    KernelRecord,
     PruneReport,
     SampleStats,
     Trial,
@@ -431,17 +431,17 @@ class TuningCache:
         ORDER BY coalesce(k.last_seen, '') DESC, s.signature"""
 
     @staticmethod
-    def _kernel(r: tuple) -> Kernel:
-        return Kernel(r[0], r[1], r[2], json.loads(r[3]) if r[3] else None, json.loads(r[4]) if r[4] else [],
+    def _kernel(r: tuple) -> KernelRecord:
+        return KernelRecord(r[0], r[1], r[2], json.loads(r[3]) if r[3] else None, json.loads(r[4]) if r[4] else [],
                       r[5], r[6], r[7], r[8], r[9])
 
     @_guarded
-    def kernels(self) -> list[Kernel]:
+    def kernels(self) -> list[KernelRecord]:
         """Every signature the cache knows (recorded, tried or won), newest first, with counts."""
         return [self._kernel(r) for r in self.conn.execute(self._KERNELS_SQL.format(where=""))]
 
     @_guarded
-    def kernel(self, signature: str) -> Kernel | None:
+    def kernel(self, signature: str) -> KernelRecord | None:
         rows = self.conn.execute(self._KERNELS_SQL.format(where="WHERE s.signature = ?"), (signature,)).fetchall()
         return self._kernel(rows[0]) if rows else None
 

@@ -82,7 +82,7 @@ class Trial:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class KernelRecord:
     signature: str
     form: str | None
     ir_text: str | None
