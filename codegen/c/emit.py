@@ -436,70 +436,89 @@ def emit_reduction_lanes(kernel: Kernel, sched: ReductionSchedule) -> str:
     """Column reductions: each row value is an array over a block of ``lanes`` consecutive elements of the
     innermost kept dim, and every loop over those lanes is an ``omp simd`` loop (the reduced dims, inner in
     the space or not, loop around it: a depthwise conv sums its 3x3 taps over a block of output columns)."""
-    k = normalize(kernel)
-    body = Body(k)
-    nd = len(k.full)
-    din = max(d for d in range(nd) if d not in body.red)
-    size = k.full[din]
-    lanes = max(1, min(LANES if sched.lanes is None else sched.lanes, size))
-    nch = -(-size // lanes)
-    outer = [d for d in range(nd) if d not in body.red and d != din]
-    tiles = math.prod(k.full[d] for d in outer) * nch
-    # a block that always ends full has a length the compiler knows: loops without a remainder
-    nl = str(lanes) if size % lanes == 0 else f"lum_min64({lanes}, {size} - c0)"
-    st: list[str] = [f"int64_t ro = t / {nch}, c0 = (t % {nch}) * {lanes}; const int64_t nl = {nl};",
-                     "(void)ro;"]
-    for d, e in zip(outer, unravel("ro", tuple(k.full[d] for d in outer))):
-        st.append(f"const int64_t i{d} = {e};")
-    arrays: set[int] = set()
-
-    def scalars(ops: list[int]) -> list[str]:
-        used = {a for i in ops for a in k.ops[i].args if k.ops[a].space is Space.row and a in arrays} - set(ops)
-        return [f"const {ct.COMPUTE[k.ops[a].dtype]} v{a} = a{a}[j];" for a in sorted(used)]
-
-    def lane_loop(stmts: list[str], extra: str = "") -> list[str]:
-        return [*_simd(sched, extra).split("\n"), "for (int64_t j = 0; j < nl; j++) {",
-                f"    const int64_t i{din} = c0 + j;", *_indent(stmts, 4), "}"]
-
-    # masked loads of the full space (a conv's padded window) are staged: the lane loops read them without a
-    # test per element
-    staged = _stageable(k, lanes)
-    body.staged = set(staged)
-
-    def stage(ops: list[int]) -> list[str]:
-        return [line for i in ops if i in staged for line in _stage_load(i, staged[i], din, lanes)]
-
-    full_outs, lin, stash = _passes(k, body, sched)
+    w = _Lanes(normalize(kernel), sched)
+    k = w.k
+    full_outs, lin, stash = _passes(k, w.body, sched)
+    st = w.tile_head()
     for n, op in enumerate(k.ops):
-        if op.space is not Space.row:
-            continue
-        t = ct.COMPUTE[op.dtype]
-        st.append(f"{t} a{n}[{lanes}];")
-        if op.op not in REDUCE_OPS:
-            st += lane_loop(scalars([n]) + body.value(n) + [f"a{n}[j] = v{n};"])
-            arrays.add(n)
-            continue
-        a = op.args[0]
-        stmts = scalars(k.full_cone([a])) + _arg_stmts(body, n, stash, lin) \
-            + _update(op, a, f"a{n}[j]", f"nan{n}[j]")
-        pre = stage(k.full_cone([a]))
-        if op.op is Op.SumReduce:
-            st += lane_loop([f"a{n}[j] = 0;"])
-            st += _red_loop(k, pre + lane_loop(stmts), [])
-            if op.dtype.compute is not op.dtype:
-                st += lane_loop([f"a{n}[j] = {ct.round_to(op.dtype, f'a{n}[j]')};"])
-        else:
-            st.append(f"uint8_t nan{n}[{lanes}];")
-            st += lane_loop([f"a{n}[j] = {_MAX_INIT[t]}; nan{n}[j] = 0;"])
-            st += _red_loop(k, pre + lane_loop(stmts), [])
-            if t == "float":
-                st += lane_loop([f"if (nan{n}[j]) a{n}[j] = NAN;"])
-        arrays.add(n)
+        if op.space is Space.row:
+            st += w.row_value(n, op, stash, lin)
     if full_outs:
-        pre = stage(k.full_cone([o for _, o, _ in full_outs]))
-        st += _red_loop(k, pre + lane_loop(_out_stmts(body, full_outs, stash, lin, scalars)), [])
+        pre = w.stage(k.full_cone([o for _, o, _ in full_outs]))
+        st += _red_loop(k, pre + w.lane_loop(_out_stmts(w.body, full_outs, stash, lin, w.scalars)), [])
     row_outs = [(j, o, b) for j, (o, b) in enumerate(k.outputs) if k.ops[o].space is Space.row]
     if row_outs:
-        rlin = body.linear(Space.row)
-        st += lane_loop([f"out{j}[{rlin}] = {ct.store(b.dtype, f'a{o}[j]')};" for j, o, b in row_outs])
-    return _function(k, st, ("t", tiles), _par(math.prod(k.full), sched))
+        rlin = w.body.linear(Space.row)
+        st += w.lane_loop([f"out{j}[{rlin}] = {ct.store(b.dtype, f'a{o}[j]')};" for j, o, b in row_outs])
+    return _function(k, st, ("t", w.tiles), _par(math.prod(k.full), sched))
+
+
+class _Lanes:
+    """A lanes reduction's pieces: a tile is one block of ``lanes`` columns of the innermost kept dim ``din``
+    at one index of the other kept dims; row values are arrays ``a<n>`` over the block."""
+
+    def __init__(self, k: Kernel, sched: ReductionSchedule):
+        self.k, self.sched = k, sched
+        self.body = Body(k)
+        nd = len(k.full)
+        self.din = max(d for d in range(nd) if d not in self.body.red)
+        self.size = k.full[self.din]
+        self.lanes = max(1, min(LANES if sched.lanes is None else sched.lanes, self.size))
+        self.nch = -(-self.size // self.lanes)
+        self.outer = [d for d in range(nd) if d not in self.body.red and d != self.din]
+        self.tiles = math.prod(k.full[d] for d in self.outer) * self.nch
+        self.arrays: set[int] = set()  # row ops whose values are in arrays
+        # masked loads of the full space (a conv's padded window) are staged: the lane loops read them without
+        # a test per element
+        self.staged = _stageable(k, self.lanes)
+        self.body.staged = set(self.staged)
+
+    def tile_head(self) -> list[str]:
+        """The tile's block start ``c0``, length ``nl`` and outer indices."""
+        lanes, nch = self.lanes, self.nch
+        # a block that always ends full has a length the compiler knows: loops without a remainder
+        nl = str(lanes) if self.size % lanes == 0 else f"lum_min64({lanes}, {self.size} - c0)"
+        st = [f"int64_t ro = t / {nch}, c0 = (t % {nch}) * {lanes}; const int64_t nl = {nl};", "(void)ro;"]
+        for d, e in zip(self.outer, unravel("ro", tuple(self.k.full[d] for d in self.outer))):
+            st.append(f"const int64_t i{d} = {e};")
+        return st
+
+    def scalars(self, ops: list[int]) -> list[str]:
+        """The array values ``ops`` read, as scalars of the lane ``j``."""
+        k = self.k
+        used = {a for i in ops for a in k.ops[i].args if k.ops[a].space is Space.row and a in self.arrays} - set(ops)
+        return [f"const {ct.COMPUTE[k.ops[a].dtype]} v{a} = a{a}[j];" for a in sorted(used)]
+
+    def lane_loop(self, stmts: list[str], extra: str = "") -> list[str]:
+        return [*_simd(self.sched, extra).split("\n"), "for (int64_t j = 0; j < nl; j++) {",
+                f"    const int64_t i{self.din} = c0 + j;", *_indent(stmts, 4), "}"]
+
+    def stage(self, ops: list[int]) -> list[str]:
+        return [line for i in ops if i in self.staged
+                for line in _stage_load(i, self.staged[i], self.din, self.lanes)]
+
+    def row_value(self, n: int, op: KOp, stash: tuple[int, int, int] | None, lin: str) -> list[str]:
+        """Statements filling the array of row op ``n``: elementwise over the lanes, or a reduction over the
+        reduced dims around a lane loop."""
+        k, lanes = self.k, self.lanes
+        t = ct.COMPUTE[op.dtype]
+        st = [f"{t} a{n}[{lanes}];"]
+        self.arrays.add(n)
+        if op.op not in REDUCE_OPS:
+            return st + self.lane_loop([*self.scalars([n]), *self.body.value(n), f"a{n}[j] = v{n};"])
+        a = op.args[0]
+        stmts = self.scalars(k.full_cone([a])) + _arg_stmts(self.body, n, stash, lin) \
+            + _update(op, a, f"a{n}[j]", f"nan{n}[j]")
+        pre = self.stage(k.full_cone([a]))
+        if op.op is Op.SumReduce:
+            st += self.lane_loop([f"a{n}[j] = 0;"])
+            st += _red_loop(k, pre + self.lane_loop(stmts), [])
+            if op.dtype.compute is not op.dtype:
+                st += self.lane_loop([f"a{n}[j] = {ct.round_to(op.dtype, f'a{n}[j]')};"])
+            return st
+        st.append(f"uint8_t nan{n}[{lanes}];")
+        st += self.lane_loop([f"a{n}[j] = {_MAX_INIT[t]}; nan{n}[j] = 0;"])
+        st += _red_loop(k, pre + self.lane_loop(stmts), [])
+        if t == "float":
+            st += self.lane_loop([f"if (nan{n}[j]) a{n}[j] = NAN;"])
+        return st
