@@ -111,6 +111,13 @@ def format_duration(seconds: float | None) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
+def format_fixed(x: float, digits: int = 3) -> str:
+    """A number to ``digits`` significant digits, never in exponent form: 2850, 31.8, 0.0123."""
+    if not math.isfinite(x) or x == 0:
+        return f"{x:g}"
+    return f"{x:.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+
+
 # ---------------------------------------------------------------- counts and tolerances
 
 def at_least(value: int | None, what: str, low: int = 1) -> int | None:

@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..config import BACKENDS, DEFAULT_ATOL, DEFAULT_RTOL, Config, cache_of, load_config, resolve
 from ..errors import LuminalError
-from ..values import parse_fraction
-from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors
+from ..values import format_duration, format_fixed, parse_fraction
+from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, shown
 from .project import backend_of, jobs
 
 if TYPE_CHECKING:
+    from .bench_trace import Trace
     from .benchlib import BenchModel, Settings
 
 DEFAULT_TIME_S = 5.0
@@ -42,14 +42,33 @@ def _table(doc: dict) -> Table:
         table.add_column(col, justify="left" if col in ("model", "runtime") else "right")
     for m in doc["models"]:
         if m["status"] != "ok":
-            table.add_row(escape(m["name"]), "-", "[red]wrong outputs[/]", "", "", "", "")
+            table.add_row(shown(m["name"]), "-", "[red]wrong outputs[/]", "", "", "", "")
             continue
         for name, r in m["runtimes"].items():
             s = m["speedup"].get(name)
             speed = f"{s['ratio']:.3g}x [{s['low']:.3g},{s['high']:.3g}]" if s else ""
-            table.add_row(escape(m["name"]), name, f"{r['median_s'] * 1e3:.4g}",
-                          f"{r['p10_s'] * 1e3:.3g}-{r['p90_s'] * 1e3:.3g}", f"{r['throughput_per_s']:.4g}",
-                          str(r["runs"]), speed)
+            table.add_row(shown(m["name"]), name, format_fixed(r["median_s"] * 1e3, 4),
+                          f"{format_fixed(r['p10_s'] * 1e3)}-{format_fixed(r['p90_s'] * 1e3)}",
+                          format_fixed(r["throughput_per_s"], 4), str(r["runs"]), speed)
+        for name, why in m.get("skipped", {}).items():
+            table.add_row(shown(m["name"]), name, "[yellow]skipped[/]", "", "", "", "")  # why: a note below
+    return table
+
+
+KERNEL_ROWS = 10  # the slowest kernels shown per model
+
+
+def _kernel_table(m: dict) -> Table:
+    """A model's slowest kernels, named after the model nodes fused into them."""
+    kernels = sorted(m["kernels"], key=lambda k: -k["seconds"])
+    total = sum(k["seconds"] for k in kernels) or 1.0
+    table = Table(title=f"{shown(m['name'])}: slowest kernels of {len(kernels)} (luminal, each fenced)",
+                  title_justify="left")
+    for col in ("kernel", "form", "time", "share"):
+        table.add_column(col, justify="left" if col in ("kernel", "form") else "right")
+    for k in kernels[:KERNEL_ROWS]:
+        table.add_row(shown(k["name"]), k.get("form", ""), format_duration(k["seconds"]),
+                      f"{k['seconds'] / total:.0%}")
     return table
 
 
@@ -76,6 +95,8 @@ def bench(
     json_path: str = typer.Option(None, "--json", help="Write every sample and the environment as JSON "
                                                        "('-': stdout)."),
     html_path: str = typer.Option(None, "--html", help="Write a self-contained HTML report with plots."),
+    trace_path: str = typer.Option(None, "--trace", help="Write the kernels of each profiled run as a Chrome "
+                                                         "trace-event file (opens in Perfetto)."),
     baseline: str = typer.Option(None, "--baseline", help="A previous --json file to gate against "
                                                           "(default: config baseline, when it exists)."),
     max_regression: str = typer.Option(None, "--max-regression",
@@ -109,12 +130,19 @@ def bench(
     if storage:
         from .bench_tuning import tuning_progress
 
-        doc["tuning"] = tuning_progress(storage)  # before the timings: a bad storage fails fast
-    _measure(doc, models, settings)
+        tuning_progress(storage, keep=lambda name: False)  # before the timings: a bad storage fails fast
+    from .bench_trace import Trace
+
+    trace = Trace() if trace_path else None
+    _measure(doc, models, settings, trace)
+    if storage:
+        doc["tuning"] = _tuning_of(storage, doc["models"])
     if base_doc is not None:
         _gate(doc, base_doc, gate, settings)
     doc = sanitize(doc)
     _write(doc, json_path, html_path)
+    if trace is not None and trace_path:
+        trace.write(trace_path)
     if not _print_outcome(doc, err_console if json_path == "-" else console):
         raise typer.Exit(1)
 
@@ -158,7 +186,7 @@ def _gate_of(baseline: str | None, max_regression: str | None, config: Config | 
             baseline = str(config.baseline)
         else:
             note = f"configured baseline {config.baseline} does not exist yet; not gated (write it with --json)"
-            err_console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+            err_console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True)
     return _Gate(baseline, allowed)
 
 
@@ -172,7 +200,17 @@ def _settings(backend: str, against: str, runs: int | None, time_s: float | None
                     seed=seed, threads=threads, cache=cache, confidence=confidence)
 
 
-def _measure(doc: dict, models: list[BenchModel], settings: Settings) -> None:
+def _tuning_of(storage: str, models: list[dict]) -> list[dict]:
+    """The tuning progress of the benched models' own kernels and fusion plans (a shared studies.db holds other
+    models' studies too), each study labelled by its model and kernel."""
+    from .bench_tuning import label_of, study_labels, tuning_progress
+
+    labels = study_labels(models)
+    studies = tuning_progress(storage, keep=lambda name: label_of(name, labels) is not None)
+    return [dict(s, label=label_of(s["study"], labels) or s["study"]) for s in studies]
+
+
+def _measure(doc: dict, models: list[BenchModel], settings: Settings, trace: Trace | None = None) -> None:
     """Each model's entry into ``doc``, a progress bar on stderr meanwhile."""
     from .benchlib import bench_model
 
@@ -184,7 +222,7 @@ def _measure(doc: dict, models: list[BenchModel], settings: Settings) -> None:
             def step(name: str, k: int, task: TaskID = task) -> None:
                 progress.update(task, description=f"{name}: rounds", completed=k)
 
-            doc["models"].append(bench_model(m, settings, step))
+            doc["models"].append(bench_model(m, settings, step, trace))
             progress.remove_task(task)
 
 
@@ -209,20 +247,26 @@ def _print_outcome(doc: dict, out: Console) -> bool:
     """The table, warnings, errors and the gate's verdicts; False when a model's outputs were wrong or it
     regressed."""
     out.print(_table(doc))
+    for m in doc["models"]:
+        if m.get("kernels"):
+            out.print(_kernel_table(m))
     ok = True
     for m in doc["models"]:
+        for name, why in m.get("skipped", {}).items():
+            err_console.print(f"[yellow]note:[/] {shown(m['name'])}: {name} skipped: {shown(why)}", soft_wrap=True,
+                              highlight=False)
         for w in m["warnings"]:
-            err_console.print(f"[yellow]warning:[/] {escape(m['name'] + ': ' + w)}", soft_wrap=True,
+            err_console.print(f"[yellow]warning:[/] {shown(m['name'] + ': ' + w)}", soft_wrap=True,
                               highlight=False)
         if m["status"] != "ok":
-            err_console.print(f"[bold red]error:[/] {escape(m['message'])}", soft_wrap=True, highlight=False)
+            err_console.print(f"[bold red]error:[/] {shown(m['message'])}", soft_wrap=True, highlight=False)
             ok = False
     for r in (doc.get("regression") or {}).get("results", []):
         if r["failed"]:
-            err_console.print(f"[bold red]regression:[/] {escape(r['message'])}", soft_wrap=True, highlight=False)
+            err_console.print(f"[bold red]regression:[/] {shown(r['message'])}", soft_wrap=True, highlight=False)
             ok = False
         else:
-            out.print(f"baseline: {escape(r['message'])}", soft_wrap=True, highlight=False)
+            out.print(f"baseline: {shown(r['message'])}", soft_wrap=True, highlight=False)
     return ok
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..values import format_fixed
 from .bench_svg import bar_plot, distribution_plot, line_plot
 
 CSS = """
@@ -32,7 +33,7 @@ def _binned(samples: list[float], bins: int = 600) -> list[tuple[float, float]]:
 
 
 def _ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds * 1e3:.4g} ms"
+    return "–" if seconds is None else f"{format_fixed(seconds * 1e3, 4)} ms"
 
 
 def _speedup(s: dict[str, Any] | None) -> str:
@@ -74,6 +75,8 @@ def _model_section(m: dict[str, Any]) -> str:
     out = [f"<h2>{escape(m['name'])}</h2>", f"<p><code>{escape(m.get('path', ''))}</code></p>"]
     if m.get("status") != "ok":
         out.append(f'<p class="bad">{escape(m.get("message", "no timings"))}</p>')
+    for name, why in (m.get("skipped") or {}).items():
+        out.append(f"<p>{escape(name)} skipped: {escape(why)}</p>")
     rt = m.get("runtimes", {})
     if rt:
         rows = [[escape(name), _ms(r["median_s"]), _ms(r["p10_s"]), _ms(r["p90_s"]), f"{r['throughput_per_s']:.4g}/s",
@@ -82,7 +85,8 @@ def _model_section(m: dict[str, Any]) -> str:
         out.append("<h3>Latency distribution</h3>")
         out.append(distribution_plot({name: r["samples_s"] for name, r in rt.items()}))
         out.append("<h3>Latency per round (drift)</h3>")
-        out.append(line_plot({name: _binned(r["samples_s"]) for name, r in rt.items()}, "round", "latency (ms)"))
+        out.append(line_plot({name: _binned(r["samples_s"]) for name, r in rt.items()}, "round", "latency (ms)",
+                             integer_x=True))
     if m.get("kernels"):
         out.append("<h3>Time per kernel (luminal)</h3>")
         out.append(bar_plot([(k["name"], k["seconds"]) for k in m["kernels"]]))
@@ -100,15 +104,19 @@ def _model_section(m: dict[str, Any]) -> str:
 
 
 def _tuning(tuning: list[dict[str, Any]]) -> str:
+    """The benched models' studies: the best time so far (ms) against the trial number, one line per kernel."""
     if not tuning:
         return ""
-    best = {t["study"]: [(n, v) for n, v in t["best"]] for t in tuning if t["best"]}
+    label = lambda t: t.get("label") or t["study"]
+    best = {label(t): [(n, v / 1e6) for n, v in t["best"]] for t in tuning if t["best"]}
     out = ["<h2>Tuning progress</h2>",
-           "<p>Best objective so far per Optuna study, against the trial number.</p>",
-           line_plot(best, "trial", "best value", log_y=all(v > 0 for s in best.values() for _, v in s))]
-    rows = [[escape(t["study"]), t["direction"], str(len(t["trials"])),
-             "–" if not t["best"] else f"{t['best'][-1][1]:.4g}"] for t in tuning]
-    out.append(_table(["study", "direction", "finished trials", "best"], rows, {2, 3}))
+           "<p>The best time found so far for each kernel (and fusion plan) of the models above, against the "
+           "trial number of its study (<code>luminal tune</code>'s Optuna storage); log scale.</p>",
+           line_plot(best, "trial", "best time (ms)", log_y=all(v > 0 for s in best.values() for _, v in s),
+                     integer_x=True)]
+    rows = [[escape(label(t)), f"<code>{escape(t['study'])}</code>", str(len(t["trials"])),
+             "–" if not t["best"] else _ms(t["best"][-1][1] / 1e9)] for t in tuning]
+    out.append(_table(["kernel", "study", "finished trials", "best"], rows, {2, 3}))
     return "\n".join(out)
 
 

@@ -21,6 +21,19 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks of a log10 axis from ``lo`` to ``hi`` (log10 values), at 1, 2 and 5 times powers of ten (only powers
+    of ten over a wide range): their log10 values."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo]
+    for mantissas in ((1, 2, 5), (1,)) if hi - lo <= 3 else ((1,),):
+        ticks = [math.log10(m) + k for k in range(math.floor(lo), math.ceil(hi) + 1) for m in mantissas]
+        ticks = [t for t in ticks if lo - 1e-9 <= t <= hi + 1e-9]
+        if 2 <= len(ticks) <= 8:
+            return ticks
+    return nice_ticks(lo, hi)
+
+
 def fmt(x: float) -> str:
     return f"{x:.4g}"
 
@@ -47,9 +60,14 @@ class _Frame:
                 f'viewBox="0 0 {self.width} {self.height}" role="img"><title>{escape(title)}</title>',
                 f'<rect x="0" y="0" width="{self.width}" height="{self.height}" fill="white"/>']
 
-    def x_axis(self, label: str, label_y: float | None = None) -> list[str]:
+    def x_axis(self, label: str, label_y: float | None = None, integer: bool = False) -> list[str]:
+        """The x axis; ``integer``: ticks only at whole numbers (trial numbers)."""
         out = [f'<line x1="{self.x0}" y1="{self.y1}" x2="{self.x1}" y2="{self.y1}" stroke="#333"/>']
-        for t in nice_ticks(self.xlo, self.xhi):
+        ticks = nice_ticks(self.xlo, self.xhi)
+        if integer:
+            ticks = sorted({round(t) for t in ticks if abs(t - round(t)) < 1e-9 and self.xlo <= t <= self.xhi}) or \
+                [round((self.xlo + self.xhi) / 2)]
+        for t in ticks:
             x = self.px(t)
             out.append(f'<line x1="{x:.1f}" y1="{self.y1}" x2="{x:.1f}" y2="{self.y1 + 4}" stroke="#333"/>'
                        f'<text x="{x:.1f}" y="{self.y1 + 16}" text-anchor="middle" {FONT}>{fmt(t)}</text>')
@@ -57,12 +75,14 @@ class _Frame:
                    f'text-anchor="middle" {FONT}>{escape(label)}</text>')
         return out
 
-    def y_axis(self, label: str) -> list[str]:
+    def y_axis(self, label: str, log: bool = False) -> list[str]:
+        """The y axis; ``log``: the values are log10 of what the ticks say."""
         out = [f'<line x1="{self.x0}" y1="{self.y0}" x2="{self.x0}" y2="{self.y1}" stroke="#333"/>']
-        for t in nice_ticks(self.ylo, self.yhi):
+        for t in log_ticks(self.ylo, self.yhi) if log else nice_ticks(self.ylo, self.yhi):
             y = self.py(t)
             out.append(f'<line x1="{self.x0 - 4}" y1="{y:.1f}" x2="{self.x1}" y2="{y:.1f}" stroke="#eee"/>'
-                       f'<text x="{self.x0 - 6}" y="{y + 4:.1f}" text-anchor="end" {FONT}>{fmt(t)}</text>')
+                       f'<text x="{self.x0 - 6}" y="{y + 4:.1f}" text-anchor="end" {FONT}>'
+                       f'{fmt(10 ** t if log else t)}</text>')
         mid = (self.y0 + self.y1) / 2
         out.append(f'<text x="12" y="{mid:.1f}" transform="rotate(-90 12 {mid:.1f})" text-anchor="middle" '
                    f'{FONT}>{escape(label)}</text>')
@@ -101,9 +121,14 @@ def distribution_plot(series: dict[str, list[float]], unit: str = "ms", scale: f
     return "\n".join(out)
 
 
+LEGEND_CHAR_PX = 6.2  # width of a legend character at FONT's size, about
+LEGEND_MAX_CHARS = 64
+
+
 def line_plot(series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str, width: int = 760,
-              height: int = 260, log_y: bool = False) -> str:
-    """Lines with a legend; ``log_y`` plots log10 of positive values."""
+              height: int = 260, log_y: bool = False, integer_x: bool = False) -> str:
+    """Lines with a legend below the axis, in as many columns as its longest name leaves room for; ``log_y``: a
+    log scale whose ticks read in the values' own unit; ``integer_x``: ticks at whole numbers only."""
     clean = {}
     for k, pts in series.items():
         pts = [(float(x), float(y)) for x, y in pts if math.isfinite(y) and (y > 0 or not log_y)]
@@ -114,21 +139,27 @@ def line_plot(series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel:
     xs = [x for pts in clean.values() for x, _ in pts]
     ys = [y for pts in clean.values() for _, y in pts]
     ypad = (max(ys) - min(ys)) * 0.05
-    f = _Frame(width, height + 18 * ((len(clean) + 2) // 3), 70, 20, 10, 34 + 18 * ((len(clean) + 2) // 3),
-               (min(xs), max(xs)), (min(ys) - ypad, max(ys) + ypad))
+    names = {k: k if len(k) <= LEGEND_MAX_CHARS else k[:LEGEND_MAX_CHARS - 1] + "…" for k in clean}
+    left, right = 70, 20
+    column = 24 + LEGEND_CHAR_PX * max(len(n) for n in names.values())
+    cols = max(1, min(len(clean), int((width - left - right) // column)))
+    rows = -(-len(clean) // cols)
+    f = _Frame(width, height + 18 * rows, left, right, 10, 34 + 18 * rows, (min(xs), max(xs)),
+               (min(ys) - ypad, max(ys) + ypad))
     out = f.open(ylabel)
-    out += f.y_axis(f"log10 {ylabel}" if log_y else ylabel)
+    out += f.y_axis(ylabel, log=log_y)
     for i, (name, pts) in enumerate(clean.items()):
         color = PALETTE[i % len(PALETTE)]
         path = " ".join(f"{f.px(x):.1f},{f.py(y):.1f}" for x, y in pts)
         out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
         if len(pts) == 1:
             out.append(f'<circle cx="{f.px(pts[0][0]):.1f}" cy="{f.py(pts[0][1]):.1f}" r="3" fill="{color}"/>')
-        lx = f.x0 + (i % 3) * 230
-        ly = f.y1 + 40 + 18 * (i // 3)
-        out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
-                   f'<text x="{lx + 14}" y="{ly}" {FONT}>{escape(name[:40])}</text>')
-    out += f.x_axis(xlabel, label_y=f.y1 + 28)  # above the legend
+        lx = f.x0 + (i % cols) * column
+        ly = f.y1 + 44 + 18 * (i // cols)
+        out.append(f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
+                   f'<text x="{lx + 14:.1f}" y="{ly}" {FONT}><title>{escape(name)}</title>'
+                   f'{escape(names[name])}</text>')
+    out += f.x_axis(xlabel, label_y=f.y1 + 28, integer=integer_x)  # above the legend
     out.append("</svg>")
     return "\n".join(out)
 
@@ -144,11 +175,11 @@ def bar_plot(items: list[tuple[str, float]], unit: str = "ms", scale: float = 1e
         items = [*items[:limit - 1], (f"{len(items) - limit + 1} others", rest)]
     total = sum(v for _, v in items) or 1.0
     bar_h = 18
-    f = _Frame(width, 40 + bar_h * len(items), 220, 90, 8, 30, (0, max(v for _, v in items)), (0, len(items)))
+    f = _Frame(width, 40 + bar_h * len(items), 330, 90, 8, 30, (0, max(v for _, v in items)), (0, len(items)))
     out = f.open("time per kernel")
     for i, (name, v) in enumerate(items):
         y = f.y0 + i * bar_h
-        label = name if len(name) <= 32 else name[:31] + "…"
+        label = name if len(name) <= 52 else name[:51] + "…"
         out.append(f'<text x="{f.x0 - 6}" y="{y + 13}" text-anchor="end" {FONT}>{escape(label)}</text>'
                    f'<rect x="{f.x0}" y="{y + 3}" width="{max(0.5, f.px(v) - f.x0):.1f}" height="{bar_h - 5}" '
                    f'fill="{PALETTE[0]}"><title>{escape(name)}</title></rect>'

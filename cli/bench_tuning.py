@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,30 @@ from ..errors import LuminalError
 MAX_STUDIES = 24
 
 
-def tuning_progress(storage: str, max_studies: int = MAX_STUDIES) -> list[dict[str, Any]]:
-    """Per study (the ones with most finished trials first): every finished trial's value and the best
-    value so far, as [trial number, value] pairs."""
+def study_labels(models: list[dict[str, Any]]) -> dict[str, str]:
+    """The cache key that names each study of the benched models' kernels and fusion plans ("kernel-<signature>",
+    "fusion-<signature>"), with what a person calls it: the model, and the kernel's model nodes."""
+    labels = {}
+    for m in models:
+        if m.get("fusion_key"):
+            labels[m["fusion_key"]] = f"{m['name']}: fusion plan"
+        for k in m.get("kernels", []):
+            if k.get("signature"):
+                labels[f"kernel-{k['signature']}"] = f"{m['name']}: {k['name']}"
+    return labels
+
+
+def label_of(study: str, labels: Mapping[str, str]) -> str | None:
+    """What ``labels`` calls the study of that name (luminal-<key>-<device>-<toolchain>), None when none."""
+    from ..search.studies import PREFIX
+
+    return next((label for key, label in labels.items() if study.startswith(f"{PREFIX}{key}-")), None)
+
+
+def tuning_progress(storage: str, max_studies: int = MAX_STUDIES,
+                    keep: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+    """Per study that ``keep`` keeps (by name; the ones with most finished trials first): every finished trial's
+    value and the best value so far, as [trial number, value] pairs."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -24,6 +46,7 @@ def tuning_progress(storage: str, max_studies: int = MAX_STUDIES) -> list[dict[s
         summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     except Exception as e:
         raise LuminalError(f"cannot read the Optuna storage {storage!r}: {type(e).__name__}") from None
+    summaries = [s for s in summaries if keep is None or keep(s.study_name)]
     summaries.sort(key=lambda s: -s.n_trials)
     out = []
     for summary in summaries[:max_studies]:

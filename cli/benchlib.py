@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from .. import __version__
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError
 from .bench_stats import bootstrap_ratio, measure_interleaved, summarize
+
+if TYPE_CHECKING:
+    from .bench_trace import Trace
 
 SCHEMA_ID = "luminal-bench/1"
 SUBJECT = "luminal"
@@ -58,7 +61,7 @@ class Runner:
     call: Callable[[], object]
     outputs: Callable[[], dict[str, np.ndarray]]
     info: dict[str, Any] = field(default_factory=dict)
-    kernel_times: Callable[[], list[dict[str, Any]]] | None = None
+    kernel_times: Callable[[Trace | None], list[dict[str, Any]]] | None = None  # adds its runs' spans to a trace
     warnings: list[str] = field(default_factory=list)
 
 
@@ -97,17 +100,26 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
     stats = getattr(compiled, "stats", None)
     info = {"backend": settings.backend, "cache": str(cache.path),
             **({"compile": asdict(stats)} if stats is not None and is_dataclass(stats) else {})}
-    return Runner(SUBJECT, call, lambda: dict(zip(names, call())), info, lambda: profile_kernels(compiled, feeds))
+    return Runner(SUBJECT, call, lambda: dict(zip(names, call())), info,
+                  lambda trace: profile_kernels(compiled, feeds, model.name, trace))
 
 
-def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], repeats: int = 5) -> list[dict[str, Any]]:
-    """Median time of each kernel of a CompiledModel (CompiledModel.profile); empty for a model
-    that cannot profile its kernels."""
-    profile = getattr(compiled, "profile", None)
-    if profile is None:
+def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], model: str = "model", trace: Trace | None = None,
+                    repeats: int = 5) -> list[dict[str, Any]]:
+    """Median time of each kernel of a CompiledModel over ``repeats`` runs (CompiledModel.spans), each named after
+    the model nodes fused into it; the runs' spans go to ``trace`` too. Empty for a model that cannot profile its
+    kernels."""
+    from .bench_trace import kernel_title
+
+    spans = getattr(compiled, "spans", None)
+    if spans is None:
         return []
-    return [{"name": f"#{i} {k.form} {k.signature[:8]}", "seconds": t}
-            for i, (k, t) in enumerate(zip(compiled.kernels, profile(feeds, repeats)))]
+    runs = spans(feeds, repeats)
+    if trace is not None:
+        trace.add(model, compiled.kernels, runs)
+    return [{"name": f"#{i} {kernel_title(k)}", "signature": k.signature, "form": str(k.form),
+             "nodes": [list(s) for s in k.sources], "seconds": float(np.median([run[i][1] for run in runs])) / 1e9}
+            for i, k in enumerate(compiled.kernels)]
 
 
 def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,
@@ -198,10 +210,28 @@ def timings_entry(runners: list[Runner], samples: dict[str, list[float]], settin
     return {"runtimes": runtimes, "speedup": speedup}
 
 
+def _peers(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,
+           gpu: bool) -> tuple[list[Runner], dict[str, str]]:
+    """The peers of ``--against`` that can run the model (each made and run once), and why each other cannot:
+    one peer that cannot convert or run a model leaves the others timed."""
+    peers, skipped = [], {}
+    for name in settings.against:
+        try:
+            peer = onnxruntime_runner(model, feeds, settings, gpu) if name == "onnxruntime" \
+                else torch_runner(model, feeds, settings, gpu)
+            peer.call()
+        except Exception as e:  # a peer's own failure, in its own words: converters raise anything
+            message = str(e) if isinstance(e, LuminalError) else f"{type(e).__name__}: {' '.join(str(e).split())}"
+            skipped[name] = message[:300]
+            continue
+        peers.append(peer)
+    return peers, skipped
+
+
 def bench_model(model: BenchModel, settings: Settings,
-                progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
-    """Parity first, then timings. When luminal's outputs are wrong the entry has status "wrong-outputs",
-    a "message", and no timings."""
+                progress: Callable[[str, int], None] | None = None, trace: Trace | None = None) -> dict[str, Any]:
+    """Parity first, then timings (and the kernels' spans into ``trace``). When luminal's outputs are wrong the
+    entry has status "wrong-outputs", a "message", and no timings."""
     from ..frontend_onnx.loader import Unbound, load_model
     from .modelcheck import load_model_proto, make_inputs
 
@@ -214,8 +244,7 @@ def bench_model(model: BenchModel, settings: Settings,
     gpu = settings.backend == "cuda"
     subject = luminal_runner(model, imported, feeds, settings)
     t2 = time.perf_counter()
-    peers = [onnxruntime_runner(model, feeds, settings, gpu) if p == "onnxruntime"
-             else torch_runner(model, feeds, settings, gpu) for p in settings.against]
+    peers, skipped = _peers(model, feeds, settings, gpu)
     reference = next((p for p in peers if p.name == "onnxruntime"), None)
     reference = reference or onnxruntime_runner(model, feeds, settings, gpu)
     entry: dict[str, Any] = {
@@ -227,6 +256,8 @@ def bench_model(model: BenchModel, settings: Settings,
         "seconds": {"import": round(t1 - t0, 4), "compile": round(t2 - t1, 4)},
     }
     entry["warnings"] += [w for r in (subject, *peers) for w in r.warnings]
+    if skipped:
+        entry["skipped"] = skipped
     try:
         want = reference.outputs()
     except Exception as e:
@@ -240,7 +271,11 @@ def bench_model(model: BenchModel, settings: Settings,
                                   runs=settings.runs, time_s=settings.time_s, seed=settings.seed,
                                   progress=(lambda k: progress(model.name, k)) if progress else None)
     entry.update(timings_entry(runners, samples, settings))
-    entry["kernels"] = subject.kernel_times() if subject.kernel_times else []
+    entry["kernels"] = subject.kernel_times(trace) if subject.kernel_times else []
+    if settings.backend != "reference":  # where `luminal tune` keeps this model's fusion decisions
+        from ..codegen.partition import fusion_key
+
+        entry["fusion_key"] = fusion_key(imported.graph)
     entry["status"] = "ok"
     return entry
 

@@ -112,24 +112,31 @@ class CompiledModel:
     def profile(self, feeds: dict[str, np.ndarray], repeats: int = 5) -> list[float]:
         """Median seconds of each kernel over ``repeats`` runs, each kernel fenced by device
         synchronisation (so the sum exceeds the pipelined end-to-end time on a GPU)."""
-        be = self.backend
-        times: list[list[int]] = [[] for _ in self.compiled]
+        runs = self.spans(feeds, repeats)
+        return [float(np.median([run[i][1] for run in runs])) / 1e9 for i in range(len(self.compiled))]
 
-        def timed(i: int, ck: Callable) -> Callable:
+    def spans(self, feeds: dict[str, np.ndarray], repeats: int = 5) -> list[list[tuple[int, int]]]:
+        """Per run, per kernel in launch order: (start, duration) in perf_counter nanoseconds, each kernel fenced
+        by device synchronisation."""
+        be = self.backend
+        runs: list[list[tuple[int, int]]] = []
+
+        def timed(ck: Callable) -> Callable:
             def run(buffers) -> None:
                 be.synchronize()
                 t0 = time.perf_counter_ns()
                 ck(buffers)
                 be.synchronize()
-                times[i].append(time.perf_counter_ns() - t0)
+                runs[-1].append((t0, time.perf_counter_ns() - t0))
 
             return run
 
-        launch = be.launcher([timed(i, ck) for i, ck in enumerate(self.compiled)], self._args)
+        launch = be.launcher([timed(ck) for ck in self.compiled], self._args)
         for _ in range(repeats):
             self._write_inputs(feeds)
+            runs.append([])
             launch()
-        return [float(np.median(t)) / 1e9 for t in times]
+        return runs
 
     @property
     def planned_bytes(self) -> int:

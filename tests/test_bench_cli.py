@@ -266,13 +266,41 @@ def test_bad_input_is_one_line_and_exit_2(tiny, tmp_path, monkeypatch, args, mes
     assert "Traceback" not in res.output
 
 
-def test_torch_peer_needs_onnx2torch(tiny, monkeypatch):
+def test_a_peer_that_cannot_run_the_model_is_skipped(tiny, tmp_path, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "onnx2torch", None)  # as if not installed
-    res = invoke("bench", tiny, "--backend", "reference", "--against", "onnxruntime,torch", "--runs", "2")
-    assert res.exit_code == 2
-    assert "--against torch needs the onnx2torch converter, which is not installed" in " ".join(res.output.split())
+    out = tmp_path / "b.json"
+    res = invoke("bench", tiny, "--backend", "reference", "--against", "onnxruntime,torch", "--runs", "2",
+                 "--json", out)
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if " torch " in line)
+    assert "skipped" in row  # one line in the table, the reason in a note
+    text = " ".join(res.output.split())
+    assert "tiny: torch skipped: --against torch needs the onnx2torch converter, which is not installed" in text
+    doc = json.loads(out.read_text())
+    assert validate(doc, SCHEMA) == []
+    (model,) = doc["models"]
+    assert set(model["runtimes"]) == {"luminal", "onnxruntime"} and "onnxruntime" in model["speedup"]
+    assert model["skipped"] == {"torch": "--against torch needs the onnx2torch converter, which is not installed"}
+
+
+def test_a_peer_that_fails_to_run_is_skipped(tiny, monkeypatch):
+    from luminal.cli import benchlib
+
+    def broken(model, feeds, settings, gpu=False):
+        def call():
+            raise NotImplementedError("Converter is not implemented (OperationDescription(op_type='Softmax'))")
+
+        return benchlib.Runner("torch", call, lambda: {})
+
+    monkeypatch.setattr(benchlib, "torch_runner", broken)
+    res = invoke("bench", tiny, "--backend", "reference", "--against", "torch,onnxruntime", "--runs", "2",
+                 "--json", "-")
+    assert res.exit_code == 0, res.output
+    (model,) = json.loads(res.stdout)["models"]
+    assert model["skipped"]["torch"].startswith("NotImplementedError: Converter is not implemented")
+    assert set(model["runtimes"]) == {"luminal", "onnxruntime"}
 
 
 def test_no_model_and_no_config(tmp_path, monkeypatch):
@@ -287,9 +315,15 @@ def test_cpu_backend_with_kernel_profile_and_tuning_progress(tiny, tmp_path):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # `luminal tune` keeps its studies next to the cache: --html finds them without --storage
-    study = optuna.create_study(study_name="k0", storage=f"sqlite:///{tmp_path / 'studies.db'}")
-    study.optimize(lambda t: t.suggest_float("x", 1, 2), n_trials=3)
+    from luminal.codegen.partition import partition
+    from luminal.frontend_onnx.loader import Unbound, load_model
+
+    # `luminal tune` keeps its studies next to the cache: --html finds them without --storage; the report keeps
+    # those of the benched model's kernels, not another model's that share the file
+    sig = partition(load_model(tiny, {"batch": 4}, Unbound.REFUSE).graph)[0].signature
+    for name in (f"luminal-kernel-{sig}-dev-tc", "luminal-kernel-0123456789abcdef0123-dev-tc", "k0"):
+        study = optuna.create_study(study_name=name, storage=f"sqlite:///{tmp_path / 'studies.db'}")
+        study.optimize(lambda t: t.suggest_float("x", 1e5, 2e5), n_trials=3)
     out, html = tmp_path / "cpu.json", tmp_path / "cpu.html"
     res = invoke("bench", tiny, "--shape", "batch=4", "--backend", "cpu", "--runs", "4", "--warmup", "0",
                  "--threads", "1", "--cache", tmp_path / "tuning.db", "--json", out,
@@ -301,6 +335,8 @@ def test_cpu_backend_with_kernel_profile_and_tuning_progress(tiny, tmp_path):
     assert model["parity"]["ok"] and model["kernels"] and all(k["seconds"] > 0 for k in model["kernels"])
     assert model["runtimes"]["luminal"]["info"]["backend"] == "cpu"
     assert doc["environment"]["toolchain"]["info"]["backend"] == "cpu"
-    assert [t["study"] for t in doc["tuning"]] == ["k0"] and len(doc["tuning"][0]["trials"]) == 3
+    assert [t["study"] for t in doc["tuning"]] == [f"luminal-kernel-{sig}-dev-tc"]
+    assert len(doc["tuning"][0]["trials"]) == 3 and doc["tuning"][0]["label"].startswith("tiny: #0 ")
     text = html.read_text()
-    assert "Time per kernel" in text and "Tuning progress" in text
+    assert "Time per kernel" in text and "Tuning progress" in text and "best time (ms)" in text
+    assert "0123456789abcdef0123" not in text and ">k0<" not in text
