@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import LuminalError
 from ..values import Shape
-from .importer import ImportResult, load
+from .dims import InputDecl, bind, declared_dims
+from .importer import ImportResult, load, read_model
 
 
 class Unbound(enum.Enum):
@@ -19,18 +20,38 @@ class Unbound(enum.Enum):
     WARN = "warn"  # a one-off run at 1 (check, bench, inspect): the result's warnings name the dims
 
 
-def unbound_message(names: Iterable[str]) -> str:
-    return (f"unbound dimensions {', '.join(names)} would be taken as 1: give them with --shape "
-            f"(name=value, or an input's whole shape input=AxB)")
+# how the caller gives sizes, for the refusal of unbound dims: the command line's words, or Python's
+CLI_HINT = "give them with --shape (name=value, or an input's whole shape input=AxB)"
+API_HINT = "give them in shapes= ({name: value}, or an input's name and its whole shape)"
+
+
+def unbound_message(names: Iterable[str], hint: str = CLI_HINT) -> str:
+    return f"unbound dimensions {', '.join(names)} would be taken as 1: {hint}"
+
+
+def unbound_dims(path: str | Path, shapes: Mapping[str, Shape] | None) -> list[str]:
+    """The dims of the model at ``path`` that ``shapes`` leaves unbound (named, or ``input[axis]``), read from its
+    declared inputs without importing it."""
+    proto = read_model(path)[0]
+    inits = {t.name for t in proto.graph.initializer} | {sp.values.name for sp in proto.graph.sparse_initializer}
+    decls = [InputDecl(vi.name, declared_dims(vi)) for vi in proto.graph.input if vi.name not in inits]
+    given = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in (shapes or {}).items()}
+    try:
+        return bind(decls, given).unbound
+    except LuminalError:  # the import words a bad binding in full
+        return []
 
 
 def load_model(path: str | Path, shapes: Mapping[str, Shape] | None, unbound: Unbound,
-               optimize: bool = True, max_memory: int | None = None) -> ImportResult:
+               optimize: bool = True, max_memory: int | None = None, hint: str = CLI_HINT) -> ImportResult:
     """Import the ONNX file at ``path`` with ``shapes`` bound (optimised with ``ir.optimize`` unless
-    ``optimize`` is False). LuminalError for a missing file, and for unbound dims under ``Unbound.REFUSE``."""
+    ``optimize`` is False). LuminalError for a missing file, and for unbound dims under ``Unbound.REFUSE``
+    (before importing; ``hint`` says how to give them)."""
     if not Path(path).is_file():
         raise LuminalError(f"model {str(path)!r} not found")
+    if unbound is Unbound.REFUSE and (names := unbound_dims(path, shapes)):
+        raise LuminalError(unbound_message(names, hint))
     result = load(str(path), dict(shapes or {}), optimize=optimize, max_memory=max_memory)
     if result.unbound and unbound is Unbound.REFUSE:
-        raise LuminalError(unbound_message(result.unbound))
+        raise LuminalError(unbound_message(result.unbound, hint))
     return result

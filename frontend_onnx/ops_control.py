@@ -14,7 +14,7 @@ import onnx
 from ..errors import LuminalError
 from ..ir import DType, Tensor
 from .ops_shape import concat, norm_axis, split_sizes, stack
-from .registry import OpContext, need, need_const, need_ints, op
+from .registry import DataDependent, OpContext, need, need_const, need_ints, op
 
 
 def _branch(ctx: OpContext, name: str) -> list[Tensor | None]:
@@ -45,8 +45,8 @@ def if_op(ctx: OpContext) -> list[Tensor | None]:
         if not isinstance(a, Tensor) or not isinstance(b, Tensor):
             raise LuminalError(f"node {ctx.node.name!r} (If): sequence outputs need a condition known at import time")
         if a.shape != b.shape:
-            raise LuminalError(f"node {ctx.node.name!r} (If): the condition is only known at run time and the "
-                               f"branches give different shapes {list(a.shape)} and {list(b.shape)}")
+            raise DataDependent(f"node {ctx.node.name!r} (If): the condition is only known at run time and the "
+                                f"branches give different shapes {list(a.shape)} and {list(b.shape)}", ctx.node)
         outs.append(c.where(a, b))
     return outs
 

@@ -11,7 +11,7 @@ from ..ir import DType, Tensor
 from .ops_elementwise import remainder
 from .ops_nn_util import take
 from .ops_shape import norm_axis
-from .registry import OpContext, fail, need, need_const, op
+from .registry import DataDependent, OpContext, fail, need, need_const, op
 
 # Pad's modes that numpy's pad names alike
 _NP_PAD: dict[str, Literal["reflect", "edge", "wrap"]] = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
@@ -46,7 +46,8 @@ def compress_op(ctx: OpContext) -> Tensor:
     from the inputs would give the output a shape the data decides)."""
     data = need(ctx, 0)
     if not need(ctx, 1).is_const:
-        raise fail(ctx, "the condition must be constant: the output's size would depend on the data")
+        raise DataDependent(f"node {ctx.node.name or 'Compress'!r} (Compress): its output's size depends on the "
+                            "data of its condition", ctx.node)
     cond = np.asarray(ctx.const(1)).reshape(-1).astype(bool)
     axis = ctx.attr("axis")
     if axis is None:

@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from .importer import Importer
 
 
+class DataDependent(LuminalError):
+    """A node whose output's size or shape depends on values only a run knows: a static plan cannot hold it; a
+    session cuts the graph there and runs ``node`` on the host."""
+
+    def __init__(self, message: str, node: onnx.NodeProto) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 @dataclass
 class OpContext:
     node: onnx.NodeProto
@@ -43,8 +52,8 @@ class OpContext:
         if t is None:
             return None
         if not t.is_const:
-            raise LuminalError(f"node {self.node.name or self.node.op_type!r} ({self.node.op_type}): input {i} "
-                               "must be constant after shape folding")
+            raise DataDependent(f"node {self.node.name or self.node.op_type!r} ({self.node.op_type}): input {i} "
+                                "must be constant after shape folding (it is computed at run time)", self.node)
         return t.numpy()
 
     def declare(self, k: int, dtype) -> None:

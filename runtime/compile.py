@@ -76,14 +76,18 @@ def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict
     return model
 
 
-def import_model(path: str | Path, shapes: Mapping[str, Shape] | None = None) -> Graph:
-    """The model's graph for compiling: a dim nobody bound is refused, as the kernels would be made for 1."""
-    from ..frontend_onnx.loader import Unbound, load_model
+def import_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, hint: str | None = None) -> Graph:
+    """The model's graph for compiling: a dim nobody bound is refused, as the kernels would be made for 1
+    (``hint``: how the caller gives sizes; None: the command line's ``--shape``)."""
+    from ..frontend_onnx.loader import CLI_HINT, Unbound, load_model
 
-    return load_model(path, shapes, Unbound.REFUSE).graph
+    return load_model(path, shapes, Unbound.REFUSE, hint=hint or CLI_HINT).graph
 
 
 def compile_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, backend: str | Backend = "auto",
                   cache: Any = None) -> CompiledModel:
-    graph = import_model(path, shapes)
+    """The model at ``path`` compiled for ``shapes`` (every symbolic dim bound)."""
+    from ..frontend_onnx.loader import API_HINT
+
+    graph = import_model(path, shapes, API_HINT)
     return compile_graph(graph, backend, cache=cache)

@@ -1,97 +1,98 @@
-"""InferenceSession: onnxruntime's interface over a compiled model or an artifact directory."""
+"""InferenceSession: onnxruntime's interface over a model file or an artifact directory; a model with symbolic dims
+is compiled for the input sizes each run shows, the first time it sees them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import LuminalError
-from .model import CompiledModel, TensorSpec
+from .dynamic import DynamicModel
+from .feeds import IOSpec, constrain
+from .model import CompiledModel
+from .variants import DEFAULT_SIZE, VariantStats
 
-_ONNX_NAME = {"float32": "float", "float64": "double"}  # numpy names onnxruntime spells otherwise
-
-
-def onnx_type(spec: TensorSpec) -> str:
-    """The type onnxruntime would report for this input or output, e.g. ``tensor(uint8)``."""
-    name = _np(spec).name
-    return f"tensor({_ONNX_NAME.get(name, name)})"
-
-
-def _np(spec: TensorSpec) -> np.dtype:
-    return np.dtype(spec.declared) if spec.declared else spec.dtype.np
+if TYPE_CHECKING:
+    from ..cache import TuningCache
 
 
 @dataclass(frozen=True)
 class NodeArg:
+    """As onnxruntime's: ``shape`` holds a size, a symbolic dim's name, or None where the model names none."""
+
     name: str
-    shape: list[int]
+    shape: list[int | str | None]
     type: str
 
 
 class InferenceSession:
-    """``InferenceSession(model.onnx | artifact_dir, backend="auto", shapes=None, threads=None)``: ``threads``
-    is the C kernels' thread count (None: LUMINAL_NUM_THREADS, else OMP_NUM_THREADS, else every core)."""
+    """``InferenceSession(model.onnx | artifact_dir, backend="auto", shapes=None, cache=None, threads=None,
+    variants=8)``.
 
-    def __init__(self, path_or_artifact_dir: str | Path, backend: str = "auto", shapes: dict | None = None,
-                 cache: Any = None, providers: Any = None, threads: int | None = None):
+    ``shapes`` fixes sizes ({dim name: size} or {input name: its whole shape}); where every input's shape is then
+    known, the model is compiled now, else at the first run at each set of sizes. ``cache``: the tuning cache (a
+    file or an open TuningCache) whose winners the kernels take (None: the default cache, where one exists).
+    ``threads``: the C kernels' thread count (None: LUMINAL_NUM_THREADS, else OMP_NUM_THREADS, else every core).
+    ``variants``: how many compiled sizes are kept (the least recently used is dropped). ``run`` is safe to call
+    from several threads."""
+
+    def __init__(self, path_or_artifact_dir: str | Path, backend: str = "auto", shapes: dict[str, Any] | None = None,
+                 cache: str | Path | TuningCache | None = None, providers: Any = None, threads: int | None = None,
+                 variants: int = DEFAULT_SIZE):
+        from .compile import resolve_backend
+
         p = Path(path_or_artifact_dir)
         if p.is_dir():
             from .artifact import load_artifact
 
-            self._model: CompiledModel = load_artifact(p, backend, threads=threads)
+            compiled = load_artifact(p, backend, threads=threads)
+            specs = [IOSpec.of_spec(s) for s in compiled.inputs]
+            self._model = DynamicModel(None, specs, [IOSpec.of_spec(s) for s in compiled.outputs],
+                                       compiled.backend, cache, variants)
+            self._model.add(compiled)
         elif p.is_file():
-            from .compile import compile_model, resolve_backend
-
-            self._model = compile_model(p, shapes, resolve_backend(backend, threads), cache)
+            self._model = DynamicModel.of_file(p, resolve_backend(backend, threads), cache, variants)
         else:
             raise LuminalError(f"no model file or artifact directory at {p}")
-        self._specs = {s.name: s for s in self._model.inputs}
-        self._names = [s.name for s in self._model.outputs]
+        if shapes:
+            self._model.inputs = constrain(self._model.inputs, shapes)
+        whole = {s.name: tuple(d for d in s.dims if isinstance(d, int)) for s in self._model.inputs
+                 if s.dims is not None}
+        if all(s.dims is not None and len(whole.get(s.name, ())) == len(s.dims) for s in self._model.inputs):
+            self._model.last_model = self._model.prepare(whole).model
 
     @property
     def model(self) -> CompiledModel:
-        return self._model
+        """The compiled model of the latest run (or of the shapes given), where it was one whole-model variant."""
+        if self._model.last_model is None:
+            raise LuminalError("no compiled model yet: this session compiles at the first run at each set of sizes "
+                               "(or give every size in shapes=), and a model cut into segments has one per segment")
+        return self._model.last_model
+
+    @property
+    def variant_stats(self) -> VariantStats:
+        """Hits, misses (compilations) and evictions of the compiled variants."""
+        return self._model.variants.stats
 
     def get_inputs(self) -> list[NodeArg]:
-        return [NodeArg(s.name, list(s.shape), onnx_type(s)) for s in self._model.inputs]
+        return [NodeArg(s.name, s.shape, s.type) for s in self._model.inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [NodeArg(s.name, list(s.shape), onnx_type(s)) for s in self._model.outputs]
+        return [NodeArg(s.name, s.shape, s.type) for s in self._model.outputs]
 
     def get_providers(self) -> list[str]:
         return [self._model.backend.name]
 
     def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None
             ) -> list[np.ndarray]:
-        if not isinstance(input_feed, dict):
-            raise LuminalError("input_feed must be a dict of input name -> array")
-        specs, names = self._specs, self._names
-        unknown = [k for k in input_feed if k not in specs]
-        if unknown:
-            raise LuminalError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
-                               f"expected {', '.join(map(repr, specs))}")
-        missing = [k for k in specs if k not in input_feed]
-        if missing:
-            raise LuminalError(f"missing input(s) {', '.join(map(repr, missing))}")
-        feeds = {name: _check(specs[name], value) for name, value in input_feed.items()}
+        names = [o.name for o in self._model.outputs]
         wanted = names if not output_names else list(output_names)
         bad = [n for n in wanted if n not in names]
         if bad:
             raise LuminalError(f"unknown output name(s) {', '.join(map(repr, bad))}; "
                                f"expected {', '.join(map(repr, names))}")
-        results = self._model.run(feeds)
-        return [results[names.index(n)] for n in wanted]
-
-
-def _check(spec: TensorSpec, value: Any) -> np.ndarray:
-    arr = np.asarray(value)
-    want = _np(spec)
-    if arr.dtype != want and not (arr.dtype.kind in "biu" and np.can_cast(arr.dtype, want, "safe")):
-        raise LuminalError(f"input {spec.name!r}: expected {want.name}, got {arr.dtype}")
-    if tuple(arr.shape) != tuple(spec.shape):
-        raise LuminalError(f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(arr.shape)} "
-                           "(the model was compiled for fixed shapes; recompile with --shape)")
-    return arr
+        results = self._model.run(input_feed)
+        return [results[n] for n in wanted]

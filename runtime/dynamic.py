@@ -1,0 +1,136 @@
+"""A model compiled for the sizes each run shows: the first run at a set of input sizes compiles a variant for
+them (the tuning cache's winners apply, since kernels are keyed by their shapes), later runs at those sizes reuse
+it. A model whose outputs' sizes depend on the data runs as segments with host steps between them (segments.py),
+each segment a variant of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..codegen.backend import Backend
+from ..errors import LuminalError
+from ..frontend_onnx.registry import DataDependent
+from .feeds import IOSpec, check_feeds, model_io
+from .model import CompiledModel
+from .segments import Key, Segment, Source
+from .variants import DEFAULT_SIZE, VariantCache
+
+if TYPE_CHECKING:
+    from ..cache import TuningCache
+
+
+class DynamicModel:
+    """``path``: the ONNX model variants are made from (None: only the variants added, e.g. from an artifact).
+    ``cache``: the tuning cache file (or an open cache) whose winners each variant's kernels take."""
+
+    def __init__(self, path: str | Path | None, inputs: list[IOSpec], outputs: list[IOSpec], backend: Backend,
+                 cache: str | Path | TuningCache | None = None, variants: int = DEFAULT_SIZE) -> None:
+        self.path = Path(path) if path is not None else None
+        self.inputs = inputs
+        self.outputs = outputs
+        self.backend = backend
+        self.cache = cache
+        self.variants: VariantCache[Segment] = VariantCache(variants)
+        self.source: Source | None = None  # read when a run first needs a cut
+        self.last_model: CompiledModel | None = None  # the whole-model variant of the latest run, if it was one
+
+    @staticmethod
+    def of_file(path: str | Path, backend: Backend, cache: str | Path | TuningCache | None = None,
+                variants: int = DEFAULT_SIZE) -> DynamicModel:
+        from ..frontend_onnx.importer import read_model
+
+        if not Path(path).is_file():
+            raise LuminalError(f"model {str(path)!r} not found")
+        inputs, outputs = model_io(read_model(path)[0])
+        return DynamicModel(path, inputs, outputs, backend, cache, variants)
+
+    # ------------------------------------------------------------ variants
+
+    @staticmethod
+    def key(shapes: Mapping[str, tuple[int, ...]], inputs: list[IOSpec]) -> Key:
+        return ("model", tuple(tuple(shapes[s.name]) for s in inputs))
+
+    def add(self, model: CompiledModel) -> None:
+        """A whole-model variant made elsewhere (an artifact's): runs at its input shapes use it."""
+        self.variants.put(self.key({s.name: s.shape for s in model.inputs}, self.inputs), Segment(0, model, {}, None))
+
+    def prepare(self, shapes: Mapping[str, tuple[int, ...]]) -> Segment:
+        """The variant for these input shapes, compiled now if it is not yet."""
+        env = {s.name: np.broadcast_to(np.zeros((), s.dtype), shapes[s.name]) for s in self.inputs}
+        return self.variants.get(self.key(shapes, self.inputs), partial(self._first, env))
+
+    def _open_cache(self) -> TuningCache | None:
+        from ..cache import TuningCache, default_cache_path
+
+        if self.cache is None:
+            path = default_cache_path()
+            return TuningCache(path, readonly=True) if path.is_file() else None
+        if isinstance(self.cache, TuningCache):  # its own connection: a variant is made in whichever thread runs
+            return TuningCache(self.cache.path, readonly=True) if self.cache.path.is_file() else self.cache
+        return TuningCache(self.cache, readonly=True)
+
+    def _with_cache(self, make: partial[Segment]) -> Segment:
+        tc = self._open_cache()
+        try:
+            return make(tc)
+        finally:
+            if tc is not None and tc is not self.cache:
+                tc.close()
+
+    def _first(self, env: Mapping[str, np.ndarray]) -> Segment:
+        if self.path is None:
+            shapes = ", ".join(f"{n}={list(v.shape)}" for n, v in env.items())
+            raise LuminalError(f"no compiled variant for input shapes {shapes}, and no model to compile one from")
+        if self.source is None:
+            try:
+                return self._with_cache(partial(self._whole, env))
+            except DataDependent:
+                self.source = Source(self.path)
+        return self._with_cache(partial(self._segment, 0, env, {}))
+
+    def _whole(self, env: Mapping[str, np.ndarray], tc: TuningCache | None) -> Segment:
+        from ..frontend_onnx.loader import API_HINT, Unbound, load_model
+        from .compile import compile_graph
+
+        assert self.path is not None
+        graph = load_model(self.path, {n: tuple(v.shape) for n, v in env.items()}, Unbound.REFUSE, hint=API_HINT).graph
+        return Segment(0, compile_graph(graph, self.backend, cache=tc), {}, None)
+
+    def _segment(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
+                 tc: TuningCache | None) -> Segment:
+        assert self.source is not None
+        return self.source.build(start, env, carried, self.backend, tc)
+
+    # ------------------------------------------------------------ runs
+
+    def run(self, input_feed: object) -> dict[str, np.ndarray]:
+        """The outputs by name, for feeds checked against the inputs' declared types and dims."""
+        feeds = check_feeds(self.inputs, input_feed)
+        env: dict[str, np.ndarray] = dict(feeds)
+        seg = self.variants.get(self.key({n: v.shape for n, v in feeds.items()}, self.inputs),
+                                partial(self._first, dict(env)))
+        self.last_model = seg.model if seg.cut is None else None
+        while True:
+            seg.run(env)
+            if seg.cut is None:
+                break
+            src = self.source
+            assert src is not None
+            host = src.host(seg.cut)
+            env.update(host.run({n: env[n] if n in env else src.initializer(n) for n in host.inputs}))
+            start = seg.cut + 1
+            seg = self.variants.get(src.key(start, env, seg.carried_digest, seg.carried),
+                                    partial(self._with_cache, partial(self._segment, start, dict(env), seg.carried)))
+        return {o.name: env[o.name] if o.name in env else self._initializer(o.name) for o in self.outputs}
+
+    def _initializer(self, name: str) -> np.ndarray:
+        if self.source is None:
+            self.source = Source(self.path) if self.path is not None else None
+        if self.source is None or not self.source.is_initializer(name):
+            raise LuminalError(f"output {name!r} was not computed")
+        return self.source.initializer(name)

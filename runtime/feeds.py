@@ -1,0 +1,142 @@
+"""A model's inputs and outputs as onnxruntime describes them (symbolic dims as their names), and the checks of a
+run's feeds against them: names, element types, and shapes that bind each symbolic dim to one size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..errors import LuminalError
+from ..frontend_onnx.dims import Dim, declared_dims, is_placeholder
+from .model import TensorSpec
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """An input or output: ``dims`` as declared (a size, a dim name, None where unknown; None for no known rank)."""
+
+    name: str
+    dims: tuple[Dim, ...] | None
+    elem: int  # its ONNX element type
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(self.elem))
+
+    @property
+    def type(self) -> str:
+        """onnxruntime's name of its type, e.g. ``tensor(float)``."""
+        return f"tensor({TensorProto.DataType.Name(self.elem).lower()})"
+
+    @property
+    def shape(self) -> list[int | str | None]:
+        return list(self.dims) if self.dims is not None else []
+
+    @staticmethod
+    def of_value(vi: onnx.ValueInfoProto) -> IOSpec:
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else TensorProto.UNDEFINED
+        return IOSpec(vi.name, declared_dims(vi), elem or TensorProto.FLOAT)
+
+    @staticmethod
+    def of_spec(spec: TensorSpec) -> IOSpec:
+        dtype = np.dtype(spec.declared) if spec.declared else spec.dtype.np
+        return IOSpec(spec.name, tuple(spec.shape), helper.np_dtype_to_tensor_dtype(dtype))
+
+
+def model_io(proto: onnx.ModelProto) -> tuple[list[IOSpec], list[IOSpec]]:
+    """The graph's real inputs (initializers listed as inputs left out) and its outputs."""
+    g = proto.graph
+    inits = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
+    return [IOSpec.of_value(vi) for vi in g.input if vi.name not in inits], [IOSpec.of_value(vi) for vi in g.output]
+
+
+def constrain(specs: Sequence[IOSpec], shapes: Mapping[str, Any]) -> list[IOSpec]:
+    """``specs`` with the sizes given in ``shapes`` (a dim name -> size, or an input's name -> its whole shape)
+    written into their dims."""
+    by_input = {s.name: s for s in specs}
+    names = {d for s in specs for d in s.dims or () if isinstance(d, str) and not is_placeholder(d)}
+    unknown = sorted(set(shapes) - set(by_input) - names)
+    if unknown:
+        known = sorted(set(by_input) | names)
+        raise LuminalError(f"shapes names {', '.join(map(repr, unknown))}, which is neither an input nor a dimension "
+                           f"name of this model (known: {', '.join(map(repr, known)) or 'none'})")
+    sizes = {k: _size(k, v) for k, v in shapes.items() if k not in by_input}
+    out = []
+    for s in specs:
+        if s.name in shapes:
+            whole = _whole(s, shapes[s.name])
+            out.append(IOSpec(s.name, whole, s.elem))
+        else:
+            dims = None if s.dims is None else tuple(sizes.get(d, d) if isinstance(d, str) else d for d in s.dims)
+            out.append(IOSpec(s.name, dims, s.elem))
+    return out
+
+
+def _size(name: str, value: Any) -> int:
+    v = value[0] if isinstance(value, list | tuple) and len(value) == 1 else value
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
+        raise LuminalError(f"shapes[{name!r}]: a dimension's size must be a non-negative integer, got {value!r}")
+    return int(v)
+
+
+def _whole(spec: IOSpec, value: Any) -> tuple[int, ...]:
+    dims = (value,) if isinstance(value, int | np.integer) else tuple(value) if isinstance(value, list | tuple) else ()
+    if not dims or any(isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0 for d in dims):
+        raise LuminalError(f"shapes[{spec.name!r}]: an input's shape must be non-negative integers, got {value!r}")
+    if spec.dims is not None and len(spec.dims) != len(dims):
+        raise LuminalError(f"shapes[{spec.name!r}]: input {spec.name!r} has rank {len(spec.dims)}, got {list(dims)}")
+    for k, (d, v) in enumerate(zip(spec.dims or (), dims)):
+        if isinstance(d, int) and d != v:
+            raise LuminalError(f"shapes[{spec.name!r}]: dim {k} of input {spec.name!r} is fixed to {d}, got {v}")
+    return tuple(int(v) for v in dims)
+
+
+def check_feeds(specs: Sequence[IOSpec], input_feed: object) -> dict[str, np.ndarray]:
+    """The feeds as arrays, every input given once with its element type (or an integer type that widens to it)
+    and a shape that fits its dims, each dim name taking one size across the inputs."""
+    if not isinstance(input_feed, dict):
+        raise LuminalError("input_feed must be a dict of input name -> array")
+    by_name = {s.name: s for s in specs}
+    unknown = [k for k in input_feed if k not in by_name]
+    if unknown:
+        raise LuminalError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
+                           f"expected {', '.join(map(repr, by_name))}")
+    missing = [k for k in by_name if k not in input_feed]
+    if missing:
+        raise LuminalError(f"missing input(s) {', '.join(map(repr, missing))}")
+    feeds: dict[str, np.ndarray] = {}
+    seen: dict[str, tuple[int, str]] = {}
+    for s in specs:
+        arr = np.asarray(input_feed[s.name])
+        want = s.dtype
+        if arr.dtype != want and not (arr.dtype.kind in "biu" and np.can_cast(arr.dtype, want, "safe")):
+            raise LuminalError(f"input {s.name!r}: expected {want.name}, got {arr.dtype}")
+        _check_shape(s, arr.shape, seen)
+        feeds[s.name] = arr.astype(want, copy=False)
+    return feeds
+
+
+def _check_shape(spec: IOSpec, shape: tuple[int, ...], seen: dict[str, tuple[int, str]]) -> None:
+    if spec.dims is None:
+        return
+    if len(spec.dims) != len(shape):
+        raise LuminalError(f"input {spec.name!r}: expected rank {len(spec.dims)} (shape {_written(spec.dims)}), "
+                           f"got shape {list(shape)}")
+    for k, (d, v) in enumerate(zip(spec.dims, shape)):
+        where = f"input {spec.name!r} dim {k}"
+        if isinstance(d, int) and d != v:
+            raise LuminalError(f"{where}: expected {d} (shape {_written(spec.dims)}), got shape {list(shape)}")
+        if isinstance(d, str) and not is_placeholder(d):
+            if d in seen and seen[d][0] != v:
+                raise LuminalError(f"{where} is dimension {d!r} = {v}, but {seen[d][1]} makes it {seen[d][0]}: a "
+                                   f"dimension takes one size in a run")
+            seen.setdefault(d, (v, where))
+
+
+def _written(dims: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

@@ -1,0 +1,223 @@
+"""A model cut where an output's size depends on the data: static segments compiled for the sizes a run shows,
+the cut nodes run on the host (onnx's reference implementation) between them.
+
+The import says where to cut: a node that needs as a constant a value only the run knows raises DataDependent.
+A segment starts after the previous cut and is imported with its inputs at the sizes of this run; the node that
+stops its import is the next cut. Values the import knew (shapes folded to constants) are carried to the next
+segment as constants, so a Reshape after a NonZero still folds its target from the sizes."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..codegen.backend import Backend
+from ..errors import LuminalError
+from ..frontend_onnx.host import HostNode, node_inputs
+from ..frontend_onnx.registry import DataDependent
+from ..ir.dtypes import as_declared
+from ..ir.graph import Op
+from .model import CompiledModel
+
+Key = tuple[object, ...]
+
+
+@dataclass
+class Segment:
+    """Nodes ``start`` up to ``cut`` (None: to the end) compiled for one set of input sizes."""
+
+    start: int
+    model: CompiledModel | None  # None: nothing to compute (an empty segment, or only constants)
+    constants: dict[str, np.ndarray]  # outputs the import knew
+    cut: int | None  # the node run on the host after this segment
+    carried: dict[str, np.ndarray] = field(default_factory=dict)  # constants the next segment imports as such
+    carried_digest: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one run at a time: shared buffers
+
+    def run(self, env: MutableMapping[str, np.ndarray]) -> None:
+        if self.model is not None:
+            feeds = {s.name: env[s.name] for s in self.model.inputs}
+            with self.lock:
+                outs = self.model.run(feeds)
+            env.update(zip((o.name for o in self.model.outputs), outs))
+        env.update(self.constants)
+
+
+def digest(values: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(values):
+        v = np.ascontiguousarray(values[name])
+        h.update(f"{name}\0{v.dtype.str}\0{v.shape}\0".encode())
+        h.update(v.tobytes())
+    return h.hexdigest()
+
+
+class Source:
+    """The model as segments read it: its nodes in order, its weights, what each node reads."""
+
+    def __init__(self, path: str | Path) -> None:
+        from ..frontend_onnx.importer import _inline_functions, _toposort, load_external_data, read_model
+
+        proto, base, weights = read_model(path)
+        if proto.functions:
+            proto = _inline_functions(proto)
+        load_external_data(proto, base, weights)
+        g = proto.graph
+        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+        self.ir_version = proto.ir_version
+        self.nodes = _toposort(g, {})
+        self.tensors = {t.name: t for t in g.initializer if t.name not in weights}
+        self.weights = dict(weights)  # mapped initializers, by name
+        self.initializers: dict[str, np.ndarray] = {}  # filled as host steps read them
+        self.outputs = [o.name for o in g.output]
+        self.output_info = {o.name: o for o in g.output}
+        self.reads = [node_inputs(n) for n in self.nodes]
+        self.elems = _element_types(proto)
+        self._live: dict[int, frozenset[str]] = {}
+        self._hosts: dict[int, HostNode] = {}
+        self._lock = threading.Lock()
+
+    def is_initializer(self, name: str) -> bool:
+        return name in self.tensors or name in self.weights
+
+    def initializer(self, name: str) -> np.ndarray:
+        with self._lock:
+            if name not in self.initializers:
+                self.initializers[name] = (np.asarray(self.weights[name]) if name in self.weights
+                                           else numpy_helper.to_array(self.tensors[name]))
+            return self.initializers[name]
+
+    def live_in(self, start: int) -> frozenset[str]:
+        """The values nodes ``start`` onwards (and the graph's outputs) read that are defined before ``start``."""
+        with self._lock:
+            if start not in self._live:
+                needed: set[str] = set(self.outputs)
+                for n, reads in zip(reversed(self.nodes[start:]), reversed(self.reads[start:])):
+                    needed -= set(n.output)
+                    needed |= set(reads)
+                self._live[start] = frozenset(needed)
+            return self._live[start]
+
+    def host(self, index: int) -> HostNode:
+        with self._lock:
+            if index not in self._hosts:
+                self._hosts[index] = HostNode(self.nodes[index], self.opsets)
+            return self._hosts[index]
+
+    def cut_index(self, start: int, inner: onnx.NodeProto) -> int:
+        """The node from ``start`` on that is, or holds in a subgraph, the node ``inner`` that stopped an import."""
+        key = (inner.op_type, tuple(inner.output))
+        for j in range(start, len(self.nodes)):
+            if _holds(self.nodes[j], key):
+                return j
+        raise LuminalError(f"node {inner.name or inner.op_type!r} ({inner.op_type}) needs a value only the run knows, "
+                           "and no node of the model holds it")
+
+    def key(self, start: int, env: Mapping[str, np.ndarray], carried_digest: str, carried: Mapping[str, object]
+            ) -> Key:
+        ins = sorted(n for n in self.live_in(start) if not self.is_initializer(n) and n not in carried)
+        return ("segment", start, carried_digest,
+                tuple((n, tuple(env[n].shape), env[n].dtype.str) for n in ins if n in env))
+
+    # ------------------------------------------------------------ building
+
+    def build(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
+              backend: Backend, cache: object) -> Segment:
+        """The segment from node ``start`` for the sizes of the values in ``env``."""
+        end = len(self.nodes)
+        try:
+            model, constants = self._compile(start, end, env, carried, backend, cache)
+            cut = None
+        except DataDependent as e:
+            cut = self.cut_index(start, e.node)
+            model, constants = self._compile(start, cut, env, carried, backend, cache) if cut > start else (None, {})
+        after = self.live_in(cut + 1) if cut is not None else frozenset()
+        known = {**carried, **constants}
+        kept = {n: v for n, v in known.items() if n in after}
+        return Segment(start, model, constants, cut, kept, digest(kept))
+
+    def _outputs(self, start: int, end: int) -> list[str]:
+        defined = {o for n in self.nodes[start:end] for o in n.output if o}
+        later = self.live_in(end) if end < len(self.nodes) else frozenset(self.outputs)
+        return [o for n in self.nodes[start:end] for o in n.output if o and o in later and o in defined]
+
+    def _compile(self, start: int, end: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
+                 backend: Backend, cache: object) -> tuple[CompiledModel | None, dict[str, np.ndarray]]:
+        from ..frontend_onnx.importer import load
+        from .compile import compile_graph
+
+        outputs = self._outputs(start, end)
+        if not outputs:
+            return None, {}
+        proto = self._proto(start, end, outputs, env, carried)
+        graph = load(proto).graph
+        constants = {name: as_declared(node.attrs["value"], graph.declared.get(name))
+                     for name, node in zip(graph.output_names, graph.outputs) if node.op is Op.Constant}
+        if len(constants) == len(outputs):
+            return None, constants
+        return compile_graph(graph, backend, cache=cache), constants  # type: ignore[arg-type]
+
+    def _proto(self, start: int, end: int, outputs: list[str], env: Mapping[str, np.ndarray],
+               carried: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+        nodes = self.nodes[start:end]
+        defined: set[str] = set()
+        reads: list[str] = []
+        for n, rs in zip(nodes, self.reads[start:end]):
+            reads.extend(r for r in rs if r not in defined and r not in reads)
+            defined.update(o for o in n.output if o)
+        inits, inputs = [], []
+        for name in reads:
+            if name in carried:
+                inits.append(numpy_helper.from_array(np.asarray(carried[name]), name))
+            elif name in self.tensors:
+                inits.append(self.tensors[name])
+            elif name in self.weights:
+                inits.append(numpy_helper.from_array(np.asarray(self.weights[name]), name))
+            elif name in env:
+                v = env[name]
+                inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+            else:
+                raise LuminalError(f"value {name!r} is read before anything defines it")
+        outs = [self.output_info[o] if o in self.output_info
+                else helper.make_tensor_value_info(o, self.elems[o], None) if o in self.elems
+                else helper.make_value_info(o, onnx.TypeProto()) for o in outputs]
+        graph = helper.make_graph(nodes, f"segment{start}", inputs, outs, inits)
+        return helper.make_model(graph, ir_version=self.ir_version,
+                                 opset_imports=[helper.make_opsetid(d, v) for d, v in self.opsets.items()])
+
+
+def _holds(node: onnx.NodeProto, key: tuple[str, tuple[str, ...]]) -> bool:
+    if (node.op_type, tuple(node.output)) == key:
+        return True
+    for a in node.attribute:
+        subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        if any(_holds(n, key) for g in subs for n in g.node):
+            return True
+    return False
+
+
+def _element_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """The element type of every value onnx's shape inference can tell, from the graph without its weights."""
+    src = proto.graph
+    listed = {vi.name for vi in src.input}
+    inits = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in src.initializer
+             if t.name not in listed]
+    g = helper.make_graph(list(src.node), "types", [*src.input, *inits], list(src.output),
+                          value_info=list(src.value_info))
+    light = helper.make_model(g, ir_version=proto.ir_version, opset_imports=list(proto.opset_import))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light).graph
+    except Exception:  # the model's own types only, where inference cannot run
+        inferred = g
+    out = {}
+    for vi in [*inferred.value_info, *inferred.output, *inferred.input]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            out[vi.name] = vi.type.tensor_type.elem_type
+    return out

@@ -1,0 +1,76 @@
+"""Compiled variants of one model by the shapes they were made for: at most ``size`` kept, the least recently used
+dropped first; safe to use from several threads (a variant is made once, however many threads ask at once)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from ..errors import LuminalError
+
+V = TypeVar("V")
+
+DEFAULT_SIZE = 8
+
+
+@dataclass(frozen=True)
+class VariantStats:
+    hits: int
+    misses: int
+    evictions: int
+    size: int
+
+
+class VariantCache(Generic[V]):
+    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise LuminalError(f"the number of compiled variants kept must be an integer of at least 1, got {size!r}")
+        self.size = size
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
+        self._lock = threading.Lock()  # guards _items and the counters; held briefly
+        self._making = threading.Lock()  # held while a variant is made: one compile at a time
+        self.hits = self.misses = self.evictions = 0
+
+    def get(self, key: Hashable, make: Callable[[], V]) -> V:
+        """The variant for ``key``, made by ``make`` the first time (and again after it was dropped)."""
+        with self._lock:
+            if key in self._items:
+                self.hits += 1
+                self._items.move_to_end(key)
+                return self._items[key]
+        with self._making:
+            with self._lock:  # another thread may have made it while this one waited
+                if key in self._items:
+                    self.hits += 1
+                    self._items.move_to_end(key)
+                    return self._items[key]
+            value = make()
+            with self._lock:
+                self.misses += 1
+                self._put(key, value)
+            return value
+
+    def put(self, key: Hashable, value: V) -> None:
+        """Keep ``value`` for ``key`` (a variant made ahead of time)."""
+        with self._lock:
+            self._put(key, value)
+
+    def _put(self, key: Hashable, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+            self.evictions += 1
+
+    def keys(self) -> list[Hashable]:
+        """The keys kept, least recently used first."""
+        with self._lock:
+            return list(self._items)
+
+    @property
+    def stats(self) -> VariantStats:
+        with self._lock:
+            return VariantStats(self.hits, self.misses, self.evictions, len(self._items))

@@ -1,0 +1,157 @@
+"""Ops whose output's size depends on the data: the session cuts the graph there, runs the op on the host and
+compiles the next segment for the sizes that come out. Each against onnxruntime, empty results included."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from luminal.errors import LuminalError
+from luminal.runtime.compile import compile_model
+from luminal.runtime.session import InferenceSession
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _const(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _save(tmp_path, nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(o) if isinstance(o, str) else o
+                                               for o in outputs], list(inits))
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def _positives(prefix=()):
+    """count = number of x > 0 (a value only the run knows), as an int64 [1]."""
+    return [*prefix, helper.make_node("Greater", ["x", "zero"], ["pos"]),
+            helper.make_node("Cast", ["pos"], ["posi"], to=I64),
+            helper.make_node("ReduceSum", ["posi", "axis0"], ["count"], keepdims=1)]
+
+
+BASE = [_const("zero", np.float32(0)), _const("axis0", np.array([0], np.int64))]
+X = helper.make_tensor_value_info("x", F, ["n"])
+
+
+def case_nonzero(tmp_path):
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["pos"]), helper.make_node("NonZero", ["pos"], ["nz"]),
+             helper.make_node("Reshape", ["nz", "m1"], ["idx"]), helper.make_node("Gather", ["x", "idx"], ["g"]),
+             helper.make_node("Mul", ["g", "g"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y", "nz"], [*BASE, _const("m1", np.array([-1], np.int64))])
+
+
+def case_compress(tmp_path):
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["pos"]),
+             helper.make_node("Compress", ["x", "pos"], ["c"], axis=0), helper.make_node("Exp", ["c"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y"], BASE)
+
+
+def case_unique(tmp_path):
+    nodes = [helper.make_node("Floor", ["x"], ["f"]),
+             helper.make_node("Unique", ["f"], ["u", "i", "inv", "cnt"], sorted=1),
+             helper.make_node("Add", ["u", "u"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y", "i", "inv", "cnt"], BASE)
+
+
+def case_topk(tmp_path):
+    nodes = [*_positives(), helper.make_node("TopK", ["x", "count"], ["v", "k"]),
+             helper.make_node("Neg", ["v"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y", "k"], BASE)
+
+
+def case_range(tmp_path):
+    nodes = [*_positives(), helper.make_node("Squeeze", ["count"], ["c0"]),
+             helper.make_node("Range", ["start", "c0", "one"], ["r"]), helper.make_node("Cast", ["r"], ["rf"], to=F),
+             helper.make_node("Mul", ["rf", "rf"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y"], [*BASE, _const("start", np.int64(0)), _const("one", np.int64(1))])
+
+
+def case_constant_of_shape_and_expand(tmp_path):
+    nodes = [*_positives(), helper.make_node("ConstantOfShape", ["count"], ["z"],
+                                             value=helper.make_tensor("v", F, [1], [3.0])),
+             helper.make_node("Concat", ["count", "one"], ["shape"], axis=0),
+             helper.make_node("Expand", ["x1", "shape"], ["e"]), helper.make_node("Reshape", ["e", "count"], ["er"]),
+             helper.make_node("Add", ["z", "er"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y"], [*BASE, _const("one", np.array([1], np.int64)),
+                                               _const("x1", np.array([[2.0]], np.float32))])
+
+
+def case_slice(tmp_path):
+    nodes = [*_positives(), helper.make_node("Slice", ["x", "axis0", "count"], ["s"]),
+             helper.make_node("Sigmoid", ["s"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y"], BASE)
+
+
+CASES = [case_nonzero, case_compress, case_unique, case_topk, case_range, case_constant_of_shape_and_expand,
+         case_slice]
+INPUTS = [np.array([1.5, -2.0, 3.25, 4.0, 1.5], np.float32), np.array([-1.0, -2.0, -0.5], np.float32),
+          np.array([0.5, 2.5, -3.0, 7.0, 0.5, 2.5, 9.0, -1.0], np.float32), np.array([1.5, -2.0, 3.25, 4.0, 1.5],
+                                                                                     np.float32)]
+
+
+@pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__[5:])
+def test_cut_op_matches_onnxruntime(tmp_path, make):
+    path = make(tmp_path)
+    sess = InferenceSession(path, backend="interpret", variants=64)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for x in INPUTS:  # the second gives empty results (no positives)
+        got, want = sess.run(None, {"x": x}), ref.run(None, {"x": x})
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert sess.variant_stats.hits >= 2  # the last input repeats the first's sizes: every part reused
+
+
+def test_static_compile_refuses_a_cut_in_one_line(tmp_path):
+    with pytest.raises(LuminalError, match=r"^node 'NonZero'|^node .*NonZero.* computed at run time|NonZero"):
+        compile_model(case_nonzero(tmp_path), {"n": 4}, "interpret")
+
+
+def _nms_model(tmp_path, boxes: int):
+    """A detector's tail: boxes [1, N, 4] and scores [1, 1, N] -> NonMaxSuppression -> the kept boxes, scaled."""
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxout", "iou", "thr"], ["sel"]),
+             helper.make_node("Gather", ["sel", "two"], ["which"], axis=1),
+             helper.make_node("Squeeze", ["boxes", "axis0"], ["b2"]),
+             helper.make_node("Gather", ["b2", "which"], ["kept"], axis=0),
+             helper.make_node("Mul", ["kept", "scale"], ["out"])]
+    ins = [helper.make_tensor_value_info("boxes", F, [1, "n", 4]),
+           helper.make_tensor_value_info("scores", F, [1, 1, "n"])]
+    inits = [_const("maxout", np.array([10], np.int64)), _const("iou", np.array([0.5], np.float32)),
+             _const("thr", np.array([0.3], np.float32)), _const("two", np.int64(2)),
+             _const("axis0", np.array([0], np.int64)), _const("scale", np.float32(2.0))]
+    return _save(tmp_path, nodes, ins, ["out", "sel"], inits)
+
+
+def test_non_max_suppression_matches_onnxruntime_including_no_boxes(tmp_path):
+    path = _nms_model(tmp_path, 6)
+    sess = InferenceSession(path, backend="interpret")
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for n, low in [(6, 0.0), (9, 0.0), (6, 0.0), (5, -1.0)]:
+        xy = rng.uniform(0, 10, (1, n, 2)).astype(np.float32)
+        boxes = np.concatenate([xy, xy + rng.uniform(1, 4, (1, n, 2)).astype(np.float32)], axis=2)
+        scores = rng.uniform(0, 1, (1, 1, n)).astype(np.float32) if low == 0 else np.full((1, 1, n), 0.1, np.float32)
+        feed = {"boxes": boxes, "scores": scores}
+        got, want = sess.run(None, feed), ref.run(None, feed)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert got[1].shape == (0, 3)  # the last: every score under the threshold, no boxes
+
+
+def test_constant_inputs_fold_at_import(tmp_path):
+    """NonMaxSuppression on constants needs no run: the import folds it and the model compiles statically."""
+    nodes = [helper.make_node("NonMaxSuppression", ["b", "s", "maxout"], ["sel"]),
+             helper.make_node("Cast", ["sel"], ["self"], to=F), helper.make_node("Add", ["self", "x"], ["y"])]
+    inits = [_const("b", np.array([[[0, 0, 1, 1], [0, 0, 1, 1.1], [5, 5, 6, 6]]], np.float32)),
+             _const("s", np.array([[[0.9, 0.8, 0.7]]], np.float32)), _const("maxout", np.array([5], np.int64))]
+    path = _save(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [1])], ["y"], inits)
+    model = compile_model(path, None, "interpret")
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": np.ones(1, np.float32)})
+    np.testing.assert_allclose(model.run({"x": np.ones(1, np.float32)})[0], want[0])
