@@ -89,7 +89,8 @@ class Tuner:
                  sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
                  workers: int | None = None, timeout_s: float | None = None, plan: TimingPlan | None = None,
                  fusion: bool = True, threads: int | None = None,
-                 progress: Callable[[TuneReport], None] | None = None):
+                 progress: Callable[[TuneReport], None] | None = None, trials: int | None = None,
+                 patience: int | None = None):
         from ..cache import TuningCache
 
         refuse_untimed(backend)
@@ -116,8 +117,10 @@ class Tuner:
         self.loop_end = self.clock.deadline - max(min(FINAL_SHARE * budget_s, 2.0 + 0.05 * budget_s), self.e2e_s)
         self.timeout_s = timeout_s if timeout_s is not None else min(20.0, max(2.0, budget_s / 20))
         self.keep_default = False
+        self.max_trials, self.patience = trials, patience
         self.report = TuneReport(model_name, backend.name, self.device.key, self.toolchain.key, sampler, seed,
-                                 budget_s, self.storage_url, str(self.cache.path))
+                                 budget_s, self.storage_url, str(self.cache.path),
+                                 reserve_s=self.clock.deadline - self.loop_end, timeout_s=self.timeout_s)
         self.sampler = sampler
         self.threads = threads
         self.model_name = model_name
@@ -158,7 +161,8 @@ class Tuner:
             name = f"luminal-kernel-{sig}-{self.device.key}-{self.toolchain.key}"
             opener = lambda name=name, smp=smp: open_study(self.storage, name, smp)
             self.tasks[sig] = KernelTask(k, sig, opener, space, counts[sig], note)
-            self.cache.record_kernel(sig, k.form, k.canonical(), {"full": list(k.full)}, self.model_name)
+            self.cache.record_kernel(sig, k.form, k.canonical(),
+                                     {"full": list(k.full), "nodes": [list(s) for s in k.sources]}, self.model_name)
             if note and note not in self.report.notes:
                 self.report.notes.append(note)
 
@@ -277,8 +281,13 @@ class Tuner:
         r = self.report
         r.elapsed_s = time.monotonic() - self.clock.start
         r.kernels = [t.report() for t in self.tasks.values() if t.state.weight > 0 or t.trials]
+        for kr in r.kernels:
+            kr.nodes = [list(s) for s in self.tasks[kr.signature].kernel.sources]
         r.fusion = self.fusion.report() if self.fusion is not None else None
         return r
+
+    def _trials(self) -> int:
+        return sum(t.trials for t in self.tasks.values()) + (self.fusion.trials if self.fusion is not None else 0)
 
     def _tick(self) -> None:
         if self.progress is not None:
@@ -288,7 +297,8 @@ class Tuner:
     def run(self) -> TuneReport:
         self.stop.install()
         m = Measurer(self.backend, self.graph, workers=self.workers if self.workers > 1 else 0, plan=self.plan,
-                     timeout_s=self.timeout_s, seed=self.seed, threads=self.threads, stop=self.stop)
+                     timeout_s=self.timeout_s, seed=self.seed, threads=self.threads, stop=self.stop,
+                     end=self.clock.deadline)
         try:
             self.report.stopped = "budget"
             while True:
@@ -298,12 +308,17 @@ class Tuner:
                 states = [t.state for t in self.tasks.values()]
                 if self.fusion is not None:
                     states.append(self.fusion.state)
-                st = pick(states)
+                if self.max_trials is not None and self._trials() >= self.max_trials:
+                    self.report.stopped = "trials"
+                    break
+                st = pick(states, patience=self.patience)
                 if st is None:
-                    self.report.stopped = "exhausted"
+                    stale = self.patience is not None and any(s.stale >= self.patience for s in states)
+                    self.report.stopped = "patience" if stale else "exhausted"
                     break
                 if time.monotonic() + step_seconds(st, states, self.batch) > self.loop_end:
                     break
+                self.report.current = st.name
                 try:
                     if self.fusion is not None and st is self.fusion.state:
                         self._fusion_step(self.fusion, m)
@@ -330,8 +345,10 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
          sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
          workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
          timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
-         threads: int | None = None) -> TuneReport:
-    """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds (``threads``: Tuner's)."""
+         threads: int | None = None, trials: int | None = None, patience: int | None = None) -> TuneReport:
+    """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds, the time it takes to load
+    counted (``threads``: Tuner's); at most ``trials`` trials in all, and a kernel left after ``patience`` trials
+    without a gain."""
     start = time.monotonic()
     refuse_untimed(backend)
     if isinstance(backend, str):
@@ -348,8 +365,9 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
     spent = time.monotonic() - start
     tuner = Tuner(graph, backend, max(budget_s - spent, 1e-3), model_name=name, sampler=sampler, seed=seed,
                   storage=storage, cache=cache, workers=workers, timeout_s=timeout_s, plan=plan, fusion=fusion,
-                  threads=threads, progress=progress)
+                  threads=threads, progress=progress, trials=trials, patience=patience)
     tuner.clock.start, tuner.clock.budget_s = start, budget_s
+    tuner.report.budget_s = budget_s
     report = tuner.run()
     report.elapsed_s = time.monotonic() - start
     return report
