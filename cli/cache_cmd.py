@@ -1,4 +1,4 @@
-"""``luminal cache ls|show|stats|export|import|prune``: look into and move the tuning cache."""
+"""``luminal cache ls|show|stats|export|import|prune|pull``: look into and move the tuning cache."""
 
 from __future__ import annotations
 
@@ -202,6 +202,31 @@ def cache_prune(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
             f"{r.kernels} kernels from {c.path}")
 
 
+def cache_pull(storage: str = typer.Option(..., "--storage", help="The shared study storage URL (as given to "
+                                            "`luminal tune --storage`, e.g. postgresql+psycopg://user@host/db)."),
+               backend: str = typer.Option("auto", "--backend", help="The backend whose device and toolchain "
+                                           "fingerprints choose the studies: auto, cpu or cuda."),
+               cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Write the best verified winner of every kernel that the machines of this kind tuned into a shared storage
+    into this machine's cache (the faster winner kept where the cache has one)."""
+    from ..cache import backend_fingerprints
+    from ..codegen.backend import get_backend
+    from ..search.pool import pull_winners
+    from ..search.studies import open_storage
+
+    device, toolchain = backend_fingerprints(get_backend(backend))
+    studies = open_storage(storage)
+    try:
+        with _open(cache, readonly=False) as c:
+            r = pull_winners(studies, c, device, toolchain)
+    finally:
+        studies.close()
+    _report(as_json, {"cache": str(c.path), "storage": studies.shown, "device": device.key,
+                      "toolchain": toolchain.key, **_plain(r)},
+            f"pulled into {c.path} from {studies.shown}: {r.studies} studies of this device and toolchain, "
+            f"{r.written} winners written, {r.kept} kept (the cache's own was as fast)")
+
+
 def register(app: typer.Typer) -> None:
     cache_app = typer.Typer(name="cache", help="Look into and move the tuning cache.", no_args_is_help=True)
     cache_app.command("ls")(handle_errors(cache_ls))
@@ -210,4 +235,5 @@ def register(app: typer.Typer) -> None:
     cache_app.command("export")(handle_errors(cache_export))
     cache_app.command("import")(handle_errors(cache_import))
     cache_app.command("prune")(handle_errors(cache_prune))
+    cache_app.command("pull")(handle_errors(cache_pull))
     app.add_typer(cache_app, name="cache")

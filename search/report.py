@@ -57,6 +57,7 @@ class TuneReport:
     e2e_default_ns: float | None = None
     e2e_tuned_ns: float | None = None
     winners_written: int = 0
+    winners_pulled: int = 0  # winners of a shared storage's other machines written into the cache at the end
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -10,7 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
@@ -18,7 +19,10 @@ from optuna.trial import TrialState
 
 from ..errors import LuminalError
 from .costmodel import Encoding, fit
-from .space import ScheduleSpace, params_of
+from .space import Param, ScheduleSpace, params_of
+
+if TYPE_CHECKING:
+    from .studies import StudyStorage
 
 SAMPLERS = ("gp", "tpe", "random", "cmaes", "grid")
 GRID_LIMIT = 4096
@@ -52,15 +56,17 @@ def _tpe(seed: int) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=1, multivariate=True)
 
 
-def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.samplers.BaseSampler, str | None]:
-    """The sampler for ``space`` (a ScheduleSpace or FusionSpace) and a note when it fell back."""
+def make_sampler(kind: str, seed: int, space: Any, what: str,
+                 transfer: Transfer | None = None) -> tuple[optuna.samplers.BaseSampler, str | None]:
+    """The sampler for ``space`` (a ScheduleSpace or FusionSpace) and a note when it fell back; the gp sampler
+    reads other kernels' trials through ``transfer`` where one is given (else through its study's storage)."""
     if kind not in SAMPLERS:
         raise LuminalError(f"unknown sampler {kind!r}; choose from {', '.join(SAMPLERS)}")
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed), None
     if kind == "gp":
         if isinstance(space, ScheduleSpace) and space.params:
-            return ModelSampler(space, seed), None
+            return ModelSampler(space, seed, shared=transfer), None
         return _tpe(seed), None
     if kind == "grid":
         if space.size <= GRID_LIMIT:
@@ -74,6 +80,59 @@ def make_sampler(kind: str, seed: int, space: Any, what: str) -> tuple[optuna.sa
         why = "has categorical knobs" if not space.numeric else "has fewer than two numeric knobs"
         return _tpe(seed), f"{what}: CMA-ES needs two or more numeric knobs and this space {why}; using tpe"
     return _tpe(seed), None
+
+
+Observed = tuple[dict[str, Any], float]  # a completed trial's params and time
+
+
+@dataclass
+class _Kernel:
+    """A study of the shared storage as the transfer sees it: another kernel's knobs and times, or nothing."""
+
+    space: tuple[str, str] | None  # (space signature, described knobs); None: not a kernel study of this scope
+    trials: list[tuple[int, dict[str, Any], float]] = field(default_factory=list)  # (number, params, time)
+
+
+class Transfer:
+    """The completed trials of every kernel study of one device and toolchain in a storage, for all the gp samplers
+    of a run: each proposal reads only the trials finished (or created) since the last, in one query whatever the
+    number of kernels (each sampler reading every study, as ModelSampler does alone, costs the square of it)."""
+
+    def __init__(self, storage: StudyStorage, scope: str):
+        self.storage = storage
+        self.scope = scope  # the studies' name suffix: -{device key}-{toolchain key}
+        self._studies: dict[int, _Kernel] = {}
+        self._after = -1  # every trial up to this id is known or unfinished
+        self._unfinished: set[int] = set()
+
+    def refresh(self) -> None:
+        for tid, sid, number, state, value, params in self.storage.finished_since(self._after, self._unfinished):
+            if not state.is_finished():
+                self._unfinished.add(tid)
+                continue
+            self._unfinished.discard(tid)
+            self._after = max(self._after, tid)
+            if state != TrialState.COMPLETE or value is None:
+                continue
+            kernel = self._studies.get(sid) or self._learn(sid)
+            if kernel.space is not None:
+                kernel.trials.append((number, params, value))
+
+    def _learn(self, sid: int) -> _Kernel:
+        rdb = self.storage.rdb
+        attr = rdb.get_study_user_attrs(sid).get(SPACE_ATTR) if rdb.get_study_name_from_id(sid).endswith(
+            self.scope) else None
+        space = None
+        if isinstance(attr, list) and len(attr) == 2 and all(isinstance(a, str) for a in attr):
+            space = (str(attr[0]), str(attr[1]))
+        self._studies[sid] = _Kernel(space)
+        return self._studies[sid]
+
+    def others(self, own: int, signature: str) -> list[tuple[list[Param], list[Observed]]]:
+        """Other studies' knobs and completed trials (by number) whose space signature is ``signature``."""
+        self.refresh()
+        return [(params_of(k.space[1]), [(p, v) for _, p, v in sorted(k.trials, key=lambda t: t[0])])
+                for sid, k in self._studies.items() if sid != own and k.space is not None and k.space[0] == signature]
 
 
 class ModelSampler(optuna.samplers.BaseSampler):
@@ -93,9 +152,11 @@ class ModelSampler(optuna.samplers.BaseSampler):
     Spaces too big to list are searched through a fresh random sample of the region at each step.
     """
 
-    def __init__(self, space: ScheduleSpace, seed: int, transfer: bool = True, rho: float = RHO):
+    def __init__(self, space: ScheduleSpace, seed: int, transfer: bool = True, rho: float = RHO,
+                 shared: Transfer | None = None):
         self.space = space
         self.transfer = transfer
+        self.shared = shared
         self.rho = rho
         self.rng = np.random.default_rng(seed)
         self._random = optuna.samplers.RandomSampler(seed=seed)
@@ -196,54 +257,62 @@ class ModelSampler(optuna.samplers.BaseSampler):
         (re-read every 8 trials, a kernel found its best before the others' first trials reached it)."""
         if not self.transfer:
             return []
-        storage = study._storage
-        sig, described = self.space.signature, self.space.described
-        own = study._study_id
         try:
-            theirs = []
-            for s in storage.get_all_studies():  # this study's attributes too: no query of its own
-                attr = s.user_attrs.get(SPACE_ATTR)
-                if s._study_id == own:
-                    if described is not None and attr != [sig, described]:
-                        study.set_user_attr(SPACE_ATTR, [sig, described])
-                elif isinstance(attr, list) and attr[0] == sig:
-                    theirs.append((s._study_id, params_of(attr[1])))
-            # the cost model's fit grows with the cube of its points: the latest of each, at most OTHER_POINTS in all
-            each = max(3, OTHER_POINTS // max(1, len(theirs)))
-            out = []
-            for sid, params in theirs:
-                trials = storage.get_all_trials(sid, deepcopy=False, states=(TrialState.COMPLETE,))
-                x, y = self._measured(trials[-each:], params)
-                if len(x) > 2:
-                    out.append((x, y))
-            return out
-        except Exception:  # a storage that cannot list its studies: no transfer
+            theirs = self._theirs(study)
+        except (optuna.exceptions.OptunaError, NotImplementedError):  # a storage that cannot list its studies
             return []
+        # the cost model's fit grows with the cube of its points: the latest of each, at most OTHER_POINTS in all
+        each = max(3, OTHER_POINTS // max(1, len(theirs)))
+        out = []
+        for params, trials in theirs:
+            x, y = self._measured(trials[-each:], params)
+            if len(x) > 2:
+                out.append((x, y))
+        return out
 
-    def _measured(self, trials: list, params: list) -> tuple[np.ndarray, np.ndarray]:
-        """Features and log times of the completed ``trials`` of a study whose knobs are ``params`` (this space's
-        or another kernel's, whose values are placed on this space's scale; points it cannot place are left out)."""
+    def _theirs(self, study: optuna.Study) -> list[tuple[list[Param], list[Observed]]]:
+        """Other studies' knobs and completed trials: from the shared transfer, or read here from every study."""
+        sig, described = self.space.signature, self.space.described
+        if self.shared is not None:
+            return self.shared.others(study._study_id, sig)
+        storage = study._storage
+        own = study._study_id
+        theirs = []
+        for s in storage.get_all_studies():  # this study's attributes too: no query of its own
+            attr = s.user_attrs.get(SPACE_ATTR)
+            if s._study_id == own:
+                if described is not None and attr != [sig, described]:
+                    study.set_user_attr(SPACE_ATTR, [sig, described])
+            elif isinstance(attr, list) and attr[0] == sig:
+                trials = storage.get_all_trials(s._study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+                theirs.append((params_of(attr[1]), [(t.params, t.value) for t in trials if t.value is not None]))
+        return theirs
+
+    def _measured(self, trials: list[Observed], params: list[Param]) -> tuple[np.ndarray, np.ndarray]:
+        """Features and log times of completed trials (params, time) of a study whose knobs are ``params`` (this
+        space's or another kernel's, whose values are placed on this space's scale; points it cannot place are
+        left out)."""
         feats, ys = [], []
-        for t in trials:
-            if t.state != TrialState.COMPLETE or t.value is None or t.value <= 0 \
-                    or any(p.name not in t.params for p in params):
+        for tp, value in trials:
+            if value <= 0 or any(p.name not in tp for p in params):
                 continue
-            f = [mine.feature(p.decode(t.params[p.name])) for mine, p in zip(self.space.params, params)]
+            f = [mine.feature(p.decode(tp[p.name])) for mine, p in zip(self.space.params, params)]
             if None not in f:
                 feats.append(f)
-                ys.append(math.log(t.value))
+                ys.append(math.log(value))
         return np.array(feats, dtype=float).reshape(len(feats), len(params)), np.array(ys)
 
     def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
-        if not search_space or "fixed_params" in trial.system_attrs:
-            return {}
+        if not search_space or "fixed_params" in trial.system_attrs or "failed_trial" in trial.system_attrs:
+            return {}  # an enqueued point, or a stale one asked again: its params are set
         trials = study.get_trials(deepcopy=False)
         tried = {self._key(pt) for t in trials if t.state != TrialState.WAITING
                  if (pt := self._point(t.params)) is not None}
         everywhere = self._untried(self._candidates(), tried)
         if not everywhere:
             return {}
-        x, ys = self._measured(trials, self.space.params)
+        x, ys = self._measured([(t.params, t.value) for t in trials
+                                if t.state == TrialState.COMPLETE and t.value is not None], self.space.params)
         others = self._other_kernels(study)
         centre, radius = self._region(trials)
         if centre is None and not others:

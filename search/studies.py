@@ -1,61 +1,302 @@
-"""Optuna studies in an RDB storage: opened by name (so a rerun resumes), with stale trials failed."""
+"""Optuna studies in an RDB storage (a SQLite file by default, PostgreSQL for tuning across machines): opened by
+name, so a rerun resumes; every trial a process holds beats (Optuna's RDBStorage heartbeat), and a trial whose
+process stopped beating for the grace period is failed by whichever process looks next and asked again
+(RetryHeartbeatStaleTrialCallback). Calls are retried with backoff while the server is away (restart, network
+blip); one that stays away stops the run with a LuminalError."""
 
 from __future__ import annotations
 
-import logging
-import os
-import socket
+import copy
+import functools
+import json
+import threading
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import optuna
+from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
 from ..errors import LuminalError
 
-HOST = socket.gethostname()
 CREATE_TRIES = 5
-OPENED_BY = "opened_by"  # study attribute: host:pid of the processes that opened it
 CREATE_RACE = ("already exists", "alembic_version", "database is locked")
+PREFIX = "luminal-"  # every study's name: luminal-{cache key}-{device key}-{toolchain key}
+MAX_BACKOFF_S = 5.0
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """How trials are kept alive and a lost server waited for.
+
+    ``heartbeat_s``: seconds between two heartbeats of a trial a process holds. ``grace_s``: a running trial
+    with no heartbeat for this long is failed by the next process that asks its study, and asked again (at most
+    ``retries`` times). ``reconnect_s``: how long calls are retried, with backoff, while the server is away.
+    """
+
+    heartbeat_s: int = 10
+    grace_s: int = 60
+    reconnect_s: float = 60.0
+    retries: int = 3
 
 
 def default_storage(cache_path: Path) -> str:
     return f"sqlite:///{cache_path.expanduser().resolve().parent / 'studies.db'}"
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    kwargs = {}
+def shown_url(url: str) -> str:
+    """The URL with its password masked, for messages and reports."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1] if "@" in url else url
+
+
+def _lost_connection(e: BaseException) -> bool:
+    """Whether ``e`` (maybe wrapped by Optuna) says the server could not be reached or the connection dropped."""
+    from sqlalchemy import exc
+
+    cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) else e
+    if isinstance(cause, exc.DisconnectionError):
+        return True
+    return isinstance(cause, exc.DBAPIError) and (
+        cause.connection_invalidated or isinstance(cause, exc.OperationalError | exc.InterfaceError))
+
+
+def _one_line(e: BaseException) -> str:
+    cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) and e.__cause__ else e
+    orig = getattr(cause, "orig", None) or cause
+    text = str(orig).strip().splitlines()
+    return text[0] if text else type(orig).__name__
+
+
+def _retried(fn: F) -> F:
+    """``fn`` retried with backoff while the connection is lost, for up to ``reconnect_s`` in all; then (and on
+    every later call, at once) a LuminalError."""
+
+    @functools.wraps(fn)
+    def call(self: _Reconnecting, *args: Any, **kwargs: Any) -> Any:
+        delay, waited = 0.1, 0.0
+        while True:
+            if self.lost is not None:
+                raise LuminalError(self.lost)
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as e:
+                if not _lost_connection(e):
+                    raise
+                if waited >= self.reconnect_s:
+                    self.lost = f"lost the study storage {shown_url(self.url)} for {waited:.0f} s: {_one_line(e)}"
+                    raise LuminalError(self.lost) from None
+                time.sleep(delay)
+                waited += delay
+                delay = min(2 * delay, MAX_BACKOFF_S)
+
+    return call  # type: ignore[return-value]
+
+
+class _Reconnecting(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage whose database calls wait for a lost server (see _retried)."""
+
+    reconnect_s: float = 60.0
+    lost: str | None = None  # why the server counts as gone
+
+    def finished_since(self, after: int, unfinished: set[int]) -> list[tuple[int, int, int, TrialState,
+                                                                            float | None, dict[str, Any]]]:
+        """Trials of every study with an id above ``after`` or in ``unfinished``, in one read whatever the number
+        of studies: (trial id, study id, number, state, value, params) with the value and params of complete ones."""
+        from optuna.distributions import json_to_distribution
+        from optuna.storages._rdb import models as m
+        from sqlalchemy import or_
+
+        cond = m.TrialModel.trial_id > after
+        if unfinished:
+            cond = or_(cond, m.TrialModel.trial_id.in_(sorted(unfinished)))
+        done = (m.TrialModel.state == TrialState.COMPLETE) & cond
+        session = self.scoped_session()
+        try:
+            rows = session.query(m.TrialModel.trial_id, m.TrialModel.study_id, m.TrialModel.number,
+                                 m.TrialModel.state).filter(cond).all()
+            values = {tid: m.TrialValueModel.stored_repr_to_value(v, vt) for tid, v, vt in session.query(
+                m.TrialValueModel.trial_id, m.TrialValueModel.value, m.TrialValueModel.value_type).join(
+                m.TrialModel, m.TrialModel.trial_id == m.TrialValueModel.trial_id).filter(
+                done, m.TrialValueModel.objective == 0)}
+            params: dict[int, dict[str, Any]] = {}
+            dists: dict[str, Any] = {}
+            for tid, name, value, dj in session.query(
+                    m.TrialParamModel.trial_id, m.TrialParamModel.param_name, m.TrialParamModel.param_value,
+                    m.TrialParamModel.distribution_json).join(
+                    m.TrialModel, m.TrialModel.trial_id == m.TrialParamModel.trial_id).filter(done):
+                dist = dists[dj] if dj in dists else dists.setdefault(dj, json_to_distribution(dj))
+                params.setdefault(tid, {})[name] = dist.to_external_repr(value)
+            session.commit()
+        except Exception as e:
+            session.rollback()
+            from sqlalchemy import exc
+
+            if isinstance(e, exc.SQLAlchemyError):
+                raise optuna.exceptions.StorageInternalError("reading the finished trials failed") from e
+            raise
+        finally:
+            session.close()
+        return [(tid, sid, num, st, values.get(tid), params.get(tid, {})) for tid, sid, num, st in rows]
+
+
+_DATABASE_CALLS = (
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
+    "get_study_name_from_id", "get_study_directions", "get_study_user_attrs", "get_study_system_attrs",
+    "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies", "_create_new_trial", "_set_trial_param",
+    "get_trial_param", "set_trial_state_values", "set_trial_intermediate_value", "set_trial_user_attr",
+    "set_trial_system_attr", "get_trial_id_from_study_id_trial_number", "get_trial", "_get_trials",
+    "_get_best_trial_id", "record_heartbeat", "_get_stale_trial_ids", "finished_since",
+)
+for _name in _DATABASE_CALLS:
+    setattr(_Reconnecting, _name, _retried(getattr(_Reconnecting, _name)))
+
+
+class Heartbeats:
+    """One thread that records a heartbeat for every trial this process holds, every ``interval_s``."""
+
+    def __init__(self, rdb: _Reconnecting, interval_s: int):
+        self.rdb = rdb
+        self.interval_s = interval_s
+        self._held: dict[int, optuna.Study] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        with self._lock:
+            self._held[trial._trial_id] = study
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="luminal-heartbeat", daemon=True)
+            self._thread.start()
+        self._wake.set()  # its first beat now: a trial without one is never found stale
+
+    def release(self, trial: optuna.Trial) -> None:
+        with self._lock:
+            self._held.pop(trial._trial_id, None)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            with self._lock:
+                held = list(self._held)
+            for tid in held:
+                try:
+                    self.rdb.record_heartbeat(tid)
+                except Exception:  # the server is away: the main thread's next call waits for it or says so
+                    break
+            self._wake.wait(self.interval_s)
+
+    def close(self) -> None:
+        """Stop beating; the trials still held (a run stopped mid-step) are failed and asked again at once."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        with self._lock:
+            held, self._held = dict(self._held), {}
+        callback = self.rdb.get_heartbeat_stale_trial_callback()
+        for tid, study in held.items():
+            try:
+                if self.rdb.set_trial_state_values(tid, TrialState.FAIL) and callback is not None:
+                    callback(study, copy.deepcopy(self.rdb.get_trial(tid)))
+            except Exception:  # finished meanwhile, or the server is gone: its heartbeat goes stale instead
+                continue
+
+
+class StudyStorage:
+    """An opened study storage: the RDBStorage, the heartbeats of this process's trials, and reads across its
+    studies. Close it at the end of a run."""
+
+    def __init__(self, url: str, rdb: _Reconnecting, liveness: Liveness):
+        self.url = url
+        self.rdb = rdb
+        self.liveness = liveness
+        self.heartbeats = Heartbeats(rdb, liveness.heartbeat_s)
+
+    @property
+    def shown(self) -> str:
+        return shown_url(self.url)
+
+    @property
+    def shared(self) -> bool:
+        """A database server other machines may use too (not a SQLite file)."""
+        return not self.url.startswith("sqlite")
+
+    def finished_since(self, after: int, unfinished: set[int]) -> list[tuple[int, int, int, TrialState,
+                                                                            float | None, dict[str, Any]]]:
+        return self.rdb.finished_since(after, unfinished)
+
+    def close(self) -> None:
+        self.heartbeats.close()
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite:"):
         path = url.split(":///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        kwargs = {"connect_args": {"timeout": 60}}
+        return {"connect_args": {"timeout": 60}}
+    from sqlalchemy.engine import make_url
+
+    given = set(make_url(url).query)
+    args: dict[str, Any] = {}
+    if url.startswith("postgresql"):
+        # a dead peer is found within ~30 s instead of the system's TCP timeouts (minutes)
+        defaults = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                    "keepalives_count": 3}
+        args = {k: v for k, v in defaults.items() if k not in given}
+    # pooled connections a server restart closed are replaced before use
+    return {"pool_pre_ping": True, "connect_args": args}
+
+
+def open_storage(url: str, liveness: Liveness | None = None) -> StudyStorage:
+    liveness = liveness or Liveness()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    import logging
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    kwargs = _engine_kwargs(url)
     for attempt in range(CREATE_TRIES):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+                retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=liveness.retries)
+                rdb = _Reconnecting(url, engine_kwargs=kwargs, heartbeat_interval=liveness.heartbeat_s,
+                                    grace_period=liveness.grace_s, heartbeat_stale_trial_callback=retry)
             break
+        except ImportError as e:
+            raise LuminalError(f"the study storage {shown_url(url)} needs a driver that is not installed "
+                               f"({_one_line(e.__cause__ or e)}); for PostgreSQL: "
+                               f"pip install 'luminal-onnx[distributed]' and a postgresql+psycopg:// URL") from None
         except Exception as e:
             # processes creating the same new storage at once: the losers of the race to create a table or
             # write the schema version find the schema there when they try again
             if any(m in str(e) for m in CREATE_RACE) and attempt + 1 < CREATE_TRIES:
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            raise LuminalError(f"cannot open the study storage {url}: {str(e).splitlines()[0]}") from None
+            raise LuminalError(f"cannot open the study storage {shown_url(url)}: {_one_line(e)}") from None
+    rdb.reconnect_s = liveness.reconnect_s
     if url.startswith("sqlite:"):
-        _fast_sqlite(storage)
-    return storage
+        _fast_sqlite(rdb)
+    return StudyStorage(url, rdb, liveness)
 
 
 def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
     """WAL with normal sync: a commit no longer waits for the disk (a crash loses at most the last trial)."""
     from sqlalchemy import event
 
-    def on_connect(conn, _record) -> None:
+    def on_connect(conn: Any, _record: Any) -> None:
         cur = conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
@@ -65,40 +306,32 @@ def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
     storage.engine.dispose()
 
 
-def _alive(owner: str) -> bool:
-    """Whether the process ``host:pid`` may still run: certainly not when it was on this host and is gone."""
-    host, _, pid = owner.rpartition(":")
-    if host != HOST or not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        pass
-    return True
+def ask(study: optuna.Study) -> optuna.Trial:
+    """``study.ask()``, outside Study.optimize on purpose: the tuner holds its trials' heartbeats itself."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+        return study.ask()
 
 
-def open_study(storage: optuna.storages.BaseStorage, name: str,
-               sampler: optuna.samplers.BaseSampler) -> optuna.Study:
-    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
+def fail_stale(study: optuna.Study) -> None:
+    """Fail the study's running trials whose heartbeat stopped for the grace period; each is asked again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def open_study(storage: StudyStorage, name: str, sampler: optuna.samplers.BaseSampler,
+               attrs: dict[str, Any] | None = None) -> optuna.Study:
+    """The study ``name`` (created if new), its stale trials failed, with ``attrs`` among its user attributes."""
+    study = optuna.create_study(study_name=name, storage=storage.rdb, sampler=sampler, direction="minimize",
                                 load_if_exists=True)
-    # trials left running by a tuning process on this host that was killed: fail them. A trial is claimed
-    # only once its point is sampled (inside study.ask()), so one killed before that has no owner: it is
-    # stale when no process that opened the study is alive
-    me = f"{HOST}:{os.getpid()}"
-    live = [o for o in study.user_attrs.get(OPENED_BY, []) if _alive(o)]
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = str(t.user_attrs.get("owner", ""))
-        if (owner and owner != me and not _alive(owner)) or (not owner and not live):
-            try:
-                study.tell(t.number, state=TrialState.FAIL)
-            except Exception:  # another process got there first
-                pass
-    study.set_user_attr(OPENED_BY, [o for o in live if o != me] + [me])
+    have = study.user_attrs if attrs else {}
+    for key, value in (attrs or {}).items():
+        if json.dumps(have.get(key)) != json.dumps(value):
+            study.set_user_attr(key, value)
+    fail_stale(study)
     return study
 
 
-def claim(trial: optuna.Trial) -> None:
-    """Mark the trial as this process's, so a rerun can tell a dead owner's trial from a live one."""
-    trial.set_user_attr("owner", f"{HOST}:{os.getpid()}")
+def study_name(key: str, device: str, toolchain: str) -> str:
+    return f"{PREFIX}{key}-{device}-{toolchain}"

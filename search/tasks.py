@@ -7,6 +7,8 @@ challenger replaces only by winning paired, interleaved runs.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import random
 import time
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge
@@ -23,15 +25,21 @@ from .report import FusionReport, KernelReport
 from .scheduler import TaskState
 from .space import FusionSpace, ScheduleSpace, decisions_key
 from .stats import MIN_GAIN, beats
-from .studies import claim
+from .studies import Heartbeats, ask, fail_stale
 
 MAX_ASK = 40  # proposals tried per slot before the space counts as exhausted
 ASK_S = 2.0  # and the time they may take
+SAMPLING_WAIT_S = 2.0  # at most this long a proposal waits for an earlier trial of another process to get its point
+DEFAULT_ATTR = "luminal_default_ns"  # study attribute: the default point's median time (a process's measurement)
+CONFIG_ATTR = "config"  # trial attribute: the point as the tuning cache stores it, on every verified measurement
 
 
 class StudyTask:
-    def __init__(self, name: str, study: optuna.Study | Callable[[], optuna.Study], space: Any, weight: float):
+    def __init__(self, name: str, study: optuna.Study | Callable[[], optuna.Study], space: Any, weight: float,
+                 heartbeats: Heartbeats | None = None):
         self._study = study
+        self.heartbeats = heartbeats
+        self._trial_keys: dict[int, str] = {}  # trial id -> its point's key, once its params are all set
         self.space = space
         self.rng = random.Random(name)
         self.state = TaskState(name, weight)
@@ -72,7 +80,9 @@ class StudyTask:
         return len(self.seen) + len(self.invalid) + extra >= self.space.size
 
     def ask(self, n: int) -> list[tuple[optuna.Trial, Any]]:
-        """Up to ``n`` new valid points; invalid ones are pruned and repeats answered from memory."""
+        """Up to ``n`` new valid points; invalid ones are pruned and repeats answered from memory, or from another
+        process's trial of the same point in a shared study."""
+        fail_stale(self.study)
         pending: list[tuple[optuna.Trial, Any]] = []
         keys: set[str] = set()
         t_end = time.monotonic() + ASK_S
@@ -81,23 +91,27 @@ class StudyTask:
             for _attempt in range(MAX_ASK):
                 if self._exhausted(len(keys)) or time.monotonic() > t_end:
                     break
-                trial = self.study.ask()
+                trial = self._ask()
                 point = self.space.suggest(trial)
                 k = self.key(point)
                 if k in self.invalid or not self.space.valid(point):
                     self.invalid.add(k)
                     self.pruned += 1
-                    self.study.tell(trial, state=TrialState.PRUNED)
+                    self._finish(trial, state=TrialState.PRUNED)
                     continue
                 if k in self.seen or k in keys:
                     self.cached += 1
                     m = self.seen[k][1] if k in self.seen else None
                     if m is not None and m.ok:
-                        self.study.tell(trial, m.median_ns)
+                        self._finish(trial, m.median_ns)
                     else:
-                        self.study.tell(trial, state=TrialState.PRUNED)
+                        self._finish(trial, state=TrialState.PRUNED)
                     continue
-                claim(trial)
+                other = self._taken(trial, k)
+                if other is not None:
+                    self.cached += 1
+                    self._answer(trial, other)
+                    continue
                 pending.append((trial, point))
                 keys.add(k)
                 found = True
@@ -112,11 +126,67 @@ class StudyTask:
             self.state.done = True
         return pending
 
+    def _ask(self) -> optuna.Trial:
+        trial = ask(self.study)
+        if self.heartbeats is not None:
+            self.heartbeats.hold(self.study, trial)
+        return trial
+
+    def _finish(self, trial: optuna.Trial, value: float | None = None, state: TrialState | None = None,
+                attrs: dict[str, Any] | None = None) -> None:
+        """Tell the trial and stop its heartbeat; one another process failed meanwhile (this one stalled past the
+        grace period, and the point was asked again there) is left as it is."""
+        try:
+            for key, v in (attrs or {}).items():
+                trial.set_user_attr(key, v)
+            self.study.tell(trial, value, state=None if value is not None else state, skip_if_finished=True)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+        finally:
+            if self.heartbeats is not None:
+                self.heartbeats.release(trial)
+
+    def _key_of(self, t: FrozenTrial, names: set[str]) -> str | None:
+        """The point key of another trial, once its params are all set (None while they are being sampled)."""
+        tid = t._trial_id
+        if tid not in self._trial_keys:
+            if not names <= t.params.keys():
+                return None
+            self._trial_keys[tid] = self.key(self.space.decode(t.params))
+        return self._trial_keys[tid]
+
+    def _taken(self, trial: optuna.Trial, k: str) -> FrozenTrial | None:
+        """Another trial of point ``k`` that counts instead of this one: finished, or running under an earlier id
+        (two processes that draw one point at once: the later one yields). An earlier trial still being sampled
+        is waited for, briefly, so that two processes never both miss each other."""
+        names = set(self.space.grid())
+        t_end = time.monotonic() + SAMPLING_WAIT_S
+        while True:
+            sampling = False
+            for t in self.study.get_trials(deepcopy=False):
+                if t._trial_id == trial._trial_id or t.state in (TrialState.WAITING, TrialState.FAIL):
+                    continue
+                earlier = t._trial_id < trial._trial_id
+                tk = self._key_of(t, names)
+                if tk is None:
+                    sampling |= earlier and t.state == TrialState.RUNNING
+                elif tk == k and (earlier or t.state != TrialState.RUNNING):
+                    return t
+            if not sampling or time.monotonic() > t_end:
+                return None
+            time.sleep(0.02)
+
+    def _answer(self, trial: optuna.Trial, other: FrozenTrial) -> None:
+        """A point another trial measured (its time), breaks (pruned), or is measuring (this trial failed)."""
+        if other.state == TrialState.COMPLETE and other.value is not None:
+            self._finish(trial, other.value)
+        else:
+            self._finish(trial, state=TrialState.PRUNED if other.state == TrialState.PRUNED else TrialState.FAIL)
+
     def _enqueue(self, point: Any, pending: list, keys: set[str]) -> None:
         self.study.enqueue_trial(self.space.encode(point))
-        trial = self.study.ask()
+        trial = self._ask()
         point = self.space.suggest(trial)
-        claim(trial)
         pending.append((trial, point))
         keys.add(self.key(point))
 
@@ -134,6 +204,10 @@ class StudyTask:
             return True
         return False
 
+    def config(self, point: Any) -> Any:
+        """The point as the tuning cache stores it."""
+        return point
+
     def tell(self, trial: optuna.Trial | None, point: Any, m: Measurement) -> None:
         """Record a measured point (trial None: measured outside the study)."""
         if m.status != "skipped":
@@ -142,17 +216,25 @@ class StudyTask:
             self.trials += 1
         if trial is None:
             return
-        trial.set_user_attr("status", m.status)
+        attrs: dict[str, Any] = {"status": m.status}
         if m.message:
-            trial.set_user_attr("message", m.message[:300])
+            attrs["message"] = m.message[:300]
         if m.ok:
-            self.study.tell(trial, m.median_ns)
+            attrs.update(_plain(CONFIG_ATTR, self.config(point)))
+            self._finish(trial, m.median_ns, attrs=attrs)
         elif m.status == "skipped":
-            self.study.tell(trial, state=TrialState.FAIL)
+            self._finish(trial, state=TrialState.FAIL, attrs=attrs)
         else:
             # a broken point is told as pruned: TPE ranks pruned trials below every complete one and so
             # learns to avoid the region, where failed trials would teach it nothing
-            self.study.tell(trial, state=TrialState.PRUNED)
+            self._finish(trial, state=TrialState.PRUNED, attrs=attrs)
+
+    def set_default(self, m: Measurement) -> None:
+        """The default point's measurement; its time joins the study's attributes (pulled with the winners)."""
+        self.default_m = m
+        if m.ok:
+            with contextlib.suppress(optuna.exceptions.OptunaError):
+                self.study.set_user_attr(DEFAULT_ATTR, m.median_ns)
 
     def consider(self, point: Any, m: Measurement, compare: Callable[[list[Any]], list[Measurement]]) -> bool:
         """Make ``point`` the incumbent if it beats it in paired, interleaved runs."""
@@ -212,8 +294,8 @@ class StudyTask:
 
 class KernelTask(StudyTask):
     def __init__(self, kernel: Kernel, signature: str, study: optuna.Study | Callable[[], optuna.Study],
-                 space: ScheduleSpace, count: int, note: str | None):
-        super().__init__(signature, study, space, count)
+                 space: ScheduleSpace, count: int, note: str | None, heartbeats: Heartbeats | None = None):
+        super().__init__(signature, study, space, count, heartbeats)
         self.kernel = kernel
         self.signature = signature
         self.count = count
@@ -229,12 +311,15 @@ class KernelTask(StudyTask):
 
 
 class FusionTask(StudyTask):
-    def __init__(self, study: optuna.Study, space: FusionSpace, note: str | None):
-        super().__init__("fusion", study, space, 1.0)
+    def __init__(self, study: optuna.Study, space: FusionSpace, note: str | None, heartbeats: Heartbeats | None = None):
+        super().__init__("fusion", study, space, 1.0, heartbeats)
         self.note = note
 
     def key(self, point: dict[Edge, bool]) -> str:
         return decisions_key(point)
+
+    def config(self, point: dict[Edge, bool]) -> dict[str, list[list[int]]]:
+        return {"unfused": sorted([list(e) for e, v in point.items() if not v])}
 
     def unfused(self) -> list[list[int]]:
         """The edges the incumbent plan leaves unfused."""
@@ -243,3 +328,11 @@ class FusionTask(StudyTask):
     def report(self) -> FusionReport:
         return FusionReport(len(self.space.edges), self.trials, dict(self.statuses), self.default_ns,
                             self.inc.median_ns if self.inc else None, self.unfused())
+
+
+def _plain(key: str, value: Any) -> dict[str, Any]:
+    """``{key: value}`` where the value is plain JSON (what a trial attribute and the cache hold), else ``{}``."""
+    try:
+        return {key: json.loads(json.dumps(value))}
+    except (TypeError, ValueError):
+        return {}

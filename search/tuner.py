@@ -25,12 +25,13 @@ from ..errors import LuminalError
 from ..ir.graph import Graph, Op
 from ..values import format_duration
 from .measure import Measurement, Measurer, refuse_untimed
+from .pool import pull_winners
 from .report import TuneReport
-from .samplers import make_sampler
+from .samplers import SPACE_ATTR, Transfer, make_sampler
 from .scheduler import pick, step_seconds
 from .space import FusionSpace, ScheduleSpace
 from .stats import beats
-from .studies import default_storage, open_storage, open_study
+from .studies import Liveness, default_storage, open_storage, open_study, study_name
 from .tasks import FusionTask, KernelTask
 from .timing import TimingPlan, last_level_cache_bytes
 from .worker import Cancelled
@@ -89,8 +90,8 @@ class Tuner:
                  sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
                  workers: int | None = None, timeout_s: float | None = None, plan: TimingPlan | None = None,
                  fusion: bool = True, threads: int | None = None,
-                 progress: Callable[[TuneReport], None] | None = None, trials: int | None = None,
-                 patience: int | None = None):
+                 progress: Callable[[TuneReport], None] | None = None, liveness: Liveness | None = None,
+                 trials: int | None = None, patience: int | None = None):
         from ..cache import TuningCache
 
         refuse_untimed(backend)
@@ -106,7 +107,7 @@ class Tuner:
         self.stop = _Stop()
         self.cache = cache if isinstance(cache, TuningCache) else TuningCache(cache)
         self.storage_url = storage or default_storage(self.cache.path)
-        self.storage = open_storage(self.storage_url)
+        self.storage = open_storage(self.storage_url, liveness)
         self.device, self.toolchain = backend_fingerprints(backend)
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self.batch = max(1, self.workers)
@@ -119,9 +120,11 @@ class Tuner:
         self.keep_default = False
         self.max_trials, self.patience = trials, patience
         self.report = TuneReport(model_name, backend.name, self.device.key, self.toolchain.key, sampler, seed,
-                                 budget_s, self.storage_url, str(self.cache.path),
+                                 budget_s, self.storage.shown, str(self.cache.path),
                                  reserve_s=self.clock.deadline - self.loop_end, timeout_s=self.timeout_s)
         self.sampler = sampler
+        # the gp samplers learn from the other kernels of this device and toolchain, read once per proposal for all
+        self.transfer = Transfer(self.storage, f"-{self.device.key}-{self.toolchain.key}") if sampler == "gp" else None
         self.threads = threads
         self.model_name = model_name
         self.tasks: dict[str, KernelTask] = {}
@@ -132,9 +135,9 @@ class Tuner:
         if edges:
             space = FusionSpace(edges)
             smp, note = make_sampler(sampler, seed, space, "fusion")
-            study = open_study(self.storage, f"luminal-{self.fusion_key}-{self.device.key}-{self.toolchain.key}",
+            study = open_study(self.storage, study_name(self.fusion_key, self.device.key, self.toolchain.key),
                                smp)
-            self.fusion = FusionTask(study, space, note)
+            self.fusion = FusionTask(study, space, note, self.storage.heartbeats)
             if note:
                 self.report.notes.append(note)
         self.decisions: dict[Edge, bool] = {}
@@ -157,10 +160,13 @@ class Tuner:
             if sig in self.tasks:
                 continue
             space = ScheduleSpace(self.backend, k)
-            smp, note = make_sampler(self.sampler, self.seed + int(sig[:8], 16), space, f"{k.form} kernels")
-            name = f"luminal-kernel-{sig}-{self.device.key}-{self.toolchain.key}"
-            opener = lambda name=name, smp=smp: open_study(self.storage, name, smp)
-            self.tasks[sig] = KernelTask(k, sig, opener, space, counts[sig], note)
+            smp, note = make_sampler(self.sampler, self.seed + int(sig[:8], 16), space, f"{k.form} kernels",
+                                     self.transfer)
+            name = study_name(f"kernel-{sig}", self.device.key, self.toolchain.key)
+            # its knobs join the study's attributes before its first trial: the other kernels' samplers learn from it
+            attrs = {SPACE_ATTR: [space.signature, space.described]} if space.described is not None else {}
+            opener = lambda name=name, smp=smp, attrs=attrs: open_study(self.storage, name, smp, attrs)
+            self.tasks[sig] = KernelTask(k, sig, opener, space, counts[sig], note, self.storage.heartbeats)
             self.cache.record_kernel(sig, k.form, k.canonical(),
                                      {"full": list(k.full), "nodes": [list(s) for s in k.sources]}, self.model_name)
             if note and note not in self.report.notes:
@@ -190,7 +196,7 @@ class Tuner:
                 self._record(task, sched, r)
                 task.tell(None, sched, r)
                 if sched is initial[0]:
-                    task.default_m = r
+                    task.set_default(r)
                 task.consider(sched, r, compare)
             task.state.record(task.best_ns * task.count, time.monotonic() - t0, len(initial))
             return
@@ -221,7 +227,7 @@ class Tuner:
             r = m.measure_model([(dec, scheds)], self.model_prep_s, deadline=self.loop_end)[0]
             task.tell(trial, dec, r)
             if trial is None:
-                task.default_m = r
+                task.set_default(r)
             if task.consider(dec, r, compare) and task.incumbent is not None:
                 self.decisions = dict(task.incumbent)
                 self._plan_kernels(partition(self.graph, self.decisions))
@@ -337,6 +343,10 @@ class Tuner:
             m.close()
             self.stop.restore()
             self._write_winners()
+            self.storage.close()
+        if self.storage.shared and not self.keep_default:
+            # the pool's best verified winners on this device, whichever machine measured them
+            self.report.winners_pulled = pull_winners(self.storage, self.cache, self.device, self.toolchain).written
         self._tick()
         return self._snapshot()
 
@@ -345,7 +355,8 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
          sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
          workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
          timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
-         threads: int | None = None, trials: int | None = None, patience: int | None = None) -> TuneReport:
+         threads: int | None = None, liveness: Liveness | None = None, trials: int | None = None,
+         patience: int | None = None) -> TuneReport:
     """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds, the time it takes to load
     counted (``threads``: Tuner's); at most ``trials`` trials in all, and a kernel left after ``patience`` trials
     without a gain."""
@@ -365,7 +376,7 @@ def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.
     spent = time.monotonic() - start
     tuner = Tuner(graph, backend, max(budget_s - spent, 1e-3), model_name=name, sampler=sampler, seed=seed,
                   storage=storage, cache=cache, workers=workers, timeout_s=timeout_s, plan=plan, fusion=fusion,
-                  threads=threads, progress=progress, trials=trials, patience=patience)
+                  threads=threads, progress=progress, liveness=liveness, trials=trials, patience=patience)
     tuner.clock.start, tuner.clock.budget_s = start, budget_s
     tuner.report.budget_s = budget_s
     report = tuner.run()

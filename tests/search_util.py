@@ -124,3 +124,39 @@ def small_graph() -> Graph:
     s = x.exp().mul(y).sum(axes=(1,), keepdim=True)
     t = x.mul(s.recip()).add(y).contiguous()
     return Graph([x.node, y.node], [s.node, t.node], ["s", "t"])
+
+
+class SleepKernel:
+    """Right outputs, then ``speed`` units of sleep: a fixed time that leaves the CPU to others."""
+
+    def __init__(self, kernel, schedule, unit_s):
+        self.kernel, self.schedule, self.unit_s = kernel, schedule, unit_s
+
+    def __call__(self, buffers):
+        n_in = len(self.kernel.inputs)
+        for dst, val in zip(buffers[n_in:], run_kernel(self.kernel, [np.asarray(b) for b in buffers[:n_in]])):
+            dst[...] = val
+        time.sleep(self.schedule["speed"] * self.unit_s)
+
+
+class SleepBackend(FakeBackend):
+    """Every candidate takes a fixed ``compile_s`` to build (a sleep) and runs ``speed`` x ``unit_s``: many
+    tuning processes share two cores without the cores being what limits them. ``pad`` changes nothing; it only
+    makes the space big enough for several processes to search at once."""
+
+    def __init__(self, compile_s=0.3, unit_s=0.002, speeds=(1, 2, 3, 4, 5, 6, 7, 8), pads=(0, 1, 2)):
+        super().__init__(modes=("ok",), speeds=speeds)
+        self.compile_s, self.unit_s, self.pads = compile_s, unit_s, tuple(pads)
+
+    def space(self, kernel):
+        return [Knob("speed", self.speeds), Knob("pad", self.pads)]
+
+    def default_schedule(self, kernel):
+        return {"speed": max(self.speeds), "pad": self.pads[0]}
+
+    def valid(self, kernel, schedule):
+        return True
+
+    def compile(self, items):
+        time.sleep(self.compile_s * len(items))
+        return [SleepKernel(k, s, self.unit_s) for k, s in items]

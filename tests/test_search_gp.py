@@ -272,3 +272,52 @@ def test_it_changes_one_knob_of_the_best_point_at_a_time_and_more_when_stuck(big
     study.tell(trial, 1.0)
     trial = study.ask()
     assert sum(a != b for a, b in zip(space.suggest(trial).values(), s.values())) == 1
+
+
+def _kernels(storage, k: int, trials: int = 6) -> None:
+    """``k`` kernel studies of one device and toolchain in ``storage``, each with ``trials`` timed points."""
+    from luminal.search.samplers import SPACE_ATTR
+    from luminal.search.studies import open_study
+
+    space = _space()
+    for i in range(k):
+        study = open_study(storage, f"luminal-kernel-k{i}-dev-tc", optuna.samplers.RandomSampler(seed=i),
+                           {SPACE_ATTR: [space.signature, space.described]})
+        for _ in range(trials):
+            trial = study.ask()
+            study.tell(trial, _time(space.suggest(trial)))
+
+
+@pytest.mark.parametrize("kernels", [2, 12])
+def test_the_shared_transfer_reads_what_each_sampler_would_in_queries_that_do_not_grow_with_the_kernels(
+        tmp_path, kernels):
+    from sqlalchemy import event
+
+    from luminal.search.samplers import SPACE_ATTR, Transfer
+    from luminal.search.studies import open_storage, open_study
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    _kernels(storage, kernels)
+    space = _space()
+    other_device = open_study(storage, "luminal-kernel-x-otherdev-tc", optuna.samplers.RandomSampler(seed=0),
+                              {SPACE_ATTR: [space.signature, space.described]})
+    for _ in range(3):
+        trial = other_device.ask()
+        other_device.tell(trial, _time(space.suggest(trial)))
+    mine = open_study(storage, "luminal-kernel-mine-dev-tc", ModelSampler(space, 0))
+    shared = ModelSampler(space, 0, shared=Transfer(storage, "-dev-tc"))
+    alone = ModelSampler(space, 0)
+    # the same points and times as a sampler that reads every study itself, but for the other device's
+    got = shared._other_kernels(mine)
+    want = alone._other_kernels(mine)
+    assert len(got) == kernels and len(want) == kernels + 1
+    for (gx, gy), (wx, wy) in zip(got, want):
+        np.testing.assert_array_equal(gx, wx)
+        np.testing.assert_array_equal(gy, wy)
+    # a refresh after one more trial of one kernel: a fixed number of queries, whatever the number of kernels
+    queries = []
+    event.listen(storage.rdb.engine, "before_cursor_execute", lambda *a: queries.append(a[2]))
+    _kernels(storage, 1, trials=1)
+    queries.clear()
+    assert sum(len(y) for _, y in shared._other_kernels(mine)) == kernels * 6 + 1
+    assert len(queries) <= 3, queries

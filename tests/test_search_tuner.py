@@ -24,6 +24,7 @@ from luminal.errors import LuminalError
 from luminal.search.samplers import make_sampler
 from luminal.search.scheduler import TaskState, pick, step_seconds
 from luminal.search.space import ScheduleSpace
+from luminal.search.studies import Liveness
 from luminal.search.tuner import tune
 
 PLAN = helpers.PLAN
@@ -78,10 +79,11 @@ def _script(tmp_path, budget):
         import json, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import search_util as h
+        from luminal.search.studies import Liveness
         from luminal.search.tuner import tune
         r = tune(h.small_graph(), h.FakeBackend(modes=("ok", "wrong")), {budget}, sampler="random", seed=3,
                  cache={str(tmp_path / 'tuning.db')!r}, storage="sqlite:///{tmp_path / 'studies.db'}",
-                 timeout_s=0.5, plan=h.PLAN, workers=1)
+                 timeout_s=0.5, plan=h.PLAN, workers=1, liveness=Liveness(heartbeat_s=1, grace_s=2))
         print(json.dumps(r.to_json()))
     """
     path = tmp_path / "run.py"
@@ -117,14 +119,19 @@ def test_resume_after_kill(tmp_path):
         proc.wait()
     before = _kernel_study(tmp_path).get_trials()
     assert len(before) >= 4
-    _tune(tmp_path, helpers.FakeBackend(modes=("ok", "wrong")), 6, sampler="random", seed=3, workers=1)
+    time.sleep(3)  # past the grace period of the killed process's heartbeats
+    _tune(tmp_path, helpers.FakeBackend(modes=("ok", "wrong")), 6, sampler="random", seed=3, workers=1,
+          liveness=Liveness(heartbeat_s=1, grace_s=2))
     after = _kernel_study(tmp_path).get_trials()
     assert len(after) > len(before)
-    # the earlier trials are still there, unchanged, and none is left running
+    # the earlier trials are still there, unchanged, and none is left running: a trial the killed process held
+    # failed, and its point was asked again
     for old, new in zip(before, after):
         assert (old.number, old.params) == (new.number, new.params)
         if old.state is TrialState.COMPLETE:
             assert new.state is TrialState.COMPLETE and new.value == old.value
+        if old.state is TrialState.RUNNING and new.state is TrialState.FAIL:
+            assert any(t.system_attrs.get("failed_trial") == old.number for t in after)
     assert not [t for t in after if t.state is TrialState.RUNNING]
 
 
@@ -299,29 +306,44 @@ def test_processes_creating_one_new_study_storage_at_once_all_open_it(tmp_path):
         assert [q.get(timeout=5) for _ in procs] == ["ok"] * 4
 
 
-def _ask_and_die(url):
-    from luminal.search.studies import open_storage, open_study
+def _hold_and_die(url, liveness):
+    from luminal.search.studies import ask, open_storage, open_study
 
-    study = open_study(open_storage(url), "s", optuna.samplers.RandomSampler(seed=0))
-    study.ask()  # killed before the point was sampled and claimed: a RUNNING trial with no owner
+    storage = open_storage(url, liveness)
+    study = open_study(storage, "s", optuna.samplers.RandomSampler(seed=0))
+    trial = ask(study)
+    trial.suggest_int("x", 0, 9)
+    storage.heartbeats.hold(study, trial)
+    time.sleep(1.5)  # a beat or two, then killed mid-trial
     os._exit(0)
 
 
-def test_a_trial_asked_by_a_killed_process_before_its_claim_is_failed_on_resume(tmp_path):
+def test_a_trial_whose_process_stopped_beating_is_failed_after_the_grace_period_and_asked_again(tmp_path):
     import multiprocessing as mp
 
-    from luminal.search.studies import open_storage, open_study
+    from luminal.search.studies import Liveness, ask, open_storage, open_study
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    p = mp.get_context("fork").Process(target=_ask_and_die, args=(url,))
+    liveness = Liveness(heartbeat_s=1, grace_s=2)
+    p = mp.get_context("fork").Process(target=_hold_and_die, args=(url, liveness))
     p.start()
     p.join(60)
-    study = open_study(open_storage(url), "s", optuna.samplers.RandomSampler(seed=0))
-    assert [t.state for t in study.get_trials()] == [TrialState.FAIL]
-    # a live process's unclaimed trial is left alone
-    study.ask()
-    again = open_study(open_storage(url), "s", optuna.samplers.RandomSampler(seed=0))
-    assert [t.state for t in again.get_trials()] == [TrialState.FAIL, TrialState.RUNNING]
+    storage = open_storage(url, liveness)
+    # a live process's trial, beating, is left alone
+    live = open_study(storage, "s", optuna.samplers.RandomSampler(seed=1))
+    mine = ask(live)
+    mine.suggest_int("x", 0, 9)
+    storage.heartbeats.hold(live, mine)
+    time.sleep(liveness.grace_s + 1.5)
+    study = open_study(storage, "s", optuna.samplers.RandomSampler(seed=0))
+    dead, held, again = study.get_trials()
+    assert (dead.state, held.state, again.state) == (TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)
+    assert again.params == dead.params and again.system_attrs["failed_trial"] == dead.number
+    assert ask(study).params == dead.params  # the point is asked again
+    storage.close()  # a run that stops holding a trial: failed, and asked again at once
+    trials = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert [t.state for t in trials].count(TrialState.RUNNING) == 1  # the point asked again above, held by no one
+    assert any(t.system_attrs.get("failed_trial") == held.number and t.state is TrialState.WAITING for t in trials)
 
 
 def test_kernels_are_timed_after_a_flush_only_when_the_weights_outgrow_the_cache():
