@@ -1,7 +1,7 @@
 """Fuzz luminal's commands with damaged model files, tuning caches and command-line values.
 
     python benchmarks/fuzz.py [--seed 0] [--count 100] [--workers 2] [--families model,cache,cli]
-                              [--timeout 30] [--max-memory 4G] [--out fuzz-out] [--json fuzz-out/summary.json]
+                              [--timeout 60] [--max-memory 4G] [--out fuzz-out] [--json fuzz-out/summary.json]
 
 Each case is one ``luminal`` command (check, inspect, compile, tune, bench, cache ...) on a mutant: a model
 with flipped bytes or a bent graph (odd names, attribute types, dims, dtypes, ops, opsets, bombs), a cache
@@ -51,7 +51,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--count", type=int, default=100, help="cases per family")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--families", type=_families, default=FAMILIES)
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per case")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
     p.add_argument("--max-memory", type=_bytes, default=4 << 30, help="address space per case, e.g. 4G")
     p.add_argument("--out", type=Path, default=Path("fuzz-out"), help="folder for failing cases")
     p.add_argument("--json", type=Path, default=None, help="summary file (default: OUT/summary.json)")

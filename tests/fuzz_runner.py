@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import io
 import multiprocessing.process
 import os
 import re
@@ -20,6 +21,7 @@ import shlex
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -93,19 +95,18 @@ class Result:
 
 @dataclass(frozen=True)
 class Limits:
-    timeout: float = 30.0
+    timeout: float = 60.0
     max_memory: int = 4 << 30  # bytes of address space per case
 
 
 @dataclass
 class Workspace:
-    """Folders shared by every case of a run."""
+    """Folders shared by every case of a run; the compiled kernels are shared by every run of the machine."""
 
     root: Path
-    c_cache: Path = field(init=False)
+    c_cache: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "luminal-fuzz-c-cache")
 
     def __post_init__(self) -> None:
-        self.c_cache = self.root / "c-cache"
         for d in (self.root, self.c_cache, self.root / "cases"):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
@@ -154,6 +155,11 @@ def _child(app: typer.Typer, case: Case, case_dir: Path, ws: Workspace, limits: 
         stderr = os.open(out_dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, target)
+        # the worker's sys.stdout may not be fd 1 (pytest's capture): write where the installed script would
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                                       errors="backslashreplace", line_buffering=True)
         try:
             _isolate(case, case_dir, ws, limits)
         except BaseException:
