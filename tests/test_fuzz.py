@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fuzz_cases import Base, Context, make_case
 from fuzz_runner import Case, Limits, Outcome, classify, oracles, signature
+from fuzz_seeds import load_seeds
 from fuzzing import FuzzConfig, Summary, run_fuzz
 
-CASES_PER_FAMILY = 100
+CASES_PER_FAMILY = 80
 
 
 def _describe(summary: Summary) -> str:
@@ -36,6 +38,14 @@ def test_outcomes_are_classified():
              f'  File "{Path(__file__).parent.parent}/ir/passes.py", line 42, in g\n    x[k]\nKeyError: \'a\'\n')
     case = Case("model", 0, "", ("check", "m.onnx"))
     assert signature(case, Outcome.TRACEBACK, 1, trace) == "check | KeyError | ir/passes.py:42"
+
+
+def test_a_case_is_made_again_from_its_seed_and_index(tmp_path: Path):
+    seeds = tuple(load_seeds())
+    ctx = Context(7, seeds, seeds[0], Base(b"", b"{}\n", b"{}", "0000"), {}, tmp_path)
+    first = [make_case("model", i, ctx) for i in range(30)]
+    assert first == [make_case("model", i, ctx) for i in range(30)]
+    assert len({c.files for c in first}) > 25  # and the cases differ from one another
 
 
 def test_oracles_see_what_exit_codes_hide(tmp_path: Path):
