@@ -37,19 +37,50 @@ def parse_shape_value(value: object, what: str) -> Shape:
     return dims[0] if len(dims) == 1 else dims
 
 
-def parse_shape_args(spec: list[str] | None) -> dict[str, Shape]:
-    """``--shape batch=1,seq=128`` and ``--shape x=1x3x48x320`` (the option may repeat) into {name: shape}."""
-    out: dict[str, Shape] = {}
+def parse_shape_sizes(spec: list[str] | None) -> dict[str, list[Shape]]:
+    """Every size ``--shape`` gives each name, in order: ``batch=1,seq=128`` gives two names; an item without ``=``
+    is one more size of the name before it (``seq=16,32,64``); a name given again by a repeated option adds a size
+    (``--shape seq=16 --shape seq=128``)."""
+    out: dict[str, list[Shape]] = {}
     for item in spec or []:
+        name = None
         for part in item.split(","):
             part = part.strip()
             if not part:
                 continue
-            name, sep, value = part.partition("=")
-            if not sep or not name.strip():
+            key, sep, value = part.partition("=")
+            if sep:
+                name = key.strip()
+            elif name is None:
                 raise LuminalError(f"bad --shape {part!r}: expected name=value or input=AxBxC")
-            out[name.strip()] = parse_shape_value(value.strip(), f"bad --shape {part!r}")
+            else:
+                value = part
+            if not name:
+                raise LuminalError(f"bad --shape {part!r}: expected name=value or input=AxBxC")
+            size = parse_shape_value(value.strip(), f"bad --shape {part!r}")
+            sizes = out.setdefault(name, [])
+            if size not in sizes:
+                sizes.append(size)
     return out
+
+
+def parse_shape_sets(spec: list[str] | None) -> list[dict[str, Shape]]:
+    """One {name: shape} per combination of the sizes ``--shape`` gives (see parse_shape_sizes), the last name
+    varying fastest: ``--shape batch=1,2 --shape seq=16,32`` is four."""
+    sets: list[dict[str, Shape]] = [{}]
+    for name, sizes in parse_shape_sizes(spec).items():
+        sets = [{**s, name: size} for s in sets for size in sizes]
+    return sets
+
+
+def parse_shape_args(spec: list[str] | None) -> dict[str, Shape]:
+    """``--shape batch=1,seq=128`` and ``--shape x=1x3x48x320`` (the option may repeat) into {name: shape}, where
+    one size per name is wanted."""
+    sizes = parse_shape_sizes(spec)
+    several = [f"{name}={','.join(map(format_shape, v))}" for name, v in sizes.items() if len(v) > 1]
+    if several:
+        raise LuminalError(f"--shape {' '.join(several)}: this command takes one size per dimension")
+    return {name: v[0] for name, v in sizes.items()}
 
 
 def format_shape(shape: Shape) -> str:

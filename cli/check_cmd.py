@@ -26,7 +26,7 @@ from .common import (
     max_memory_of,
     shown,
 )
-from .project import backend_of, jobs
+from .project import backend_of, jobs, shapes_label
 
 if TYPE_CHECKING:
     from .modelcheck import CheckReport
@@ -83,11 +83,13 @@ def check(
                              max_memory=max_memory_of(max_memory))
         reports.append(report)
         if json_path != "-":
-            _show(report, f"{job.path}: {backend} vs onnxruntime (atol {job.atol:g}, rtol {job.rtol:g}, seed {seed})")
+            sizes = f" at {shapes_label(job.shapes)}" if len(todo) > 1 and job.shapes else ""
+            _show(report, f"{job.path}{sizes}: {backend} vs onnxruntime (atol {job.atol:g}, rtol {job.rtol:g}, "
+                          f"seed {seed})")
     if json_path:
         data = [dict(asdict(rep), ok=rep.ok) for rep in reports]
-        emit_json(data[0] if model is not None else {"ok": all(rep.ok for rep in reports), "models": data},
-                  json_path)
+        one = model is not None and len(data) == 1  # several --shape sizes: one report each
+        emit_json(data[0] if one else {"ok": all(rep.ok for rep in reports), "models": data}, json_path)
     if junit_path:
         from .junit import check_cases, write_junit
 

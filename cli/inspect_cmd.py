@@ -22,7 +22,7 @@ from .common import (
     printable,
     shown,
 )
-from .project import chosen_models
+from .project import one_model
 
 if TYPE_CHECKING:
     from ..frontend_onnx import IOInfo
@@ -96,7 +96,7 @@ def inspect_cmd(
     """Show the model's ONNX ops, its primitives before and after the passes, and its inputs and outputs."""
     from ..ir import format_graph
 
-    (chosen,) = chosen_models(model, shape, load_config())
+    chosen = one_model(model, shape, load_config())
     data, graph = inspect_model(model, chosen.shapes, max_memory_of(max_memory))
     if kernels:
         from ..runtime.report import kernel_table

@@ -257,21 +257,29 @@ def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str
     """Run the model on onnxruntime and on a luminal backend with the same seeded inputs; a model that needs
     more than ``max_memory`` bytes (default: the memory available) is refused before either runs."""
     from ..frontend_onnx.loader import Unbound, load_model
+    from ..frontend_onnx.registry import DataDependent
+    from .dynamic_run import declared_inputs, run_dynamic
 
     if backend not in BACKENDS:
         raise LuminalError(f"backend {backend!r} is not available (available: {', '.join(sorted(BACKENDS))})")
     proto = load_model_proto(path)
     t0 = time.perf_counter()
-    imported = load_model(path, shapes, Unbound.WARN, max_memory=max_memory)
+    try:
+        imported = load_model(path, shapes, Unbound.WARN, max_memory=max_memory)
+        graph, inputs, warnings = imported.graph, list(imported.inputs), list(imported.warnings)
+    except DataDependent:  # output sizes the data decides: run in segments, as a session does
+        graph = None
+        inputs, warnings = declared_inputs(path, shapes)
     t1 = time.perf_counter()
-    feeds = make_inputs(list(imported.inputs), proto, seed)
+    feeds = make_inputs(inputs, proto, seed)
     del proto
     report = CheckReport(model=str(path), backend=backend, atol=atol, rtol=rtol, seed=seed,
                          inputs={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
-                         warnings=list(getattr(imported, "warnings", []) or []))
+                         warnings=warnings)
     want = run_onnxruntime(str(path), feeds)
     t2 = time.perf_counter()
-    got = run_backend(imported.graph, feeds, backend, open_cache(cache) if backend != "reference" else None)
+    got = (run_dynamic(path, feeds, backend, cache) if graph is None else
+           run_backend(graph, feeds, backend, open_cache(cache) if backend != "reference" else None))
     t3 = time.perf_counter()
     report.outputs = compare_outputs(got, want, atol, rtol)
     report.seconds = {"import": round(t1 - t0, 3), "onnxruntime": round(t2 - t1, 3), backend: round(t3 - t2, 3)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL, Config, ModelConfig, models_of, resolve
 from ..errors import LuminalError
-from ..values import Shape, non_negative, parse_shape_args
+from ..values import Shape, format_shape, non_negative, parse_shape_sets
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,24 @@ def chosen_models(model: str | None, shape: list[str] | None, config: Config | N
     known = {m.path: m for m in config.models} if config else {}
     found = known.get(path.resolve()) if path.is_file() else None
     name = found.name if found else path.stem
-    shapes = parse_shape_args(shape) if shape else dict(found.shapes) if found else {}
+    sets = parse_shape_sets(shape) if shape else [dict(found.shapes) if found else {}]
     atol = found.atol if found else config.atol if config else None
     rtol = found.rtol if found else config.rtol if config else None
-    return [ModelConfig(name, path, shapes, atol, rtol)]
+    return [ModelConfig(f"{name} ({shapes_label(s)})" if len(sets) > 1 else name, path, s, atol, rtol)
+            for s in sets]
+
+
+def shapes_label(shapes: dict[str, Shape]) -> str:
+    return ", ".join(f"{k}={format_shape(v)}" for k, v in shapes.items())
+
+
+def one_model(model: str | None, shape: list[str] | None, config: Config | None) -> ModelConfig:
+    """The one model (and one size per dim) of a command that acts on one."""
+    chosen = chosen_models(model, shape, config)
+    if len(chosen) != 1:
+        raise LuminalError(f"this command takes one model and one size per dimension, got {len(chosen)}: "
+                           + "; ".join(m.name for m in chosen))
+    return chosen[0]
 
 
 def jobs(model: str | None, shape: list[str] | None, config: Config | None, atol: float | None = None,

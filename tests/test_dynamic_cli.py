@@ -1,0 +1,100 @@
+"""Several sizes on the command line (``--shape seq=16,32``, or the option repeated), and ``luminal check`` on
+models whose sizes vary: a detector ending in NonMaxSuppression and a text model, at three sizes each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from cli_util import invoke
+from onnx import TensorProto, helper, numpy_helper
+
+from luminal.cli import check_cmd, inspect_cmd
+from luminal.errors import LuminalError
+from luminal.values import parse_shape_args, parse_shape_sets
+
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+
+
+def test_a_comma_item_without_a_name_is_one_more_size_of_the_name_before():
+    assert parse_shape_sets(["batch=1,seq=16,32"]) == [{"batch": 1, "seq": 16}, {"batch": 1, "seq": 32}]
+    assert parse_shape_sets(["seq=16", "seq=128"]) == [{"seq": 16}, {"seq": 128}]
+    assert parse_shape_sets(["batch=1,2", "x=1x3x8x8"]) == [{"batch": 1, "x": (1, 3, 8, 8)},
+                                                          {"batch": 2, "x": (1, 3, 8, 8)}]
+    assert parse_shape_sets(["x=1x3x8x8,1x3x16x16"]) == [{"x": (1, 3, 8, 8)}, {"x": (1, 3, 16, 16)}]
+    assert parse_shape_args(["batch=1,seq=128"]) == {"batch": 1, "seq": 128}
+    with pytest.raises(LuminalError, match="one size per dimension"):
+        parse_shape_args(["seq=16,32"])
+    with pytest.raises(LuminalError, match="expected name=value"):
+        parse_shape_sets(["16,seq=3"])
+
+
+def _detector(path: Path) -> Path:
+    """A small conv head exported from torch, with NonMaxSuppression and the kept boxes added by onnx.helper."""
+    torch = pytest.importorskip("torch")
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                            torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), torch.nn.ReLU())
+            self.box, self.score = torch.nn.Conv2d(8, 4, 1), torch.nn.Conv2d(8, 1, 1)
+
+        def forward(self, img):
+            f = self.body(img)
+            b = self.box(f).flatten(2).transpose(1, 2)
+            xy, wh = b[..., :2] * 4, b[..., 2:].exp() * 2
+            return torch.cat([xy - wh, xy + wh], dim=-1), torch.sigmoid(self.score(f).flatten(2))
+
+    head = path.with_name("head.onnx")
+    torch.onnx.export(Head(), torch.randn(1, 3, 16, 16), str(head), input_names=["img"],
+                      output_names=["boxes", "scores"], dynamic_axes={"img": {2: "h", 3: "w"}}, opset_version=17,
+                      dynamo=False)
+    m = onnx.load(str(head))
+    g = m.graph
+    g.initializer.extend([numpy_helper.from_array(np.array([50], np.int64), "nms_max"),
+                          numpy_helper.from_array(np.array([0.9], np.float32), "nms_iou"),
+                          numpy_helper.from_array(np.array([0.4], np.float32), "nms_thr"),
+                          numpy_helper.from_array(np.int64(2), "nms_col"),
+                          numpy_helper.from_array(np.array([0], np.int64), "nms_axis")])
+    g.node.extend([helper.make_node("NonMaxSuppression", ["boxes", "scores", "nms_max", "nms_iou", "nms_thr"],
+                                    ["selected"]),
+                   helper.make_node("Gather", ["selected", "nms_col"], ["keep"], axis=1),
+                   helper.make_node("Squeeze", ["boxes", "nms_axis"], ["boxes2d"]),
+                   helper.make_node("Gather", ["boxes2d", "keep"], ["det_boxes"], axis=0)])
+    del g.output[:]
+    g.output.extend([helper.make_tensor_value_info("det_boxes", TensorProto.FLOAT, ["k", 4]),
+                     helper.make_tensor_value_info("selected", TensorProto.INT64, ["k", 3])])
+    onnx.save(m, str(path))
+    return path
+
+
+def _check(path: Path, *shapes: str) -> dict:
+    args = ["check", str(path), "--backend", "cpu", "--json", "-"]
+    for s in shapes:
+        args += ["--shape", s]
+    r = invoke(check_cmd, args=args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_detector_with_nms_passes_check_at_three_sizes(tmp_path):
+    report = _check(_detector(tmp_path / "det.onnx"), "h=16,32,48", "w=24")
+    assert report["ok"] and len(report["models"]) == 3
+    assert [m["inputs"]["img"]["shape"] for m in report["models"]] == [[1, 3, 16, 24], [1, 3, 32, 24], [1, 3, 48, 24]]
+    kept = [m["outputs"][0]["shape"][0] for m in report["models"]]
+    assert all(o["ok"] for m in report["models"] for o in m["outputs"]) and max(kept) > 1
+
+
+def test_text_model_passes_check_at_three_sequence_lengths():
+    report = _check(MODELS / "bert-small-torchscript.onnx", "batch=1", "seq=8", "seq=16", "seq=33")
+    assert report["ok"] and [m["inputs"]["input_ids"]["shape"] for m in report["models"]] == [[1, 8], [1, 16], [1, 33]]
+
+
+def test_a_command_on_one_size_refuses_several_in_one_line():
+    r = invoke(inspect_cmd, args=["inspect", str(MODELS / "bert-small-torchscript.onnx"), "--shape", "seq=8,16"])
+    assert r.exit_code == 2 and "one size per dimension" in r.output and "Traceback" not in r.output
