@@ -68,13 +68,25 @@ def compile_(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
+    from ..frontend_onnx.loader import unbound_dims
+    from .compile_dynamic import run_compile_dynamic, show_dynamic
+
     config = load_config()
-    (chosen,) = chosen_models(model, shape, config)
-    r = run_compile(model, backend_of(backend, config, "auto"), chosen.shapes, out, cache_of(cache, config))
+    chosen = chosen_models(model, shape, config)
+    name, tc = backend_of(backend, config, "auto"), cache_of(cache, config)
+    if out and (len(chosen) > 1 or unbound_dims(model, chosen[0].shapes)):  # sizes known only at run time
+        r = run_compile_dynamic(model, name, [c.shapes for c in chosen], out, tc)
+        if as_json:
+            emit_json(r)
+        else:
+            show_dynamic(r)
+        return
+    results = [run_compile(model, name, c.shapes, out, tc) for c in chosen]
     if as_json:
-        emit_json(r)
+        emit_json(results[0] if len(results) == 1 else {"models": results})
     else:
-        _show(r)
+        for r in results:
+            _show(r)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import LuminalError
 from .dynamic import DynamicModel
+from .dynamic_artifact import is_dynamic_artifact, load_dynamic_artifact
 from .feeds import IOSpec, constrain
 from .model import CompiledModel
 from .variants import DEFAULT_SIZE, VariantStats
@@ -45,7 +46,9 @@ class InferenceSession:
         from .compile import resolve_backend
 
         p = Path(path_or_artifact_dir)
-        if p.is_dir():
+        if p.is_dir() and is_dynamic_artifact(p):
+            self._model = load_dynamic_artifact(p, backend, threads, cache, variants)
+        elif p.is_dir():
             from .artifact import load_artifact
 
             compiled = load_artifact(p, backend, threads=threads)

@@ -98,3 +98,31 @@ def test_text_model_passes_check_at_three_sequence_lengths():
 def test_a_command_on_one_size_refuses_several_in_one_line():
     r = invoke(inspect_cmd, args=["inspect", str(MODELS / "bert-small-torchscript.onnx"), "--shape", "seq=8,16"])
     assert r.exit_code == 2 and "one size per dimension" in r.output and "Traceback" not in r.output
+
+
+def test_compile_without_sizes_writes_an_artifact_that_compiles_at_run_time(tmp_path):
+    import shutil
+
+    from runtime_util import make_model
+
+    from luminal.cli import compile_cmd
+    from luminal.runtime.session import InferenceSession
+
+    src = make_model(tmp_path / "m.onnx")
+    r = invoke(compile_cmd, args=["compile", str(src), "--backend", "cpu"])
+    assert r.exit_code == 2 and "batch" in r.output and "--shape" in r.output  # no -o: one static plan, refused
+    lazy, ready = tmp_path / "lazy", tmp_path / "ready"
+    assert invoke(compile_cmd, args=["compile", str(src), "--backend", "cpu", "-o", str(lazy)]).exit_code == 0
+    r = invoke(compile_cmd, args=["compile", str(src), "--backend", "cpu", "--shape", "batch=2,3", "-o", str(ready),
+                                  "--json"])
+    assert r.exit_code == 0 and [v["shapes"] for v in json.loads(r.output)["variants"]] == [{"batch": 2}, {"batch": 3}]
+    moved = shutil.move(str(src), str(tmp_path / "elsewhere.onnx"))  # the artifact carries its model
+    want = InferenceSession(moved, backend="cpu")
+    for art, misses in ((lazy, 2), (ready, 0)):
+        sess = InferenceSession(art)
+        assert sess.get_inputs()[0].shape == ["batch", 8]
+        for batch in (2, 3):
+            x = np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)
+            for got, ref in zip(sess.run(None, {"x": x}), want.run(None, {"x": x})):
+                np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+        assert sess.variant_stats.misses == misses
