@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import LuminalError
+from .errors import LuminalError, require_file
 from .values import Shape, at_least, non_negative, parse_duration, parse_fraction, parse_shape_value
 
 BACKENDS = ("auto", "cuda", "cpu", "interpret", "reference")
@@ -193,9 +193,7 @@ def _parse_file(path: Path, data: dict[str, Any]) -> Config | None:
 
 def read_config_file(path: Path) -> Config | None:
     """A luminal.toml (keys at top level) or a pyproject.toml (keys under [tool.luminal]; None when absent)."""
-    path = Path(path)
-    if not path.is_file():
-        raise LuminalError(f"config file {str(path)!r} not found")
+    path = require_file(path, "config file")
     return _parse_file(path, _read_toml(path))
 
 

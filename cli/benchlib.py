@@ -10,7 +10,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,10 +75,20 @@ def parse_against(text: str | None) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- runners
 
-def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray], settings: Settings) -> Runner:
-    """The model compiled by luminal with the tuning cache's winners (the ``reference`` backend runs the numpy
-    reference executor instead: correct, never fast, for tests)."""
+def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray], settings: Settings,
+                   artifact: Path | None = None) -> Runner:
+    """The model compiled by luminal with the tuning cache's winners, or as ``artifact`` holds it (the ``reference``
+    backend runs the numpy reference executor instead: correct, never fast, for tests)."""
     graph = imported.graph
+    if artifact is not None:
+        from ..runtime.artifact import load_artifact
+
+        compiled = load_artifact(artifact, threads=settings.threads)
+        names = [o.name for o in compiled.outputs]
+        call = lambda: compiled.run(feeds)
+        return Runner(SUBJECT, call, lambda: dict(zip(names, call())),
+                      {"backend": compiled.backend.name, "artifact": str(artifact)},
+                      lambda trace: profile_kernels(compiled, feeds, model.name, trace))
     if settings.backend == "reference":
         from ..ir import run_reference
 
@@ -233,8 +243,13 @@ def bench_model(model: BenchModel, settings: Settings,
     """Parity first, then timings (and the kernels' spans into ``trace``). When luminal's outputs are wrong the
     entry has status "wrong-outputs", a "message", and no timings."""
     from ..frontend_onnx.loader import Unbound, load_model
+    from ..runtime.artifact import is_artifact, source_model
     from .modelcheck import load_model_proto, make_inputs
 
+    artifact = None
+    if is_artifact(model.path):  # compiled by compile -o: timed as it loads, compared on the model it came from
+        artifact, (onnx_path, shapes) = model.path, source_model(model.path)
+        model = replace(model, path=onnx_path, shapes=shapes)
     proto = load_model_proto(str(model.path))  # refuses a missing or unreadable file
     t0 = time.perf_counter()
     imported = load_model(model.path, model.shapes, Unbound.WARN)
@@ -242,14 +257,14 @@ def bench_model(model: BenchModel, settings: Settings,
     del proto
     t1 = time.perf_counter()
     gpu = settings.backend == "cuda"
-    subject = luminal_runner(model, imported, feeds, settings)
+    subject = luminal_runner(model, imported, feeds, settings, artifact)
     t2 = time.perf_counter()
     peers, skipped = _peers(model, feeds, settings, gpu)
     reference = next((p for p in peers if p.name == "onnxruntime"), None)
     reference = reference or onnxruntime_runner(model, feeds, settings, gpu)
     entry: dict[str, Any] = {
         "name": model.name,
-        "path": str(model.path),
+        "path": str(artifact or model.path),
         "shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in model.shapes.items()},
         "inputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
         "warnings": [str(w) for w in getattr(imported, "warnings", []) or []],

@@ -56,7 +56,8 @@ def _show(report: CheckReport, title: str) -> None:
 
 
 def check(
-    model: str = typer.Argument(None, help="The ONNX model file (default: the models of \\[tool.luminal])."),
+    model: str = typer.Argument(None, help="The ONNX model file, or an artifact folder (compile -o) (default: the "
+                                            "models of \\[tool.luminal])."),
     shape: list[str] = SHAPE_OPT,
     backend: str = typer.Option(None, "--backend",
                                 help="The luminal backend to check: auto, cpu, cuda, interpret or reference (the numpy "
@@ -71,7 +72,8 @@ def check(
     max_memory: str = MAX_MEMORY_OPT,
 ) -> None:
     """Compare luminal's outputs with onnxruntime's on the same seeded random inputs."""
-    from .modelcheck import check_model
+    from ..runtime.artifact import is_artifact
+    from .modelcheck import check_artifact, check_model
 
     config = load_config()
     todo = jobs(model, shape, config, atol, rtol)
@@ -79,12 +81,15 @@ def check(
     cache_path = cache_of(cache, config)  # where tune put winners
     reports = []
     for job in todo:
-        report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache_path,
-                             max_memory=max_memory_of(max_memory))
+        if is_artifact(job.path):  # the kernels compile -o built, as they load
+            report = check_artifact(str(job.path), job.atol, job.rtol, seed)
+        else:
+            report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache_path,
+                                 max_memory=max_memory_of(max_memory))
         reports.append(report)
         if json_path != "-":
             sizes = f" at {shapes_label(job.shapes)}" if len(todo) > 1 and job.shapes else ""
-            _show(report, f"{job.path}{sizes}: {backend} vs onnxruntime (atol {job.atol:g}, rtol {job.rtol:g}, "
+            _show(report, f"{job.path}{sizes}: {report.backend} vs onnxruntime (atol {job.atol:g}, rtol {job.rtol:g}, "
                           f"seed {seed})")
     if json_path:
         data = [dict(asdict(rep), ok=rep.ok) for rep in reports]

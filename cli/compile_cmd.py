@@ -8,12 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from ..config import cache_of, load_config
 from ..values import Shape, format_duration
-from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors
+from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors, shown
 from .project import backend_of, chosen_models
 
 
@@ -47,15 +46,15 @@ def run_compile(model: str, backend: str, shapes: Mapping[str, Shape], out: str 
 
 
 def _show(r: dict) -> None:
-    t = Table(title=f"compiled {escape(Path(r['model']).name)} for {r['backend']}", show_header=False)
+    t = Table(title=f"compiled {shown(Path(r['model']).name)} for {r['backend']}", show_header=False)
     t.add_row("kernels", f"{r['kernels']} ({', '.join(f'{v} {k}' for k, v in sorted(r['forms'].items()))})")
     c = r["cache"]
     t.add_row("tuning cache", f"{c['hits']} hits, {c['misses']} misses" if c["used"] else "not used (defaults)")
     m = r["memory"]
     t.add_row("buffer memory", f"{m['planned_bytes']:,} B planned vs {m['intermediate_bytes']:,} B unshared")
     t.add_row("time", f"import {format_duration(r['import_s'])}, compile {format_duration(r['compile_s'])}")
-    if "artifact" in r:
-        t.add_row("artifact", escape(r["artifact"]))
+    t.add_row("artifact", shown(r["artifact"]) if "artifact" in r else "not written (-o DIR writes one that "
+                                                                          "check, bench and InferenceSession load)")
     console.print(t)
 
 
@@ -63,7 +62,8 @@ def compile_(
     model: str = typer.Argument(..., help="The ONNX model file."),
     backend: str = typer.Option(None, "--backend", help="auto, cuda, cpu or interpret (default: config, else auto)."),
     shape: list[str] = SHAPE_OPT,
-    out: str = typer.Option(None, "-o", "--output", help="Write a loadable artifact to this directory."),
+    out: str = typer.Option(None, "-o", "--output", help="Write a loadable artifact to this directory: the kernels' "
+                                                          "sources and built libraries, the weights, a manifest."),
     cache: str = CACHE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:

@@ -14,7 +14,7 @@ import onnx
 
 from ..compare import compare
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL
-from ..errors import LuminalError
+from ..errors import LuminalError, require_file
 from ..ir import Graph, run_reference
 
 # ops through which an input keeps its meaning as an index
@@ -90,8 +90,8 @@ def open_cache(path: str | None) -> Any:
     default one if present."""
     from ..cache import TuningCache, default_cache_path
 
-    if path is not None and not Path(path).is_file():
-        raise LuminalError(f"tuning cache not found: {path}")
+    if path is not None:
+        require_file(path, "tuning cache")
     if path is None and not Path(default_cache_path()).is_file():
         return None
     return TuningCache(path, readonly=True)
@@ -228,9 +228,7 @@ def run_onnx_reference(model_path: str, feeds: Mapping[str, np.ndarray]) -> dict
 # ---------------------------------------------------------------- the check
 
 def load_model_proto(path: str) -> onnx.ModelProto:
-    p = Path(path)
-    if not p.is_file():
-        raise LuminalError(f"model {path!r} not found")
+    p = require_file(path, "model")
     try:
         return onnx.load(str(p), load_external_data=False)
     except Exception as e:
@@ -286,6 +284,31 @@ def check_model(path: str, shapes: Mapping[str, Any] | None = None, backend: str
     if not report.ok:
         arbitrate(report, got, want, run_onnx_reference(str(path), feeds))
         report.seconds["onnx reference"] = round(time.perf_counter() - t3, 3)
+    return report
+
+
+def check_artifact(folder: str, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
+                   seed: int = 0) -> CheckReport:
+    """An artifact's kernels (``compile -o``), as they load, against onnxruntime on the model they were compiled
+    from, with the same seeded inputs."""
+    from ..runtime.artifact import load_artifact, source_model
+
+    model_path, _ = source_model(folder)
+    t0 = time.perf_counter()
+    compiled = load_artifact(folder, model_path=model_path)
+    t1 = time.perf_counter()
+    feeds = make_inputs(list(compiled.inputs), load_model_proto(str(model_path)), seed)
+    report = CheckReport(model=str(folder), backend=compiled.backend.name, atol=atol, rtol=rtol, seed=seed,
+                         inputs={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()})
+    want = run_onnxruntime(str(model_path), feeds)
+    t2 = time.perf_counter()
+    got = dict(zip([o.name for o in compiled.outputs], compiled.run(dict(feeds))))
+    t3 = time.perf_counter()
+    report.outputs = compare_outputs(got, want, atol, rtol)
+    report.seconds = {"load artifact": round(t1 - t0, 3), "onnxruntime": round(t2 - t1, 3),
+                      report.backend: round(t3 - t2, 3)}
+    if not report.ok:
+        arbitrate(report, got, want, run_onnx_reference(str(model_path), feeds))
     return report
 
 

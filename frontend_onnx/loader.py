@@ -7,7 +7,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..errors import LuminalError
+from ..errors import LuminalError, require_file
 from ..values import Shape
 from .dims import InputDecl, bind, declared_dims
 from .importer import ImportResult, load, read_model
@@ -47,8 +47,7 @@ def load_model(path: str | Path, shapes: Mapping[str, Shape] | None, unbound: Un
     """Import the ONNX file at ``path`` with ``shapes`` bound (optimised with ``ir.optimize`` unless
     ``optimize`` is False). LuminalError for a missing file, and for unbound dims under ``Unbound.REFUSE``
     (before importing; ``hint`` says how to give them)."""
-    if not Path(path).is_file():
-        raise LuminalError(f"model {str(path)!r} not found")
+    require_file(path, "model")
     if unbound is Unbound.REFUSE and (names := unbound_dims(path, shapes)):
         raise LuminalError(unbound_message(names, hint))
     result = load(str(path), dict(shapes or {}), optimize=optimize, max_memory=max_memory)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,46 @@ def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | 
         "kernels": kernels, "weights": {"file": "weights.npz", "dtypes": wdtypes},
         "stats": {"planned_bytes": model.planned_bytes, "intermediate_bytes": model.intermediate_bytes},
     }
+    if model.backend.name == "cpu":
+        manifest["build"] = _write_libraries(model, out)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return out
+
+
+LIBRARIES = "lib"  # the artifact's folder of built kernel libraries
+
+
+def _write_libraries(model: CompiledModel, out: Path) -> dict[str, Any]:
+    """The C kernels' shared libraries, as built, next to their sources; what a loader needs to find them again
+    (the toolchain, the CPU and the thread count they were built for: their names derive from these)."""
+    from ..codegen.c import build
+    from ..codegen.c.backend import SEQUENCE_SOURCE
+
+    tc = model.backend._toolchain()
+    if tc is None:
+        raise LuminalError(build.missing_message())
+    (out / LIBRARIES).mkdir(exist_ok=True)
+    names = []
+    for sources in (list(model.sources), [SEQUENCE_SOURCE]):
+        lib = build.library(sources, tc=tc)
+        shutil.copyfile(lib, out / LIBRARIES / lib.name)
+        names.append(lib.name)
+    return {"toolchain": {"version": tc.version, "cflags": list(tc.cflags), "ldflags": list(tc.ldflags)},
+            "cpu": build.cpu_id(), "threads": model.backend.target.threads, "libraries": names}
+
+
+def _cpu_backend(d: Path, built: dict[str, Any], threads: int | None) -> Backend:
+    """The C backend for an artifact whose kernel libraries were shipped: they load as they are where this machine's
+    compiler (or, without one, the recorded toolchain), CPU and thread count give the same names; anything else
+    rebuilds them from the sources, which needs a compiler."""
+    from ..codegen.c import build
+    from ..codegen.c.backend import CPUBackend
+    from ..target import detect_target
+
+    tc = built["toolchain"]
+    prebuilt = build.Toolchain("", str(tc["version"]), tuple(map(str, tc["cflags"])), tuple(map(str, tc["ldflags"])))
+    build.add_library_dir(d / LIBRARIES)
+    return CPUBackend(detect_target("cpu", threads if threads is not None else int(built["threads"])), prebuilt)
 
 
 def read_manifest(path: str | Path) -> dict:
@@ -93,6 +132,23 @@ def read_manifest(path: str | Path) -> dict:
     return m
 
 
+def is_artifact(path: str | Path) -> bool:
+    """A folder holding a manifest: what ``compile -o`` writes."""
+    return Path(path).is_dir() and (Path(path) / MANIFEST).is_file()
+
+
+def source_model(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The ONNX model an artifact was compiled from (where it was then) and the shapes it was compiled with."""
+    m = read_manifest(path)
+    info = m.get("model") or {}
+    recorded = info.get("path")
+    if not recorded or not Path(recorded).is_file():
+        raise LuminalError(f"artifact {path} was compiled from {recorded!r}, which is not here: comparing with "
+                           f"onnxruntime needs that model file")
+    shapes = {str(k): tuple(v) if isinstance(v, list) else v for k, v in (info.get("shapes") or {}).items()}
+    return Path(recorded), shapes
+
+
 def load_artifact(path: str | Path, backend: str | Backend | None = None,
                   model_path: str | Path | None = None, threads: int | None = None) -> CompiledModel:
     d = Path(path)
@@ -106,7 +162,9 @@ def load_artifact(path: str | Path, backend: str | Backend | None = None,
         if model_path and not recorded:
             raise LuminalError("artifact records no model hash; cannot check it against the model, recompile")
         name = m["backend"] if backend in (None, "auto") else backend
-        be = resolve_backend(name, threads)
+        built = m.get("build")
+        be = _cpu_backend(d, built, threads) if name == "cpu" and m["backend"] == "cpu" and built else \
+            resolve_backend(name, threads)
         if be.name == m["backend"]:
             theirs, ours = m.get("toolchain", {}).get("codegen"), be.toolchain().get("codegen")
             if theirs != ours:

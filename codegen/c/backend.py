@@ -97,16 +97,20 @@ int lum_kernel(void **b, int nt) {
 """
 
 
-@lru_cache(maxsize=1)
-def _sequence_fn():
-    return build.build([_SEQUENCE])[0]
+SEQUENCE_SOURCE = _SEQUENCE  # built once per toolchain: an artifact ships its library with the kernels'
+
+
+@lru_cache(maxsize=4)
+def _sequence_fn(tc: build.Toolchain | None = None):
+    return build.build([_SEQUENCE], tc=tc)[0]
 
 
 class Launch:
     """Compiled kernels bound once to fixed buffers: each run of consecutive C kernels is one call into C
     with prebuilt pointer arrays; any other launchable (a BLAS kernel, a wrapper) is called in order."""
 
-    def __init__(self, compiled: Sequence[Any], buffers: Sequence[Sequence[Any]]):
+    def __init__(self, compiled: Sequence[Any], buffers: Sequence[Sequence[Any]], tc: build.Toolchain | None = None):
+        self._tc = tc
         self._steps: list[Any] = []
         self._keep: list[Any] = [list(b) for b in buffers]
         pending: list[tuple[int, Any, int]] = []
@@ -131,7 +135,7 @@ class Launch:
         self._steps.append((None, head))
 
     def __call__(self) -> None:
-        run = _sequence_fn()
+        run = _sequence_fn(self._tc)
         for ck, arg in self._steps:
             if ck is None:
                 if run(arg, 0):
@@ -173,12 +177,15 @@ class CPUBackend:
 
     name = "cpu"
 
-    def __init__(self, target: Target | None = None):
+    def __init__(self, target: Target | None = None, prebuilt: build.Toolchain | None = None):
+        """``prebuilt``: the toolchain an artifact's kernel libraries were built with, used where no compiler is
+        found (its libraries then load without one)."""
         self.target = target or detect_target("cpu")
+        self.prebuilt = prebuilt
 
     def _toolchain(self) -> build.Toolchain | None:
         compiler = self.target.compiler
-        return build.toolchain_of(compiler) if compiler is not None else None
+        return build.toolchain_of(compiler) if compiler is not None else self.prebuilt
 
     def available(self) -> str | None:
         return None if self._toolchain() is not None else build.missing_message()
@@ -228,7 +235,7 @@ class CPUBackend:
 
     def launcher(self, compiled: Sequence[Any], buffers: Sequence[Sequence[Any]]) -> Launch:
         """The kernels bound to these (numpy) buffers, run in order by one call; buffers must stay put."""
-        return Launch(compiled, buffers)
+        return Launch(compiled, buffers, self._toolchain())
 
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         a = np.asarray(array)

@@ -28,6 +28,16 @@ STATS = {"compile": 0, "link": 0}
 _EXTRA_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-std=gnu11")
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
+# folders of prebuilt kernel libraries (artifacts'), searched before anything is compiled
+_library_dirs: list[Path] = []
+
+
+def add_library_dir(path: str | Path) -> None:
+    """Look for kernel libraries in ``path`` too: a library built there from the same sources, toolchain and CPU
+    (its name says which) is loaded without running a compiler."""
+    with _lock:
+        if Path(path) not in _library_dirs:
+            _library_dirs.append(Path(path))
 
 
 @dataclass(frozen=True)
@@ -128,17 +138,24 @@ def _compile_object(source: str, h: str, tc: Toolchain, d: Path) -> Path:
     return obj
 
 
-def build(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> list[ctypes._CFuncPtr]:
-    """Compile (with ``tc``, else the detected toolchain) and load; returns one C function per source,
-    ``int f(void **bufs, int nthreads)`` (0: ok)."""
+def library(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> Path:
+    """The shared library of ``sources`` built with ``tc`` (else the detected toolchain) for this CPU: found
+    prebuilt (an artifact's, or in the cache), else compiled into the cache."""
     tc = tc or toolchain()
     if tc is None:
         raise LuminalError(missing_message())
-    d = cache_dir()
     hashes = [source_hash(s, tc) for s in sources]
     uniq = sorted(set(hashes))
     lib_hash = hashlib.sha256((" ".join(uniq) + "|" + " ".join(tc.ldflags)).encode()).hexdigest()[:24]
-    lib = d / f"lib{lib_hash}.so"
+    name = f"lib{lib_hash}.so"
+    prebuilt = next((p / name for p in _library_dirs if (p / name).is_file()), None)
+    if prebuilt is not None:
+        return prebuilt
+    if not tc.cc:  # a toolchain read from an artifact, whose compiler is not here
+        raise LuminalError(f"{missing_message()}; the prebuilt kernels were built for another CPU, compiler or "
+                           f"thread count, so they must be rebuilt from their sources")
+    d = cache_dir()
+    lib = d / name
     if not lib.exists():
         by_hash = dict(zip(hashes, sources))
         jobs = jobs or max(1, min(len(uniq), os.cpu_count() or 1))
@@ -149,6 +166,16 @@ def build(sources: list[str], jobs: int | None = None, tc: Toolchain | None = No
             STATS["link"] += 1
         _run([tc.cc, *tc.ldflags, *map(str, objs), "-o", str(tmp), "-lm"], "link")
         os.replace(tmp, lib)
+    return lib
+
+
+def build(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> list[ctypes._CFuncPtr]:
+    """Compile (with ``tc``, else the detected toolchain) and load; returns one C function per source,
+    ``int f(void **bufs, int nthreads)`` (0: ok)."""
+    tc = tc or toolchain()
+    lib = library(sources, jobs, tc)
+    assert tc is not None
+    hashes = [source_hash(s, tc) for s in sources]
     with _lock:
         handle = _loaded.get(str(lib))
         if handle is None:
