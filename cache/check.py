@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import stat
 from pathlib import Path
 
 from ..errors import LuminalError
@@ -13,15 +13,16 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 def check_header(path: Path) -> None:
     """Raise LuminalError when ``path`` is not an intact SQLite file. Empty files pass: they become new caches."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # before any open: a FIFO blocks it forever
+            raise LuminalError(f"tuning cache {path} is not a regular file")
+        size = st.st_size
         if size == 0:
             return
         with open(path, "rb") as f:
             head = f.read(100)
     except OSError as e:
         raise LuminalError(f"cannot read tuning cache {path}: {e.strerror or e}") from None
-    if not os.path.isfile(path):
-        raise LuminalError(f"tuning cache {path} is not a regular file")
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
         raise LuminalError(f"{path} is not a luminal tuning cache (not a SQLite database)")
     page_size = int.from_bytes(head[16:18], "big")

@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import operator
 import os
 import sqlite3
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from .. import __version__
 from ..errors import LuminalError
 from . import export as export_file
-from . import schema
+from . import rows, schema
 from .check import check_header
 from .fingerprint import Fingerprint
 from .records import (
@@ -40,12 +40,14 @@ from .records import (
     to_iso,
 )
 
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
 BUSY_TIMEOUT_S = 30.0
 BATCH = 5000
 _TRIAL_COLS = ("uid", "signature", "device", "toolchain", "config", "status", "median_ns", "p10_ns", "p90_ns",
                "n_samples", "samples", "created_at")  # the fields of a Trial after its id
 _INSERT_TRIAL = f"INTO trials ({', '.join(_TRIAL_COLS)}) VALUES ({', '.join('?' * len(_TRIAL_COLS))})"
-_SELECT_TRIALS = f"SELECT id, {', '.join(_TRIAL_COLS)} FROM trials"
 _IN_SIGNATURES = " WHERE signature IN (SELECT value FROM json_each(?))"  # the signatures of a JSON list
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,6 +99,10 @@ def _speedup(default_ns: int | None, median_ns: int | None) -> float | None:
     return default_ns / median_ns if default_ns and median_ns else None
 
 
+def warn_stderr(message: str) -> None:
+    sys.stderr.write(f"warning: {message}\n")
+
+
 def _check_settled(path: Path, tries: int = 20) -> None:
     """check_header, allowing a file that another process is creating right now (a few KB, seconds
     old) to finish its first page before it is judged."""
@@ -115,14 +121,18 @@ class TuningCache:
     """Open (creating, checking or upgrading) the tuning cache at ``path``.
 
     ``path`` None means :func:`default_cache_path`. ``readonly=True`` (or a file this process
-    may not write) serves lookups only; a missing file then reads as an empty cache.
+    may not write) serves lookups only and changes nothing on disk; a missing file then reads as an
+    empty cache. A damaged row is skipped and reported once through ``warn``; opening for writes
+    refuses a file that fails SQLite's quick check.
     """
 
     def __init__(self, path: str | Path | None = None, readonly: bool = False,
-                 busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+                 busy_timeout_s: float = BUSY_TIMEOUT_S, warn: Callable[[str], None] = warn_stderr) -> None:
         self.path = Path(path).expanduser() if path is not None else default_cache_path()
         self.readonly = readonly
         self._busy_s = busy_timeout_s
+        self._warn = warn
+        self._warned: set[tuple[str, int]] = set()
         self._depth = 0
         self._memory = False
         self._fp_known: set[str] = set()  # fingerprints this connection has stored and committed
@@ -131,6 +141,8 @@ class TuningCache:
         if self.path.exists():
             if self.path.is_dir():
                 raise LuminalError(f"tuning cache {self.path} is a directory, not a file")
+            if not self.path.is_file():  # a FIFO or a device: opening it could block forever
+                raise LuminalError(f"tuning cache {self.path} is not a regular file")
             _check_settled(self.path)
             if not readonly and not os.access(self.path, os.W_OK):
                 self.readonly = True
@@ -156,10 +168,14 @@ class TuningCache:
         if self._memory:
             conn = sqlite3.connect(":memory:", isolation_level=None)
         elif self.readonly:
-            conn = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro", uri=True,
-                                   timeout=self._busy_s, isolation_level=None)
+            # Without -wal and -shm files no writer is connected (a WAL writer keeps both while it is): read the
+            # file as it is, so that a read creates no -wal / -shm beside it and works in a folder we may not write.
+            live = all(Path(f"{self.path}-{end}").exists() for end in ("wal", "shm"))
+            conn = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro{'' if live else '&immutable=1'}",
+                                   uri=True, timeout=self._busy_s, isolation_level=None)
         else:
             conn = sqlite3.connect(str(self.path), timeout=self._busy_s, isolation_level=None)
+        conn.text_factory = rows.text_factory
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_s * 1000)}")
         return conn
 
@@ -179,9 +195,14 @@ class TuningCache:
                 raise LuminalError(f"tuning cache {self.path} uses schema v{version}; open it once with write "
                                    f"access to upgrade it to v{schema.SCHEMA_VERSION}")
             return
-        self.conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: safe against crashes, not power loss
-        if self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-            raise LuminalError(f"tuning cache {self.path}: cannot switch it to WAL mode (network file system?)")
+        if version is not None:  # an existing cache: nothing changes in it until it is known sound
+            problems = self.check()
+            if problems:
+                raise LuminalError(f"tuning cache {self.path} is corrupted: it fails SQLite's integrity check "
+                                   f"({problems[0][:120]}); restore a copy or delete it")
+        self._db.execute("PRAGMA synchronous = NORMAL")  # with WAL: safe against crashes, not power loss
+        if version is None:  # a new file: WAL from the first page, so readers never see it half-made
+            self._wal()
         if version != schema.SCHEMA_VERSION:
             with self.transaction():
                 version = self._inspect()  # another process may have created or upgraded it meanwhile
@@ -189,8 +210,13 @@ class TuningCache:
                     schema.create(self._tables())
                 elif version < schema.SCHEMA_VERSION:
                     schema.migrate(self._tables(), version)
+        self._wal()  # only after an upgrade succeeded: a failed one leaves the file's header as it was
 
-    def _tables(self):
+    def _wal(self) -> None:
+        if self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+            raise LuminalError(f"tuning cache {self.path}: cannot switch it to WAL mode (network file system?)")
+
+    def _tables(self) -> Database:
         """sqlite-utils over our connection, for creating and upgrading tables (imported only then)."""
         from sqlite_utils import Database
 
@@ -199,14 +225,14 @@ class TuningCache:
     def _inspect(self) -> int | None:
         """Schema version of an existing cache, None for an empty file; foreign files raise."""
         assert self.conn is not None
-        tables = {r[0] for r in self.conn.execute(
+        tables = {r[0] for r in self._db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
         if not tables:
             return None
         meta = {}
         if "meta" in tables:
             try:
-                meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+                meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
             except sqlite3.OperationalError as e:
                 if "no such column" not in str(e):
                     raise
@@ -238,9 +264,15 @@ class TuningCache:
             return LuminalError(f"cannot open tuning cache {self.path}: {msg}")
         return LuminalError(f"tuning cache {self.path}: {msg}")
 
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self.conn is None:
+            raise LuminalError("the tuning cache is closed")
+        return self.conn
+
     def close(self) -> None:
         if self.conn is not None:
-            self.conn.close()
+            self._db.close()
             self.conn = None
 
     def __enter__(self) -> TuningCache:
@@ -263,35 +295,35 @@ class TuningCache:
             raise LuminalError(f"tuning cache {self.path} is open read-only")
         if self._depth:
             name = f"luminal_{self._depth}"
-            self.conn.execute(f"SAVEPOINT {name}")
+            self._db.execute(f"SAVEPOINT {name}")
             self._depth += 1
             try:
                 yield self
             except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute(f"ROLLBACK TO {name}")
-                    self.conn.execute(f"RELEASE {name}")
+                if self._db.in_transaction:
+                    self._db.execute(f"ROLLBACK TO {name}")
+                    self._db.execute(f"RELEASE {name}")
                 self._fp_pending = set()  # unsure which were rolled back: store them again next time
                 raise
             else:
-                self.conn.execute(f"RELEASE {name}")
+                self._db.execute(f"RELEASE {name}")
             finally:
                 self._depth -= 1
             return
-        self.conn.execute("BEGIN IMMEDIATE")
+        self._db.execute("BEGIN IMMEDIATE")
         self._depth = 1
         try:
             yield self
         except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
         else:
             try:
-                self.conn.execute("COMMIT")
+                self._db.execute("COMMIT")
             except BaseException:
-                if self.conn.in_transaction:  # e.g. disk full: leave the connection usable
-                    self.conn.execute("ROLLBACK")
+                if self._db.in_transaction:  # e.g. disk full: leave the connection usable
+                    self._db.execute("ROLLBACK")
                 raise
             self._fp_known |= self._fp_pending
         finally:
@@ -301,7 +333,7 @@ class TuningCache:
     def _store_fingerprints(self, *fps: str | Fingerprint) -> None:
         for fp, kind in zip(fps, ("device", "toolchain")):
             if isinstance(fp, Fingerprint) and fp.key not in self._fp_known:
-                self.conn.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
+                self._db.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
                                   (fp.key, kind, dumps(fp.info)))
                 self._fp_pending.add(fp.key)
 
@@ -325,13 +357,15 @@ class TuningCache:
         st = SampleStats.of(samples_ns)
         with self.transaction():
             self._store_fingerprints(device, toolchain)
-            cur = self.conn.execute(
+            cur = self._db.execute(
                 "INSERT " + _INSERT_TRIAL,
                 (uuid.uuid4().hex, signature, dev, tc, cfg, status, st.median_ns, st.p10_ns, st.p90_ns, st.n,
                  dumps(st.summary) if st.summary else None, now_iso()))
-            self.conn.execute("UPDATE winners SET n_trials = n_trials + 1"
-                              " WHERE signature = ? AND device = ? AND toolchain = ?", (signature, dev, tc))
-            return cur.lastrowid
+            self._db.execute("UPDATE winners SET n_trials = n_trials + 1"
+                             " WHERE signature = ? AND device = ? AND toolchain = ?", (signature, dev, tc))
+            rowid = cur.lastrowid
+            assert rowid is not None
+            return rowid
 
     def _put_winner(self, signature: str, device: str | Fingerprint, toolchain: str | Fingerprint,
                     config: dict[str, Any], median_ns: int, default_ns: int | None, force: bool) -> bool:
@@ -348,9 +382,17 @@ class TuningCache:
         """Store the winner of ``key`` unless (without ``force``) the stored one is at least as fast; a
         missing ``default_ns`` keeps the stored one. Returns "added", "replaced" or "kept"."""
         where = "signature = ? AND device = ? AND toolchain = ?"
-        row = self.conn.execute(f"SELECT median_ns, default_ns FROM winners WHERE {where}", key).fetchone()
-        if row is None:
-            self.conn.execute(
+        stored = self._db.execute(f"{rows.select('winners')} WHERE {where}", key).fetchone()
+        if stored is not None:
+            try:
+                w = rows.winner(stored)
+                row = (w.median_ns, w.default_ns)
+            except rows.DamagedRow as e:  # the new winner takes the damaged one's place
+                self._report(e.damaged, "replaced")
+                self._db.execute("DELETE FROM winners WHERE rowid = ?", (stored[0],))
+                stored = None
+        if stored is None:
+            self._db.execute(
                 "INSERT INTO winners (signature, device, toolchain, config, median_ns, default_ns, speedup,"
                 f" n_trials, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT count(*) FROM trials WHERE {where}), ?)",
                 (*key, config, median_ns, default_ns, _speedup(default_ns, median_ns), *key, updated_at))
@@ -358,7 +400,7 @@ class TuningCache:
         if not force and row[0] is not None and median_ns >= row[0]:
             return "kept"
         default_ns = default_ns if default_ns is not None else row[1]
-        self.conn.execute(
+        self._db.execute(
             f"UPDATE winners SET config = ?, median_ns = ?, default_ns = ?, speedup = ?, updated_at = ? WHERE {where}",
             (config, median_ns, default_ns, _speedup(default_ns, median_ns), updated_at, *key))
         return "replaced"
@@ -382,22 +424,33 @@ class TuningCache:
         """The winner when all three keys match, else None."""
         if self.conn is None:
             raise LuminalError("the tuning cache is closed")
-        row = self.conn.execute(
-            "SELECT config, median_ns, speedup, n_trials, default_ns, updated_at FROM winners"
-            " WHERE signature = ? AND device = ? AND toolchain = ?", (signature, _key(device), _key(toolchain))
-        ).fetchone()
-        if row is None:
-            return None
-        return Winner(json.loads(row[0]), row[1], row[2], row[3], row[4], row[5], signature, _key(device),
-                      _key(toolchain))
+        found = self._decoded("winners", self._db.execute(
+            rows.select("winners") + " WHERE signature = ? AND device = ? AND toolchain = ?",
+            (signature, _key(device), _key(toolchain))))
+        return found[0] if found else None
 
     @_guarded
     def winners(self, signature: str | None = None) -> list[Winner]:
-        sql = ("SELECT config, median_ns, speedup, n_trials, default_ns, updated_at, signature, device, toolchain"
-               " FROM winners")
-        rows = self.conn.execute(sql + (" WHERE signature = ?" if signature else "") + " ORDER BY signature, device",
-                                 (signature,) if signature else ()).fetchall()
-        return [Winner(json.loads(r[0]), *r[1:]) for r in rows]
+        return self._decoded("winners", self._db.execute(
+            rows.select("winners") + (" WHERE signature = ?" if signature else "") + " ORDER BY signature, device",
+            (signature,) if signature else ()))
+
+    def _decoded(self, table: str, cursor: Iterable[tuple[Any, ...]]) -> list[Any]:
+        """The rows that decode; each damaged one is skipped and reported once."""
+        decode = rows.DECODERS[table]
+        out = []
+        for r in cursor:
+            try:
+                out.append(decode(r))
+            except rows.DamagedRow as e:
+                self._report(e.damaged)
+        return out
+
+    def _report(self, damaged: rows.Damaged, done: str = "skipped") -> None:
+        if (damaged.table, damaged.rowid) not in self._warned:
+            self._warned.add((damaged.table, damaged.rowid))
+            hint = " (`luminal cache prune --damaged` removes it)" if done == "skipped" else ""
+            self._warn(f"tuning cache {self.path}: {done} damaged {damaged}{hint}")
 
     @_guarded
     def trials(self, signature: str, device: str | Fingerprint | None = None,
@@ -405,54 +458,60 @@ class TuningCache:
                limit: int | None = None) -> list[Trial]:
         """Trials of one signature, oldest first, optionally narrowed by key and status."""
         where, args = ["signature = ?"], [signature]
-        for col, val in (("device", device), ("toolchain", toolchain), ("status", status)):
+        for col, val in (("device", device), ("toolchain", toolchain)):
             if val is not None:
                 where.append(f"{col} = ?")
-                args.append(_key(val) if col != "status" else val)
-        sql = f"{_SELECT_TRIALS} WHERE {' AND '.join(where)} ORDER BY id"
+                args.append(_key(val))
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        sql = f"{rows.select('trials')} WHERE {' AND '.join(where)} ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [self._trial(r) for r in self.conn.execute(sql, args)]
-
-    @staticmethod
-    def _trial(r: tuple) -> Trial:
-        return Trial(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7], r[8], r[9], r[10],
-                     json.loads(r[11]) if r[11] else None, r[12])
+        return self._decoded("trials", self._db.execute(sql, args))
 
     _KERNELS_SQL = """
         WITH sigs AS (SELECT signature FROM kernels UNION SELECT signature FROM trials
                       UNION SELECT signature FROM winners),
              tc AS (SELECT signature, count(*) AS n FROM trials GROUP BY signature),
              wc AS (SELECT signature, count(*) AS n, max(speedup) AS s FROM winners GROUP BY signature)
-        SELECT s.signature, k.form, k.ir_text, k.shapes, k.models, k.first_seen, k.last_seen,
+        SELECT k.rowid, s.signature, k.form, k.ir_text, k.shapes, k.models, k.first_seen, k.last_seen,
                coalesce(tc.n, 0), coalesce(wc.n, 0), wc.s
         FROM sigs s LEFT JOIN kernels k USING (signature) LEFT JOIN tc USING (signature)
              LEFT JOIN wc USING (signature) {where}
         ORDER BY coalesce(k.last_seen, '') DESC, s.signature"""
 
-    @staticmethod
-    def _kernel(r: tuple) -> KernelRecord:
-        return KernelRecord(r[0], r[1], r[2], json.loads(r[3]) if r[3] else None, json.loads(r[4]) if r[4] else [],
-                      r[5], r[6], r[7], r[8], r[9])
+    def _kernels(self, where: str = "", args: tuple[str, ...] = ()) -> list[KernelRecord]:
+        out = []
+        for r in self._db.execute(self._KERNELS_SQL.format(where=where), args):
+            counts = (r[8], r[9], r[10] if isinstance(r[10], float) else None)
+            if r[0] is None and not rows.clean(r[1]):
+                continue  # a damaged signature of a trial or winner: that row is reported where it is read
+            try:
+                out.append(rows.kernel(r[:8], *counts) if r[0] is not None else
+                           KernelRecord(r[1], None, None, None, [], None, None, *counts))
+            except rows.DamagedRow as e:
+                self._report(e.damaged)
+        return out
 
     @_guarded
     def kernels(self) -> list[KernelRecord]:
         """Every signature the cache knows (recorded, tried or won), newest first, with counts."""
-        return [self._kernel(r) for r in self.conn.execute(self._KERNELS_SQL.format(where=""))]
+        return self._kernels()
 
     @_guarded
     def kernel(self, signature: str) -> KernelRecord | None:
-        rows = self.conn.execute(self._KERNELS_SQL.format(where="WHERE s.signature = ?"), (signature,)).fetchall()
-        return self._kernel(rows[0]) if rows else None
+        found = self._kernels("WHERE s.signature = ?", (signature,))
+        return found[0] if found else None
 
     @_guarded
     def resolve(self, prefix: str) -> str:
         """The one signature starting with ``prefix`` (like a short git hash)."""
-        found = [r[0] for r in self.conn.execute(
+        found = [r[0] for r in self._db.execute(
             "SELECT signature FROM kernels WHERE substr(signature, 1, ?) = ? UNION "
             "SELECT signature FROM winners WHERE substr(signature, 1, ?) = ? UNION "
             "SELECT DISTINCT signature FROM trials WHERE substr(signature, 1, ?) = ? LIMIT 11",
-            (len(prefix), prefix) * 3)]
+            (len(prefix), prefix) * 3) if rows.clean(r[0])]
         if prefix in found:
             return prefix
         if not found:
@@ -463,8 +522,8 @@ class TuningCache:
 
     @_guarded
     def fingerprints(self) -> dict[str, dict[str, Any]]:
-        return {k: {"kind": kind, "info": json.loads(info)}
-                for k, kind, info in self.conn.execute("SELECT key, kind, info FROM fingerprints ORDER BY key")}
+        found = self._decoded("fingerprints", self._db.execute(rows.select("fingerprints") + " ORDER BY key"))
+        return {k: {"kind": kind, "info": info} for k, kind, info in found}
 
     def size_bytes(self) -> int:
         if self._memory:
@@ -473,56 +532,95 @@ class TuningCache:
 
     @_guarded
     def stats(self) -> CacheStats:
-        q = self.conn.execute
+        q = self._db.execute
         counts = {t: q(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("kernels", "trials", "winners")}
-        oldest, newest = q("SELECT min(created_at), max(created_at) FROM trials").fetchone()
+        times = q("SELECT min(created_at), max(created_at) FROM trials"
+                  " WHERE typeof(created_at) = 'text' AND length(created_at) = 27").fetchone()
+        oldest, newest = (t if rows.clean(t) else None for t in times)
+
+        def by(col: str) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for value, n in q(f"SELECT {col}, count(*) FROM trials GROUP BY {col} ORDER BY {col}"):
+                name = value if rows.clean(value) else "(damaged)"
+                out[name] = out.get(name, 0) + n
+            return out
+
         return CacheStats(
             path=str(self.path), size_bytes=self.size_bytes(), schema_version=schema.SCHEMA_VERSION,
             readonly=self.readonly, kernels=counts["kernels"], trials=counts["trials"], winners=counts["winners"],
-            by_status=dict(q("SELECT status, count(*) FROM trials GROUP BY status ORDER BY status").fetchall()),
-            devices=dict(q("SELECT device, count(*) FROM trials GROUP BY device ORDER BY device").fetchall()),
-            toolchains=dict(q("SELECT toolchain, count(*) FROM trials GROUP BY toolchain ORDER BY toolchain")
-                            .fetchall()),
-            oldest=oldest, newest=newest,
+            by_status=by("status"), devices=by("device"), toolchains=by("toolchain"), oldest=oldest, newest=newest,
         )
 
     @_guarded
     def check(self) -> list[str]:
         """SQLite's own consistency check: [] when the file is sound."""
-        rows = [r[0] for r in self.conn.execute("PRAGMA quick_check")]
-        return [] if rows == ["ok"] else rows
+        found = [line for r in self._db.execute("PRAGMA quick_check") for line in str(r[0]).splitlines()
+                 if line and not line.startswith("*** in database")]
+        return [] if found == ["ok"] else found
+
+    @_guarded
+    def damaged(self) -> list[rows.Damaged]:
+        """Every row that does not decode, table by table (a full read of the file)."""
+        out = []
+        for table, decode in rows.DECODERS.items():
+            for r in self._db.execute(rows.select(table)):
+                try:
+                    decode(r)
+                except rows.DamagedRow as e:
+                    out.append(e.damaged)
+        return out
+
+    @_guarded
+    def prune_damaged(self, dry_run: bool = False) -> list[rows.Damaged]:
+        """Delete every row that does not decode (winners' trial counts redone); returns them."""
+        found = self.damaged()
+        with self.transaction(_internal=self._memory):  # an empty file read as a cache: nothing to remove
+            for d in found:
+                if not dry_run:
+                    self._db.execute(f"DELETE FROM {d.table} WHERE rowid = ?", (d.rowid,))
+            if found and not dry_run:
+                self._db.execute(schema.RECOUNT_TRIALS)
+        return found
 
     # ------------------------------------------------------------ export / import
 
     @_guarded
     def export(self, path: str | Path) -> int:
         """Write everything to a portable JSON-lines file (gzip for *.gz); returns the record count."""
-        own = not self.conn.in_transaction
+        own = not self._db.in_transaction
         if own:
-            self.conn.execute("BEGIN")  # one consistent snapshot, even while others write
+            self._db.execute("BEGIN")  # one consistent snapshot, even while others write
         try:
             header = {"luminal": __version__, "schema_version": schema.SCHEMA_VERSION, "exported_at": now_iso()}
             return export_file.write(path, header, self._records())
         finally:
             if own:
-                self.conn.execute("COMMIT")
+                self._db.execute("COMMIT")
 
     def _records(self) -> Iterator[dict[str, Any]]:
-        q = self.conn.execute
-        for key, kind, info in q("SELECT key, kind, info FROM fingerprints ORDER BY key"):
-            yield {"type": kind, "key": key, "info": json.loads(info)}
-        for r in q("SELECT signature, form, ir_text, shapes, models, first_seen, last_seen FROM kernels"):
-            yield {"type": "kernel", "signature": r[0], "form": r[1], "ir_text": r[2],
-                   "shapes": json.loads(r[3]) if r[3] else None, "models": json.loads(r[4] or "[]"),
-                   "first_seen": r[5] or r[6] or now_iso(), "last_seen": r[6] or r[5] or now_iso()}
-        for r in q(f"{_SELECT_TRIALS} ORDER BY id"):
-            t = self._trial(r)
-            yield {"type": "trial", **{k: getattr(t, k) for k in _TRIAL_COLS}}
-        for r in q("SELECT signature, device, toolchain, config, median_ns, default_ns, speedup, updated_at"
-                   " FROM winners"):
-            yield {"type": "winner", "signature": r[0], "device": r[1], "toolchain": r[2],
-                   "config": json.loads(r[3]), "median_ns": r[4], "default_ns": r[5], "speedup": r[6],
-                   "updated_at": r[7]}
+        """Every row that decodes, as an export record; damaged rows are skipped and reported."""
+        q = self._db.execute
+        for table, order in (("fingerprints", "key"), ("kernels", "rowid"), ("trials", "id"), ("winners", "rowid")):
+            decode = rows.DECODERS[table]
+            for r in q(f"{rows.select(table)} ORDER BY {order}"):
+                try:
+                    rec = decode(r)
+                except rows.DamagedRow as e:
+                    self._report(e.damaged)
+                    continue
+                if table == "fingerprints":
+                    yield {"type": rec[1], "key": rec[0], "info": rec[2]}
+                elif table == "kernels":
+                    now = now_iso()
+                    yield {"type": "kernel", "signature": rec.signature, "form": rec.form, "ir_text": rec.ir_text,
+                           "shapes": rec.shapes, "models": rec.models, "first_seen": rec.first_seen or rec.last_seen
+                           or now, "last_seen": rec.last_seen or rec.first_seen or now}
+                elif table == "trials":
+                    yield {"type": "trial", **{k: getattr(rec, k) for k in _TRIAL_COLS}}
+                else:
+                    yield {"type": "winner", "signature": rec.signature, "device": rec.device,
+                           "toolchain": rec.toolchain, "config": rec.config, "median_ns": rec.median_ns,
+                           "default_ns": rec.default_ns, "speedup": rec.speedup, "updated_at": rec.updated_at}
 
     @_guarded
     def import_(self, path: str | Path) -> ImportReport:
@@ -536,15 +634,15 @@ class TuningCache:
         touched: set[str] = set()  # signatures whose winners need their trials recounted
 
         def flush() -> None:
-            before = self.conn.total_changes
+            before = self._db.total_changes
             # plain executemany: sqlite-utils' per-value conversion costs more than the insert here
-            self.conn.executemany("INSERT OR IGNORE " + _INSERT_TRIAL, trials)
-            added = self.conn.total_changes - before
+            self._db.executemany("INSERT OR IGNORE " + _INSERT_TRIAL, trials)
+            added = self._db.total_changes - before
             counts["trials_added"] += added
             counts["trials_duplicate"] += len(trials) - added
             trials.clear()
 
-        self.conn.execute("PRAGMA cache_size = -65536")  # 64 MB while merging: the uid index is written at random
+        self._db.execute("PRAGMA cache_size = -65536")  # 64 MB while merging: the uid index is written at random
         try:
             with self.transaction():
                 for kind, rec in export_file.read(path):
@@ -557,10 +655,10 @@ class TuningCache:
                         if len(trials) >= BATCH:
                             flush()
                     elif kind in ("device", "toolchain"):
-                        before = self.conn.total_changes
-                        self.conn.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
+                        before = self._db.total_changes
+                        self._db.execute("INSERT OR IGNORE INTO fingerprints (key, kind, info) VALUES (?, ?, ?)",
                                           (rec["key"], rec["kind"], dumps(rec["info"])))
-                        counts["fingerprints_added"] += self.conn.total_changes - before
+                        counts["fingerprints_added"] += self._db.total_changes - before
                     elif kind == "kernel":
                         counts["kernels_added" if self._merge_kernel(rec) else "kernels_merged"] += 1
                     else:
@@ -569,28 +667,35 @@ class TuningCache:
                                                                rec["default_ns"], rec["updated_at"], force=False)] += 1
                         touched.add(rec["signature"])
                 flush()
-                self.conn.execute(schema.RECOUNT_TRIALS + _IN_SIGNATURES, (dumps(sorted(touched)),))
+                self._db.execute(schema.RECOUNT_TRIALS + _IN_SIGNATURES, (dumps(sorted(touched)),))
         finally:
-            self.conn.execute("PRAGMA cache_size = -2000")
+            self._db.execute("PRAGMA cache_size = -2000")
         return ImportReport(**counts)
 
     def _merge_kernel(self, rec: dict[str, Any]) -> bool:
         """Add the kernel, or merge it into the stored one (models united, first and last seen widened);
         True when it was new."""
-        row = self.conn.execute("SELECT models, first_seen, last_seen FROM kernels WHERE signature = ?",
-                                (rec["signature"],)).fetchone()
-        if row is None:
-            self.conn.execute(
+        stored = self._db.execute(f"{rows.select('kernels')} WHERE signature = ?", (rec["signature"],)).fetchone()
+        if stored is not None:
+            try:
+                k = rows.kernel(stored)
+                row = (k.models, k.first_seen, k.last_seen)
+            except rows.DamagedRow as e:  # the record takes the damaged one's place
+                self._report(e.damaged, "replaced")
+                self._db.execute("DELETE FROM kernels WHERE rowid = ?", (stored[0],))
+                stored = None
+        if stored is None:
+            self._db.execute(
                 "INSERT INTO kernels (signature, form, ir_text, shapes, models, first_seen, last_seen)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (rec["signature"], rec["form"], rec["ir_text"], dumps(rec["shapes"]), dumps(rec["models"]),
                  rec["first_seen"], rec["last_seen"]))
             return True
-        models = json.loads(row[0] or "[]")
+        models = list(row[0])
         models += [m for m in rec["models"] if m not in models]
         first = min(x for x in (row[1], rec["first_seen"]) if x)
         last = max(x for x in (row[2], rec["last_seen"]) if x)
-        self.conn.execute(
+        self._db.execute(
             "UPDATE kernels SET form = coalesce(form, ?), ir_text = coalesce(ir_text, ?), shapes = coalesce(shapes, ?),"
             " models = ?, first_seen = ?, last_seen = ? WHERE signature = ?",
             (rec["form"], rec["ir_text"], dumps(rec["shapes"]), dumps(models), first, last, rec["signature"]))
@@ -606,17 +711,23 @@ class TuningCache:
         n_trials = n_winners = 0
         touched: set[str] = set()
 
-        def delete(table: str, where: str, args: tuple = ()) -> int:
-            rows = self.conn.execute(f"DELETE FROM {table} WHERE {where} RETURNING signature", args).fetchall()
-            touched.update(r[0] for r in rows)
-            return len(rows)
+        def delete(table: str, where: str, args: tuple[str, ...] = ()) -> int:
+            deleted = self._db.execute(f"DELETE FROM {table} WHERE {where} RETURNING signature", args).fetchall()
+            touched.update(r[0] for r in deleted if rows.clean(r[0]))
+            return len(deleted)
+
+        cutoff = None
+        if older_than is not None:
+            try:
+                cutoff = (to_iso(datetime.now(UTC) - older_than),)
+            except OverflowError:
+                raise LuminalError(f"an age of {older_than.days} days reaches back before the year 1") from None
 
         try:
-            with self.transaction():
+            with self.transaction(_internal=self._memory):  # an empty file read as a cache: nothing to remove
                 if failed:
                     n_trials += delete("trials", "status != 'ok'")
-                if older_than is not None:
-                    cutoff = (to_iso(datetime.now(UTC) - older_than),)
+                if cutoff is not None:
                     n_trials += delete("trials", "created_at < ?", cutoff)
                     n_winners += delete("winners", "updated_at < ?", cutoff)
                 if other_toolchains is not None:
@@ -625,10 +736,10 @@ class TuningCache:
                     n_trials += delete("trials", f"toolchain NOT IN ({marks})", keep)
                     n_winners += delete("winners", f"toolchain NOT IN ({marks})", keep)
                 pruned = (dumps(sorted(touched)),)
-                n_kernels = self.conn.execute(
+                n_kernels = self._db.execute(
                     "DELETE FROM kernels" + _IN_SIGNATURES + " AND signature NOT IN (SELECT signature FROM trials)"
                     " AND signature NOT IN (SELECT signature FROM winners)", pruned).rowcount
-                self.conn.execute(schema.RECOUNT_TRIALS + _IN_SIGNATURES, pruned)
+                self._db.execute(schema.RECOUNT_TRIALS + _IN_SIGNATURES, pruned)
                 report = PruneReport(n_trials, n_winners, n_kernels, dry_run)
                 if dry_run:
                     raise _Rollback

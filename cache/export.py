@@ -9,9 +9,11 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 import re
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -60,7 +62,7 @@ def write(path: str | Path, header: dict[str, Any], records: Iterable[dict[str, 
 # ---------------------------------------------------------------- reading
 
 
-class _Bad(Exception):
+class Bad(Exception):
     pass
 
 
@@ -69,7 +71,7 @@ def _str(rec: dict, key: str, optional: bool = False, max_len: int = 1 << 20) ->
     if v is None and optional:
         return None
     if not isinstance(v, str) or not v or len(v) > max_len:
-        raise _Bad(f"field {key!r} must be a non-empty string")
+        raise Bad(f"field {key!r} must be a non-empty string")
     return v
 
 
@@ -78,7 +80,7 @@ def _int(rec: dict, key: str, optional: bool = True) -> int | None:
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v >= 1 << 63:
-        raise _Bad(f"field {key!r} must be a non-negative integer")
+        raise Bad(f"field {key!r} must be a non-negative integer")
     return v
 
 
@@ -88,7 +90,7 @@ _TIME = re.compile(r"\d{4}-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-6]\d\.\d{6}Z")  # T
 def _time(rec: dict, key: str) -> str:
     v = rec.get(key)
     if not isinstance(v, str) or not _TIME.fullmatch(v):
-        raise _Bad(f"field {key!r} must be a time like 2026-01-31T12:00:00.000000Z")
+        raise Bad(f"field {key!r} must be a time like 2026-01-31T12:00:00.000000Z")
     return v
 
 
@@ -97,7 +99,7 @@ def _obj(rec: dict, key: str, optional: bool = False) -> dict | None:
     if v is None and optional:
         return None
     if not isinstance(v, dict):
-        raise _Bad(f"field {key!r} must be an object")
+        raise Bad(f"field {key!r} must be an object")
     return v
 
 
@@ -108,7 +110,7 @@ def _fingerprint(rec: dict) -> dict:
 def _kernel(rec: dict) -> dict:
     models = rec.get("models", [])
     if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
-        raise _Bad("field 'models' must be a list of strings")
+        raise Bad("field 'models' must be a list of strings")
     return {
         "signature": _str(rec, "signature", max_len=256), "form": _str(rec, "form", optional=True),
         "ir_text": _str(rec, "ir_text", optional=True, max_len=MAX_LINE), "shapes": rec.get("shapes"),
@@ -123,36 +125,51 @@ _TIMES = ("median_ns", "p10_ns", "p90_ns")
 def _trial(rec: dict) -> dict:
     # the hot loop of an import: plain type checks, no helpers
     if rec.get("status") not in STATUSES:
-        raise _Bad(f"field 'status' must be one of {', '.join(STATUSES)}")
+        raise Bad(f"field 'status' must be one of {', '.join(STATUSES)}")
     for k in _KEYS:
         v = rec.get(k)
         if type(v) is not str or not v or len(v) > 256:
-            raise _Bad(f"field {k!r} must be a non-empty string")
+            raise Bad(f"field {k!r} must be a non-empty string")
     for k in _TIMES:
         v = rec.get(k)
         if v is not None and (type(v) is not int or not 0 <= v < 1 << 63):
-            raise _Bad(f"field {k!r} must be a non-negative integer")
+            raise Bad(f"field {k!r} must be a non-negative integer")
     n = rec.get("n_samples")
     if type(n) is not int or not 0 <= n < 1 << 31:
-        raise _Bad("field 'n_samples' must be a non-negative integer")
+        raise Bad("field 'n_samples' must be a non-negative integer")
     if type(rec.get("config")) is not dict:
-        raise _Bad("field 'config' must be an object")
+        raise Bad("field 'config' must be an object")
     samples = rec.get("samples")
     if samples is not None and type(samples) is not dict:
-        raise _Bad("field 'samples' must be an object")
+        raise Bad("field 'samples' must be an object")
     _time(rec, "created_at")
     for k in (*_TIMES, "samples"):
         rec.setdefault(k, None)
     return rec
 
 
+FUSION_PREFIX = "fusion-"  # codegen.partition.fusion_key: a graph's tuned fusion decisions
+
+
+def _fusion_config(config: dict) -> None:
+    """A fusion winner's config is {"unfused": [[producer, consumer, slot], ...]}."""
+    edges = config.get("unfused")
+    if set(config) != {"unfused"} or not isinstance(edges, list) or not all(
+            isinstance(e, list) and len(e) == 3 and all(type(x) is int and x >= 0 for x in e) for e in edges):
+        raise Bad("field 'config' of a fusion winner must be {\"unfused\": [[producer, consumer, slot], ...]}")
+
+
 def _winner(rec: dict) -> dict:
     speedup = rec.get("speedup")
-    if speedup is not None and (isinstance(speedup, bool) or not isinstance(speedup, int | float) or speedup < 0):
-        raise _Bad("field 'speedup' must be a non-negative number")
+    if speedup is not None and (isinstance(speedup, bool) or not isinstance(speedup, int | float) or speedup < 0
+                                or not math.isfinite(speedup)):
+        raise Bad("field 'speedup' must be a non-negative number")
+    signature, config = _str(rec, "signature", max_len=256), _obj(rec, "config")
+    if signature and config is not None and signature.startswith(FUSION_PREFIX):
+        _fusion_config(config)
     return {
-        "signature": _str(rec, "signature", max_len=256), "device": _str(rec, "device", max_len=256),
-        "toolchain": _str(rec, "toolchain", max_len=256), "config": _obj(rec, "config"),
+        "signature": signature, "device": _str(rec, "device", max_len=256),
+        "toolchain": _str(rec, "toolchain", max_len=256), "config": config,
         "median_ns": _int(rec, "median_ns", False), "default_ns": _int(rec, "default_ns"),
         "speedup": speedup, "updated_at": _time(rec, "updated_at"),
     }
@@ -164,17 +181,16 @@ PARSERS: dict[str, Callable[[dict], dict]] = {
 
 
 def _no_constant(name: str) -> None:
-    raise _Bad(f"{name} is not a number this format allows")
+    raise Bad(f"{name} is not a number this format allows")
 
 
 def _lines(path: Path) -> Iterator[str]:
     with open(path, "rb") as probe:
         gz = probe.read(2) == b"\x1f\x8b"
-    raw: IO[bytes] = gzip.open(path, "rb") if gz else open(path, "rb")
-    with raw:
+    with gzip.open(path, "rb") if gz else open(path, "rb") as raw:
         for line in raw:
             if len(line) > MAX_LINE:
-                raise _Bad("line too long")
+                raise Bad("line too long")
             yield line.decode("utf-8")
 
 
@@ -193,24 +209,24 @@ def read(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 continue
             rec = json.loads(line, parse_constant=_no_constant)
             if not isinstance(rec, dict):
-                raise _Bad("expected a JSON object")
+                raise Bad("expected a JSON object")
             if not header:
                 header = True
                 if rec.get("format") != FORMAT:
-                    raise _Bad("not a luminal tuning cache export")
+                    raise Bad("not a luminal tuning cache export")
                 if not isinstance(rec.get("version"), int) or rec["version"] > FORMAT_VERSION:
-                    raise _Bad(f"export format version {rec.get('version')!r} is newer than this luminal reads "
+                    raise Bad(f"export format version {rec.get('version')!r} is newer than this luminal reads "
                                f"({FORMAT_VERSION})")
                 continue
             kind = rec.get("type")
             if kind not in PARSERS:
-                raise _Bad(f"unknown record type {str(kind)[:40]!r}")
+                raise Bad(f"unknown record type {str(kind)[:40]!r}")
             yield kind, PARSERS[kind](rec)
         if not header:
-            raise _Bad("the file is empty")
-    except _Bad as e:
+            raise Bad("the file is empty")
+    except Bad as e:
         raise LuminalError(f"bad export file {path}, line {max(lineno, 1)}: {e}") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, 5000-digit numbers, nesting
         raise LuminalError(f"bad export file {path}, line {max(lineno, 1)}: not JSON ({type(e).__name__})") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise LuminalError(f"cannot read export file {path}: {e}") from None

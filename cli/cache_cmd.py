@@ -1,10 +1,11 @@
-"""``luminal cache ls|show|stats|export|import|prune|pull``: look into and move the tuning cache."""
+"""``luminal cache ls|show|stats|check|export|import|prune|pull``: look into and move the tuning cache."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -15,17 +16,27 @@ from rich.text import Text
 from ..config import cache_of, load_config
 from ..errors import LuminalError
 from ..values import format_duration, parse_duration
-from .common import CACHE_OPT, JSON_OPT, console, emit_json, handle_errors
+from .common import CACHE_OPT, JSON_OPT, console, emit_json, err_console, fail, handle_errors
 
 if TYPE_CHECKING:
-    from ..cache import TuningCache
+    from ..cache import CacheStats, TuningCache
 
 
-def _open(path: str | None, readonly: bool) -> TuningCache:
-    """The cache of --cache, else of the project configuration, else the default one."""
-    from ..cache import TuningCache
+def _open(path: str | None, readonly: bool, create: bool = True) -> TuningCache:
+    """The cache of --cache, else of the project configuration, else the default one; a read (or, without
+    ``create``, a write) must find one, and without ``create`` an empty file is read, not made a cache."""
+    from ..cache import TuningCache, default_cache_path
 
-    return TuningCache(cache_of(path, load_config()), readonly=readonly)
+    chosen = cache_of(path, load_config())
+    where = Path(chosen).expanduser() if chosen is not None else default_cache_path()
+    if (readonly or not create) and not where.exists():
+        raise LuminalError(f"no tuning cache at {where}")
+    empty = where.is_file() and where.stat().st_size == 0
+    return TuningCache(where, readonly=readonly or (empty and not create), warn=_warn)
+
+
+def _warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
 def _ms(ns: int | None) -> str:
@@ -37,7 +48,7 @@ def _x(speedup: float | None) -> str:
 
 
 def _plain(obj: Any) -> Any:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else obj
 
 
 def cache_ls(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
@@ -67,12 +78,14 @@ def cache_show(signature: str = typer.Argument(..., help="A kernel signature or 
                cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
                n: int = typer.Option(10, "--trials", help="Fastest trials to list.")) -> None:
     """One kernel: its IR, winners per device and toolchain, fastest trials."""
+    from ..cache import KernelRecord
+
     with _open(cache, readonly=True) as c:
         sig = c.resolve(signature)
-        kernel = c.kernel(sig)
+        kernel = c.kernel(sig) or KernelRecord(sig, None, None, None)  # its own row may be damaged
         winners = c.winners(sig)
         trials = c.trials(sig)
-    ok = sorted((t for t in trials if t.status == "ok" and t.median_ns is not None), key=lambda t: t.median_ns)
+    ok = sorted((t for t in trials if t.status == "ok" and t.median_ns is not None), key=lambda t: t.median_ns or 0)
     by_status = dict(Counter(t.status for t in trials))
     if as_json:
         emit_json({"kernel": _plain(kernel), "winners": [_plain(w) for w in winners], "by_status": by_status,
@@ -133,7 +146,13 @@ def cache_stats(cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
     data = {**_plain(stats), "integrity": problems or "ok"}
     if as_json:
         emit_json(data)
-        return
+    else:
+        _stats_table(stats, problems)
+    if problems:
+        fail(f"tuning cache {stats.path} fails SQLite's integrity check: {problems[0][:200]}", 1)
+
+
+def _stats_table(stats: CacheStats, problems: list[str]) -> None:
     table = Table(show_header=False, title=f"tuning cache {escape(stats.path)}", title_justify="left")
     table.add_column("what")
     table.add_column("value")
@@ -147,6 +166,26 @@ def cache_stats(cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
     ):
         _row(table, label, str(value))
     console.print(table)
+
+
+def cache_check(cache: str = CACHE_OPT, as_json: bool = JSON_OPT) -> None:
+    """SQLite's integrity check, then every row decoded: lists the damaged ones (exit 1 when any)."""
+    with _open(cache, readonly=True) as c:
+        problems = c.check()
+        damaged = [] if problems else c.damaged()
+        path = c.path
+    if as_json:
+        emit_json({"cache": str(path), "integrity": problems or "ok", "damaged": [_plain(d) for d in damaged]})
+    else:
+        for line in [*problems[:20], *map(str, damaged)]:
+            console.print(line, markup=False, soft_wrap=True)
+        if not problems:
+            hint = " (`luminal cache prune --damaged` removes them)" if damaged else ""
+            console.print(f"{len(damaged)} damaged rows in {path}{hint}", markup=False, soft_wrap=True)
+    if problems:
+        fail(f"tuning cache {path} fails SQLite's integrity check: {problems[0][:200]}", 1)
+    if damaged:
+        raise typer.Exit(1)
 
 
 def _current_toolchains() -> list[str]:
@@ -188,18 +227,19 @@ def cache_prune(cache: str = CACHE_OPT, as_json: bool = JSON_OPT,
                 other_toolchains: bool = typer.Option(False, "--other-toolchains",
                                                       help="Drop records of toolchains other than this machine's."),
                 failed: bool = typer.Option(False, "--failed", help="Drop failed trials (the default alone)."),
+                damaged: bool = typer.Option(False, "--damaged", help="Drop the rows `luminal cache check` lists."),
                 dry_run: bool = typer.Option(False, "--dry-run", help="Count only; change nothing.")) -> None:
     """Delete stale records. With no option: failed trials."""
-    age = None if older_than is None else timedelta(
-        seconds=parse_duration(older_than, "bad duration for --older-than", units="wdhms"))
-    if age is None and not other_toolchains:
+    age = None if older_than is None else _age(older_than)
+    if age is None and not other_toolchains and not damaged:
         failed = True
     keep = _current_toolchains() if other_toolchains else None
-    with _open(cache, readonly=False) as c:
+    with _open(cache, readonly=False, create=False) as c:
+        bad = c.prune_damaged(dry_run=dry_run) if damaged else []
         r = c.prune(older_than=age, other_toolchains=keep, failed=failed, dry_run=dry_run)
-    _report(as_json, {"cache": str(c.path), **_plain(r)},
+    _report(as_json, {"cache": str(c.path), **_plain(r), "damaged": len(bad)},
             f"{'would remove' if dry_run else 'removed'} {r.trials} trials, {r.winners} winners, "
-            f"{r.kernels} kernels from {c.path}")
+            f"{r.kernels} kernels" + (f", {len(bad)} damaged rows" if damaged else "") + f" from {c.path}")
 
 
 def cache_pull(storage: str = typer.Option(..., "--storage", help="The shared study storage URL (as given to "
@@ -227,11 +267,20 @@ def cache_pull(storage: str = typer.Option(..., "--storage", help="The shared st
             f"{r.written} winners written, {r.kept} kept (the cache's own was as fast)")
 
 
+def _age(text: str) -> timedelta:
+    seconds = parse_duration(text, "bad duration for --older-than", units="wdhms")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise LuminalError(f"--older-than {text[:40]!r} is longer than {timedelta.max.days} days") from None
+
+
 def register(app: typer.Typer) -> None:
     cache_app = typer.Typer(name="cache", help="Look into and move the tuning cache.", no_args_is_help=True)
     cache_app.command("ls")(handle_errors(cache_ls))
     cache_app.command("show")(handle_errors(cache_show))
     cache_app.command("stats")(handle_errors(cache_stats))
+    cache_app.command("check")(handle_errors(cache_check))
     cache_app.command("export")(handle_errors(cache_export))
     cache_app.command("import")(handle_errors(cache_import))
     cache_app.command("prune")(handle_errors(cache_prune))

@@ -126,10 +126,12 @@ def test_names_are_never_markup(tmp_path: Path, monkeypatch):
     assert "[bold]x[/bold]" in out and "[blink]evil.onnx" in out
 
 
-def test_missing_cache_lists_empty_and_creates_nothing(tmp_path: Path):
+def test_missing_cache_is_an_error_and_creates_nothing(tmp_path: Path):
     path = tmp_path / "none.db"
-    assert json.loads(run("ls", "--cache", str(path), "--json").stdout)["kernels"] == []
-    assert not path.exists()
+    for cmd in (["ls"], ["stats"], ["check"], ["show", "abc"], ["export", str(tmp_path / "out.jsonl")]):
+        r = run(*cmd, "--cache", str(path), code=2)
+        assert r.output.strip().splitlines() == [f"error: no tuning cache at {path}"]
+    assert not path.exists() and not (tmp_path / "out.jsonl").exists()
 
 
 def test_real_entry_point(tmp_path: Path):
