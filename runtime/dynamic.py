@@ -112,8 +112,8 @@ class DynamicModel:
         """The outputs by name, for feeds checked against the inputs' declared types and dims."""
         feeds = check_feeds(self.inputs, input_feed)
         env: dict[str, np.ndarray] = dict(feeds)
-        seg = self.variants.get(self.key({n: v.shape for n, v in feeds.items()}, self.inputs),
-                                partial(self._first, dict(env)))
+        seg = self.variants.get(("model", tuple(feeds[s.name].shape for s in self.inputs)),
+                                partial(self._first, feeds))
         self.last_model = seg.model if seg.cut is None else None
         while True:
             seg.run(env)

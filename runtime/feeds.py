@@ -3,6 +3,7 @@ run's feeds against them: names, element types, and shapes that bind each symbol
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ class IOSpec:
     dims: tuple[Dim, ...] | None
     elem: int  # its ONNX element type
 
-    @property
+    @functools.cached_property
     def dtype(self) -> np.dtype:
         return np.dtype(helper.tensor_dtype_to_np_dtype(self.elem))
 
@@ -112,12 +113,16 @@ def check_feeds(specs: Sequence[IOSpec], input_feed: object) -> dict[str, np.nda
     feeds: dict[str, np.ndarray] = {}
     seen: dict[str, tuple[int, str]] = {}
     for s in specs:
-        arr = np.asarray(input_feed[s.name])
+        arr = input_feed[s.name]
+        if type(arr) is not np.ndarray:
+            arr = np.asarray(arr)
         want = s.dtype
-        if arr.dtype != want and not (arr.dtype.kind in "biu" and np.can_cast(arr.dtype, want, "safe")):
-            raise LuminalError(f"input {s.name!r}: expected {want.name}, got {arr.dtype}")
+        if arr.dtype != want:
+            if not (arr.dtype.kind in "biu" and np.can_cast(arr.dtype, want, "safe")):
+                raise LuminalError(f"input {s.name!r}: expected {want.name}, got {arr.dtype}")
+            arr = arr.astype(want)
         _check_shape(s, arr.shape, seen)
-        feeds[s.name] = arr.astype(want, copy=False)
+        feeds[s.name] = arr
     return feeds
 
 
