@@ -1,7 +1,7 @@
 """Fuzz luminal's commands with damaged model files, tuning caches and command-line values.
 
     python benchmarks/fuzz.py [--seed 0] [--count 100] [--workers 2] [--families model,cache,cli]
-                              [--timeout 60] [--max-memory 4G] [--out fuzz-out] [--json fuzz-out/summary.json]
+                              [--timeout 60] [--max-memory 4G] [--out DIR] [--json FILE]
 
 Each case is one ``luminal`` command (check, inspect, compile, tune, bench, cache ...) on a mutant: a model
 with flipped bytes or a bent graph (odd names, attribute types, dims, dtypes, ops, opsets, bombs), a cache
@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fuzz_cases import FAMILIES
-from fuzz_runner import Limits
+from fuzz_runner import Limits, Outcome
 from fuzzing import FuzzConfig, Summary, run_fuzz
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -47,13 +49,14 @@ def _families(text: str) -> tuple[str, ...]:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="a case is a function of (seed, family, index)")
     p.add_argument("--count", type=int, default=100, help="cases per family")
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="processes running cases side by side")
     p.add_argument("--families", type=_families, default=FAMILIES)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
     p.add_argument("--max-memory", type=_bytes, default=4 << 30, help="address space per case, e.g. 4G")
-    p.add_argument("--out", type=Path, default=Path("fuzz-out"), help="folder for failing cases")
+    p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "luminal-fuzz-out",
+                   help="folder for failing cases (default: luminal-fuzz-out in the system's temp)")
     p.add_argument("--json", type=Path, default=None, help="summary file (default: OUT/summary.json)")
     p.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: the system's temp)")
     return p.parse_args(argv)
@@ -78,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                         limits=Limits(timeout=args.timeout, max_memory=args.max_memory), out=args.out.resolve(),
                         workdir=args.workdir)
     args.out.mkdir(parents=True, exist_ok=True)
+    for outcome in Outcome:  # the failures of an earlier run into this folder
+        shutil.rmtree(args.out / outcome.value, ignore_errors=True)
 
     def progress(done: int, total: int) -> None:
         if done % 50 == 0 or done == total:
