@@ -344,6 +344,8 @@ def signature(case: Case, outcome: Outcome, returncode: int | None, stderr: str,
         return f"{command} | {exc} | {place}"
     if outcome is Outcome.NOISY_REFUSAL:
         first = stderr.strip().splitlines()[0] if stderr.strip() else "(empty stderr)"
+        if first.startswith("Usage:"):
+            return f"{command} | usage error in a box"
         return f"{command} | {len(stderr.strip().splitlines())} stderr lines | {_redact(first)[:80]}"
     if outcome is Outcome.SIGNAL and returncode is not None:
         return f"{command} | {signal.Signals(-returncode).name} | {case.how.split(';')[0][:60]}"
