@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from ..config import cache_of, load_config
+from ..errors import LuminalError
 from ..values import Shape, format_duration
 from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors, shown
 from .project import backend_of, chosen_models
@@ -69,19 +70,27 @@ def compile_(
 ) -> None:
     """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
     from ..frontend_onnx.loader import unbound_dims
+    from ..frontend_onnx.registry import DataDependent
     from .compile_dynamic import run_compile_dynamic, show_dynamic
 
     config = load_config()
     chosen = chosen_models(model, shape, config)
     name, tc = backend_of(backend, config, "auto"), cache_of(cache, config)
-    if out and (len(chosen) > 1 or unbound_dims(model, chosen[0].shapes)):  # sizes known only at run time
+    dynamic = bool(out) and (len(chosen) > 1 or bool(unbound_dims(model, chosen[0].shapes)))  # sizes at run time
+    try:
+        results = [] if dynamic else [run_compile(model, name, c.shapes, out, tc) for c in chosen]
+    except DataDependent as e:
+        if not out:
+            raise LuminalError(f"{e}; one static plan cannot hold it: compile -o DIR writes an artifact that runs "
+                               "it in segments") from None
+        dynamic = True
+    if dynamic:
         r = run_compile_dynamic(model, name, [c.shapes for c in chosen], out, tc)
         if as_json:
             emit_json(r)
         else:
             show_dynamic(r)
         return
-    results = [run_compile(model, name, c.shapes, out, tc) for c in chosen]
     if as_json:
         emit_json(results[0] if len(results) == 1 else {"models": results})
     else:

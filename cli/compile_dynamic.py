@@ -4,6 +4,7 @@ compiles other sizes when a run first shows them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,6 +20,7 @@ def run_compile_dynamic(model: str, backend: str, shape_sets: Sequence[Mapping[s
                         cache: str | None) -> dict:
     from ..frontend_onnx.importer import read_model
     from ..frontend_onnx.loader import unbound_dims
+    from ..runtime.artifact import MANIFEST
     from ..runtime.compile import resolve_backend
     from ..runtime.dynamic_artifact import write_dynamic_artifact
     from ..runtime.feeds import model_io
@@ -32,9 +34,10 @@ def run_compile_dynamic(model: str, backend: str, shape_sets: Sequence[Mapping[s
     finally:
         if tc is not None:
             tc.close()
+    built = json.loads((path / MANIFEST).read_text())["variants"]  # a set whose run is cut is not prebuilt
     inputs = model_io(read_model(model)[0])[0]
     return {"model": str(model), "backend": be.name, "artifact": str(path), "dynamic": True,
-            "variants": [{"shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()}} for s in bound],
+            "variants": [{"shapes": v["shapes"]} for v in built],
             "inputs": [{"name": i.name, "shape": i.shape, "type": i.type} for i in inputs]}
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..codegen.backend import Backend
 from ..errors import LuminalError
+from ..frontend_onnx.registry import DataDependent
 from ..values import Shape
 from .artifact import MANIFEST, file_sha256, load_artifact, write_artifact
 from .dynamic import DynamicModel
@@ -63,10 +64,14 @@ def write_dynamic_artifact(model_path: str | Path, out_dir: str | Path, backend:
         raise LuminalError(f"output directory {out} is not empty and holds no luminal artifact")
     out.mkdir(parents=True, exist_ok=True)
     _copy_model(src, out)
-    variants = []
-    for i, shapes in enumerate(shape_sets):
-        rel = f"variants/v{i:03d}"
-        write_artifact(compile_model(src, shapes, backend, cache), out / rel, src, dict(shapes))
+    variants: list[dict[str, Any]] = []
+    for shapes in shape_sets:
+        try:
+            compiled = compile_model(src, shapes, backend, cache)
+        except DataDependent:  # cut into segments: those compile at run time
+            continue
+        rel = f"variants/v{len(variants):03d}"
+        write_artifact(compiled, out / rel, src, dict(shapes))
         variants.append({"shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in shapes.items()},
                          "dir": rel})
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "luminal_version": __version__,

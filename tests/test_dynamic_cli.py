@@ -126,3 +126,22 @@ def test_compile_without_sizes_writes_an_artifact_that_compiles_at_run_time(tmp_
             for got, ref in zip(sess.run(None, {"x": x}), want.run(None, {"x": x})):
                 np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
         assert sess.variant_stats.misses == misses
+
+
+def test_compile_of_a_model_cut_by_the_data(tmp_path):
+    from luminal.cli import compile_cmd
+    from luminal.runtime.session import InferenceSession
+
+    det = _detector(tmp_path / "det.onnx")
+    r = invoke(compile_cmd, args=["compile", str(det), "--backend", "cpu", "--shape", "h=16,w=16"])
+    assert r.exit_code == 2 and "NonMaxSuppression" in r.output and "compile -o" in r.output, r.output
+    art = tmp_path / "art"
+    r = invoke(compile_cmd, args=["compile", str(det), "--backend", "cpu", "--shape", "h=16,w=16", "-o", str(art),
+                                  "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["variants"] == [], r.output
+    img = np.random.default_rng(0).standard_normal((1, 3, 32, 16)).astype(np.float32)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(str(det), providers=["CPUExecutionProvider"]).run(None, {"img": img})
+    for got, ref in zip(InferenceSession(art).run(None, {"img": img}), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
