@@ -114,9 +114,13 @@ def _tuning(tuning: list[dict[str, Any]]) -> str:
            "trial number of its study (<code>luminal tune</code>'s Optuna storage); log scale.</p>",
            line_plot(best, "trial", "best time (ms)", log_y=all(v > 0 for s in best.values() for _, v in s),
                      integer_x=True)]
-    rows = [[escape(label(t)), f"<code>{escape(t['study'])}</code>", str(len(t["trials"])),
-             "–" if not t["best"] else _ms(t["best"][-1][1] / 1e9)] for t in tuning]
+    tried = [t for t in tuning if t["trials"]]
+    rows = [[escape(label(t)), f'<code title="{escape(t["study"])}">{escape(t["study"][:24])}…</code>',
+             str(len(t["trials"])), _ms(t["best"][-1][1] / 1e9) if t["best"] else "–"] for t in tried]
     out.append(_table(["kernel", "study", "finished trials", "best"], rows, {2, 3}))
+    if len(tried) < len(tuning):
+        out.append(f"<p>{len(tuning) - len(tried)} more kernels of these models have a study without a finished "
+                   f"trial.</p>")
     return "\n".join(out)
 
 

@@ -175,11 +175,11 @@ def bar_plot(items: list[tuple[str, float]], unit: str = "ms", scale: float = 1e
         items = [*items[:limit - 1], (f"{len(items) - limit + 1} others", rest)]
     total = sum(v for _, v in items) or 1.0
     bar_h = 18
-    f = _Frame(width, 40 + bar_h * len(items), 330, 90, 8, 30, (0, max(v for _, v in items)), (0, len(items)))
+    f = _Frame(width, 40 + bar_h * len(items), 340, 90, 8, 30, (0, max(v for _, v in items)), (0, len(items)))
     out = f.open("time per kernel")
     for i, (name, v) in enumerate(items):
         y = f.y0 + i * bar_h
-        label = name if len(name) <= 52 else name[:51] + "…"
+        label = name if len(name) <= 50 else name[:49] + "…"
         out.append(f'<text x="{f.x0 - 6}" y="{y + 13}" text-anchor="end" {FONT}>{escape(label)}</text>'
                    f'<rect x="{f.x0}" y="{y + 3}" width="{max(0.5, f.px(v) - f.x0):.1f}" height="{bar_h - 5}" '
                    f'fill="{PALETTE[0]}"><title>{escape(name)}</title></rect>'

@@ -16,11 +16,12 @@ def study_labels(models: list[dict[str, Any]]) -> dict[str, str]:
     "fusion-<signature>"), with what a person calls it: the model, and the kernel's model nodes."""
     labels = {}
     for m in models:
+        model = f"{m['name']}: " if len(models) > 1 else ""
         if m.get("fusion_key"):
-            labels[m["fusion_key"]] = f"{m['name']}: fusion plan"
+            labels[m["fusion_key"]] = f"{model}fusion plan"
         for k in m.get("kernels", []):
             if k.get("signature"):
-                labels[f"kernel-{k['signature']}"] = f"{m['name']}: {k['name']}"
+                labels[f"kernel-{k['signature']}"] = f"{model}{k['name']}"
     return labels
 
 
