@@ -73,23 +73,25 @@ class HostNode:
         return {name: np.asarray(v) for name, v in zip(names, outs)}
 
 
-# optional inputs the reference implementation reads as empty arrays rather than as absent
-_EMPTY_WHEN_ABSENT = {"NonMaxSuppression": {2: np.int64, 3: np.float32, 4: np.float32}}
+# optional inputs the reference implementation needs given when the node leaves them out: NonMaxSuppression's
+# reads an empty array as absent, Loop's runs no iteration without a condition
+_ABSENT = {"NonMaxSuppression": {2: np.zeros(0, np.int64), 3: np.zeros(0, np.float32), 4: np.zeros(0, np.float32)},
+           "Loop": {1: np.array(True)}}
 
 
 def _with_absent(node: onnx.NodeProto) -> tuple[onnx.NodeProto, dict[str, np.ndarray]]:
-    """``node`` with its absent optional inputs named, and the empty arrays that stand for them."""
-    wanted = _EMPTY_WHEN_ABSENT.get(node.op_type, {})
-    absent = {k: dt for k, dt in wanted.items() if k >= len(node.input) or not node.input[k]}
+    """``node`` with its absent optional inputs named, and the arrays that stand for them."""
+    wanted = _ABSENT.get(node.op_type, {})
+    absent = {k: v for k, v in wanted.items() if k >= len(node.input) or not node.input[k]}
     if not absent:
         return node, {}
     filled = onnx.NodeProto()
     filled.CopyFrom(node)
     names = list(node.input) + [""] * (max(absent) + 1 - len(node.input))
     values = {}
-    for k, dt in absent.items():
+    for k, v in absent.items():
         names[k] = f"absent input {k}"
-        values[names[k]] = np.zeros(0, dt)
+        values[names[k]] = v
     del filled.input[:]
     filled.input.extend(names)
     return filled, values

@@ -155,3 +155,38 @@ def test_constant_inputs_fold_at_import(tmp_path):
     model = compile_model(path, None, "interpret")
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": np.ones(1, np.float32)})
     np.testing.assert_allclose(model.run({"x": np.ones(1, np.float32)})[0], want[0])
+
+
+def test_loop_with_a_trip_count_from_the_data_runs_on_the_host(tmp_path):
+    """Loop(n = number of x > 0): y doubles n times; the trip count is known only when the run has x."""
+    body = helper.make_graph([helper.make_node("Add", ["acc", "acc"], ["acc2"]),
+                              helper.make_node("Identity", ["cond"], ["cond2"])], "body",
+                             [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond", 9, []),
+                              helper.make_tensor_value_info("acc", F, ["n"])],
+                             [helper.make_tensor_value_info("cond2", 9, []), helper.make_tensor_value_info("acc2", F,
+                                                                                                           ["n"])])
+    nodes = [*_positives(), helper.make_node("Squeeze", ["count"], ["trip"]),
+             helper.make_node("Loop", ["trip", "", "x"], ["looped"], body=body),
+             helper.make_node("Neg", ["looped"], ["y"])]
+    path = _save(tmp_path, nodes, [X], ["y"], BASE)
+    sess, ref = InferenceSession(path, backend="interpret"), ort.InferenceSession(str(path),
+                                                                                 providers=["CPUExecutionProvider"])
+    for x in INPUTS[:3]:
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-6)
+
+
+def test_if_whose_branches_differ_in_shape_runs_on_the_host(tmp_path):
+    then = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["t"], axis=0)], "then", [],
+                             [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F, None)])
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0), helper.make_node("Greater", ["m", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["branch"], then_branch=then, else_branch=other),
+             helper.make_node("Relu", ["branch"], ["y"])]
+    path = _save(tmp_path, nodes, [X], ["y"], BASE)
+    sess, ref = InferenceSession(path, backend="interpret"), ort.InferenceSession(str(path),
+                                                                                 providers=["CPUExecutionProvider"])
+    for x in INPUTS[:2]:  # the first takes the then branch (twice as long), the second the other
+        got, want = sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want)
