@@ -190,3 +190,17 @@ def test_if_whose_branches_differ_in_shape_runs_on_the_host(tmp_path):
         got, want = sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want)
+
+
+def test_a_model_cut_by_the_data_runs_from_several_threads(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = case_nonzero(tmp_path)
+    sess = InferenceSession(path, backend="cpu", variants=64)  # C kernels: the Triton interpreter is not thread-safe
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    xs = [np.random.default_rng(i).standard_normal(3 + i % 4).astype(np.float32) for i in range(24)]
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda x: sess.run(None, {"x": x}), xs))
+    for x, got in zip(xs, results):
+        for g, w in zip(got, ref.run(None, {"x": x})):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
