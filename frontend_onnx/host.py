@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -13,6 +14,9 @@ from onnx import helper
 
 from ..errors import LuminalError
 from .structure import clean
+
+if TYPE_CHECKING:
+    from onnx.reference import ReferenceEvaluator
 
 
 def node_inputs(node: onnx.NodeProto) -> list[str]:
@@ -30,7 +34,7 @@ class HostNode:
         self.node, self.absent = _with_absent(node)
         self.opsets = dict(opsets)
         self.inputs = node_inputs(node)
-        self._evaluators: dict[tuple[str, ...], object] = {}
+        self._evaluators: dict[tuple[str, ...], ReferenceEvaluator] = {}
         self._lock = threading.Lock()
 
     @property
@@ -45,7 +49,7 @@ class HostNode:
         graph = helper.make_graph([self.node], "host", ins, outs)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in self.opsets.items()])
 
-    def _evaluator(self, values: Mapping[str, np.ndarray]) -> object:
+    def _evaluator(self, values: Mapping[str, np.ndarray]) -> ReferenceEvaluator:
         from onnx.reference import ReferenceEvaluator
 
         key = tuple(values[name].dtype.str for name in self.inputs)
@@ -66,7 +70,7 @@ class HostNode:
         arrays = {name: np.asarray(values[name]) for name in self.inputs} | self.absent
         ev = self._evaluator(arrays)
         try:
-            outs = ev.run(None, arrays)  # type: ignore[attr-defined]
+            outs = ev.run(None, arrays)
         except Exception as e:  # the reference ops raise whatever numpy raises on bad data
             raise LuminalError(f"{self.label}: {_first_line(e)}") from None
         names = [name for name in self.node.output if name]
@@ -75,8 +79,9 @@ class HostNode:
 
 # optional inputs the reference implementation needs given when the node leaves them out: NonMaxSuppression's
 # reads an empty array as absent, Loop's runs no iteration without a condition
-_ABSENT = {"NonMaxSuppression": {2: np.zeros(0, np.int64), 3: np.zeros(0, np.float32), 4: np.zeros(0, np.float32)},
-           "Loop": {1: np.array(True)}}
+_ABSENT: dict[str, dict[int, np.ndarray]] = {
+    "NonMaxSuppression": {2: np.zeros(0, np.int64), 3: np.zeros(0, np.float32), 4: np.zeros(0, np.float32)},
+    "Loop": {1: np.array(True)}}
 
 
 def _with_absent(node: onnx.NodeProto) -> tuple[onnx.NodeProto, dict[str, np.ndarray]]:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -25,6 +26,9 @@ from ..frontend_onnx.registry import DataDependent
 from ..ir.dtypes import as_declared
 from ..ir.graph import Op
 from .model import CompiledModel
+
+if TYPE_CHECKING:
+    from ..cache import TuningCache
 
 Key = tuple[object, ...]
 
@@ -129,7 +133,7 @@ class Source:
     # ------------------------------------------------------------ building
 
     def build(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
-              backend: Backend, cache: object) -> Segment:
+              backend: Backend, cache: TuningCache | None) -> Segment:
         """The segment from node ``start`` for the sizes of the values in ``env``."""
         end = len(self.nodes)
         try:
@@ -149,7 +153,7 @@ class Source:
         return [o for n in self.nodes[start:end] for o in n.output if o and o in later and o in defined]
 
     def _compile(self, start: int, end: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
-                 backend: Backend, cache: object) -> tuple[CompiledModel | None, dict[str, np.ndarray]]:
+                 backend: Backend, cache: TuningCache | None) -> tuple[CompiledModel | None, dict[str, np.ndarray]]:
         from ..frontend_onnx.importer import load
         from .compile import compile_graph
 
@@ -162,7 +166,7 @@ class Source:
                      for name, node in zip(graph.output_names, graph.outputs) if node.op is Op.Constant}
         if len(constants) == len(outputs):
             return None, constants
-        return compile_graph(graph, backend, cache=cache), constants  # type: ignore[arg-type]
+        return compile_graph(graph, backend, cache=cache), constants
 
     def _proto(self, start: int, end: int, outputs: list[str], env: Mapping[str, np.ndarray],
                carried: Mapping[str, np.ndarray]) -> onnx.ModelProto:
