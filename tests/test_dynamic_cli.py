@@ -145,3 +145,18 @@ def test_compile_of_a_model_cut_by_the_data(tmp_path):
     want = ort.InferenceSession(str(det), providers=["CPUExecutionProvider"]).run(None, {"img": img})
     for got, ref in zip(InferenceSession(art).run(None, {"img": img}), want):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_tune_takes_several_sizes_in_one_run(tmp_path):
+    from runtime_util import make_model
+
+    from luminal.cli import tune_cmd
+
+    src = make_model(tmp_path / "m.onnx")
+    r = invoke(tune_cmd, args=["tune", str(src), "--backend", "cpu", "--shape", "batch=2,3", "--budget", "4s",
+                               "--cache", str(tmp_path / "c.db"), "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                               "--json", "-"])
+    assert r.exit_code == 0, r.output
+    models = json.loads(r.output[r.output.index("{"):])["models"]
+    assert len(models) == 2 and models[0]["kernels"] and models[1]["kernels"]
+    assert {k["signature"] for k in models[0]["kernels"]}.isdisjoint(k["signature"] for k in models[1]["kernels"])
