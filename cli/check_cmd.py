@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from ..config import DEFAULT_ATOL, DEFAULT_RTOL, cache_of, load_config
+from ..config import BACKENDS, DEFAULT_ATOL, DEFAULT_RTOL, cache_of, load_config
 from ..target import resolve_backend
 from ..values import format_duration
 from .common import (
@@ -73,11 +73,13 @@ def check(
 ) -> None:
     """Compare luminal's outputs with onnxruntime's on the same seeded random inputs."""
     from ..runtime.artifact import is_artifact
+    from .modelcheck import BACKENDS as BACKENDS_CHECKED
     from .modelcheck import check_artifact, check_model
 
     config = load_config()
     todo = jobs(model, shape, config, atol, rtol)
-    backend = resolve_backend(backend_of(backend, config, DEFAULT_BACKEND))
+    allowed = [*BACKENDS, *BACKENDS_CHECKED.keys() - set(BACKENDS)]  # and any a test registers
+    backend = resolve_backend(backend_of(backend, config, DEFAULT_BACKEND, allowed))
     cache_path = cache_of(cache, config)  # where tune put winners
     reports = []
     for job in todo:

@@ -3,10 +3,11 @@ with its shapes and tolerances, and each setting from its option, else the confi
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import DEFAULT_ATOL, DEFAULT_RTOL, Config, ModelConfig, models_of, resolve
+from ..config import BACKENDS, DEFAULT_ATOL, DEFAULT_RTOL, Config, ModelConfig, models_of, resolve
 from ..errors import LuminalError
 from ..values import Shape, format_shape, non_negative, parse_shape_sets
 
@@ -65,6 +66,10 @@ def jobs(model: str | None, shape: list[str] | None, config: Config | None, atol
             for m in chosen_models(model, shape, config, config_path)]
 
 
-def backend_of(given: str | None, config: Config | None, default: str) -> str:
-    """``--backend``, else the configured backend, else the command's default."""
+def backend_of(given: str | None, config: Config | None, default: str,
+               allowed: Collection[str] = BACKENDS) -> str:
+    """``--backend``, else the configured backend, else the command's default; a ``--backend`` not ``allowed`` is
+    refused in the words every option's bad value gets."""
+    if given is not None and given not in allowed:
+        raise LuminalError(f"--backend: expected one of {', '.join(allowed)}, got {given!r}")
     return resolve(given, config, lambda c: c.backend, default)

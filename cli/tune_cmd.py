@@ -200,6 +200,7 @@ def _timed_backend(backend: str | None, config: Config | None) -> str:
         if backend in ("reference", "interpret"):
             console.print(f"[yellow]note:[/] the configured backend {backend!r} is never timed; tuning with auto")
             backend = "auto"
+    backend_of(backend, config, "auto")  # refuses what is no backend at all
     if backend not in ("auto", "cpu", "cuda"):
         raise LuminalError(f"cannot tune with backend {backend!r}: only auto, cpu and cuda are timed")
     return backend

@@ -250,7 +250,9 @@ shapes = { x = "4x8" }
 @pytest.mark.parametrize("args, message", [
     (["missing.onnx", "--backend", "reference"], "model 'missing.onnx' not found"),
     (["{tiny}", "--backend", "tpu"], "--backend: expected one of"),
-    (["{tiny}", "--runs", "1"], "--runs must be at least 2"),
+    (["{tiny}", "--runs", "1"], "--runs: must be at least 2, got 1"),
+    (["{tiny}", "--threads", "0"], "--threads: must be at least 1, got 0"),
+    (["{tiny}", "--atol", "-1"], "--atol: must be a non-negative number, got -1"),
     (["{tiny}", "--runs", "3", "--time", "2"], "give --runs or --time, not both"),
     (["{tiny}", "--against", "tensorflow"], "--against: unknown runtime 'tensorflow'"),
     (["{tiny}", "--max-regression", "lots"], "--max-regression: expected a percentage"),

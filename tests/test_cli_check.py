@@ -111,7 +111,7 @@ def test_the_onnx_reference_decides_where_onnxruntime_is_the_one_off(embed_model
 def test_check_unknown_backend_is_exit_2_one_line(embed_model):
     r = _invoke("check", str(embed_model), "--shape", "batch=1,seq=3", "--backend", "tpu")
     assert r.exit_code == 2
-    assert "backend 'tpu' is not available" in r.output
+    assert "--backend: expected one of auto, cuda, cpu, interpret, reference, got 'tpu'" in r.output
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
