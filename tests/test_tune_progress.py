@@ -142,3 +142,32 @@ def test_timeouts_are_said():
 def test_help_shows_bracketed_text():
     r = invoke(tune_cmd, args=["tune", "--help"])
     assert "[tool.luminal]" in r.output
+
+
+def test_no_compile_or_timing_waits_past_the_budgets_end(monkeypatch):
+    """The measurer gives every wait at most the time left to the end it was given (a slow compile or a hung
+    candidate spent the budget unseen): the waits it asks for are read, not timed."""
+    import time
+
+    from luminal.codegen.partition import partition
+    from luminal.search.measure import Measurer
+
+    end = time.monotonic() + 1.0
+    m = Measurer(helpers.FakeBackend(modes=("ok", "hang")), helpers.small_graph(), workers=2, plan=helpers.PLAN,
+                 timeout_s=60.0, end=end)
+    waits: list[float] = []
+    real = m.timer.call
+
+    def call(job, timeout_s, stop=None):
+        waits.append(timeout_s)
+        return real(job, timeout_s, stop)
+
+    monkeypatch.setattr(m.timer, "call", call)
+    try:
+        kernel = partition(helpers.small_graph())[0]
+        (r,) = m.compare(kernel, [{"speed": 1, "mode": "hang"}])
+        assert r.status == "timeout"
+        assert waits and max(waits) <= 1.0  # not the 60 s a candidate may take on its own
+        assert m._capped(end + 100) == end and m._capped(end - 5) == end - 5  # compile deadlines too
+    finally:
+        m.close()
