@@ -79,6 +79,8 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
                    artifact: Path | None = None) -> Runner:
     """The model compiled by luminal with the tuning cache's winners, or as ``artifact`` holds it (the ``reference``
     backend runs the numpy reference executor instead: correct, never fast, for tests)."""
+    if imported is None and artifact is None:
+        return segmented_runner(model, feeds, settings)
     graph = imported.graph
     if artifact is not None:
         from ..runtime.artifact import load_artifact
@@ -112,6 +114,21 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
             **({"compile": asdict(stats)} if stats is not None and is_dataclass(stats) else {})}
     return Runner(SUBJECT, call, lambda: dict(zip(names, call())), info,
                   lambda trace: profile_kernels(compiled, feeds, model.name, trace))
+
+
+def segmented_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings) -> Runner:
+    """A model cut where the data decides a size: compiled segments and host steps, as InferenceSession runs it
+    (no per-kernel times)."""
+    from ..codegen.backend import get_backend
+    from ..runtime.dynamic import DynamicModel
+
+    if settings.backend == "reference":
+        raise LuminalError(f"{model.name}: the reference executor runs one static graph, and this model's output "
+                           "sizes depend on the data")
+    dyn = DynamicModel.of_file(model.path, get_backend(settings.backend, settings.threads), settings.cache)
+    dyn.run(feeds)  # compiles its segments for these sizes
+    return Runner(SUBJECT, lambda: dyn.run(feeds), lambda: dyn.run(feeds),
+                  {"backend": settings.backend, "cache": str(settings.cache), "segmented": True})
 
 
 def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], model: str = "model", trace: Trace | None = None,
@@ -243,7 +260,9 @@ def bench_model(model: BenchModel, settings: Settings,
     """Parity first, then timings (and the kernels' spans into ``trace``). When luminal's outputs are wrong the
     entry has status "wrong-outputs", a "message", and no timings."""
     from ..frontend_onnx.loader import Unbound, load_model
+    from ..frontend_onnx.registry import DataDependent
     from ..runtime.artifact import is_artifact, source_model
+    from .dynamic_run import declared_inputs
     from .modelcheck import load_model_proto, make_inputs
 
     artifact = None
@@ -252,8 +271,12 @@ def bench_model(model: BenchModel, settings: Settings,
         model = replace(model, path=onnx_path, shapes=shapes)
     proto = load_model_proto(str(model.path))  # refuses a missing or unreadable file
     t0 = time.perf_counter()
-    imported = load_model(model.path, model.shapes, Unbound.WARN)
-    feeds = make_inputs(list(imported.inputs), proto, settings.seed)
+    try:
+        imported = load_model(model.path, model.shapes, Unbound.WARN)
+        inputs = list(imported.inputs)
+    except DataDependent:  # output sizes the data decides: timed as a session runs it, in segments
+        imported, (inputs, _) = None, declared_inputs(model.path, model.shapes)
+    feeds = make_inputs(inputs, proto, settings.seed)
     del proto
     t1 = time.perf_counter()
     gpu = settings.backend == "cuda"
@@ -287,7 +310,7 @@ def bench_model(model: BenchModel, settings: Settings,
                                   progress=(lambda k: progress(model.name, k)) if progress else None)
     entry.update(timings_entry(runners, samples, settings))
     entry["kernels"] = subject.kernel_times(trace) if subject.kernel_times else []
-    if settings.backend != "reference":  # where `luminal tune` keeps this model's fusion decisions
+    if settings.backend != "reference" and imported is not None:  # where tune keeps its fusion decisions
         from ..codegen.partition import fusion_key
 
         entry["fusion_key"] = fusion_key(imported.graph)

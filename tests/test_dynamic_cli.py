@@ -160,3 +160,22 @@ def test_tune_takes_several_sizes_in_one_run(tmp_path):
     models = json.loads(r.output[r.output.index("{"):])["models"]
     assert len(models) == 2 and models[0]["kernels"] and models[1]["kernels"]
     assert {k["signature"] for k in models[0]["kernels"]}.isdisjoint(k["signature"] for k in models[1]["kernels"])
+
+
+def test_bench_times_a_model_cut_by_the_data_at_two_sizes(tmp_path):
+    from test_bench_cli import SCHEMA, validate
+
+    from luminal.cli import main as cli_main
+
+    if not any(c.name == "bench" for c in cli_main.app.registered_commands):
+        cli_main._register()
+    det, out = _detector(tmp_path / "det.onnx"), tmp_path / "bench.json"
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(cli_main.app, ["bench", str(det), "--shape", "h=16,32", "--shape", "w=16", "--backend",
+                                          "cpu", "--runs", "4", "--warmup", "0", "--threads", "1", "--json",
+                                          str(out)])
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.read_text())
+    assert validate(report, SCHEMA) == []
+    assert [m["status"] for m in report["models"]] == ["ok", "ok"] and len({m["name"] for m in report["models"]}) == 2
