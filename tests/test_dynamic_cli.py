@@ -179,3 +179,10 @@ def test_bench_times_a_model_cut_by_the_data_at_two_sizes(tmp_path):
     report = json.loads(out.read_text())
     assert validate(report, SCHEMA) == []
     assert [m["status"] for m in report["models"]] == ["ok", "ok"] and len({m["name"] for m in report["models"]}) == 2
+
+
+def test_where_a_cut_model_cannot_run_the_refusal_is_one_line(tmp_path):
+    det = _detector(tmp_path / "det.onnx")
+    r = invoke(check_cmd, args=["check", str(det), "--backend", "reference", "--shape", "h=16,w=16"])
+    assert r.exit_code == 2 and "output sizes depend on the data" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
