@@ -215,23 +215,30 @@ def _progress(quiet: bool) -> Iterator[Callable[[TuneReport], None]]:
         yield lambda report: None
         return
     if console.is_terminal:
-        with _live() as show:
-            yield show
+        with _live() as table:
+            yield table
         return
+    with _lines() as lines:
+        yield lines
+
+
+@contextmanager
+def _lines() -> Iterator[Callable[[TuneReport], None]]:
+    """A line every PLAIN_EVERY_S seconds, and the last report's line at the end (each line once)."""
     last: list[TuneReport] = []
-    printed = {"at": -math.inf, "line": ""}
+    printed_at, printed = [-math.inf], [""]
 
     def line(report: TuneReport) -> None:
         text = progress_line(report)
-        if text != printed["line"]:
+        if text != printed[0]:
             console.print(text, markup=False, highlight=False, soft_wrap=True)
             console.file.flush()
-        printed["line"] = text
+        printed[0] = text
 
     def show(report: TuneReport) -> None:
         last[:] = [report]
-        if time.monotonic() - printed["at"] >= PLAIN_EVERY_S:
-            printed["at"] = time.monotonic()
+        if time.monotonic() - printed_at[0] >= PLAIN_EVERY_S:
+            printed_at[0] = time.monotonic()
             line(report)
 
     yield show

@@ -54,11 +54,12 @@ def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | 
         (out / rel).write_text(src)
         kernels.append({"signature": k.signature, "form": k.form, "schedule": s, "source": rel,
                         "source_sha256": hashlib.sha256(src.encode()).hexdigest(), "ir": kernel_to_json(k)})
-    weights, wdtypes = {}, {}
+    weights: dict[str, np.ndarray] = {}
+    wdtypes: dict[str, str] = {}
     for n, arr in model.constants.items():
         wdtypes[str(n)] = DType.from_numpy(arr.dtype).value
         weights[f"c{n}"] = arr.view(np.uint16) if arr.dtype == DType.bfloat16.np else arr
-    np.savez(out / "weights.npz", **weights)
+    np.savez(out / "weights.npz", allow_pickle=False, **weights)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "luminal_version": __version__,
         "model": {"sha256": file_sha256(model_path) if model_path else None,
@@ -83,9 +84,11 @@ def _write_libraries(model: CompiledModel, out: Path) -> dict[str, Any]:
     """The C kernels' shared libraries, as built, next to their sources; what a loader needs to find them again
     (the toolchain, the CPU and the thread count they were built for: their names derive from these)."""
     from ..codegen.c import build
-    from ..codegen.c.backend import SEQUENCE_SOURCE
+    from ..codegen.c.backend import SEQUENCE_SOURCE, CPUBackend
 
-    tc = model.backend._toolchain()
+    backend = model.backend
+    assert isinstance(backend, CPUBackend)
+    tc = backend._toolchain()
     if tc is None:
         raise LuminalError(build.missing_message())
     (out / LIBRARIES).mkdir(exist_ok=True)
@@ -95,7 +98,7 @@ def _write_libraries(model: CompiledModel, out: Path) -> dict[str, Any]:
         shutil.copyfile(lib, out / LIBRARIES / lib.name)
         names.append(lib.name)
     return {"toolchain": {"version": tc.version, "cflags": list(tc.cflags), "ldflags": list(tc.ldflags)},
-            "cpu": build.cpu_id(), "threads": model.backend.target.threads, "libraries": names}
+            "cpu": build.cpu_id(), "threads": backend.target.threads, "libraries": names}
 
 
 def _cpu_backend(d: Path, built: dict[str, Any], threads: int | None) -> Backend:

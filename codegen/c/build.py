@@ -14,6 +14,7 @@ import os
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -169,7 +170,7 @@ def library(sources: list[str], jobs: int | None = None, tc: Toolchain | None = 
     return lib
 
 
-def build(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> list[ctypes._CFuncPtr]:
+def build(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> list[Callable[..., int]]:
     """Compile (with ``tc``, else the detected toolchain) and load; returns one C function per source,
     ``int f(void **bufs, int nthreads)`` (0: ok)."""
     tc = tc or toolchain()
