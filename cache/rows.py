@@ -26,9 +26,17 @@ WINNER_COLS = ("signature", "device", "toolchain", "config", "median_ns", "defau
 COLUMNS = {"fingerprints": FINGERPRINT_COLS, "kernels": KERNEL_COLS, "trials": TRIAL_COLS, "winners": WINNER_COLS}
 
 
+class Undecodable(str):
+    """TEXT that is not valid UTF-8 (its bad bytes as surrogates): a value no decoder accepts."""
+
+
 def text_factory(raw: bytes) -> str:
-    """How the connection turns TEXT into str: invalid UTF-8 survives as surrogates, for ``clean`` to find."""
-    return raw.decode("utf-8", "surrogateescape")
+    """How the connection turns TEXT into str: invalid UTF-8 becomes an Undecodable, not an exception that
+    would end the whole query."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Undecodable(raw.decode("utf-8", "surrogateescape"))
 
 
 @dataclass(frozen=True)
@@ -53,13 +61,7 @@ class DamagedRow(Exception):
 
 def clean(value: object) -> bool:
     """A str that came from valid UTF-8 and holds nothing a terminal would act on."""
-    if not isinstance(value, str):
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return value.isprintable()
+    return type(value) is str and value.isprintable()
 
 
 def label(value: object, limit: int = 80) -> str | None:
@@ -67,28 +69,33 @@ def label(value: object, limit: int = 80) -> str | None:
     return value[:limit] if isinstance(value, str) and value and clean(value) else None
 
 
-def _text(value: object, name: str, optional: bool = False, printable: bool = True) -> str | None:
+def _text(value: object, name: str, optional: bool = False, lines: bool = False) -> str | None:
+    """Text of valid UTF-8 without control characters (but newlines and tabs where ``lines``)."""
     if value is None and optional:
         return None
-    if not isinstance(value, str):
-        raise Bad(f"field {name!r} is {_kind(value)}, not text")
-    if not (clean(value) if printable else clean(value.replace("\n", " ").replace("\t", " "))):
-        raise Bad(f"field {name!r} is not valid UTF-8 text")
+    if type(value) is not str:
+        raise _not_text(value, name)
+    if not (value.replace("\n", " ").replace("\t", " ") if lines else value).isprintable():
+        raise Bad(f"field {name!r} holds control characters")
     return value
 
 
 def _json(value: object, name: str, optional: bool = False) -> Any:
     if value is None and optional:
         return None
-    text = _text(value, name, printable=False)
+    if type(value) is not str:  # JSON itself refuses control characters inside its strings
+        raise _not_text(value, name)
     try:
-        return json.loads(text)  # type: ignore[arg-type]
+        return json.loads(value)
     except (ValueError, RecursionError):
         raise Bad(f"field {name!r} is not JSON") from None
 
 
-def _kind(value: object) -> str:
-    return {bytes: "a blob", int: "an integer", float: "a number", str: "text"}.get(type(value), "empty")
+def _not_text(value: object, name: str) -> Bad:
+    if isinstance(value, Undecodable):
+        return Bad(f"field {name!r} is not valid UTF-8")
+    kind = {bytes: "a blob", int: "an integer", float: "a number"}.get(type(value), "empty")
+    return Bad(f"field {name!r} is {kind}, not text")
 
 
 def _record(table: str, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -98,7 +105,7 @@ def _record(table: str, row: tuple[Any, ...]) -> dict[str, Any]:
     if table == "kernels":
         for k in ("signature", "form", "first_seen", "last_seen"):
             _text(rec[k], k, optional=k != "signature")
-        rec["ir_text"] = _text(rec["ir_text"], "ir_text", optional=True, printable=False)
+        rec["ir_text"] = _text(rec["ir_text"], "ir_text", optional=True, lines=True)
         rec["shapes"] = _json(rec["shapes"], "shapes", optional=True)
         rec["models"] = _json(rec["models"], "models", optional=True) or []
         # files upgraded from v1 have no times; the export fills them in
