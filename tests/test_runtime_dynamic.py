@@ -153,3 +153,24 @@ def test_text_model_at_several_sequence_lengths():
         feed = {i.name: rng.integers(0, 2, (1, seq)).astype(np.int64) for i in ref.get_inputs()}
         for got, want in zip(sess.run(None, feed), ref.run(None, feed)):
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_every_variant_takes_the_tuning_caches_winners(model_path, tmp_path):
+    """A winner stored for the kernels at batch 3 serves the variant a session compiles at batch 3 (in a thread other
+    than the one that made the session), and not the one at batch 2, whose kernels have other signatures."""
+    from luminal.cache import TuningCache, backend_fingerprints
+    from luminal.codegen.backend import get_backend
+    from luminal.frontend_onnx.loader import Unbound, load_model
+    from luminal.runtime.compile import compile_graph
+
+    be = get_backend("cpu")
+    at3 = compile_graph(load_model(model_path, {"batch": 3}, Unbound.REFUSE).graph, be)
+    with TuningCache(tmp_path / "t.db") as c:
+        for k, s in zip(at3.kernels, at3.schedules):
+            c.set_winner(k.signature, *backend_fingerprints(be), s, 1000)
+    sess = InferenceSession(model_path, backend="cpu", cache=tmp_path / "t.db")
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(sess.run, None, {"x": _x(3)}).result()
+    assert sess.model.stats.cache_hits == len(at3.kernels) > 0
+    sess.run(None, {"x": _x(2)})
+    assert sess.model.stats.cache_hits == 0 and sess.model.stats.cache_misses > 0
