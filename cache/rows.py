@@ -134,7 +134,7 @@ def _validate(table: str, row: tuple[Any, ...]) -> dict[str, Any]:
     try:
         rec = _record(table, row)
         kind = {"fingerprints": rec.get("type"), "kernels": "kernel", "trials": "trial", "winners": "winner"}[table]
-        if kind not in ("device", "toolchain", "kernel", "trial", "winner"):
+        if table == "fingerprints" and kind not in ("device", "toolchain"):
             raise Bad("field 'kind' must be device or toolchain")
         parsed = PARSERS[kind](dict(rec))
     except Bad as e:
@@ -152,8 +152,8 @@ def fingerprint(row: tuple[Any, ...]) -> tuple[str, str, dict[str, Any]]:
 def kernel(row: tuple[Any, ...], n_trials: int = 0, n_winners: int = 0,
            best_speedup: float | None = None) -> KernelRecord:
     rec = _validate("kernels", row)
-    return KernelRecord(rec["signature"], rec["form"], rec["ir_text"], rec["shapes"], rec["models"],
-                  row[6], row[7], n_trials, n_winners, best_speedup)
+    return KernelRecord(rec["signature"], rec["form"], rec["ir_text"], rec["shapes"], rec["models"], row[6], row[7],
+                        n_trials, n_winners, best_speedup)
 
 
 def trial(row: tuple[Any, ...]) -> Trial:
