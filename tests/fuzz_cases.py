@@ -68,7 +68,8 @@ def model_case(rng: random.Random, index: int, ctx: Context) -> Case:
     if seed.name == "dynamic" and command[0] != "inspect" and rng.random() < 0.8:
         command += ["--shape", "N=2"]
     files = (("m.onnx", data), *seed.extra)
-    return Case("model", index, f"{seed.name}: {how}", tuple(command), files, untouched=tuple(n for n, _ in files))
+    return Case("model", index, f"{seed.name}: {how}", tuple(command), files, untouched=tuple(n for n, _ in files),
+                names_from_files=True)
 
 
 # ---------------------------------------------------------------- cache files
@@ -255,7 +256,9 @@ def cache_case(rng: random.Random, index: int, ctx: Context) -> Case:
         command = ["cache", "export", "/dev/null"]
     argv = [*command, "--cache", cache]
     untouched = (cache,) if _reads_only(argv) else ()
-    return Case("cache", index, how, tuple(argv), tuple(files), fifos, folders, readonly, untouched)
+    # a path typed on the command line may be echoed as typed; names read from a cache or an export may not
+    return Case("cache", index, how, tuple(argv), tuple(files), fifos, folders, readonly, untouched,
+                names_from_files=how != "odd-name")
 
 
 def _reads_only(argv: list[str]) -> bool:
@@ -268,6 +271,12 @@ def _reads_only(argv: list[str]) -> bool:
 NUMBERS = ("", "0", "-1", "1", "2", "3", "1000", "100000", str(2**31 - 1), str(2**31), str(2**32), str(2**63),
            str(2**64), str(-(2**63)), "nan", "inf", "-inf", "1e308", "-1e308", "1e-320", "0x10", "1_000", " 1", "abc",
            "1.5", "-0")
+# seconds: what must be refused (not finite, negative, overflowing) and short valid values; no long valid ones,
+# since a run that was asked to take a day is no hang
+SECONDS = ("", "0", "-1", "0.5", "1", "nan", "inf", "-inf", "1e308", "-1e308", "1e-320", str(2**64), "abc", "0x10",
+           "1_000", "-0")
+COUNTS = ("", "0", "-1", "1", "2", "3", "nan", "abc", "1.5", "-0", str(2**63), str(2**64), str(-(2**63)), "1e3")
+BUDGETS = ("0s", "-1s", "1s", "nans", "infs", "", "-", "1", "0", "1e309s", "abc", "1x")
 DURATIONS = ("0s", "-1s", "1s", "1w", "9999999999999w", "1e9h", "nans", "30", "1h30m", "", "1", "-", "1.5m", "infs",
              "1y", "0")
 PERCENTS = ("5%", "-5%", "nan%", "1e309%", "0%", "100%", "abc", "", "5", "%", "inf%", "1e-400%")
@@ -282,13 +291,13 @@ BACKENDS = ("cpu", "auto", "cuda", "interpret", "reference", "", "CPU", "tpu", "
 
 # command -> the options worth bending, each with its pool of values
 OPTION_VALUES: dict[str, dict[str, tuple[str, ...]]] = {
-    "bench": {"--threads": NUMBERS, "--warmup": NUMBERS, "--runs": NUMBERS, "--time": NUMBERS, "--seed": NUMBERS,
+    "bench": {"--threads": NUMBERS, "--warmup": SECONDS, "--runs": COUNTS, "--time": SECONDS, "--seed": NUMBERS,
               "--atol": NUMBERS, "--rtol": NUMBERS, "--confidence": NUMBERS, "--max-regression": PERCENTS,
               "--baseline": ("base.json", "bad.json", "nowhere.json", "tiny.onnx", "-", ""), "--json": PATHS,
               "--html": PATHS, "--storage": STORAGE, "--config": ("bad.toml", "nowhere.toml", "tiny.onnx", ""),
               "--shape": SHAPES, "--against": ("onnxruntime", "torch", "", "bogus", "onnxruntime,onnxruntime"),
               "--backend": BACKENDS},
-    "tune": {"--budget": DURATIONS, "--seed": NUMBERS, "--workers": NUMBERS, "--timeout": NUMBERS,
+    "tune": {"--budget": BUDGETS, "--seed": NUMBERS, "--workers": NUMBERS, "--timeout": SECONDS,
              "--storage": STORAGE, "--sampler": ("gp", "tpe", "random", "cmaes", "grid", "", "bogus"),
              "--shape": SHAPES, "--json": PATHS, "--backend": BACKENDS},
     "check": {"--atol": NUMBERS, "--rtol": NUMBERS, "--seed": NUMBERS, "--shape": SHAPES, "--json": PATHS,

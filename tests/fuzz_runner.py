@@ -65,6 +65,7 @@ class Case:
     readonly: bool = False  # the folder and its files read-only, the command run as an unprivileged user
     untouched: tuple[str, ...] = ()  # files the command must leave as they are
     must_refuse: bool = False  # the input is bad beyond doubt: only exit 2 is right
+    names_from_files: bool = False  # its files hold names with control characters, which must not go out raw
 
     @property
     def name(self) -> str:
@@ -276,7 +277,7 @@ def oracles(case: Case, case_dir: Path, output: str, returncode: int | None = 0)
     behind the user's back."""
     if case.must_refuse and returncode in (0, 1):
         return Outcome.NOT_REFUSED
-    if RAW.search(output.replace("\r\n", "\n")):
+    if case.names_from_files and RAW.search(output.replace("\r\n", "\n")):
         return Outcome.RAW_CONTROL
     return Outcome.CHANGED_INPUT if changes(case, case_dir) else None
 

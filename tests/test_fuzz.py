@@ -49,7 +49,8 @@ def test_a_case_is_made_again_from_its_seed_and_index(tmp_path: Path):
 
 
 def test_oracles_see_what_exit_codes_hide(tmp_path: Path):
-    case = Case("model", 0, "", ("inspect", "m.onnx"), (("m.onnx", b"model"),), untouched=("m.onnx",))
+    case = Case("model", 0, "", ("inspect", "m.onnx"), (("m.onnx", b"model"),), untouched=("m.onnx",),
+                names_from_files=True)
     (tmp_path / "m.onnx").write_bytes(b"model")
     assert oracles(case, tmp_path, "a table\n  with 'names'\t\n") is None
     assert oracles(case, tmp_path, "name \x1b[2J here\n") is Outcome.RAW_CONTROL
