@@ -7,7 +7,7 @@ are not what limits the processes: the rate should grow with their number, and w
 storage (or the tuner's own work around it) is the bottleneck. The random sampler draws the points (the gp
 sampler's model fit costs CPU of its own, which is not the storage's). The rate is counted over the window in
 which all the processes tune (from the last one's first step to the first one's last step), from the trial
-counts each process reports after every step.
+counts each process reports after every step; the processes import first and then start together.
 
 The storage's cost per trial (ask + tell, as the tuner does them: heartbeat, stale check, the dedupe read, the
 trial's attributes) is then measured in one process with no timing at all: the wall time per trial, the time
@@ -49,6 +49,7 @@ import search_util as h
 from luminal.search.tuner import tune
 
 ticks = []
+time.sleep(max(0.0, {start_at} - time.time()))  # all start together, once every process has imported
 r = tune(h.small_graph(), h.SleepBackend(compile_s={compile_s}, unit_s=1e-4, pads=range({pads})), {budget},
          sampler="random", seed={seed}, cache={cache!r}, storage={url!r}, timeout_s=20, plan=h.PLAN, workers=0,
          fusion=False, progress=lambda rep: ticks.append((time.time(), rep.trials)))
@@ -58,11 +59,12 @@ print(json.dumps({{"ticks": ticks, "trials": r.trials, "stopped": r.stopped}}))
 
 def _run(n: int, url: str, budget: float, work: Path) -> dict:
     procs = []
+    start_at = time.time() + 10 + 5 * n
     for i in range(n):
         script = work / f"child{n}_{i}.py"
         script.write_text(textwrap.dedent(CHILD.format(tests=str(TESTS), compile_s=COMPILE_S, pads=PADS,
                                                        budget=budget, seed=i, cache=str(work / f"c{n}_{i}.db"),
-                                                       url=url)))
+                                                       url=url, start_at=start_at)))
         procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     outs = []
@@ -119,6 +121,7 @@ def _storage_cost(url: str, server: postgres_util.PostgresServer | None, n: int 
 
     event.listen(storage.rdb.engine, "after_cursor_execute", after)
     walls = []
+    client0 = time.process_time()
     cpu0 = server.server_cpu_s() if server else None
     for i in range(n):
         t0 = time.perf_counter()
@@ -126,10 +129,11 @@ def _storage_cost(url: str, server: postgres_util.PostgresServer | None, n: int 
             task.tell(trial, point, Measurement("ok", [1000 + i] * 5))
         walls.append(time.perf_counter() - t0)
     cpu = (server.server_cpu_s() - cpu0) / n if server else None
+    client = (time.process_time() - client0) / n
     storage.close()
     return {"trials": n, "wall_ms_mean": 1e3 * statistics.mean(walls),
             "wall_ms_median": 1e3 * statistics.median(walls), "db_ms": 1e3 * db["s"] / n,
-            "db_calls": db["n"] / n, "server_cpu_ms": None if cpu is None else 1e3 * cpu}
+            "db_calls": db["n"] / n, "client_cpu_ms": 1e3 * client, "server_cpu_ms": None if cpu is None else 1e3 * cpu}
 
 
 def main() -> None:
@@ -165,7 +169,8 @@ def main() -> None:
         print(f"{r['processes']:>9} {r['trials_per_min']:>10.1f} {r['scaling']:>6.2f} "
               f"{r['scaling'] / r['processes']:>11.2f}")
     print(f"storage per trial (ask + tell, {cost['trials']} trials): {cost['wall_ms_mean']:.1f} ms wall "
-          f"(median {cost['wall_ms_median']:.1f}), {cost['db_ms']:.1f} ms in {cost['db_calls']:.0f} database calls"
+          f"(median {cost['wall_ms_median']:.1f}), {cost['db_ms']:.1f} ms in {cost['db_calls']:.0f} database calls, "
+          f"{cost['client_cpu_ms']:.1f} ms of the tuner's CPU"
           + (f", {cost['server_cpu_ms']:.2f} ms of server CPU" if cost["server_cpu_ms"] is not None else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "cost": cost, "cpus": os.cpu_count()}, indent=2) + "\n")

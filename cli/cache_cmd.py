@@ -264,7 +264,7 @@ def cache_pull(storage: str = typer.Option(..., "--storage", help="The shared st
     _report(as_json, {"cache": str(c.path), "storage": studies.shown, "device": device.key,
                       "toolchain": toolchain.key, **_plain(r)},
             f"pulled into {c.path} from {studies.shown}: {r.studies} studies of this device and toolchain, "
-            f"{r.written} winners written, {r.kept} kept (the cache's own was as fast)")
+            f"{r.written} winners written, {r.kept} kept (the cache's own, or the default, was as fast)")
 
 
 def _age(text: str) -> timedelta:

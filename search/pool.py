@@ -17,12 +17,13 @@ from .tasks import CONFIG_ATTR, DEFAULT_ATTR
 class PullReport:
     studies: int  # studies of this device and toolchain with a verified trial
     written: int  # winners new in the cache or faster than its own
-    kept: int  # the cache's own winner was as fast or faster
+    kept: int  # the cache's own winner was as fast or faster, or nothing beat the default
 
 
 def pull_winners(storage: StudyStorage, cache: TuningCache, device: Fingerprint, toolchain: Fingerprint) -> PullReport:
     """For every study named for ``device`` and ``toolchain``: its fastest trial with a verified measurement (its
-    time and the point as the cache stores it), proposed to the cache, which keeps the faster winner."""
+    time and the point as the cache stores it), proposed to the cache, which keeps the faster winner; none where
+    the default's time (a machine's own baseline) was as fast."""
     suffix = f"-{device.key}-{toolchain.key}"
     rdb = storage.rdb
     studies = written = 0
@@ -37,8 +38,10 @@ def pull_winners(storage: StudyStorage, cache: TuningCache, device: Fingerprint,
             continue
         best = min(measured, key=lambda t: (t.value, t.number))
         default = s.user_attrs.get(DEFAULT_ATTR)
+        default_ns = int(default) if isinstance(default, int | float) and default > 0 else None
         studies += 1
+        if default_ns is not None and best.value is not None and best.value >= default_ns:
+            continue  # nothing beat the default
         written += cache.propose_winner(key, device, toolchain, best.user_attrs[CONFIG_ATTR],
-                                        max(1, int(best.value or 1)),
-                                        int(default) if isinstance(default, int | float) and default > 0 else None)
+                                        max(1, int(best.value or 1)), default_ns)
     return PullReport(studies, written, studies - written)
