@@ -73,6 +73,8 @@ def check(
 ) -> None:
     """Compare luminal's outputs with onnxruntime's on the same seeded random inputs."""
     from ..runtime.artifact import is_artifact
+    from ..runtime.dynamic_artifact import is_dynamic_artifact
+    from .dynamic_run import check_dynamic_artifact
     from .modelcheck import BACKENDS as BACKENDS_CHECKED
     from .modelcheck import check_artifact, check_model
 
@@ -83,7 +85,9 @@ def check(
     cache_path = cache_of(cache, config)  # where tune put winners
     reports = []
     for job in todo:
-        if is_artifact(job.path):  # the kernels compile -o built, as they load
+        if is_dynamic_artifact(job.path):  # sizes known at run time: at the sizes given, as a session loads it
+            report = check_dynamic_artifact(str(job.path), job.shapes, job.atol, job.rtol, seed)
+        elif is_artifact(job.path):  # the kernels compile -o built, as they load
             report = check_artifact(str(job.path), job.atol, job.rtol, seed)
         else:
             report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache_path,

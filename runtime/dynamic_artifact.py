@@ -81,6 +81,12 @@ def write_dynamic_artifact(model_path: str | Path, out_dir: str | Path, backend:
     return out
 
 
+def prebuilt_shapes(path: str | Path) -> list[dict[str, Shape]]:
+    """The sets of sizes an artifact holds compiled variants for."""
+    m = json.loads((Path(path) / MANIFEST).read_text())
+    return [{k: tuple(v) if isinstance(v, list) else v for k, v in vs["shapes"].items()} for vs in m["variants"]]
+
+
 def load_dynamic_artifact(path: str | Path, backend: str = "auto", threads: int | None = None,
                           cache: str | Path | TuningCache | None = None, variants: int = DEFAULT_SIZE
                           ) -> DynamicModel:

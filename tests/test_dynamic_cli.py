@@ -186,3 +186,16 @@ def test_where_a_cut_model_cannot_run_the_refusal_is_one_line(tmp_path):
     r = invoke(check_cmd, args=["check", str(det), "--backend", "reference", "--shape", "h=16,w=16"])
     assert r.exit_code == 2 and "output sizes depend on the data" in r.output
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_check_takes_an_artifact_of_sizes_known_at_run_time(tmp_path):
+    from runtime_util import make_model
+
+    from luminal.cli import compile_cmd
+
+    src, art = make_model(tmp_path / "m.onnx"), tmp_path / "art"
+    assert invoke(compile_cmd, args=["compile", str(src), "--backend", "cpu", "-o", str(art)]).exit_code == 0
+    r = invoke(check_cmd, args=["check", str(art), "--shape", "batch=2,5", "--json", "-"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report["ok"] and [m["inputs"]["x"]["shape"] for m in report["models"]] == [[2, 8], [5, 8]]
