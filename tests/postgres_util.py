@@ -10,6 +10,7 @@ import glob
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -62,6 +63,9 @@ class PostgresServer:
         return proc
 
     def start(self) -> PostgresServer:
+        if not stat.S_ISCHR(os.stat("/dev/null").st_mode):
+            raise RuntimeError("/dev/null is not the null device (something replaced it with a file): initdb and "
+                               "pg_ctl cannot run as another user")
         if not self.data.exists():
             self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
         opts = f"-c listen_addresses='' -c unix_socket_directories='{self.root}' -p {PORT} -c max_connections=200"
@@ -95,12 +99,12 @@ class PostgresServer:
         those of every backend alive."""
         pid = int((self.data / "postmaster.pid").read_text().split()[0])
         total = 0.0
-        for stat in glob.glob("/proc/[0-9]*/stat"):
+        for proc in glob.glob("/proc/[0-9]*/stat"):
             try:
-                fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+                fields = Path(proc).read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if stat == f"/proc/{pid}/stat":
+            if proc == f"/proc/{pid}/stat":
                 total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
             elif int(fields[1]) == pid:
                 total += int(fields[11]) + int(fields[12])
