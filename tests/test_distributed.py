@@ -128,7 +128,8 @@ def _fake_keys():
 
 def test_three_tuners_time_no_point_twice_and_each_cache_holds_the_best_of_all_then_a_late_joiner_pulls_it(
         tmp_path, pg_url, monkeypatch):
-    procs = [_start(tmp_path, f"t{i}", pg_url, 14, seed=i) for i in range(3)]
+    # a budget a loaded machine needs; they stop once the 24 points are measured
+    procs = [_start(tmp_path, f"t{i}", pg_url, 30, seed=i) for i in range(3)]
     reports = [json.loads(_finish(p)[0].strip().splitlines()[-1]) for p in procs]
     (study,) = _studies(pg_url)
     trials = study.get_trials()
@@ -185,7 +186,7 @@ def test_a_tuner_killed_mid_trial_has_it_failed_by_another_after_the_grace_perio
         os.killpg(doomed.pid, signal.SIGKILL)
         doomed.wait()
     ((tid, number),) = held
-    survivor = _start(tmp_path, "survivor", pg_url, 12, pads=range(6))
+    survivor = _start(tmp_path, "survivor", pg_url, 15, pads=range(6))
     _finish(survivor)
     (study,) = _studies(pg_url)
     trials = study.get_trials()
@@ -203,9 +204,9 @@ def _completed(url: str) -> set[int]:
 
 
 def test_tuners_wait_for_a_restarted_server_and_go_on(tmp_path, pg_url, postgres):
-    procs = [_start(tmp_path, f"r{i}", pg_url, 16, pads=range(6), seed=i) for i in range(2)]
+    procs = [_start(tmp_path, f"r{i}", pg_url, 20, pads=range(8), seed=i) for i in range(2)]
     try:
-        before = _wait(lambda: (done := _completed(pg_url)) and len(done) >= 4 and done)
+        before = _wait(lambda: (done := _completed(pg_url)) and len(done) >= 2 and done)
         postgres.stop()
         time.sleep(2)
     finally:
