@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
+from ..ir.nogc import gc_paused
 from ..ir.view import View, contiguous_strides
 from .kernel import LEAF_OPS, Buffer, Kernel, KOp, Leaf, Space, multiplies_as_matmul, reads_dim
 
@@ -52,13 +53,18 @@ def fusible_edges(graph: Graph) -> list[Edge]:
     return edges
 
 
+# the most primitives one kernel fuses: a C compiler's time grows faster than the length of the function it
+# compiles (a 100,000-op chain fused into one kernel did not compile in 10 minutes)
+MAX_KERNEL_NODES = 512
+
+
 @dataclass
 class _Group:
     id: int
     full: tuple[int, ...]
     nodes: list[Node] = field(default_factory=list)
     reduce_axes: tuple[int, ...] | None = None
-    deps: set[int] = field(default_factory=set)  # transitive group ids this group reads from
+    deps: set[int] = field(default_factory=set)  # the groups this group's nodes read from
     contraction: bool = False  # holds a SumReduce over a Mul of two loaded operands (a matmul)
 
     @property
@@ -99,50 +105,70 @@ def _accepts(g: _Group, n: Node, via: tuple[Node, View]) -> bool:
     return g.reduce_axes is not None and n.numel == g.full_numel and p.numel == g.row_numel
 
 
-def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[Kernel]:
-    """Kernels in launch order. ``decisions`` maps fusible edges to yes/no (default yes)."""
-    order = graph.toposort()
-    pos = {n.id: i for i, n in enumerate(order)}
-    allowed = {e for e in fusible_edges(graph) if (decisions or {}).get(e, True)}
-    group_of: dict[int, _Group] = {}
-    groups: list[_Group] = []
+@dataclass
+class _Grouping:
+    """Nodes taken in topological order into groups (the kernels to be)."""
 
-    def deps_of(n: Node, besides: _Group | None = None) -> set[int]:
-        """The groups n reads from, transitively (leaving out ``besides``)."""
-        d: set[int] = set()
-        for s, _ in n.srcs:
-            h = group_of.get(s.id)
-            if h is not None and h is not besides:
-                d |= {h.id} | h.deps
-        return d
+    pos: dict[int, int]  # node id -> topological position
+    allowed: set[Edge]
+    group_of: dict[int, _Group] = field(default_factory=dict)
+    groups: list[_Group] = field(default_factory=list)
 
-    for n in order:
-        if n.op in SOURCES:
-            continue
-        target = None
-        for slot, (s, _v) in enumerate(n.srcs):
-            if (pos[s.id], pos[n.id], slot) not in allowed or s.id not in group_of:
+    def reads_from(self, starts: set[int], g: _Group) -> bool:
+        """Whether the groups ``starts`` read from ``g``, directly or through other groups. A group whose last
+        node comes before g's first cannot, which keeps the walk short."""
+        first = self.pos[g.nodes[0].id]
+        stack, seen = list(starts), set(starts)
+        while stack:
+            h = self.groups[stack.pop()]
+            if h is g:
+                return True
+            if self.pos[h.nodes[-1].id] < first:
                 continue
-            g = group_of[s.id]
-            inside = [(k, s2, v2) for k, (s2, v2) in enumerate(n.srcs) if group_of.get(s2.id) is g]
-            if not all((pos[s2.id], pos[n.id], k) in allowed and _accepts(g, n, (s2, v2)) for k, s2, v2 in inside):
-                continue
-            # joining g must not make g depend on itself through another source's group
-            if g.id in deps_of(n, besides=g):
-                continue
-            target = g
-            break
+            for d in h.deps - seen:
+                seen.add(d)
+                stack.append(d)
+        return False
+
+    def joinable(self, n: Node, slot: int, s: Node) -> _Group | None:
+        """The group of n's source ``s`` (read at ``slot``), where n may join it."""
+        pos, allowed = self.pos, self.allowed
+        g = self.group_of.get(s.id)
+        if g is None or (pos[s.id], pos[n.id], slot) not in allowed or len(g.nodes) >= MAX_KERNEL_NODES:
+            return None
+        inside = [(k, s2, v2) for k, (s2, v2) in enumerate(n.srcs) if self.group_of.get(s2.id) is g]
+        if not all((pos[s2.id], pos[n.id], k) in allowed and _accepts(g, n, (s2, v2)) for k, s2, v2 in inside):
+            return None
+        # joining g must not make g depend on itself through another source's group
+        others = {h.id for s2, _ in n.srcs if (h := self.group_of.get(s2.id)) is not None and h is not g}
+        return None if self.reads_from(others, g) else g
+
+    def add(self, n: Node) -> None:
+        target = next((g for slot, (s, _) in enumerate(n.srcs) if (g := self.joinable(n, slot, s)) is not None),
+                      None)
         if target is None:
-            target = _Group(len(groups), full=n.shape)
-            groups.append(target)
+            target = _Group(len(self.groups), full=n.shape)
+            self.groups.append(target)
         if n.op in REDUCE and target.reduce_axes is None:
             target.full = n.srcs[0][1].shape
             target.reduce_axes = tuple(n.attrs["axes"])
         if n.op is Op.SumReduce and _is_contraction_mul(n, {m.id for m in target.nodes}):
             target.contraction = True
-        target.deps |= deps_of(n) - {target.id}
+        target.deps |= {h.id for s, _ in n.srcs if (h := self.group_of.get(s.id)) is not None} - {target.id}
         target.nodes.append(n)
-        group_of[n.id] = target
+        self.group_of[n.id] = target
+
+
+@gc_paused()
+def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[Kernel]:
+    """Kernels in launch order. ``decisions`` maps fusible edges to yes/no (default yes)."""
+    order = graph.toposort()
+    grouping = _Grouping({n.id: i for i, n in enumerate(order)},
+                         {e for e in fusible_edges(graph) if (decisions or {}).get(e, True)})
+    for n in order:
+        if n.op not in SOURCES:
+            grouping.add(n)
+    groups = grouping.groups
 
     users = graph.consumers()
     outputs = {o.id for o in graph.outputs}
@@ -261,16 +287,18 @@ def _launch_order(kernels: list[Kernel]) -> list[Kernel]:
     produced_by = {nid: k for k, kern in enumerate(kernels) for nid in kern.output_nodes}
     done: set[int] = set()
     order: list[Kernel] = []
-
-    def visit(k: int) -> None:
-        if k in done:
-            return
-        done.add(k)
-        for nid in kernels[k].input_nodes:
-            if nid in produced_by:
-                visit(produced_by[nid])
-        order.append(kernels[k])
-
-    for k in range(len(kernels)):
-        visit(k)
+    for start in range(len(kernels)):  # depth first, iteratively: a chain of kernels is as deep as it is long
+        stack = [(start, False)]
+        while stack:
+            k, ready = stack.pop()
+            if ready:
+                order.append(kernels[k])
+                continue
+            if k in done:
+                continue
+            done.add(k)
+            stack.append((k, True))
+            for nid in reversed(kernels[k].input_nodes):
+                if nid in produced_by and produced_by[nid] not in done:
+                    stack.append((produced_by[nid], False))
     return order

@@ -18,6 +18,7 @@ from .. import ir
 from ..errors import LuminalError
 from ..ir import DType, Tensor
 from ..ir.graph import origin
+from ..ir.nogc import gc_paused
 from ..ir.tensor import FOLD_LIMIT
 from . import dims, registry
 from .limits import MemoryGuard
@@ -397,16 +398,15 @@ class Importer:
         return outs
 
     def run_node(self, n: onnx.NodeProto, scope: ChainMap) -> None:
-        label = f"node {clean(n.name or n.output[0] if n.output else n.name)!r} ({clean(n.op_type)})"
         fn = registry.lookup(n.domain, n.op_type)
         if fn is None:
-            raise LuminalError(f"{label}: unsupported op")
+            raise LuminalError(f"{_label(n)}: unsupported op")
         inputs: list[Tensor | None] = []
         for name in n.input:
             if not name:
                 inputs.append(None)
             elif name not in scope or scope[name] is None:
-                raise LuminalError(f"{label}: input {clean(name)!r} is not defined")
+                raise LuminalError(f"{_label(n)}: input {clean(name)!r} is not defined")
             else:
                 inputs.append(scope[name])
         attrs = {a.name: _attr_value(a) for a in n.attribute}
@@ -423,13 +423,14 @@ class Importer:
             msg = str(e)
             if msg.startswith("node "):
                 raise
-            raise LuminalError(f"{label}: {msg}") from None
+            raise LuminalError(f"{_label(n)}: {msg}") from None
         except (ValueError, TypeError, IndexError, KeyError, AssertionError, NotImplementedError,
                 ZeroDivisionError, OverflowError, AttributeError) as e:
-            raise LuminalError(f"{label}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise LuminalError(f"{_label(n)}: {type(e).__name__}: {first}") from None
         outs = [out] if isinstance(out, Tensor) else list(out)
         made = {name: t for name, t in zip(n.output, outs) if name and isinstance(t, Tensor)}
-        self.guard.node(label, (t for t in inputs if isinstance(t, Tensor)), made)
+        self.guard.node(lambda: _label(n), (t for t in inputs if isinstance(t, Tensor)), made)
         for k, name in enumerate(n.output):
             if not name:
                 continue
@@ -437,6 +438,11 @@ class Importer:
                 scope[name] = outs[k]
             else:
                 scope[name] = None  # an output this op does not produce; an error only if used
+
+
+def _label(n: onnx.NodeProto) -> str:
+    """How a message names a node: by its name, else its first output."""
+    return f"node {clean(n.name or n.output[0] if n.output else n.name)!r} ({clean(n.op_type)})"
 
 
 def _attr_value(a: onnx.AttributeProto) -> Any:
@@ -546,6 +552,7 @@ def _bind_inputs(g: onnx.GraphProto, shapes: Shapes | None,
     return [(vi.name, dt, bound.shapes[vi.name]) for vi, dt in zip(real_inputs, dtypes)], bound
 
 
+@gc_paused()
 def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True,
          max_memory: int | None = None) -> ImportResult:
     """Import an ONNX model (a path or a ModelProto) into a primitive Graph, optimised
@@ -600,7 +607,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
             raise LuminalError(f"graph output {clean(o.name)!r} is a sequence; only tensor outputs are supported")
         out_tensors.append(materialise(t))
         names.append(o.name)
-    guard.node("the graph", [scope[name] for name, _, _ in resolved], dict(zip(names, out_tensors)))
+    guard.node(lambda: "the graph", [scope[name] for name, _, _ in resolved], dict(zip(names, out_tensors)))
     declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True))
     graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(bound.symbols), declared)
     if optimize:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -86,14 +86,14 @@ class MemoryGuard:
         if sum(sizes.values()) > self.limit:
             self._refuse(f"the {len(sizes)} inputs together", sum(sizes.values()))
 
-    def node(self, label: str, inputs: Iterable[Tensor], outputs: Mapping[str, Tensor]) -> None:
+    def node(self, label: Callable[[], str], inputs: Iterable[Tensor], outputs: Mapping[str, Tensor]) -> None:
         """One node's outputs, and its inputs and outputs together (an output that is a view of an input,
-        as a Reshape's, counts once)."""
+        as a Reshape's, counts once); ``label`` names the node where it is refused."""
         total, seen = 0, set()
         for name, t in outputs.items():
             size = tensor_bytes(t)
             if size > self.limit:
-                self._refuse(f"tensor {name!r} ({_shape(t)}, {t.dtype.value}; {label})", size)
+                self._refuse(f"tensor {name!r} ({_shape(t)}, {t.dtype.value}; {label()})", size)
             if id(t.node) not in seen:
                 seen.add(id(t.node))
                 total += size
@@ -102,4 +102,4 @@ class MemoryGuard:
                 seen.add(id(t.node))
                 total += tensor_bytes(t)
         if total > self.limit:
-            self._refuse(f"{label} with its inputs and outputs", total)
+            self._refuse(f"{label()} with its inputs and outputs", total)

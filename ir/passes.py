@@ -10,6 +10,7 @@ import hashlib
 import numpy as np
 
 from .graph import ELEMENTWISE, REDUCE, Graph, Node, Op
+from .nogc import gc_paused
 from .reference import eval_node, read
 from .tensor import FOLD_LIMIT
 from .view import View
@@ -156,6 +157,7 @@ def dce(graph: Graph) -> Graph:
     return _rebuild(graph, _copy)
 
 
+@gc_paused()
 def optimize(graph: Graph) -> Graph:
     for p in (fold_constants, simplify, cse, simplify, cse, dce):
         graph = p(graph)

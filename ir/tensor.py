@@ -54,8 +54,8 @@ class Tensor:
     @staticmethod
     def full(shape: Sequence[int], value, dtype: DType) -> Tensor:
         node = _node(Op.Constant, (), (), dtype, value=np.asarray(value).astype(dtype.np))
-        t = Tensor(node, View((), ()))
-        return t.reshape((1,) * len(shape)).expand(tuple(shape))
+        shape = tuple(int(s) for s in shape)
+        return Tensor(node, View(shape, (0,) * len(shape)))  # one value read everywhere
 
     @staticmethod
     def iota(shape: Sequence[int], axis: int, dtype: DType = DType.int64) -> Tensor:
