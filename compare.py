@@ -27,9 +27,9 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Comp
         return Comparison(True)
     if want.dtype.kind in "biu":
         diff = got.astype(np.float64) - want.astype(np.float64)
-        bad = int(np.count_nonzero(diff))
+        n_bad = int(np.count_nonzero(diff))
         max_abs = float(np.abs(diff).max())
-        return Comparison(bad == 0, max_abs, 0.0, f"{bad} elements differ (max {max_abs:g})" if bad else "")
+        return Comparison(n_bad == 0, max_abs, 0.0, f"{n_bad} elements differ (max {max_abs:g})" if n_bad else "")
     g, w = got.astype(np.float64), want.astype(np.float64)
     gn, wn = np.isnan(g), np.isnan(w)
     if (gn != wn).any():

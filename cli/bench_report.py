@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Collection
 from html import escape
 from typing import Any
 
@@ -42,7 +43,7 @@ def _speedup(s: dict[str, Any] | None) -> str:
     return f"{s['ratio']:.3g}× [{s['low']:.3g}, {s['high']:.3g}]"
 
 
-def _table(header: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+def _table(header: list[str], rows: list[list[str]], numeric: Collection[int] = frozenset()) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
                                     for i, c in enumerate(row)) + "</tr>" for row in rows)

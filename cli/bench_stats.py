@@ -102,7 +102,7 @@ def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, warmup_s
         if runs is not None:
             if done >= runs:
                 break
-        elif done >= max_runs or (done >= min_runs and clock() - start >= time_s * 1e9):
+        elif done >= max_runs or (done >= min_runs and time_s is not None and clock() - start >= time_s * 1e9):
             break
         for k in rng.permutation(len(names)):
             name = names[k]

@@ -10,7 +10,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,9 +109,7 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
         cache.close()
     names = [o.name for o in compiled.outputs]
     call = lambda: compiled.run(feeds)
-    stats = getattr(compiled, "stats", None)
-    info = {"backend": settings.backend, "cache": str(cache.path),
-            **({"compile": asdict(stats)} if stats is not None and is_dataclass(stats) else {})}
+    info = {"backend": settings.backend, "cache": str(cache.path), "compile": asdict(compiled.stats)}
     return Runner(SUBJECT, call, lambda: dict(zip(names, call())), info,
                   lambda trace: profile_kernels(compiled, feeds, model.name, trace))
 

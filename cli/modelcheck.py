@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -16,6 +16,10 @@ from ..compare import compare
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError, require_file
 from ..ir import Graph, run_reference
+
+if TYPE_CHECKING:
+    from ..cache import TuningCache
+
 
 # ops through which an input keeps its meaning as an index
 _PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
@@ -57,7 +61,7 @@ def _run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.nda
 
 
 def _compiled(name: str) -> Callable[..., list[np.ndarray]]:
-    def runner(graph: Graph, feeds: Mapping[str, np.ndarray], cache: Any = None) -> list[np.ndarray]:
+    def runner(graph: Graph, feeds: Mapping[str, np.ndarray], cache: TuningCache | None = None) -> list[np.ndarray]:
         from ..runtime.compile import compile_graph
 
         return compile_graph(graph, name, cache=cache).run(dict(feeds))
@@ -76,7 +80,7 @@ BACKENDS: dict[str, Callable[..., list[np.ndarray]]] = {
 
 
 def run_backend(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str,
-                cache: Any = None) -> dict[str, np.ndarray]:
+                cache: TuningCache | None = None) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``backend``; returns {output name: array}."""
     runner = BACKENDS.get(backend)
     if runner is None:
@@ -113,7 +117,7 @@ def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
     """For each graph input used (through casts and reshapes) as the indices of a
     Gather over a constant table, the smallest table extent along the gathered axis."""
     consts = _const_shapes(model)
-    users: dict[str, list[onnx.NodeProto]] = {}
+    users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for n in model.graph.node:
         for i, name in enumerate(n.input):
             if name:

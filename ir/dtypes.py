@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 import enum
 
 import ml_dtypes
 import numpy as np
+
+# the class below has members named bool and np, which shadow these names in its annotations
+NumpyDType = np.dtype
 
 
 class DType(enum.Enum):
@@ -17,15 +21,15 @@ class DType(enum.Enum):
     bool = "bool"
 
     @property
-    def np(self) -> np.dtype:
+    def np(self) -> NumpyDType:
         return _NUMPY[self]
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self in (DType.float32, DType.float16, DType.bfloat16)
 
     @property
-    def is_int(self) -> bool:
+    def is_int(self) -> builtins.bool:
         return self in (DType.int64, DType.int32)
 
     @property
@@ -41,7 +45,7 @@ class DType(enum.Enum):
         return self.value
 
     @staticmethod
-    def from_numpy(dt: np.dtype) -> DType:
+    def from_numpy(dt: NumpyDType) -> DType:
         dt = np.dtype(dt)
         for k, v in _NUMPY.items():
             if v == dt:

@@ -107,7 +107,7 @@ def simplify(graph: Graph) -> Graph:
                                 combined = c * c2 if n.op is Op.Mul else c + c2
                                 k = Node(Op.Constant, (), (), n.dtype,
                                          {"value": np.asarray(combined).astype(n.dtype.np)})
-                                kv = View((), ()).reshape((1,) * len(n.shape)).expand(n.shape)
+                                kv = View.contiguous((1,) * len(n.shape)).expand(n.shape)
                                 return Node(n.op, (x.srcs[1 - j], (k, kv)), n.shape, n.dtype, {})
         if n.op is Op.Recip and srcs[0][0].op is Op.Recip and srcs[0][1].is_contiguous:
             inner = srcs[0][0]

@@ -49,7 +49,7 @@ def _compute(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _contract(node: Node, mul: Node, vals: dict[int, np.ndarray], mul_view: View) -> np.ndarray:
+def _contract(node: Node, mul: Node, vals: dict[int, np.ndarray], mul_view: View) -> np.ndarray | None:
     (a, va), (b, vb) = mul.srcs
     if mul.numel == 0:
         return np.zeros(node.shape, node.dtype.np)

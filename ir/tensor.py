@@ -154,8 +154,8 @@ class Tensor:
         return Tensor(self.node, self.view.window(dim, out, size, stride, dilation))
 
     def squeeze(self, axes: Sequence[int]) -> Tensor:
-        axes = {a % self.ndim for a in axes}
-        return self.reshape(tuple(s for k, s in enumerate(self.shape) if k not in axes))
+        gone = {a % self.ndim for a in axes}
+        return self.reshape(tuple(s for k, s in enumerate(self.shape) if k not in gone))
 
     def unsqueeze(self, axes: Sequence[int]) -> Tensor:
         n = self.ndim + len(axes)

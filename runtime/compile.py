@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +16,11 @@ from ..codegen.partition import partition
 from ..ir.graph import Graph, Op
 from ..values import Shape
 from .model import CompiledModel, CompileStats, TensorSpec
+
+if TYPE_CHECKING:
+    from ..cache import TuningCache
+    from ..cache.fingerprint import Fingerprint
+
 
 
 def resolve_backend(backend: str | Backend, threads: int | None = None) -> Backend:
@@ -33,14 +38,15 @@ def graph_specs(graph: Graph) -> tuple[list[TensorSpec], list[TensorSpec], dict[
 
 
 def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[str, Schedule] | None,
-                     cache: Any, keys: tuple | None, stats: CompileStats) -> list[Schedule]:
+                     cache: TuningCache | None, keys: tuple[Fingerprint, Fingerprint] | None,
+                     stats: CompileStats) -> list[Schedule]:
     """Per kernel: an explicit schedule (by signature), else the cache's winner (under the backend's
     ``keys``), else the default."""
     out = []
     for k in kernels:
         sig = k.signature
         chosen = (schedules or {}).get(sig)
-        if chosen is None and cache is not None:
+        if chosen is None and cache is not None and keys is not None:
             winner = cache.best(sig, *keys)
             if winner is not None:  # knobs added since it was tuned take their default
                 chosen = {**backend.default_schedule(k), **winner.config}
@@ -55,7 +61,7 @@ def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[st
 
 
 def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict[str, Schedule] | None = None,
-                  decisions: dict | None = None, cache: Any = None) -> CompiledModel:
+                  decisions: dict | None = None, cache: TuningCache | None = None) -> CompiledModel:
     t0 = time.perf_counter()
     be = resolve_backend(backend)
     keys = None
@@ -85,7 +91,7 @@ def import_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, hi
 
 
 def compile_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, backend: str | Backend = "auto",
-                  cache: Any = None) -> CompiledModel:
+                  cache: TuningCache | None = None) -> CompiledModel:
     """The model at ``path`` compiled for ``shapes`` (every symbolic dim bound)."""
     from ..frontend_onnx.loader import API_HINT
 

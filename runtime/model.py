@@ -85,7 +85,7 @@ class CompiledModel:
         for k in self.kernels:
             for n, (_, b) in zip(k.output_nodes, k.outputs):
                 slot = self.plan.slots.get(n)
-                if slot is None:
+                if slot is None or arena is None:
                     buffers[n] = be.empty(b.shape, b.dtype.np)
                     continue
                 if b.dtype not in native:

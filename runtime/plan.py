@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..codegen.kernel import Kernel
@@ -33,7 +34,7 @@ def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def plan_buffers(launches: list[tuple[list[int], list[tuple[int, int]]]], keep: set[int]) -> BufferPlan:
+def plan_buffers(launches: Sequence[tuple[Sequence[int], Sequence[tuple[int, int]]]], keep: set[int]) -> BufferPlan:
     """``launches``: per kernel (input node ids, [(output node id, nbytes)]). Nodes in ``keep``
     (graph outputs) get no slot: they must outlive the run."""
     plan = BufferPlan()

@@ -79,12 +79,13 @@ class Fit:
     rho: float
     ordered: bool
 
-    def mean(self, at: tuple, mine: np.ndarray) -> np.ndarray:
+    def mean(self, at: tuple[np.ndarray, np.ndarray], mine: np.ndarray) -> np.ndarray:
         """Posterior mean of candidates (as this kernel's points) from their readings (``_readings``) against the
         fitted points; ``mine``: which fitted points are this kernel's."""
         return _covariance(*at, mine[None, :], self.mix, self.rho) @ self.alpha
 
-    def expected_improvement(self, at: tuple, own: tuple, mine: np.ndarray) -> np.ndarray:
+    def expected_improvement(self, at: tuple[np.ndarray, np.ndarray], own: tuple[np.ndarray, np.ndarray],
+                             mine: np.ndarray) -> np.ndarray:
         """How much each candidate is expected to improve on this kernel's best point, on standardised log time,
         from the readings (``_readings``) between the candidates and the fitted points (``at``) and between this
         kernel's points (``mine``) and the fitted points (``own``). The best is where the posterior mean of this

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,11 +11,15 @@ from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge, partition
 from ..ir.graph import Graph, Op
 
+if TYPE_CHECKING:
+    from ..codegen.backend import Backend
+
+
 
 class ModelRunner:
     """The graph partitioned by ``decisions``, each kernel compiled with its schedule (by signature)."""
 
-    def __init__(self, graph: Graph, backend: Any, decisions: dict[Edge, bool],
+    def __init__(self, graph: Graph, backend: Backend, decisions: dict[Edge, bool],
                  schedules: dict[str, dict[str, Any]], compile_one: Callable[[Kernel, dict], Any] | None = None):
         self.graph = graph
         self.backend = backend
@@ -43,6 +47,7 @@ class ModelRunner:
         self.launch = self.backend.launcher(self.compiled, args)
 
     def __call__(self) -> None:
+        assert self.launch is not None, "feed() binds the kernels first"
         self.launch()
 
     def outputs(self) -> list[np.ndarray]:
@@ -55,7 +60,7 @@ class ModelRunner:
         return out
 
 
-def _usable(backend: Any, kernel: Kernel, schedule: dict[str, Any] | None) -> dict[str, Any]:
+def _usable(backend: Backend, kernel: Kernel, schedule: dict[str, Any] | None) -> dict[str, Any]:
     """``schedule`` where the backend accepts it for ``kernel``, else the default (a winner kept in the storage
     by a resumed run may predate a change to what the kernel's schedules mean)."""
     return schedule if schedule is not None and backend.valid(kernel, schedule) else backend.default_schedule(kernel)

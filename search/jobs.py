@@ -10,7 +10,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,8 +19,12 @@ from ..codegen.kernel_eval import run_kernel
 from ..codegen.partition import Edge
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
-from .timing import TimingPlan, interleaved, make_timer
+from .timing import CpuTimer, CudaTimer, TimingPlan, interleaved, make_timer
 from .verify import mismatch, random_inputs
+
+if TYPE_CHECKING:
+    from ..codegen.backend import Backend
+
 
 
 @dataclass
@@ -90,16 +94,16 @@ class JobRunner:
     MAX_COMPILED = 512
     MAX_PREPARED = 8
 
-    def __init__(self, backend: Any, graph: Graph | None):
+    def __init__(self, backend: Backend, graph: Graph | None):
         self.backend = backend
         self.graph = graph
         self.compiled: dict[str, Any] = {}
         self.prepared: dict[str, tuple[list[Any], list[np.ndarray]]] = {}
         self.model_ref: tuple[int, list[np.ndarray], list[np.ndarray]] | None = None
-        self._timer = None
+        self._timer: CpuTimer | CudaTimer | None = None
 
     @property
-    def timer(self):
+    def timer(self) -> CpuTimer | CudaTimer:
         if self._timer is None:
             self._timer = make_timer(self.backend)
         return self._timer

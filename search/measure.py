@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge
@@ -19,10 +19,14 @@ from .jobs import CompileJob, KernelJob, Measurement, ModelJob
 from .timing import TimingPlan
 from .worker import Cancelled, Worker, WorkerContext, WorkerLost, wait_any
 
+if TYPE_CHECKING:
+    from ..codegen.backend import Backend
+
+
 PAIRED_MIN_REPS = 15
 
 
-def refuse_untimed(backend: Any) -> None:
+def refuse_untimed(backend: Backend) -> None:
     """The interpreter (a backend or its name) checks correctness only: nothing on it is timed."""
     if getattr(backend, "name", backend) == "interpret":
         raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
@@ -30,7 +34,7 @@ def refuse_untimed(backend: Any) -> None:
 
 
 class Measurer:
-    def __init__(self, backend: Any, graph: Graph | None = None, workers: int = 1, plan: TimingPlan | None = None,
+    def __init__(self, backend: Backend, graph: Graph | None = None, workers: int = 1, plan: TimingPlan | None = None,
                  timeout_s: float = 10.0, seed: int = 0, threads: int | None = None,
                  stop: Callable[[], bool] | None = None, end: float | None = None):
         """``end``: the monotonic time no compile or timing may wait past (the tuning budget's end)."""

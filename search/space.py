@@ -11,13 +11,17 @@ import math
 import random
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from ..codegen.backend import Knob
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge
+
+if TYPE_CHECKING:
+    from ..codegen.backend import Backend
+
 
 _PRIMITIVE = (type(None), bool, int, float, str)
 
@@ -102,7 +106,7 @@ def schedule_key(schedule: dict[str, Any]) -> str:
 class ScheduleSpace:
     """One kernel's schedule knobs on one backend."""
 
-    def __init__(self, backend: Any, kernel: Kernel):
+    def __init__(self, backend: Backend, kernel: Kernel):
         self.backend = backend
         self.kernel = kernel
         self.default = dict(backend.default_schedule(kernel))

@@ -14,9 +14,13 @@ import glob
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..codegen.backend import Backend
+
 
 L2_FLUSH_BYTES = 256 << 20
 LLC_FALLBACK_BYTES = 32 << 20
@@ -55,7 +59,7 @@ class CpuTimer:
     """Wall clock; ``flush`` reads a buffer twice the last-level cache, which evicts what the last run left
     there (reads, since large stores may bypass the cache)."""
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Backend):
         self.backend = backend
         self._evict: np.ndarray | None = None  # made on the first flush: most plans never flush
 
@@ -74,7 +78,7 @@ class CpuTimer:
 class CudaTimer:
     """CUDA events around the launch only; ``flush`` writes 256 MB, which evicts L2."""
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Backend):
         import torch
 
         self.torch = torch
@@ -93,7 +97,7 @@ class CudaTimer:
         return int(self.start.elapsed_time(self.end) * 1e6)
 
 
-def make_timer(backend: Any) -> CpuTimer | CudaTimer:
+def make_timer(backend: Backend) -> CpuTimer | CudaTimer:
     own = getattr(backend, "make_timer", None)  # a backend that keeps its own time (the tests' virtual clocks)
     if own is not None:
         return own()

@@ -6,6 +6,7 @@ late worker is killed and started again on the next job.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing as mp
 import os
@@ -17,10 +18,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import connection
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..ir.graph import Graph
 from ..target import Target
+
+if TYPE_CHECKING:
+    from ..codegen.backend import Backend
+
 
 
 class WorkerLost(Exception):
@@ -40,7 +45,7 @@ class WorkerContext:
     """What a worker needs to rebuild its state: the backend (an object under fork, its Target or name under spawn),
     the model graph for end-to-end jobs (pickled bytes under spawn), and the thread count."""
 
-    backend: Any
+    backend: Backend | Target | str
     graph: Graph | bytes | None = None
     threads: int | None = None
 
@@ -63,7 +68,7 @@ def _deep(fn: Callable[[], Any]) -> Any:
     return out[0]
 
 
-def start_method(backend: Any) -> str:
+def start_method(backend: Backend) -> Literal["fork", "spawn"]:
     """fork, the fastest, where a forked child can run the backend's kernels; else spawn."""
     return "fork" if "fork" in mp.get_all_start_methods() and backend.fork_safe() else "spawn"
 
@@ -73,10 +78,8 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
 
 
 def _serve(conn: Any, ctx: WorkerContext) -> None:
@@ -90,7 +93,8 @@ def _serve(conn: Any, ctx: WorkerContext) -> None:
     backend = ctx.backend
     graph = ctx.graph
     if isinstance(graph, bytes):
-        graph = _deep(lambda: pickle.loads(graph))
+        data = graph
+        graph = _deep(lambda: pickle.loads(data))
     if isinstance(backend, str | Target):
         from ..codegen.backend import get_backend
 
@@ -120,7 +124,9 @@ class Worker:
     def _start(self) -> None:
         # decided at every start: the backend may have become unsafe to fork since the last one
         ctx = self.ctx
-        method = "spawn" if isinstance(ctx.backend, str | Target) else start_method(ctx.backend)
+        method: Literal["fork", "spawn"] = "spawn"
+        if not isinstance(ctx.backend, str | Target):
+            method = start_method(ctx.backend)
         if method == "spawn" and not isinstance(ctx.backend, str | Target):
             graph = ctx.graph
             if graph is not None and not isinstance(graph, bytes):
@@ -128,7 +134,7 @@ class Worker:
             made_for = getattr(ctx.backend, "target", None)
             ctx = self.ctx = WorkerContext(made_for if isinstance(made_for, Target) else ctx.backend.name, graph,
                                            ctx.threads)
-        context = mp.get_context(method)
+        context = mp.get_context("fork") if method == "fork" else mp.get_context("spawn")
         parent, child = context.Pipe()
         self.proc = context.Process(target=_serve, args=(child, ctx), daemon=True)
         self.proc.start()
