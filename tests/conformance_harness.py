@@ -41,9 +41,10 @@ from luminal.frontend_onnx.importer import all_graphs
 from luminal.frontend_onnx.ops_nn_util import RandomOpError
 from luminal.frontend_onnx.registry import DataDependent
 from luminal.ir import Graph, run_reference
-from luminal.runtime.compile import compile_graph
+from luminal.runtime.compile import compile_graph, graph_specs
 
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
+BACKENDS = ("reference", "cpu", "cuda", "interpret", "onnxruntime")
 PASSING_FILE = Path(__file__).resolve().parent / "conformance" / "passing.txt"
 LUMINAL_ROOT = Path(luminal.__file__).resolve().parent
 
@@ -53,10 +54,12 @@ _SUPPORTED_ELEM = {
     onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL,
     # computed in int32 / int64 and returned as the model declares them
     onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16,
-    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+    # computed in float32 (the importer narrows it), returned as float64: compared at float32's tolerance
+    onnx.TensorProto.DOUBLE,
 }
-# why a dtype the IR lacks cannot simply be computed in a narrower one
-_DTYPE_NOTES = {"double": "no float64 in the IR; float32 results miss double tolerance"}
+# why a dtype the IR lacks cannot simply be computed in another one
+_DTYPE_NOTES: dict[str, str] = {}
 # ops whose attribute names an output dtype
 _DTYPE_ATTRS = {"to", "dtype", "output_dtype"}
 # bump when the on-disk layout of the generated node cases changes
@@ -345,15 +348,70 @@ def _run(graph: Graph, feeds: dict[str, np.ndarray], backend: str) -> list[np.nd
     return compile_graph(graph, backend).run(feeds)
 
 
+class _ReferenceModel:
+    """A segment's graph run by the reference executor, in the place of its compiled model."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.inputs, self.outputs, _ = graph_specs(graph)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return run_reference(self.graph, feeds)
+
+
+def _reference_segment(graph: Graph, backend: object = None, **_: object) -> _ReferenceModel:
+    return _ReferenceModel(graph)
+
+
 def _run_segmented(path: Path, feeds: dict[str, np.ndarray], backend: str) -> dict[str, np.ndarray]:
-    """The outputs of a model cut where the data decides a size, as InferenceSession runs it."""
+    """The outputs of a model cut where the data decides a size, as InferenceSession runs it: its segments
+    compiled for ``backend``, or run by the reference executor (their host steps are the same)."""
+    from unittest import mock
+
+    import luminal.runtime.compile as compile_module
     from luminal.codegen.backend import get_backend
     from luminal.runtime.dynamic import DynamicModel
 
-    return DynamicModel.of_file(path, get_backend(backend), cache=None).run(feeds)
+    if backend != "reference":
+        return DynamicModel.of_file(path, get_backend(backend), cache=None).run(feeds)
+    # the segments are cut and bound as for a compiled backend; only their graphs run on numpy
+    with mock.patch.object(compile_module, "compile_graph", _reference_segment):
+        return DynamicModel.of_file(path, get_backend("cpu"), cache=None).run(feeds)
+
+
+def _run_onnxruntime(d: Path, case: Case, res: CaseResult) -> CaseResult:
+    """The case on onnxruntime's CPU provider, compared with the expected outputs as luminal's results are."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4
+    opts.intra_op_num_threads = 1
+    try:
+        sess = ort.InferenceSession(str(d / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        res.status, res.reason = "failed", _one_line(f"onnxruntime: {type(e).__name__}: {e}")
+        return res
+    names = [i.name for i in sess.get_inputs()]
+    out_names = [o.name for o in sess.get_outputs()]
+    for inputs, expected in _data_sets(d):
+        try:
+            got = sess.run(out_names, dict(zip(names, inputs)))
+        except Exception as e:
+            res.status, res.reason = "failed", _one_line(f"onnxruntime: {type(e).__name__}: {e}")
+            return res
+        for k, (have, want) in enumerate(zip(got, expected)):
+            rtol, atol = tolerances(want.dtype, case.rtol, case.atol)
+            cmp = compare(np.asarray(have), want, rtol, atol)
+            if not cmp.ok:
+                res.status, res.reason = "failed", f"output #{k}: {cmp.reason}"
+                return res
+    res.status, res.reason = "passed", ""
+    return res
 
 
 def run_case(case: Case, backend: str = "reference") -> CaseResult:
+    """The case imported and run on ``backend`` (the reference executor, a compiled backend), or on
+    onnxruntime (``backend="onnxruntime"``, for the comparison table)."""
     t0 = time.perf_counter()
     d = Path(case.model_dir)
     model = onnx.load(str(d / "model.onnx"))
@@ -362,6 +420,8 @@ def run_case(case: Case, backend: str = "reference") -> CaseResult:
         if (d / "UNSUPPORTED").exists():
             res.reason = (d / "UNSUPPORTED").read_text().strip()
             return res
+        if backend == "onnxruntime":
+            return _run_onnxruntime(d, case, res)
         why = unsupported_reason(model)
         if why:
             res.reason = why
@@ -377,10 +437,7 @@ def run_case(case: Case, backend: str = "reference") -> CaseResult:
             except RandomOpError as e:  # random output: no deterministic result to compare with
                 res.reason = _one_line(str(e))
                 return res
-            except DataDependent as e:  # an output's size depends on the data: a session runs it in segments
-                if backend == "reference":
-                    res.status, res.reason = "failed", _one_line(f"import: {type(e).__name__}: {e}{_where(e)}")
-                    return res
+            except DataDependent:  # an output's size depends on the data: a session runs it in segments
                 got = _run_segmented(d / "model.onnx", feeds, backend)
             except Exception as e:  # the importer's error is the failure reason
                 res.status, res.reason = "failed", _one_line(f"import: {type(e).__name__}: {e}{_where(e)}")
@@ -545,6 +602,89 @@ def write_passing(results: Sequence[CaseResult], path: Path = PASSING_FILE) -> N
     path.write_text(header + "\n".join(names) + "\n")
 
 
+# ---------------------------------------------------------------- the comparison with onnxruntime
+
+EXCLUSIONS_FILE = Path(__file__).resolve().parents[1] / "docs" / "conformance.md"
+_EXCLUDED_ROW = re.compile(r"^\|\s*`?(?P<name>[a-z-]+/test_[^`|\s]+)`?\s*\|\s*(?P<reason>[^|]*?)\s*\|")
+
+
+def read_exclusions(path: Path = EXCLUSIONS_FILE) -> dict[str, str]:
+    """The cases docs/conformance.md lists as left out, with their reasons (its table rows
+    ``| `node/test_x` | reason |``)."""
+    if not path.exists():
+        return {}
+    rows = (_EXCLUDED_ROW.match(ln) for ln in path.read_text().splitlines())
+    return {m["name"]: m["reason"] for m in rows if m}
+
+
+def comparison(runs: dict[str, Sequence[CaseResult]], exclusions: dict[str, str]) -> dict:
+    """Case by case, onnxruntime's status next to each luminal backend's in ``runs`` (which holds
+    ``onnxruntime``), and per backend the cases onnxruntime passes and it does not: documented in
+    ``exclusions`` or not."""
+    ort = {r.name: r for r in runs["onnxruntime"]}
+    ours = [b for b in runs if b != "onnxruntime"]
+    by_backend = {b: {r.name: r for r in runs[b]} for b in ours}
+    cases = []
+    for name, o in ort.items():
+        row = {"name": name, "ops": o.ops, "onnxruntime": o.status}
+        for b in ours:
+            r = by_backend[b].get(name)
+            row[b] = r.status if r else "not run"
+            row[f"{b}_reason"] = r.reason if r else ""
+        if name in exclusions:
+            row["excluded"] = exclusions[name]
+        cases.append(row)
+    ort_passed = [c for c in cases if c["onnxruntime"] == "passed"]
+    summary: dict[str, object] = {"onnx_version": onnx.__version__, "cases": len(cases),
+                                  "onnxruntime_passed": len(ort_passed)}
+    for b in ours:
+        gaps = [c["name"] for c in ort_passed if c[b] != "passed"]
+        summary[b] = {
+            "passed": sum(c[b] == "passed" for c in cases),
+            "onnxruntime_passed_and_not_here": len(gaps),
+            "documented": sum(g in exclusions for g in gaps),
+            "undocumented": [g for g in gaps if g not in exclusions],
+        }
+    return {"summary": summary, "cases": cases}
+
+
+def comparison_markdown(table: dict) -> str:
+    s = table["summary"]
+    ours = [k for k, v in s.items() if isinstance(v, dict)]
+    lines = [f"# ONNX backend cases: luminal and onnxruntime (onnx {s['onnx_version']})", "",
+             f"{s['cases']} cases; onnxruntime passes {s['onnxruntime_passed']}.", ""]
+    for b in ours:
+        v = s[b]
+        lines.append(f"- {b}: passes {v['passed']}; of onnxruntime's passes, {v['onnxruntime_passed_and_not_here']} "
+                     f"do not pass here, {v['documented']} of them documented in docs/conformance.md, "
+                     f"{len(v['undocumented'])} not")
+    lines += ["", "| case | onnxruntime | " + " | ".join(ours) + " | left out because |",
+              "|---|---|" + "---|" * len(ours) + "---|"]
+    for c in table["cases"]:
+        cells = [c["name"], c["onnxruntime"], *(c[b] for b in ours), c.get("excluded", "")]
+        lines.append("| " + " | ".join(x.replace("|", "/") for x in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _summary_lines(table: dict) -> list[str]:
+    s = table["summary"]
+    out = [f"{s['cases']} cases: onnxruntime passes {s['onnxruntime_passed']}"]
+    for b, v in s.items():
+        if isinstance(v, dict):
+            out.append(f"{b}: passes {v['passed']}; {v['onnxruntime_passed_and_not_here']} that onnxruntime passes "
+                       f"do not ({v['documented']} documented, {len(v['undocumented'])} not)")
+            out += [f"  undocumented: {n}" for n in v["undocumented"][:40]]
+            if len(v["undocumented"]) > 40:
+                out.append(f"  ... and {len(v['undocumented']) - 40} more")
+    return out
+
+
+def read_results(path: Path) -> tuple[str, list[CaseResult]]:
+    """The backend and results of an earlier ``--json`` run."""
+    data = json.loads(path.read_text())
+    return data["backend"], [CaseResult(**r) for r in data["results"]]
+
+
 def _print_report(results: Sequence[CaseResult], summary: dict, show_failures: int) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -572,8 +712,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python tests/conformance_harness.py",
                                 description="Run the ONNX backend test cases through luminal (the reference "
                                             "executor, or compiled for a backend).")
-    p.add_argument("--backend", default="reference", choices=("reference", "cpu", "cuda", "interpret"),
-                   help="run the imported graphs on the reference executor (default) or compiled for a backend")
+    p.add_argument("--backend", default="reference",
+                   help="run the imported graphs on the reference executor (default), compiled for a backend "
+                        f"({', '.join(BACKENDS[1:])}), or run the models on onnxruntime; with --compare a "
+                        "comma-separated list")
+    p.add_argument("--compare", metavar="F", help="also run onnxruntime and write the case-by-case comparison to F "
+                                                  "(.json: JSON, else markdown)")
+    p.add_argument("--reuse", metavar="F", action="append", default=[],
+                   help="with --compare: take a backend's results from an earlier --json file instead of running it")
     p.add_argument("--json", metavar="F", help="write the results as JSON to F ('-' for stdout)")
     p.add_argument("--filter", metavar="SUBSTR", help="only cases whose name contains SUBSTR")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated case kinds ({','.join(KINDS)})")
@@ -595,10 +741,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--update needs the full run (no --filter, --kinds or --passing-only)")
     if a.update and a.backend != "reference":
         p.error("--update keeps the reference executor's passing list")
+    backends = [b for b in a.backend.split(",") if b]
+    bad = [b for b in backends if b not in BACKENDS]
+    if bad or not backends:
+        p.error(f"--backend: expected one of {', '.join(BACKENDS)}, got {bad[0] if bad else a.backend!r}")
+    if len(backends) > 1 and not a.compare:
+        p.error("several backends need --compare")
+    if a.compare:
+        return _compare(cases, backends, a)
     results = run_cases(cases, a.workers, a.timeout, backend=a.backend)
     summary = summarise(results)
     if a.json:
-        data = dict(summary, results=[asdict(r) for r in results])
+        data = dict(summary, backend=a.backend, results=[asdict(r) for r in results])
         text = json.dumps(data, indent=2)
         if a.json == "-":
             print(text)
@@ -614,6 +768,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if lost:
             print(f"{len(lost)} previously kept cases no longer pass and were dropped: {', '.join(lost[:20])}"
                   + (" ..." if len(lost) > 20 else ""))
+    return 0
+
+
+def _compare(cases: Sequence[Case], backends: Sequence[str], a: argparse.Namespace) -> int:
+    names = {c.name for c in cases}
+    runs: dict[str, list[CaseResult]] = {}
+    for f in a.reuse:
+        b, results = read_results(Path(f))
+        runs[b] = [r for r in results if r.name in names]
+    for b in ["onnxruntime", *backends]:
+        if b not in runs:
+            runs[b] = run_cases(cases, a.workers, a.timeout, backend=b)
+    table = comparison(runs, read_exclusions())
+    out = Path(a.compare)
+    out.write_text(json.dumps(table, indent=1) + "\n" if out.suffix == ".json" else comparison_markdown(table))
+    print("\n".join(_summary_lines(table)))
     return 0
 
 

@@ -73,7 +73,10 @@ def test_unsupported_reasons():
     to_double = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.DOUBLE),
                         helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)],
                        [_vi("x", TensorProto.FLOAT, [2])], [_vi("z", TensorProto.FLOAT, [2])])
-    assert conf.unsupported_reason(to_double).startswith("dtype double (no float64 in the IR")
+    assert conf.unsupported_reason(to_double) is None  # computed in float32, returned as float64
+    to_complex = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.COMPLEX64)],
+                        [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.COMPLEX64, [2])])
+    assert conf.unsupported_reason(to_complex) == "dtype complex64"
     seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
     seq_model = _model([helper.make_node("SequenceConstruct", ["x"], ["s"])], [_vi("x", TensorProto.FLOAT, [2])],
                        [seq])
@@ -153,6 +156,75 @@ def test_main_writes_json(tmp_path):
     names = {r["name"] for r in data["results"]}
     assert "node/test_relu" in names
     assert data["totals"]["passed"] >= 1 and data["by_op"]["Relu"]["passed"] >= 1
+
+
+def test_run_case_on_onnxruntime(tmp_path):
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", TensorProto.FLOAT, [2, 3])],
+                   [_vi("y", TensorProto.FLOAT, [2, 3])])
+    assert conf.run_case(_write_case(tmp_path, "ok", model, [x], [np.maximum(x, 0)]), "onnxruntime").status == "passed"
+    r = conf.run_case(_write_case(tmp_path, "bad", model, [x], [np.maximum(x, 0) + 1]), "onnxruntime")
+    assert r.status == "failed" and "out of tolerance" in r.reason
+    unknown = _model([helper.make_node("NoSuchOp", ["x"], ["y"])], [_vi("x", TensorProto.FLOAT, [2, 3])],
+                     [_vi("y", TensorProto.FLOAT, [2, 3])])
+    r = conf.run_case(_write_case(tmp_path, "unknown", unknown, [x], [x]), "onnxruntime")
+    assert r.status == "failed" and r.reason.startswith("onnxruntime:")
+
+
+def test_reference_runs_a_model_cut_by_the_data_in_segments(tmp_path):
+    # NonZero's output size depends on the data: the reference executor runs the segments around it
+    model = _model([helper.make_node("NonZero", ["x"], ["i"]), helper.make_node("Neg", ["i"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, [2, 3])], [_vi("y", TensorProto.INT64, None)])
+    x = np.array([[0, 1, 0], [2, 0, 3]], np.float32)
+    case = _write_case(tmp_path, "nonzero", model, [x], [-np.stack(np.nonzero(x)).astype(np.int64)])
+    r = conf.run_case(case, "reference")
+    assert r.status == "passed", r.reason
+    wrong = _write_case(tmp_path, "nonzero_wrong", model, [x], [np.stack(np.nonzero(x)).astype(np.int64)])
+    assert conf.run_case(wrong, "reference").status == "failed"
+
+
+def _result(name: str, status: str) -> conf.CaseResult:
+    return conf.CaseResult(name, status, ops=["Relu"])
+
+
+def test_comparison_counts_gaps_and_documented_exclusions(tmp_path):
+    doc = tmp_path / "conformance.md"
+    doc.write_text("| case | reason |\n|---|---|\n| `node/test_b` | string tensors |\nnode/test_c is not a row\n")
+    exclusions = conf.read_exclusions(doc)
+    assert exclusions == {"node/test_b": "string tensors"}
+    runs = {
+        "onnxruntime": [_result("node/test_a", "passed"), _result("node/test_b", "passed"),
+                        _result("node/test_c", "passed"), _result("node/test_d", "failed")],
+        "reference": [_result("node/test_a", "passed"), _result("node/test_b", "unsupported"),
+                      _result("node/test_c", "failed"), _result("node/test_d", "passed")],
+    }
+    table = conf.comparison(runs, exclusions)
+    s = table["summary"]
+    assert s["onnxruntime_passed"] == 3
+    assert s["reference"] == {"passed": 2, "onnxruntime_passed_and_not_here": 2, "documented": 1,
+                              "undocumented": ["node/test_c"]}
+    rows = {c["name"]: c for c in table["cases"]}
+    assert rows["node/test_b"]["excluded"] == "string tensors" and rows["node/test_d"]["reference"] == "passed"
+    md = conf.comparison_markdown(table)
+    assert "| node/test_c | passed | failed |  |" in md and "onnxruntime passes 3" in md
+
+
+def test_main_compare_reuses_earlier_results(tmp_path):
+    earlier = tmp_path / "ref.json"
+    assert conf.main(["--kinds", "node", "--filter", "test_relu", "--json", str(earlier), "--workers", "1"]) == 0
+    out = tmp_path / "cmp.json"
+    assert conf.main(["--kinds", "node", "--filter", "test_relu", "--compare", str(out), "--reuse", str(earlier),
+                      "--workers", "1"]) == 0
+    table = json.loads(out.read_text())
+    relu = next(c for c in table["cases"] if c["name"] == "node/test_relu")
+    assert relu["onnxruntime"] == "passed" and relu["reference"] == "passed"
+    assert table["summary"]["reference"]["undocumented"] == []
+
+
+def test_documented_exclusions_are_cases_this_onnx_ships():
+    shipped = {c.name for c in conf.collect_cases(["node"])}
+    listed = conf.read_exclusions()
+    assert listed and not set(listed) - shipped, sorted(set(listed) - shipped)[:10]
 
 
 # ---------------------------------------------------------------- the kept list
