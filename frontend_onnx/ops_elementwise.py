@@ -273,6 +273,62 @@ def bitwise(ctx: OpContext) -> Tensor:
     return _from_bits([f(x, y) for x, y in zip(_bits(a, width, signed), _bits(b, width, signed))], signed)
 
 
+def _shift_left(x: Tensor, bits: list[Tensor], k: int, signed: bool) -> Tensor:
+    """x << k for 0 < k < width, wrapped to width bits: the low width-k-1 bits move up k places and the bit above
+    them becomes the top bit (the sign of a signed type), so no intermediate leaves the type."""
+    width = len(bits)
+    top = 1 << (width - 1)
+    return remainder(x, 1 << (width - k - 1)).mul(1 << k).add(bits[width - k - 1].mul(-top if signed else top))
+
+
+def _div_pow2(y: Tensor, k: int) -> Tensor:
+    """y / 2^k for a multiple y of 2^k, exactly: 23 bits of the quotient at a time, as the IR's integer division
+    is exact below 2^24 (it goes through float32)."""
+    if k + 23 >= y.dtype.np.itemsize * 8 - 1:
+        return y.div(1 << k)
+    low = remainder(y, 1 << (k + 23))
+    return low.div(1 << k).add(_div_pow2(y.sub(low), k + 23).mul(1 << 23))
+
+
+def _shift_right(x: Tensor, k: int, logical: bool) -> Tensor:
+    """x >> k for 0 < k < 63: floored (arithmetic); ``logical``: a uint64 held in int64, whose top bits enter as 0."""
+    if logical and k == 63:
+        return x.lt(0).cast(x.dtype)
+    out = _div_pow2(x.sub(remainder(x, 1 << k)), k)
+    if not logical:
+        return out
+    fill = x.lt(0).cast(x.dtype)  # the pattern's value is 2^64 more: 2^(64-k) more after the shift
+    return out.add(fill.mul(1 << 62)).add(fill.mul(1 << 62)) if k == 1 else out.add(fill.mul(1 << (64 - k)))
+
+
+@op("BitShift")
+def bit_shift(ctx: OpContext) -> Tensor:
+    """x shifted by s bits, one candidate per shift amount chosen by s: the IR has no bit operations. A shift
+    below 0 or of the width or more leaves 0 to the left and the sign's fill to the right."""
+    x, s = need(ctx, 0), need(ctx, 1)
+    if x.dtype.is_float or x.dtype is DType.bool:
+        raise ValueError(f"needs integer inputs, got {x.dtype.name}")
+    width, signed = _int_width(ctx, 0)
+    written = ctx.written(0)
+    unsigned = written is not None and written.kind == "u"
+    left = ctx.attr("direction") == "LEFT"
+    shape = broadcast_shape(x.shape, s.shape)
+    x, s = x.expand(shape), s.cast(x.dtype).expand(shape)
+    ctx.declare(0, written or x.dtype.np)
+    bits = _bits(x, width, signed) if left else []
+    fill = _full_like(x, 0) if left or unsigned else x.lt(0).where(_full_like(x, -1), _full_like(x, 0))
+    out = fill
+    for k in range(width if left or unsigned else width - 1):
+        if k == 0:
+            shifted = x
+        elif left:
+            shifted = _shift_left(x, bits, k, signed)
+        else:
+            shifted = _shift_right(x, k, unsigned and width == 64)
+        out = s.eq(k).where(shifted, out)
+    return out
+
+
 @op("BitwiseNot")
 def bitwise_not(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)

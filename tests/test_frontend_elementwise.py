@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import ops_nn_harness as h
 import pytest
-from frontend_util import assert_matches, make_model, run_ours
+from frontend_util import assert_matches, make_model, run_ort, run_ours
 from onnx import TensorProto, helper
 
 RNG = np.random.default_rng(0)
@@ -295,3 +295,31 @@ def test_bitwise_ops_on_the_c_backend():
     model = make_model(helper.make_node("BitwiseXor", ["a", "b"], ["y"]), {"a": a, "b": b}, opset=18)
     (got,) = compile_graph(load(model).graph, "cpu").run({"a": a, "b": b})
     np.testing.assert_array_equal(got, a ^ b)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint32, np.int64, np.uint64])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bit_shift_wraps_and_fills_past_the_width(direction, dtype):
+    info = np.iinfo(dtype)
+    width = info.bits
+    x = np.random.default_rng(3).integers(info.min, info.max, (2, 6), dtype=dtype, endpoint=True)
+    x.flat[:4] = info.min, info.max, 0, 1
+    shifts = [0, 1, width - 2, width - 1, width, width + 3] + ([-1, -width] if info.min < 0 else [])
+    s = np.array(shifts[: x.shape[1]] + [0] * (x.shape[1] - len(shifts[: x.shape[1]])), dtype)
+    s2 = np.array(shifts[x.shape[1]:] + [1] * (x.shape[1] - len(shifts[x.shape[1]:])), dtype)
+    feeds = {"x": x, "s": np.stack([s, s2])}
+    model = make_model(helper.make_node("BitShift", ["x", "s"], ["y"], direction=direction), feeds, opset=28)
+    assert_matches(model, feeds)
+
+
+def test_bit_shift_on_the_c_backend():
+    from luminal.frontend_onnx import load
+    from luminal.runtime.compile import compile_graph
+
+    x = np.array([[-(2 ** 63), 2 ** 63 - 1, -12345678901234, 987654321987, 5, -1]], dtype=np.int64)
+    s = np.array([[1, 62, 7, 33, 64, -3]], dtype=np.int64)
+    for direction in ("LEFT", "RIGHT"):
+        model = make_model(helper.make_node("BitShift", ["x", "s"], ["y"], direction=direction), {"x": x, "s": s},
+                           opset=28)
+        (got,) = compile_graph(load(model).graph, "cpu").run({"x": x, "s": s})
+        np.testing.assert_array_equal(got, run_ort(model, {"x": x, "s": s})[0])
