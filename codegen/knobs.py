@@ -4,7 +4,8 @@ Each field is a ``knob``: its choices for a kernel (none: not a knob of that
 kernel, and the field is None). From the declaration come the search space
 (``space``), the reading of a stored schedule (``parse``: names, types and
 choices checked) and its JSON form (``to_json``), which is what caches and
-Optuna keep: ``to_json(parse(d)) == d`` for every schedule ``parse`` accepts.
+Optuna keep: ``to_json(parse(d)) == d`` for every schedule a strict ``parse``
+accepts (a lenient one leaves out the names it ignores).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ Choices = Callable[[C], tuple[KnobValue, ...]]
 class _Decl(Generic[C]):
     choices: Choices[C]
     optional: bool  # may be left out even where it is a knob (a stored schedule older than the knob)
-    conditional: bool  # a knob of some kernels only (None where it is none)
     accepts: Callable[[KnobValue], bool] | None
     universe: tuple[KnobValue, ...] | None  # values it may hold where it is no knob (lenient parse), None: none
 
@@ -41,8 +41,8 @@ def knob(choices: Choices[C], *, optional: bool = False, conditional: bool = Fal
     """A schedule field (typed by its annotation; ``Any`` here as dataclasses' own ``field`` is: a backend
     wraps it with its own context type, so that its choice functions are checked). ``accepts``:
     the values a stored schedule may hold when not only the choices (a thread count made on another machine)."""
-    decl = _Decl(choices, optional, conditional, accepts, universe)
-    # fields that are not knobs of every kernel, or may be left out, are None where absent
+    decl = _Decl(choices, optional, accepts, universe)
+    # fields that are not knobs of every kernel (``conditional``), or may be left out, are None where absent
     default = None if optional or conditional or universe is not None else MISSING
     return field(default=default, metadata={"knob": decl})
 
