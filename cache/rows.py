@@ -134,7 +134,7 @@ def _validate(table: str, row: tuple[Any, ...]) -> dict[str, Any]:
     try:
         rec = _record(table, row)
         kind = {"fingerprints": rec.get("type"), "kernels": "kernel", "trials": "trial", "winners": "winner"}[table]
-        if table == "fingerprints" and kind not in ("device", "toolchain"):
+        if not isinstance(kind, str) or (table == "fingerprints" and kind not in ("device", "toolchain")):
             raise Bad("field 'kind' must be device or toolchain")
         parsed = PARSERS[kind](dict(rec))
     except Bad as e:

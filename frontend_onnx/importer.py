@@ -49,7 +49,7 @@ class ImportResult:
 
 # ONNX element types and the IR dtype each computes in (double narrows to float32,
 # small ints widen to int32); anything else is refused
-_ELEM = {
+_ELEM: dict[int, DType] = {
     TensorProto.FLOAT: DType.float32,
     TensorProto.FLOAT16: DType.float16,
     TensorProto.BFLOAT16: DType.bfloat16,
@@ -597,15 +597,16 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         if not unbound:
             raise
         # a model exported with dynamic dims often still holds the traced sizes in its Reshape targets
-        names = ", ".join(clean(u) for u in unbound)
-        raise LuminalError(f"{e} (unbound dimensions default to 1: {names}; give them with --shape)") from None
-    out_tensors, names = [], []
-    for o, t in zip(g.output, outs):
-        if t is None:
+        listed = ", ".join(clean(u) for u in unbound)
+        raise LuminalError(f"{e} (unbound dimensions default to 1: {listed}; give them with --shape)") from None
+    out_tensors: list[Tensor] = []
+    names: list[str] = []
+    for o, value in zip(g.output, outs):
+        if value is None:
             raise LuminalError(f"graph output {clean(o.name)!r} is never produced")
-        if not isinstance(t, Tensor):
+        if not isinstance(value, Tensor):
             raise LuminalError(f"graph output {clean(o.name)!r} is a sequence; only tensor outputs are supported")
-        out_tensors.append(materialise(t))
+        out_tensors.append(materialise(value))
         names.append(o.name)
     guard.node(lambda: "the graph", [scope[name] for name, _, _ in resolved], dict(zip(names, out_tensors)))
     declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True))
@@ -613,7 +614,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
     if optimize:
         graph = ir.optimize(graph)
     outputs = [IOInfo(nm, n.dtype, tuple(n.shape), declared.get(nm)) for nm, n in zip(names, graph.outputs)]
-    counts = {}
+    counts: dict[str, int] = {}
     for sub in all_graphs(g):
         for n in sub.node:
             counts[n.op_type] = counts.get(n.op_type, 0) + 1

@@ -12,10 +12,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cache.fingerprint import backend_fingerprints
 from ..cache.schema import STATUSES
@@ -35,6 +35,9 @@ from .studies import Liveness, default_storage, open_storage, open_study, study_
 from .tasks import FusionTask, KernelTask
 from .timing import TimingPlan, last_level_cache_bytes
 from .worker import Cancelled
+
+if TYPE_CHECKING:
+    import optuna
 
 FINAL_SHARE = 0.15  # at most this share of the budget is kept for the final re-timing
 
@@ -149,7 +152,7 @@ class Tuner:
     def _plan_kernels(self, partitioned: list[Kernel]) -> None:
         """Kernel tasks for the graph's partition under the current decisions: weights are occurrence counts."""
         counts: dict[str, int] = {}
-        kernels = {}
+        kernels: dict[str, Kernel] = {}
         for k in partitioned:
             sig = k.signature
             counts[sig] = counts.get(sig, 0) + 1
@@ -216,6 +219,7 @@ class Tuner:
         t0 = time.monotonic()
         scheds = self.schedules()
         compare = lambda pts: m.measure_model([(d, scheds) for d in pts], self.model_prep_s)
+        pending: Sequence[tuple[optuna.Trial | None, Any]]
         if task.state.trials == 0:
             task.enqueue_default()
             pending = [(None, task.space.default)]
@@ -269,7 +273,9 @@ class Tuner:
                 self.report.notes.append("no time was left to time the model end to end before and after")
 
     def _write_winners(self) -> None:
-        winners = [] if self.keep_default else [(t.signature, t, t.incumbent) for t in self.tasks.values()]
+        winners: list[tuple[str, KernelTask | FusionTask, Any]] = []
+        if not self.keep_default:
+            winners = [(t.signature, t, t.incumbent) for t in self.tasks.values()]
         f = self.fusion
         if f is not None and f.incumbent is not None and not self.keep_default:
             winners.append((self.fusion_key, f, {"unfused": sorted(f.unfused())}))
