@@ -1,6 +1,9 @@
-"""MatMul, Gemm and Einsum: broadcast Mul + SumReduce contractions."""
+"""MatMul, Gemm and Einsum: broadcast Mul + SumReduce contractions; Det."""
 
 from __future__ import annotations
+
+import itertools
+from functools import reduce
 
 from ..ir import Tensor
 from .registry import OpContext, fail, need, op
@@ -151,3 +154,28 @@ def einsum_op(ctx: OpContext) -> Tensor:
         cur = cur.sum(extra)
         cur_labels = [x for x in cur_labels if x in out]
     return _align(cur, cur_labels, out, sizes)
+
+
+# Det expands over the n! permutations: beyond 5x5 (120 products) it is refused
+DET_MAX = 5
+
+
+@op("Det")
+def det_op(ctx: OpContext) -> Tensor:
+    """Determinants over the last two axes, expanded over the permutations (Leibniz's formula): the IR has no
+    pivoted elimination, and the matrices models take determinants of are small."""
+    x = need(ctx, 0)
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape[-1] == 0:
+        raise fail(ctx, f"needs square matrices in its last two axes, got shape {list(x.shape)}")
+    n, batch = x.shape[-1], x.shape[:-2]
+    if n > DET_MAX:
+        raise fail(ctx, f"{n}x{n} matrices: expanded over permutations only up to {DET_MAX}x{DET_MAX}")
+    whole = [(0, s) for s in batch]
+    entry = [[x.shrink([*whole, (i, i + 1), (j, j + 1)]).reshape(batch) for j in range(n)] for i in range(n)]
+    out: Tensor | None = None
+    for perm in itertools.permutations(range(n)):
+        term = reduce(Tensor.mul, (entry[i][p] for i, p in enumerate(perm)))
+        odd = sum(perm[a] > perm[b] for a in range(n) for b in range(a + 1, n)) % 2
+        out = (term.neg() if odd else term) if out is None else out.sub(term) if odd else out.add(term)
+    assert out is not None
+    return out

@@ -71,3 +71,20 @@ def test_einsum_bad_equation():
         h.luminal_run("Einsum", [rand(3, 4)], dict(equation="ijk->i"), opset=12)
     with pytest.raises(LuminalError, match="operands"):
         h.luminal_run("Einsum", [rand(3, 4)], dict(equation="ij,jk->ik"), opset=12)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (2, 4, 4), (2, 1, 5, 5)])
+def test_det(shape):
+    h.check("Det", [rand(*shape)], opset=22)
+
+
+def test_det_of_a_singular_matrix_is_zero():
+    x = np.array([[1, 2, 3], [2, 4, 6], [0, 1, 1]], np.float32)
+    got, _ = h.luminal_run("Det", [x], {}, opset=22)
+    assert abs(float(got["o0"])) < 1e-5
+
+
+def test_det_beyond_five_by_five_is_refused_in_one_line():
+    with pytest.raises(LuminalError, match=r"6x6 matrices: expanded over permutations only up to 5x5") as e:
+        h.luminal_run("Det", [rand(6, 6)], {}, opset=22)
+    assert "\n" not in str(e.value)
