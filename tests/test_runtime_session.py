@@ -16,6 +16,7 @@ from luminal.runtime.artifact import write_artifact
 from luminal.runtime.compile import compile_graph, compile_model
 from luminal.runtime.plan import plan_buffers
 from luminal.runtime.session import InferenceSession
+from luminal.target import host_simd_width
 
 
 def _cuda() -> bool:
@@ -221,7 +222,8 @@ def test_a_winner_tuned_before_a_knob_existed_still_applies(tmp_path):
     g = optimize(Graph([a.node], [a.matmul(w).contiguous().node], ["y"]))
     (mm,) = [k for k in partition(g) if k.form == "contraction"]
     be = get_backend("cpu")
-    old = {k: v for k, v in {**be.default_schedule(mm), "mr": 4, "nr": 8}.items() if k != "lanes"}
+    vw = host_simd_width()
+    old = {k: v for k, v in {**be.default_schedule(mm), "mr": 4, "nr": vw}.items() if k != "lanes"}
     with TuningCache(tmp_path / "t.db") as c:
         c.set_winner(mm.signature, *backend_fingerprints(be), old, 1000)
     with TuningCache(tmp_path / "t.db", readonly=True) as c:
