@@ -522,9 +522,11 @@ def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodePro
     return order
 
 
-def _default_opset(opsets: Mapping[str, int], warnings: list[str]) -> int:
+def _default_opset(opsets: Mapping[str, int], warnings: list[str], graph: onnx.GraphProto) -> int:
     if "" not in opsets:
-        raise LuminalError("the model has no opset import for the default ONNX domain")
+        if any(n.domain in ("", "ai.onnx") for g in all_graphs(graph) for n in g.node):
+            raise LuminalError("the model has no opset import for the default ONNX domain")
+        return onnx.defs.onnx_opset_version()  # only other domains' ops (ai.onnx.ml): nothing reads it
     opset, newest = opsets[""], onnx.defs.onnx_opset_version()
     if opset > newest:
         warnings.append(f"model opset {opset} is newer than this onnx ({newest}); ops are read as opset {newest}")
@@ -569,7 +571,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         proto = _inline_functions(proto)
     load_external_data(proto, base, weights)
     opsets = _opsets(proto)
-    opset = _default_opset(opsets, warnings)
+    opset = _default_opset(opsets, warnings, proto.graph)
 
     g = proto.graph
     check_graph(g)
