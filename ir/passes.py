@@ -66,16 +66,18 @@ def _copy(n: Node, srcs) -> Node:
     return Node(n.op, srcs, n.shape, n.dtype, dict(n.attrs))
 
 
-def fold_constants(graph: Graph) -> Graph:
-    def visit(n: Node, srcs):
-        if n.op in (Op.Input, Op.Constant) or not srcs or n.numel > FOLD_LIMIT:
-            return _copy(n, srcs)
-        if all(s.op is Op.Constant for s, _ in srcs):
-            val = eval_node(n, [read(s.attrs["value"], v) for s, v in srcs])
-            return Node(Op.Constant, (), n.shape, n.dtype, {"value": np.ascontiguousarray(val).reshape(n.shape)})
-        return _copy(n, srcs)
+def _folded(n: Node, srcs: tuple[Src, ...]) -> Node | None:
+    """A Constant of n's value where every source is a constant (and n is small enough to store)."""
+    if n.op in (Op.Input, Op.Constant) or not srcs or n.numel > FOLD_LIMIT:
+        return None
+    if all(s.op is Op.Constant for s, _ in srcs):
+        val = eval_node(n, [read(s.attrs["value"], v) for s, v in srcs])
+        return Node(Op.Constant, (), n.shape, n.dtype, {"value": np.ascontiguousarray(val).reshape(n.shape)})
+    return None
 
-    return _rebuild(graph, visit)
+
+def fold_constants(graph: Graph) -> Graph:
+    return _rebuild(graph, lambda n, srcs: _folded(n, srcs) or _copy(n, srcs))
 
 
 def _scalar(src: Src):
@@ -87,43 +89,44 @@ def _scalar(src: Src):
     return None
 
 
+def _simplified(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
+    """x*1, x+0, Recip(Recip(x)), Log2(Exp2(x)), Cast to the same dtype, (x*a)*b, (x+a)+b."""
+    if n.op in (Op.Mul, Op.Add) and len(srcs) == 2:
+        unit = 1 if n.op is Op.Mul else 0
+        for i in (0, 1):
+            c = _scalar(srcs[i])
+            other = srcs[1 - i]
+            if c is not None and c == unit and other[0].dtype == n.dtype and n.dtype.is_float:
+                return other
+            if c is not None and n.dtype.is_float:
+                x, vx = other
+                if x.op is n.op and vx.is_contiguous and vx.shape == n.shape and x.shape == n.shape:
+                    for j in (0, 1):
+                        c2 = _scalar(x.srcs[j])
+                        if c2 is not None and x.dtype == n.dtype:
+                            combined = c * c2 if n.op is Op.Mul else c + c2
+                            k = Node(Op.Constant, (), (), n.dtype,
+                                     {"value": np.asarray(combined).astype(n.dtype.np)})
+                            kv = View.contiguous((1,) * len(n.shape)).expand(n.shape)
+                            return Node(n.op, (x.srcs[1 - j], (k, kv)), n.shape, n.dtype, {})
+    if n.op is Op.Recip and srcs[0][0].op is Op.Recip and srcs[0][1].is_contiguous:
+        inner = srcs[0][0]
+        if inner.shape == n.shape:
+            return inner.srcs[0]
+    if n.op is Op.Log2 and srcs[0][0].op is Op.Exp2 and srcs[0][1].is_contiguous:
+        inner = srcs[0][0]
+        if inner.shape == n.shape:
+            return inner.srcs[0]
+    if n.op is Op.Cast and srcs[0][0].dtype == n.dtype:
+        return srcs[0]
+    if n.op is Op.Contiguous and srcs[0][1].is_contiguous and srcs[0][0].shape == n.shape:
+        return srcs[0]
+    return _copy(n, srcs)
+
+
 def simplify(graph: Graph) -> Graph:
     """x*1, x+0, Recip(Recip(x)), Log2(Exp2(x)), Cast to the same dtype, (x*a)*b, (x+a)+b."""
-
-    def visit(n: Node, srcs):
-        if n.op in (Op.Mul, Op.Add) and len(srcs) == 2:
-            unit = 1 if n.op is Op.Mul else 0
-            for i in (0, 1):
-                c = _scalar(srcs[i])
-                other = srcs[1 - i]
-                if c is not None and c == unit and other[0].dtype == n.dtype and n.dtype.is_float:
-                    return other
-                if c is not None and n.dtype.is_float:
-                    x, vx = other
-                    if x.op is n.op and vx.is_contiguous and vx.shape == n.shape and x.shape == n.shape:
-                        for j in (0, 1):
-                            c2 = _scalar(x.srcs[j])
-                            if c2 is not None and x.dtype == n.dtype:
-                                combined = c * c2 if n.op is Op.Mul else c + c2
-                                k = Node(Op.Constant, (), (), n.dtype,
-                                         {"value": np.asarray(combined).astype(n.dtype.np)})
-                                kv = View.contiguous((1,) * len(n.shape)).expand(n.shape)
-                                return Node(n.op, (x.srcs[1 - j], (k, kv)), n.shape, n.dtype, {})
-        if n.op is Op.Recip and srcs[0][0].op is Op.Recip and srcs[0][1].is_contiguous:
-            inner = srcs[0][0]
-            if inner.shape == n.shape:
-                return inner.srcs[0]
-        if n.op is Op.Log2 and srcs[0][0].op is Op.Exp2 and srcs[0][1].is_contiguous:
-            inner = srcs[0][0]
-            if inner.shape == n.shape:
-                return inner.srcs[0]
-        if n.op is Op.Cast and srcs[0][0].dtype == n.dtype:
-            return srcs[0]
-        if n.op is Op.Contiguous and srcs[0][1].is_contiguous and srcs[0][0].shape == n.shape:
-            return srcs[0]
-        return _copy(n, srcs)
-
-    return _rebuild(graph, visit)
+    return _rebuild(graph, _simplified)
 
 
 def _key(n: Node, srcs) -> tuple:
@@ -138,18 +141,24 @@ def _key(n: Node, srcs) -> tuple:
     return (n.op, n.dtype, n.shape, attrs, tuple((s.id, v) for s, v in srcs))
 
 
+class _Cse:
+    """Equal nodes (same op, attributes and sources) made once."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple, Node] = {}
+
+    def keep(self, n: Node, made: Node) -> Node | Src:
+        """``made`` (the copy or rewrite of ``n``), or the equal node kept before it."""
+        k = _key(made, made.srcs)
+        if k in self.seen:
+            return self.seen[k], View.contiguous(n.shape)
+        self.seen[k] = made
+        return made
+
+
 def cse(graph: Graph) -> Graph:
-    seen: dict[tuple, Node] = {}
-
-    def visit(n: Node, srcs):
-        k = _key(n, srcs)
-        if k in seen:
-            return seen[k], View.contiguous(n.shape)
-        c = _copy(n, srcs)
-        seen[k] = c
-        return c
-
-    return _rebuild(graph, visit)
+    kept = _Cse()
+    return _rebuild(graph, lambda n, srcs: kept.keep(n, _copy(n, srcs)))
 
 
 def dce(graph: Graph) -> Graph:
@@ -157,11 +166,27 @@ def dce(graph: Graph) -> Graph:
     return _rebuild(graph, _copy)
 
 
+def _optimise_once(graph: Graph) -> Graph:
+    """fold_constants, simplify and cse in one walk: each node is folded, else simplified, then kept once; its
+    sources were already through all three (and unreachable nodes vanish, as in every rebuild)."""
+    kept = _Cse()
+
+    def visit(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
+        out = _folded(n, srcs)
+        if out is None:
+            rewritten = _simplified(n, srcs)
+            if isinstance(rewritten, tuple):
+                return rewritten
+            out = rewritten
+        return kept.keep(n, out)
+
+    return _rebuild(graph, visit)
+
+
 @gc_paused()
 def optimize(graph: Graph) -> Graph:
-    for p in (fold_constants, simplify, cse, simplify, cse, dce):
-        graph = p(graph)
-    return graph
+    # twice: merging equal nodes can make a rewrite possible that the first walk did not see
+    return _optimise_once(_optimise_once(graph))
 
 
 __all__ = ["ELEMENTWISE", "REDUCE", "cse", "dce", "fold_constants", "optimize", "simplify"]
