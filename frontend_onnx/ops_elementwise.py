@@ -5,11 +5,11 @@ from __future__ import annotations
 from functools import reduce
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from ..ir import DType, Tensor, broadcast_shape
 from .importer import const_tensor, onnx_dtype
-from .registry import MS, OpContext, need, op
+from .registry import MS, OpContext, fail, need, op
 
 
 def _x(ctx: OpContext) -> Tensor:
@@ -396,6 +396,32 @@ def cast(ctx: OpContext) -> Tensor:
             raise ValueError(f"unknown type {to[:20]!r}")
         to = TensorProto.DataType.Value(to.upper())
     return _x(ctx).cast(onnx_dtype(int(to)))
+
+
+@op("BitCast")
+def bit_cast(ctx: OpContext) -> Tensor:
+    """An integer's bits read as the other integer type of its width: a signed value below 0 gains 2^width, an
+    unsigned one from 2^(width-1) up loses it. Floats would need their IEEE fields decoded bit by bit: refused."""
+    x, to = need(ctx, 0), int(ctx.attr("to", 0))
+    src = ctx.written(0) or x.dtype.np
+    try:
+        dst = np.dtype(helper.tensor_dtype_to_np_dtype(to))
+    except (KeyError, ValueError, TypeError):
+        raise fail(ctx, f"unknown type {to}") from None
+    if src.kind == "b" and dst.kind in "iu" and dst.itemsize == 1:  # a bool's byte is 0 or 1
+        ctx.declare(0, dst)
+        return x.cast(onnx_dtype(to))
+    if src.kind not in "iu" or dst.kind not in "iu" or src.itemsize != dst.itemsize:
+        raise fail(ctx, f"{src.name} to {dst.name}: only between integer types of one width (the IR has no "
+                        "reinterpreting cast)")
+    ctx.declare(0, dst)
+    width, out = src.itemsize * 8, onnx_dtype(to)
+    if width == 64 or src.kind == dst.kind:  # uint64 lives in int64 as its bit pattern
+        return x.cast(out)
+    if src.kind == "i":
+        x = x.cast(out)
+        return x.lt(0).where(x.add(1 << width), x)
+    return x.lt(1 << (width - 1)).where(x, x.sub(1 << width)).cast(out)
 
 
 @op("CastLike")

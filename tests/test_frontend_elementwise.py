@@ -323,3 +323,25 @@ def test_bit_shift_on_the_c_backend():
                            opset=28)
         (got,) = compile_graph(load(model).graph, "cpu").run({"x": x, "s": s})
         np.testing.assert_array_equal(got, run_ort(model, {"x": x, "s": s})[0])
+
+
+@pytest.mark.parametrize(("src", "dst"), [(np.int8, np.uint8), (np.uint8, np.int8), (np.int16, np.uint16),
+                                          (np.uint16, np.int16), (np.int32, np.uint32), (np.uint32, np.int32),
+                                          (np.int64, np.uint64), (np.uint64, np.int64)])
+def test_bit_cast_between_integers_of_one_width(src, dst):
+    info = np.iinfo(src)
+    x = np.random.default_rng(4).integers(info.min, info.max, (2, 5), dtype=src, endpoint=True)
+    x.flat[:3] = info.min, info.max, 0
+    to = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
+    # the Add after it sees the reinterpreted values, not only the declared output
+    nodes = [helper.make_node("BitCast", ["x"], ["b"], to=to), helper.make_node("Add", ["b", "b"], ["y"])]
+    assert_matches(make_model(nodes, {"x": x}, outputs=["b", "y"], opset=26), {"x": x})
+
+
+def test_bit_cast_of_floats_is_refused_in_one_line():
+    from luminal.errors import LuminalError
+
+    x = np.ones((2,), np.float32)
+    with pytest.raises(LuminalError, match=r"float32 to int32: only between integer types of one width"):
+        run_ours(make_model(helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT32), {"x": x}, opset=26),
+                 {"x": x})
