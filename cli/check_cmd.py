@@ -74,9 +74,8 @@ def check(
     """Compare luminal's outputs with onnxruntime's on the same seeded random inputs."""
     from ..runtime.artifact import is_artifact
     from ..runtime.dynamic_artifact import is_dynamic_artifact
-    from .dynamic_run import check_dynamic_artifact
     from .modelcheck import BACKENDS as BACKENDS_CHECKED
-    from .modelcheck import check_artifact, check_model
+    from .modelcheck import check_artifact, check_dynamic_artifact, check_model
 
     config = load_config()
     todo = jobs(model, shape, config, atol, rtol)

@@ -16,6 +16,7 @@ from ..compare import compare
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError, require_file
 from ..ir import Graph, run_reference
+from ..values import Shape
 
 if TYPE_CHECKING:
     from ..cache import TuningCache
@@ -330,3 +331,30 @@ def arbitrate(report: CheckReport, got: Mapping[str, np.ndarray], want: Mapping[
             o.ok, o.reason = True, "matches the ONNX reference implementation, which onnxruntime does not"
             report.warnings.append(f"{o.name}: onnxruntime differs from the ONNX reference implementation (max abs "
                                    f"{theirs[o.name].max_abs:.3g}); luminal matches the reference")
+
+
+def check_dynamic_artifact(folder: str, shapes: Mapping[str, Shape], atol: float, rtol: float,
+                           seed: int) -> CheckReport:
+    """An artifact of sizes known at run time, loaded as InferenceSession loads it, against onnxruntime on the model
+    it holds, at ``shapes`` (None given: the first set of sizes it was compiled for)."""
+    from ..runtime.dynamic_artifact import MODEL_FILE, load_dynamic_artifact, prebuilt_shapes
+    from .dynamic_run import declared_inputs
+
+    model = str(Path(folder) / MODEL_FILE)
+    sizes = dict(shapes) or next(iter(prebuilt_shapes(folder)), {})
+    t0 = time.perf_counter()
+    dyn = load_dynamic_artifact(folder)
+    t1 = time.perf_counter()
+    inputs, warnings = declared_inputs(model, sizes)
+    feeds = make_inputs(inputs, load_model_proto(model), seed)
+    report = CheckReport(model=folder, backend=dyn.backend.name, atol=atol, rtol=rtol, seed=seed,
+                         inputs={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
+                         warnings=warnings)
+    want = run_onnxruntime(model, feeds)
+    t2 = time.perf_counter()
+    got = dyn.run(dict(feeds))
+    t3 = time.perf_counter()
+    report.outputs = compare_outputs(got, want, atol, rtol)
+    report.seconds = {"load artifact": round(t1 - t0, 3), "onnxruntime": round(t2 - t1, 3),
+                      report.backend: round(t3 - t2, 3)}
+    return report
