@@ -370,3 +370,25 @@ def col2im_op(ctx: OpContext) -> Tensor:
         raise fail(ctx, "input shape does not match image_shape, block_shape, strides, pads and dilations")
     cols = x.reshape((n, cb // kb, *block, *counts))
     return overlap_add(cols, strides, dilations, pads[:nd], image)
+
+
+@op("CausalConvWithState")
+def causal_conv_with_state_op(ctx: OpContext) -> list[Tensor | None]:
+    """A depthwise 1-D convolution over the carried state (zeros where absent) followed by the input, so each
+    position sees the k-1 before it; the state after is the last k-1 positions of that sequence."""
+    from .ops_shape import concat
+
+    x, w, b, past = need(ctx, 0), need(ctx, 1), ctx.input(2), ctx.input(3)
+    if x.ndim != 3 or w.ndim != 3 or w.shape[1] != 1 or w.shape[0] != x.shape[1]:
+        raise fail(ctx, f"input {list(x.shape)} and weight {list(w.shape)}: expected (N, C, L) and (C, 1, k)")
+    activation = ctx.attr("activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise fail(ctx, f"activation {str(activation)[:20]!r}: expected none, silu or swish")
+    n, c, length = x.shape
+    k = w.shape[2]
+    seq = x.pad([(0, 0), (0, 0), (k - 1, 0)]) if past is None else concat([past.cast(x.dtype), x], 2)
+    y = _bias(conv(seq, w.cast(x.dtype), c, [1], [1], [(0, 0)], [length]), b)
+    if activation != "none":
+        y = y.mul(y.sigmoid())
+    state = seq.shrink([(0, n), (0, c), (length, length + k - 1)])
+    return [y, state]

@@ -185,3 +185,11 @@ def test_col2im(attrs):
     counts = [(image[i] + p[i] + p[i + 2] - (block[i] - 1) * d[i] - 1) // s[i] + 1 for i in range(2)]
     x = rand(2, 3 * 6, counts[0] * counts[1])
     h.check("Col2Im", [x, np.array(image), np.array(block)], attrs, opset=18, consts={1, 2})
+
+
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_causal_conv_with_state(past, activation):
+    x, w, b = h.rand(2, 3, 6), h.rand(3, 1, 4, seed=1), h.rand(3, seed=2)
+    inputs = [x, w, b, h.rand(2, 3, 3, seed=3) if past else None]
+    h.check("CausalConvWithState", inputs, {"activation": activation}, n_out=2, opset=27)
