@@ -6,10 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LuminalError
 from ..target import cpu_info, cuda_info, detect_c_compiler, package_version
+
+if TYPE_CHECKING:
+    from ..codegen.backend import Backend
 
 # bump whenever generated code changes in a way that invalidates measured timings
 CODEGEN_VERSION = "3"
@@ -44,7 +47,7 @@ def _host_device(backend: str) -> Fingerprint:
     return Fingerprint.of(backend, {"backend": backend, **cpu_info()})
 
 
-def backend_fingerprints(backend: Any) -> tuple[Fingerprint, Fingerprint]:
+def backend_fingerprints(backend: Backend) -> tuple[Fingerprint, Fingerprint]:
     """The (device, toolchain) keys a backend's winners are stored and looked up under: the
     toolchain includes everything the backend says its binaries depend on (compiler, flags, SIMD).
     Any backend but cuda times on this host's CPU, including ones registered by others."""

@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 PAIRED_MIN_REPS = 15
 
 
-def refuse_untimed(backend: Backend) -> None:
+def refuse_untimed(backend: Backend | str) -> None:
     """The interpreter (a backend or its name) checks correctness only: nothing on it is timed."""
-    if getattr(backend, "name", backend) == "interpret":
+    if (backend if isinstance(backend, str) else backend.name) == "interpret":
         raise LuminalError("the Triton interpreter is for correctness only and is never timed; "
                            "tune with --backend cuda on a GPU or --backend cpu")
 

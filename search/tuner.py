@@ -39,6 +39,8 @@ from .worker import Cancelled
 if TYPE_CHECKING:
     import optuna
 
+    from ..codegen.backend import Backend
+
 FINAL_SHARE = 0.15  # at most this share of the budget is kept for the final re-timing
 
 
@@ -78,7 +80,7 @@ class _Stop:
             signal.signal(sig, h)
 
 
-def _plan_for(budget_s: float, graph: Graph, backend: Any) -> TimingPlan:
+def _plan_for(budget_s: float, graph: Graph, backend: Backend) -> TimingPlan:
     # short budgets time each candidate for less; the warm-up and repeat floor stay
     cap = min(0.25, max(0.02, budget_s / 400))
     # a model whose weights fit in the CPU's last-level cache finds them there on every run, so its kernels
@@ -89,7 +91,7 @@ def _plan_for(budget_s: float, graph: Graph, backend: Any) -> TimingPlan:
 
 
 class Tuner:
-    def __init__(self, graph: Graph, backend: Any, budget_s: float, *, model_name: str = "model",
+    def __init__(self, graph: Graph, backend: Backend, budget_s: float, *, model_name: str = "model",
                  sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
                  workers: int | None = None, timeout_s: float | None = None, plan: TimingPlan | None = None,
                  fusion: bool = True, threads: int | None = None,
@@ -357,8 +359,8 @@ class Tuner:
         return self._snapshot()
 
 
-def tune(model: str | Path | Graph, backend: Any = "auto", budget_s: float = 60.0, *, shapes: dict | None = None,
-         sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
+def tune(model: str | Path | Graph, backend: str | Backend = "auto", budget_s: float = 60.0, *,
+         shapes: dict | None = None, sampler: str = "gp", seed: int = 0, storage: str | None = None, cache: Any = None,
          workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
          timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
          threads: int | None = None, liveness: Liveness | None = None, trials: int | None = None,

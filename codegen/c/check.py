@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from ...ir.graph import Graph, Op
-from ..backend import Schedule
+from ..backend import Backend, Schedule
 from ..kernel import Kernel
 from ..partition import partition
 
 
 def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = None,
-         schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None, backend=None):
+         schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
+         backend: Backend | None = None) -> tuple[Callable[[], None], list[Any], list[Kernel]]:
     """Partition (or take ``kernels``), compile every kernel with its schedule (default when None) and bind it
     to buffers holding the feeds, constants and every kernel output. Returns (run: one pass over the kernels,
     the graph's output buffers, the kernels)."""
@@ -21,7 +25,7 @@ def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = No
     kernels = kernels if kernels is not None else partition(graph, decisions)
     scheds = schedules or [None] * len(kernels)
     fns = be.compile([(k, s if s is not None else be.default_schedule(k)) for k, s in zip(kernels, scheds)])
-    vals: dict[int, np.ndarray] = {}
+    vals: dict[int, Any] = {}  # the backend's buffers
     for n in graph.inputs:
         vals[n.id] = be.from_numpy(np.asarray(feeds[n.attrs["name"]], n.dtype.np).reshape(n.shape))
     for n in graph.toposort():
@@ -39,7 +43,7 @@ def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = No
 
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = None,
               schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
-              backend=None) -> list[np.ndarray]:
+              backend: Backend | None = None) -> list[np.ndarray]:
     """Partition (or take ``kernels``), compile every kernel with its schedule (default when None), run."""
     from .backend import CPUBackend
 
