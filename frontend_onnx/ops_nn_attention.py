@@ -201,3 +201,77 @@ def rotary_embedding_op(ctx: OpContext) -> Tensor:
     if dim < head:
         rotated = concat([rotated, t.shrink([(0, batch), (0, seq), (0, heads), (dim, head)])], 3)
     return rotated.permute([0, 2, 1, 3]) if four_d else rotated.reshape(x.shape)
+
+
+# -- LinearAttention (opset 27): a recurrent state updated once per position ----------------------------------
+
+
+_UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, H*D) -> (B, H, T, D), in float32."""
+    b, t, hd = x.shape
+    return x.cast(DType.float32).reshape((b, t, heads, hd // heads)).permute([0, 2, 1, 3])
+
+
+def _at(x: Tensor, i: int) -> Tensor:
+    """Position i of a (B, H, T, D) tensor: (B, H, D)."""
+    b, h, _, d = x.shape
+    return x.shrink([(0, b), (0, h), (i, i + 1), (0, d)]).reshape((b, h, d))
+
+
+def _linear_attention_checks(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int]:
+    rule = ctx.attr("update_rule", "gated_delta")
+    hq, hkv = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
+    if rule not in _UPDATE_RULES:
+        raise fail(ctx, f"update_rule {str(rule)[:20]!r}: expected one of {', '.join(_UPDATE_RULES)}")
+    if not isinstance(hq, int) or not isinstance(hkv, int) or hq <= 0 or hkv <= 0 or hq % hkv:
+        raise fail(ctx, f"q_num_heads {hq} must be a positive multiple of kv_num_heads {hkv}")
+    if any(x.ndim != 3 for x in (q, k, v)) or q.shape[2] % hq or k.shape[2] % hkv or v.shape[2] % hkv:
+        raise fail(ctx, f"query, key, value {[list(x.shape) for x in (q, k, v)]}: expected (B, T, heads * D)")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (ctx.input(4) is not None) or delta != (ctx.input(5) is not None):
+        raise fail(ctx, f"update_rule {rule!r} takes {'a' if gating else 'no'} decay and {'a' if delta else 'no'} beta")
+    return hq, hkv
+
+
+@op("LinearAttention")
+def linear_attention_op(ctx: OpContext) -> list[Tensor | None]:
+    """Per position t: the state (B, Hkv, dk, dv) decays by exp(decay_t) (gated rules), takes k_t v_t^T, where the
+    delta rules first replace v_t by beta_t (v_t - state^T k_t); output_t is scale q_t^T state, each kv head read by
+    q_num_heads / kv_num_heads query heads. Unrolled over the sequence, whose length the import knows."""
+    q, k, v = need(ctx, 0), need(ctx, 1), need(ctx, 2)
+    past, decay, beta = ctx.input(3), ctx.input(4), ctx.input(5)
+    hq, hkv = _linear_attention_checks(ctx, q, k, v)
+    b, t, _ = q.shape
+    dk, dv, group = q.shape[2] // hq, v.shape[2] // hkv, hq // hkv
+    q4, k4, v4 = _heads(q, hq), _heads(k, hkv), _heads(v, hkv)
+    full = (b, hkv, dk, dv)
+    if decay is not None:
+        if decay.ndim != 3 or decay.shape[2] not in (hkv, hkv * dk):
+            raise fail(ctx, f"decay {list(decay.shape)}: expected (B, T, {hkv}) or (B, T, {hkv * dk})")
+        decay = _heads(decay, hkv).exp()
+    if beta is not None:
+        if beta.ndim != 3 or beta.shape[2] not in (hkv, 1):
+            raise fail(ctx, f"beta {list(beta.shape)}: expected (B, T, {hkv}) or (B, T, 1)")
+        beta = _heads(beta, beta.shape[2])
+    if past is not None and tuple(past.shape) != full:
+        raise fail(ctx, f"past_state {list(past.shape)}: expected {list(full)}")
+    state = past.cast(DType.float32) if past is not None else Tensor.full(full, 0.0, DType.float32)
+    scale = float(ctx.attr("scale", 0.0) or 0.0) or 1.0 / math.sqrt(dk)
+    outs = []
+    for i in range(t):
+        kt, vt = _at(k4, i), _at(v4, i)
+        if decay is not None:
+            state = state.mul(_at(decay, i).reshape((b, hkv, -1, 1)).expand(full))
+        if beta is not None:
+            retrieved = state.mul(kt.reshape((b, hkv, dk, 1)).expand(full)).sum([2])
+            vt = _at(beta, i).expand((b, hkv, 1)).expand((b, hkv, dv)).mul(vt.sub(retrieved))
+        state = state.add(kt.reshape((b, hkv, dk, 1)).expand(full).mul(vt.reshape((b, hkv, 1, dv)).expand(full)))
+        read = state if group == 1 else state.reshape((b, hkv, 1, dk, dv)).expand((b, hkv, group, dk, dv)).reshape(
+            (b, hq, dk, dv))
+        qt = _at(q4, i).reshape((b, hq, dk, 1)).expand((b, hq, dk, dv))
+        outs.append(qt.mul(read).sum([2]).mul(scale).reshape((b, hq, 1, dv)))
+    out = concat(outs, 2).permute([0, 2, 1, 3]).reshape((b, t, hq * dv)).cast(q.dtype)
+    return [out, state.cast(past.dtype if past is not None else q.dtype)]

@@ -111,3 +111,21 @@ def test_rotary_embedding(three_d, interleaved, dim, positions):
             np.broadcast_to(inputs[2], (2, *inputs[2].shape)).copy()
     h.check_against_onnx_reference("RotaryEmbedding", inputs, attrs, opset=23)
     h.check("RotaryEmbedding", inputs, attrs, opset=23)
+
+
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+def test_linear_attention_update_rules(rule):
+    b, t, hq, hkv, dk, dv = 2, 3, 4, 2, 3, 2
+    q, k, v = h.rand(b, t, hq * dk), h.rand(b, t, hkv * dk, seed=1), h.rand(b, t, hkv * dv, seed=2)
+    decay = -np.abs(h.rand(b, t, hkv, seed=3)) if rule.startswith("gated") else None
+    beta = 1 / (1 + np.exp(-h.rand(b, t, hkv, seed=4))) if rule.endswith("delta") else None
+    past = h.rand(b, hkv, dk, dv, seed=5)
+    h.check("LinearAttention", [q, k, v, past, decay, beta],
+            {"update_rule": rule, "q_num_heads": hq, "kv_num_heads": hkv}, n_out=2, opset=27)
+
+
+def test_linear_attention_without_decay_for_a_gated_rule_is_refused_in_one_line():
+    with pytest.raises(LuminalError, match="update_rule 'gated' takes a decay and no beta") as e:
+        h.luminal_run("LinearAttention", [h.rand(1, 2, 4), h.rand(1, 2, 4), h.rand(1, 2, 4)],
+                      {"update_rule": "gated", "q_num_heads": 2, "kv_num_heads": 2}, n_out=2, opset=27)
+    assert "\n" not in str(e.value)
