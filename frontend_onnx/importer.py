@@ -386,7 +386,9 @@ class Importer:
             value = weights[t.name] if t.name in weights else tensor_value(t)
             self.written[t.name] = value.dtype
             scope[t.name] = const_tensor(value)
-        for sp in g.sparse_initializer:
+        for sp in g.sparse_initializer:  # stored dense: its declared size is checked before it is made
+            size = onnx_dtype(sp.values.data_type).np.itemsize * math.prod(sp.dims)
+            self.guard.allocation(f"sparse initializer {clean(sp.values.name)!r}", size)
             scope[sp.values.name] = const_tensor(sparse_value(sp))
         for n in _toposort(g, scope):
             self.run_node(n, scope)

@@ -77,6 +77,11 @@ class MemoryGuard:
         raise LuminalError(f"{what} needs {format_bytes(need)}, more than {format_bytes(self.limit)} "
                            f"({self.source})")
 
+    def allocation(self, what: str, size: int) -> None:
+        """Something of ``size`` bytes about to be made."""
+        if size > self.limit:
+            self._refuse(what, size)
+
     def inputs(self, tensors: Mapping[str, Tensor]) -> None:
         """The graph's inputs, one by one and together (a caller holds them all while it runs)."""
         sizes = {name: tensor_bytes(t) for name, t in tensors.items()}

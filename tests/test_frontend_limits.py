@@ -182,3 +182,13 @@ def test_the_max_memory_option(tmp_path):
         assert r.exit_code == 2 and r.output.strip() == \
             "error: node 'y' (Relu) with its inputs and outputs needs 512 KB, more than 300 KB (--max-memory)", r.output
         assert invoke(check_cmd, inspect_cmd, args=[cmd, str(path), "--max-memory", "1M"]).exit_code == 0
+
+
+def test_a_huge_sparse_initializer_is_refused_before_it_is_made_dense():
+    values = numpy_helper.from_array(np.array([1.0], np.float32), "s")
+    sparse = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([3], np.int64), "i"), [2 ** 40])
+    g = helper.make_graph([helper.make_node("Identity", ["s"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", F, None)], sparse_initializer=[sparse])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(LuminalError, match=r"sparse initializer 's' needs 4 TB"):  # numpy's MemoryError before
+        load(m)
