@@ -187,7 +187,10 @@ def onnxruntime_session(model_path: str, threads: int, providers: tuple[str, ...
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 4  # its errors come back as exceptions; its log would print them again, coloured
+    # its errors come back as exceptions; its log would print them again, coloured (the process-wide logger
+    # speaks before a session's own exists)
+    ort.set_default_logger_severity(4)
+    opts.log_severity_level = 4
     opts.intra_op_num_threads = threads
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
