@@ -392,3 +392,52 @@ def causal_conv_with_state_op(ctx: OpContext) -> list[Tensor | None]:
         y = y.mul(y.sigmoid())
     state = seq.shrink([(0, n), (0, c), (length, length + k - 1)])
     return [y, state]
+
+
+def _unpool_outs(ctx: OpContext, sp, kernel, strides, pads) -> list[int]:
+    default = [(s - 1) * st + k - p[0] - p[1] for s, k, st, p in zip(sp, kernel, strides, pads)]
+    shape = ctx.ints(2)
+    if shape is None:
+        return default
+    outs = shape[2:]
+    if len(outs) != len(sp) or any(o < d for o, d in zip(outs, default)):
+        raise fail(ctx, f"output_shape {shape} does not fit the default size {default}")
+    return outs
+
+
+@op("MaxUnpool")
+def max_unpool_op(ctx: OpContext) -> Tensor:
+    """Each value put back where its index points, within the window it was pooled from: per kernel tap, the
+    values whose index is that tap's position, overlap-added as a strided ConvTranspose adds (values that several
+    overlapping windows picked count once). An index outside its window, which MaxPool never gives, is dropped."""
+    x, idx = need(ctx, 0), need(ctx, 1)
+    n, c, *sp = x.shape
+    nd = len(sp)
+    kernel = [int(k) for k in ctx.attr("kernel_shape") or []]
+    if len(kernel) != nd or tuple(idx.shape) != tuple(x.shape):
+        raise fail(ctx, f"kernel_shape {kernel}, X {list(x.shape)} and I {list(idx.shape)} do not fit")
+    strides = [int(s) for s in ctx.attr("strides") or [1] * nd]
+    raw = [int(p) for p in ctx.attr("pads") or [0] * (2 * nd)]
+    pads = [(raw[d], raw[d + nd]) for d in range(nd)]
+    outs = _unpool_outs(ctx, sp, kernel, strides, pads)
+    plane = int(np.prod(outs))
+    base = (np.arange(n * c, dtype=np.int64) * plane).reshape(n, c, *([1] * nd))
+    grid = np.meshgrid(*(np.arange(s) for s in sp), indexing="ij")
+    idx = idx.cast(DType.int64)
+    hits, vals = [], []
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        pos = [g * st + t - p[0] for g, st, t, p in zip(grid, strides, taps, pads)]
+        inside = np.logical_and.reduce([(q >= 0) & (q < o) for q, o in zip(pos, outs)])
+        flat = np.where(inside, np.ravel_multi_index([np.clip(q, 0, o - 1) for q, o in zip(pos, outs)], outs), -1)
+        target = np.where(inside, base + flat, -1)
+        hit = idx.eq(Tensor.const(np.broadcast_to(target, x.shape).copy(), DType.int64)).cast(x.dtype)
+        hits.append(hit.unsqueeze([2]))
+        vals.append(hit.mul(x).unsqueeze([2]))
+    from .ops_shape import concat
+
+    def spread(cols: list[Tensor]) -> Tensor:
+        stacked = concat(cols, 2).reshape((n, c, *kernel, *sp))
+        return overlap_add(stacked, strides, [1] * nd, [p[0] for p in pads], outs)
+
+    count, total = spread(hits), spread(vals)
+    return count.gt(0).where(total.div(count.gt(0).where(count, count.add(1))), Tensor.full(count.shape, 0, x.dtype))

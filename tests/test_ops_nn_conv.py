@@ -193,3 +193,16 @@ def test_causal_conv_with_state(past, activation):
     x, w, b = h.rand(2, 3, 6), h.rand(3, 1, 4, seed=1), h.rand(3, seed=2)
     inputs = [x, w, b, h.rand(2, 3, 3, seed=3) if past else None]
     h.check("CausalConvWithState", inputs, {"activation": activation}, n_out=2, opset=27)
+
+
+@pytest.mark.parametrize(("size", "kernel", "strides", "pads"), [
+    (8, [2, 2], [2, 2], [0, 0, 0, 0]), (7, [3, 3], [2, 2], [1, 1, 1, 1]), (7, [3], [1], [0, 0])])
+def test_max_unpool_puts_max_pool_values_back(size, kernel, strides, pads):
+    # overlapping windows (3 by 2) pick the same element more than once: it is put back once
+    from frontend_util import assert_matches, make_model
+    from onnx import helper
+
+    x = h.rand(2, 3, *([size] * len(kernel)))
+    pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=kernel, strides=strides, pads=pads)
+    unpool = helper.make_node("MaxUnpool", ["p", "i"], ["y"], kernel_shape=kernel, strides=strides, pads=pads)
+    assert_matches(make_model([pool, unpool], {"x": x}, opset=22), {"x": x})
