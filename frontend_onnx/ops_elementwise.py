@@ -8,6 +8,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ..ir import DType, Tensor, broadcast_shape
+from .float_bits import bits_of_float32, float32_of_bits
 from .importer import const_tensor, onnx_dtype
 from .registry import MS, OpContext, fail, need, op
 
@@ -411,9 +412,16 @@ def bit_cast(ctx: OpContext) -> Tensor:
     if src.kind == "b" and dst.kind in "iu" and dst.itemsize == 1:  # a bool's byte is 0 or 1
         ctx.declare(0, dst)
         return x.cast(onnx_dtype(to))
+    if {src.name, dst.name} in ({"float32", "int32"}, {"float32", "uint32"}):
+        ctx.declare(0, dst)
+        if src.name == "float32":
+            bits = bits_of_float32(x)
+            return bits if dst.kind == "i" else bits.cast(DType.int64).lt(0).where(
+                bits.cast(DType.int64).add(1 << 32), bits.cast(DType.int64))
+        return float32_of_bits(x if src.kind == "i" else x.lt(1 << 31).where(x, x.sub(1 << 32)))
     if src.kind not in "iu" or dst.kind not in "iu" or src.itemsize != dst.itemsize:
-        raise fail(ctx, f"{src.name} to {dst.name}: only between integer types of one width (the IR has no "
-                        "reinterpreting cast)")
+        raise fail(ctx, f"{src.name} to {dst.name}: only between integer types of one width and between float32 "
+                        "and 32-bit integers (double is computed as float32, whose bits are not the double's)")
     ctx.declare(0, dst)
     width, out = src.itemsize * 8, onnx_dtype(to)
     if width == 64 or src.kind == dst.kind:  # uint64 lives in int64 as its bit pattern

@@ -338,10 +338,33 @@ def test_bit_cast_between_integers_of_one_width(src, dst):
     assert_matches(make_model(nodes, {"x": x}, outputs=["b", "y"], opset=26), {"x": x})
 
 
-def test_bit_cast_of_floats_is_refused_in_one_line():
+# zeros of both signs, infinities, NaN, the smallest normal and subnormal, the largest finite, powers of two
+_FLOATS = np.array([1, 2, 3, 0.1, -0.0, 0.0, np.inf, -np.inf, np.nan, 2 ** -126, 1e-40, -1.4e-45, 3.4028235e38,
+                    2.0 ** 127, -7.25, 1e-30, 65504], np.float32)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_bit_cast_between_float32_and_int32_is_exact(backend):
+    from luminal.frontend_onnx import load
+    from luminal.ir import run_reference
+    from luminal.runtime.compile import compile_graph
+
+    def run(x: np.ndarray, to: int) -> np.ndarray:
+        model = make_model(helper.make_node("BitCast", ["x"], ["y"], to=to), {"x": x}, opset=26)
+        graph = load(model).graph
+        outs = run_reference(graph, {"x": x}) if backend == "reference" else compile_graph(graph, "cpu").run({"x": x})
+        return outs[0]
+
+    bits = _FLOATS.view(np.int32)
+    np.testing.assert_array_equal(run(_FLOATS, TensorProto.INT32), bits)
+    np.testing.assert_array_equal(run(bits, TensorProto.FLOAT).view(np.int32), bits)
+    np.testing.assert_array_equal(run(_FLOATS, TensorProto.UINT32), _FLOATS.view(np.uint32))
+
+
+def test_bit_cast_of_doubles_is_refused_in_one_line():
     from luminal.errors import LuminalError
 
-    x = np.ones((2,), np.float32)
-    with pytest.raises(LuminalError, match=r"float32 to int32: only between integer types of one width"):
-        run_ours(make_model(helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT32), {"x": x}, opset=26),
+    x = np.ones((2,), np.float64)
+    with pytest.raises(LuminalError, match=r"float64 to int64: only between integer types of one width"):
+        run_ours(make_model(helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT64), {"x": x}, opset=26),
                  {"x": x})
