@@ -27,16 +27,23 @@ FORMAT_VERSION = 1
 MAX_LINE = 64 * 1024 * 1024
 
 
-def _open_write(path: Path) -> tuple[IO[str], str]:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    raw = os.fdopen(fd, "wb")
+def _open_write(path: Path) -> tuple[IO[str], str | None]:
+    """A text stream to write ``path`` through, and the temporary file to rename over it at the end (None where
+    the target is not a regular file, a device or a FIFO: renaming over /dev/null would replace the device)."""
+    if path.exists() and not path.is_file():
+        raw: IO[bytes] = open(path, "wb")  # noqa: SIM115 (closed by the caller's with)
+        tmp = None
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        raw = os.fdopen(fd, "wb")
     if path.name.endswith(".gz"):
         return io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6), encoding="utf-8"), tmp
     return io.TextIOWrapper(raw, encoding="utf-8"), tmp
 
 
 def write(path: str | Path, header: dict[str, Any], records: Iterable[dict[str, Any]]) -> int:
-    """Write atomically (temp file, then rename); return the number of records."""
+    """Write atomically (temp file, then rename) where the target is a regular file or new, in place where it is
+    a device or a FIFO; return the number of records."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise LuminalError(f"export target {path} is a directory")
@@ -51,11 +58,13 @@ def write(path: str | Path, header: dict[str, Any], records: Iterable[dict[str, 
             for rec in records:
                 f.write(dumps(rec) + "\n")
                 n += 1
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None:
+            os.replace(tmp, path)
+    except OSError as e:
+        raise LuminalError(f"cannot write export file {path}: {e.strerror or e}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise
     return n
 
 

@@ -150,3 +150,25 @@ def test_hand_written_minimal_file(tmp_path: Path):
         assert w.config == {"b": 1} and w.n_trials == 2 and w.speedup is None
         t1, t2 = c.trials("s")
         assert (t1.median_ns, t1.p10_ns, t1.samples) == (50, None, None) and t2.status == "timeout"
+
+
+def test_export_to_a_fifo_writes_through_it_and_leaves_it_in_place(tmp_path: Path):
+    """A target that is not a regular file (a FIFO here, /dev/null for a user) is written in place: renaming a
+    temporary file over it would replace the device with a file."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    with TuningCache(tmp_path / "a.db") as a:
+        _fill(a, "a")
+        n = a.export(fifo)
+    reader.join(timeout=600)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".pipe")] == []  # no temporary file left
+    lines = got[0].decode().splitlines()
+    assert json.loads(lines[0])["format"] == FORMAT and len(lines) == n + 1
