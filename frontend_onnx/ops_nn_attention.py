@@ -209,10 +209,8 @@ def rotary_embedding_op(ctx: OpContext) -> Tensor:
 _UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 
 
-def _heads(x: Tensor, heads: int) -> Tensor:
-    """(B, T, H*D) -> (B, H, T, D), in float32."""
-    b, t, hd = x.shape
-    return x.cast(DType.float32).reshape((b, t, heads, hd // heads)).permute([0, 2, 1, 3])
+def _heads32(x: Tensor, heads: int) -> Tensor:
+    return _heads(x.cast(DType.float32), heads)
 
 
 def _at(x: Tensor, i: int) -> Tensor:
@@ -246,16 +244,16 @@ def linear_attention_op(ctx: OpContext) -> list[Tensor | None]:
     hq, hkv = _linear_attention_checks(ctx, q, k, v)
     b, t, _ = q.shape
     dk, dv, group = q.shape[2] // hq, v.shape[2] // hkv, hq // hkv
-    q4, k4, v4 = _heads(q, hq), _heads(k, hkv), _heads(v, hkv)
+    q4, k4, v4 = _heads32(q, hq), _heads32(k, hkv), _heads32(v, hkv)
     full = (b, hkv, dk, dv)
     if decay is not None:
         if decay.ndim != 3 or decay.shape[2] not in (hkv, hkv * dk):
             raise fail(ctx, f"decay {list(decay.shape)}: expected (B, T, {hkv}) or (B, T, {hkv * dk})")
-        decay = _heads(decay, hkv).exp()
+        decay = _heads32(decay, hkv).exp()
     if beta is not None:
         if beta.ndim != 3 or beta.shape[2] not in (hkv, 1):
             raise fail(ctx, f"beta {list(beta.shape)}: expected (B, T, {hkv}) or (B, T, 1)")
-        beta = _heads(beta, beta.shape[2])
+        beta = _heads32(beta, beta.shape[2])
     if past is not None and tuple(past.shape) != full:
         raise fail(ctx, f"past_state {list(past.shape)}: expected {list(full)}")
     state = past.cast(DType.float32) if past is not None else Tensor.full(full, 0.0, DType.float32)
