@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cache.fingerprint import backend_fingerprints
 from ..cache.schema import STATUSES
+from ..codegen.backend import with_threads
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Edge, fusible_edges, fusion_key, partition
 from ..errors import LuminalError
@@ -102,8 +103,8 @@ class Tuner:
         refuse_untimed(backend)
         if budget_s <= 0:
             raise LuminalError("the tuning budget must be positive")
-        if threads:  # the C kernels' thread count, in this process too: their default and the thread knob's choices
-            os.environ["OMP_NUM_THREADS"] = str(threads)
+        if threads:  # the kernels' thread count: their default and the thread knob's choices, here and in workers
+            backend = with_threads(backend, threads)
         self.clock = _Clock(time.monotonic(), budget_s)
         self.graph = graph
         self.backend = backend
@@ -373,7 +374,7 @@ def tune(model: str | Path | Graph, backend: str | Backend = "auto", budget_s: f
     if isinstance(backend, str):
         from ..codegen.backend import get_backend
 
-        backend = get_backend(backend)
+        backend = get_backend(backend, threads)
     if isinstance(model, Graph):
         graph, name = model, "graph"
     else:
