@@ -171,7 +171,10 @@ def test_the_budget_reads_alike_from_the_command_line_and_the_configuration(tmp_
 
 
 def test_cache_prune_takes_the_same_grammar(tmp_path, no_project):
+    from luminal.cache import TuningCache
+
     db = str(tmp_path / "c.db")
+    TuningCache(db).close()  # an empty cache: prune refuses a missing one
     for text in ("1w 2d", "36h", "90m", "3600"):
         r = invoke(cache_cmd, args=["cache", "prune", "--older-than", text, "--cache", db, "--json", "--dry-run"])
         assert r.exit_code == 0, (text, r.output)
