@@ -24,7 +24,7 @@ from ..errors import LuminalError
 from ..frontend_onnx.host import HostNode, node_inputs
 from ..frontend_onnx.registry import DataDependent
 from ..ir.dtypes import as_declared
-from ..ir.graph import Op
+from ..ir.graph import Graph, Op
 from .model import CompiledModel
 
 if TYPE_CHECKING:
@@ -52,6 +52,16 @@ class Segment:
                 outs = self.model.run(feeds)
             env.update(zip((o.name for o in self.model.outputs), outs))
         env.update(self.constants)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A segment's graph before it is compiled (None: nothing to compute), with what its import knew."""
+
+    graph: Graph | None
+    constants: dict[str, np.ndarray]  # outputs the import knew
+    cut: int | None  # the node run on the host after it (None: it runs to the end)
+    carried: dict[str, np.ndarray]  # constants the next segment imports as such
 
 
 def digest(values: Mapping[str, np.ndarray]) -> str:
@@ -135,27 +145,32 @@ class Source:
     def build(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
               backend: Backend, cache: TuningCache | None) -> Segment:
         """The segment from node ``start`` for the sizes of the values in ``env``."""
-        end = len(self.nodes)
+        from .compile import compile_graph
+
+        part = self.imported(start, env, carried)
+        model = compile_graph(part.graph, backend, cache=cache) if part.graph is not None else None
+        return Segment(start, model, part.constants, part.cut, part.carried, digest(part.carried))
+
+    def imported(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray]) -> Imported:
+        """The segment from node ``start`` imported for the sizes of the values in ``env``, not yet compiled."""
         try:
-            model, constants = self._compile(start, end, env, carried, backend, cache)
+            graph, constants = self._import(start, len(self.nodes), env, carried)
             cut = None
         except DataDependent as e:
             cut = self.cut_index(start, e.node)
-            model, constants = self._compile(start, cut, env, carried, backend, cache) if cut > start else (None, {})
+            graph, constants = self._import(start, cut, env, carried) if cut > start else (None, {})
         after = self.live_in(cut + 1) if cut is not None else frozenset()
         known = {**carried, **constants}
-        kept = {n: v for n, v in known.items() if n in after}
-        return Segment(start, model, constants, cut, kept, digest(kept))
+        return Imported(graph, constants, cut, {n: v for n, v in known.items() if n in after})
 
     def _outputs(self, start: int, end: int) -> list[str]:
         defined = {o for n in self.nodes[start:end] for o in n.output if o}
         later = self.live_in(end) if end < len(self.nodes) else frozenset(self.outputs)
         return [o for n in self.nodes[start:end] for o in n.output if o and o in later and o in defined]
 
-    def _compile(self, start: int, end: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
-                 backend: Backend, cache: TuningCache | None) -> tuple[CompiledModel | None, dict[str, np.ndarray]]:
+    def _import(self, start: int, end: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray]
+                ) -> tuple[Graph | None, dict[str, np.ndarray]]:
         from ..frontend_onnx.importer import load
-        from .compile import compile_graph
 
         outputs = self._outputs(start, end)
         if not outputs:
@@ -166,7 +181,7 @@ class Source:
                      for name, node in zip(graph.output_names, graph.outputs) if node.op is Op.Constant}
         if len(constants) == len(outputs):
             return None, constants
-        return compile_graph(graph, backend, cache=cache), constants
+        return graph, constants
 
     def _proto(self, start: int, end: int, outputs: list[str], env: Mapping[str, np.ndarray],
                carried: Mapping[str, np.ndarray]) -> onnx.ModelProto:
@@ -225,3 +240,28 @@ def _element_types(proto: onnx.ModelProto) -> dict[str, int]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             out[vi.name] = vi.type.tensor_type.elem_type
     return out
+
+
+def segment_graphs(path: str | Path, feeds: Mapping[str, np.ndarray]) -> list[Graph]:
+    """The graphs of the static segments a run of the model on ``feeds`` compiles, in order, each at the sizes that
+    run gives it: the segments run on the reference executor and the cut nodes on the host between them, as a
+    session runs them (what tune searches for a model cut by the data)."""
+    from ..ir import run_reference
+
+    src = Source(path)
+    env: dict[str, np.ndarray] = dict(feeds)
+    graphs: list[Graph] = []
+    start, carried = 0, dict[str, np.ndarray]()
+    while True:
+        part = src.imported(start, env, carried)
+        if part.graph is not None:
+            graph = part.graph
+            outs = run_reference(graph, {n: env[n] for n in graph.input_names})
+            env.update((n, as_declared(v, graph.declared.get(n))) for n, v in zip(graph.output_names, outs))
+            graphs.append(graph)
+        env.update(part.constants)
+        if part.cut is None:
+            return graphs
+        host = src.host(part.cut)
+        env.update(host.run({n: env[n] if n in env else src.initializer(n) for n in host.inputs}))
+        start, carried = part.cut + 1, part.carried

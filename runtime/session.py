@@ -13,7 +13,7 @@ from ..errors import LuminalError
 from .dynamic import DynamicModel
 from .dynamic_artifact import is_dynamic_artifact, load_dynamic_artifact
 from .feeds import IOSpec, constrain
-from .model import CompiledModel
+from .model import CompiledModel, CompileStats
 from .variants import DEFAULT_SIZE, VariantStats
 
 if TYPE_CHECKING:
@@ -79,6 +79,12 @@ class InferenceSession:
     def variant_stats(self) -> VariantStats:
         """Hits, misses (compilations) and evictions of the compiled variants."""
         return self._model.variants.stats
+
+    @property
+    def compile_stats(self) -> list[CompileStats]:
+        """Each compiled variant's kernels, forms and tuning cache hits, the least recently used first (a model cut by
+        the data has one per segment)."""
+        return [seg.model.stats for seg in self._model.variants.values() if seg.model is not None]
 
     def get_inputs(self) -> list[NodeArg]:
         return [NodeArg(s.name, s.shape, s.type) for s in self._model.inputs]

@@ -70,6 +70,11 @@ class VariantCache(Generic[V]):
         with self._lock:
             return list(self._items)
 
+    def values(self) -> list[V]:
+        """The variants kept, least recently used first."""
+        with self._lock:
+            return list(self._items.values())
+
     @property
     def stats(self) -> VariantStats:
         with self._lock:

@@ -375,19 +375,45 @@ def tune(model: str | Path | Graph, backend: str | Backend = "auto", budget_s: f
         from ..codegen.backend import get_backend
 
         backend = get_backend(backend, threads)
+    be: Backend = backend
+
+    def run(graph: Graph, name: str, seconds: float, show: Callable[[TuneReport], None] | None) -> TuneReport:
+        t0 = time.monotonic()
+        tuner = Tuner(graph, be, seconds, model_name=name, sampler=sampler, seed=seed, storage=storage, cache=cache,
+                      workers=workers, timeout_s=timeout_s, plan=plan, fusion=fusion, threads=threads, progress=show,
+                      liveness=liveness, trials=trials, patience=patience)
+        tuner.clock.start = t0  # setting the tuner up counts too
+        tuner.report.budget_s = budget_s
+        return tuner.run()
+
     if isinstance(model, Graph):
         graph, name = model, "graph"
     else:
         from ..frontend_onnx.loader import Unbound, load_model
+        from ..frontend_onnx.registry import DataDependent
 
-        # winners are stored per kernel shape: a dim taken as 1 would tune kernels no later compile asks for
-        graph, name = load_model(model, shapes, Unbound.REFUSE).graph, Path(model).name
-    spent = time.monotonic() - start
-    tuner = Tuner(graph, backend, max(budget_s - spent, 1e-3), model_name=name, sampler=sampler, seed=seed,
-                  storage=storage, cache=cache, workers=workers, timeout_s=timeout_s, plan=plan, fusion=fusion,
-                  threads=threads, progress=progress, liveness=liveness, trials=trials, patience=patience)
-    tuner.clock.start, tuner.clock.budget_s = start, budget_s
-    tuner.report.budget_s = budget_s
-    report = tuner.run()
+        name = Path(model).name
+        try:
+            # winners are stored per kernel shape: a dim taken as 1 would tune kernels no later compile asks for
+            graph = load_model(model, shapes, Unbound.REFUSE).graph
+        except DataDependent:  # cut by the data: its static segments, at the sizes a seeded run gives them
+            return _tune_cut(model, name, shapes, seed, budget_s, start, run, progress)
+    report = run(graph, name, max(budget_s - (time.monotonic() - start), 1e-3), progress)
+    report.budget_s = budget_s
+    report.elapsed_s = time.monotonic() - start
+    return report
+
+
+def _tune_cut(model: str | Path, name: str, shapes: dict | None, seed: int, budget_s: float, start: float,
+              run: Callable[[Graph, str, float, Callable[[TuneReport], None] | None], TuneReport],
+              progress: Callable[[TuneReport], None] | None) -> TuneReport:
+    from ..runtime.segments import segment_graphs
+    from .segmented import seeded_feeds, tune_segments
+
+    graphs = segment_graphs(model, seeded_feeds(model, shapes, seed))
+    if not graphs:
+        raise LuminalError(f"{name}: nothing to tune, every node runs on the host")
+    report = tune_segments(graphs, name, budget_s, start,
+                           lambda g, seconds, show: run(g, name, seconds, show), progress)
     report.elapsed_s = time.monotonic() - start
     return report

@@ -98,6 +98,9 @@ class FakeBackend:
     def from_numpy(self, a):
         return np.array(a, copy=True)
 
+    def write(self, b, a):
+        b[...] = a
+
     def to_numpy(self, b):
         return np.array(b, copy=True)
 
