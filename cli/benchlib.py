@@ -129,6 +129,20 @@ def segmented_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: 
                   {"backend": settings.backend, "cache": str(settings.cache), "segmented": True})
 
 
+def dynamic_artifact_runner(model: BenchModel, folder: Path, feeds: dict[str, np.ndarray], settings: Settings
+                            ) -> Runner:
+    """An artifact of sizes known at run time, as InferenceSession(DIR) runs it: the variant it holds for these sizes,
+    else one compiled (or segments, for a model cut by the data) before the timing starts."""
+    from ..runtime.dynamic_artifact import load_dynamic_artifact
+
+    dyn = load_dynamic_artifact(folder, threads=settings.threads, cache=settings.cache)
+    dyn.run(feeds)
+    compiled = dyn.last_model  # None: the model runs in segments, whose kernels are not profiled
+    return Runner(SUBJECT, lambda: dyn.run(feeds), lambda: dyn.run(feeds),
+                  {"backend": dyn.backend.name, "artifact": str(folder)},
+                  None if compiled is None else lambda trace: profile_kernels(compiled, feeds, model.name, trace))
+
+
 def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], model: str = "model", trace: Trace | None = None,
                     repeats: int = 5) -> list[dict[str, Any]]:
     """Median time of each kernel of a CompiledModel over ``repeats`` runs (CompiledModel.spans), each named after
@@ -253,20 +267,32 @@ def _peers(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,
     return peers, skipped
 
 
+def _artifact_of(model: BenchModel) -> tuple[BenchModel, Path | None, Path | None]:
+    """The model to compare with and feed, and the artifact that is timed: one of a static plan (compile -o at one
+    set of sizes: compared on the model it came from, at its sizes), or of sizes known at run time (compared on the
+    model it holds, at the sizes given, else the first it holds a variant for)."""
+    from ..runtime.artifact import is_artifact, source_model
+    from ..runtime.dynamic_artifact import MODEL_FILE, is_dynamic_artifact, prebuilt_shapes
+
+    if is_dynamic_artifact(model.path):
+        shapes = dict(model.shapes) or next(iter(prebuilt_shapes(model.path)), {})
+        return replace(model, path=model.path / MODEL_FILE, shapes=shapes), None, model.path
+    if is_artifact(model.path):
+        onnx_path, shapes = source_model(model.path)
+        return replace(model, path=onnx_path, shapes=shapes), model.path, None
+    return model, None, None
+
+
 def bench_model(model: BenchModel, settings: Settings,
                 progress: Callable[[str, int], None] | None = None, trace: Trace | None = None) -> dict[str, Any]:
     """Parity first, then timings (and the kernels' spans into ``trace``). When luminal's outputs are wrong the
     entry has status "wrong-outputs", a "message", and no timings."""
     from ..frontend_onnx.loader import Unbound, load_model
     from ..frontend_onnx.registry import DataDependent
-    from ..runtime.artifact import is_artifact, source_model
     from .dynamic_run import declared_inputs
     from .modelcheck import load_model_proto, make_inputs
 
-    artifact = None
-    if is_artifact(model.path):  # compiled by compile -o: timed as it loads, compared on the model it came from
-        artifact, (onnx_path, shapes) = model.path, source_model(model.path)
-        model = replace(model, path=onnx_path, shapes=shapes)
+    model, artifact, dynamic = _artifact_of(model)
     proto = load_model_proto(str(model.path))  # refuses a missing or unreadable file
     t0 = time.perf_counter()
     try:
@@ -278,14 +304,15 @@ def bench_model(model: BenchModel, settings: Settings,
     del proto
     t1 = time.perf_counter()
     gpu = settings.backend == "cuda"
-    subject = luminal_runner(model, imported, feeds, settings, artifact)
+    subject = (dynamic_artifact_runner(model, dynamic, feeds, settings) if dynamic is not None
+               else luminal_runner(model, imported, feeds, settings, artifact))
     t2 = time.perf_counter()
     peers, skipped = _peers(model, feeds, settings, gpu)
     reference = next((p for p in peers if p.name == "onnxruntime"), None)
     reference = reference or onnxruntime_runner(model, feeds, settings, gpu)
     entry: dict[str, Any] = {
         "name": model.name,
-        "path": str(artifact or model.path),
+        "path": str(artifact or dynamic or model.path),
         "shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in model.shapes.items()},
         "inputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
         "warnings": [str(w) for w in getattr(imported, "warnings", []) or []],

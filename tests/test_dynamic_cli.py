@@ -199,3 +199,34 @@ def test_check_takes_an_artifact_of_sizes_known_at_run_time(tmp_path):
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
     assert report["ok"] and [m["inputs"]["x"]["shape"] for m in report["models"]] == [[2, 8], [5, 8]]
+
+
+def test_bench_times_an_artifact_of_sizes_known_at_run_time(tmp_path):
+    """bench DIR on what compile -o writes for sizes known at run time (a foreign manifest to the static artifact's
+    reader before): at the sizes given, else the first it holds a variant for; a model cut by the data too."""
+    from runtime_util import make_model
+    from test_bench_cli import SCHEMA, validate
+    from typer.testing import CliRunner
+
+    from luminal.cli import compile_cmd
+    from luminal.cli import main as cli_main
+
+    if not any(c.name == "bench" for c in cli_main.app.registered_commands):
+        cli_main._register()
+    src, art, cut_art = make_model(tmp_path / "m.onnx"), tmp_path / "art", tmp_path / "cut"
+    det = _detector(tmp_path / "det.onnx")
+    r = invoke(compile_cmd, args=["compile", str(src), "--backend", "cpu", "--shape", "batch=2,3", "-o", str(art)])
+    assert r.exit_code == 0, r.output
+    r = invoke(compile_cmd, args=["compile", str(det), "--backend", "cpu", "--shape", "h=16,w=16", "-o", str(cut_art)])
+    assert r.exit_code == 0, r.output
+    for folder, extra, shape in ((art, [], {"x": [2, 8]}), (art, ["--shape", "batch=5"], {"x": [5, 8]}),
+                                 (cut_art, ["--shape", "h=16,w=16"], {"img": [1, 3, 16, 16]})):
+        out = tmp_path / "bench.json"
+        r = CliRunner().invoke(cli_main.app, ["bench", str(folder), *extra, "--runs", "3", "--warmup", "0",
+                                              "--threads", "1", "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        report = json.loads(out.read_text())
+        assert validate(report, SCHEMA) == []
+        (m,) = report["models"]
+        assert m["status"] == "ok" and m["parity"]["ok"] and m["path"] == str(folder)
+        assert {k: v["shape"] for k, v in m["inputs"].items()} == shape
