@@ -132,15 +132,18 @@ def _check_shape(spec: IOSpec, shape: tuple[int, ...], seen: dict[str, tuple[int
     if len(spec.dims) != len(shape):
         raise LuminalError(f"input {spec.name!r}: expected rank {len(spec.dims)} (shape {_written(spec.dims)}), "
                            f"got shape {list(shape)}")
+    if spec.dims == shape:  # every dim fixed and matching: the steady state of a static model
+        return
     for k, (d, v) in enumerate(zip(spec.dims, shape)):
-        where = f"input {spec.name!r} dim {k}"
         if isinstance(d, int) and d != v:
-            raise LuminalError(f"{where}: expected {d} (shape {_written(spec.dims)}), got shape {list(shape)}")
+            raise LuminalError(f"input {spec.name!r} dim {k}: expected {d} (shape {_written(spec.dims)}), "
+                               f"got shape {list(shape)}")
         if isinstance(d, str) and not is_placeholder(d):
             if d in seen and seen[d][0] != v:
-                raise LuminalError(f"{where} is dimension {d!r} = {v}, but {seen[d][1]} makes it {seen[d][0]}: a "
-                                   f"dimension takes one size in a run")
-            seen.setdefault(d, (v, where))
+                raise LuminalError(f"input {spec.name!r} dim {k} is dimension {d!r} = {v}, but {seen[d][1]} makes it "
+                                   f"{seen[d][0]}: a dimension takes one size in a run")
+            if d not in seen:
+                seen[d] = (v, f"input {spec.name!r} dim {k}")
 
 
 def _written(dims: tuple[Dim, ...]) -> str:
