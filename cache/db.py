@@ -242,7 +242,7 @@ class TuningCache:
             raise LuminalError(f"{self.path} is not a luminal tuning cache (a SQLite database with tables {listed})")
         try:
             version = int(meta.get("schema_version", ""))
-        except ValueError:
+        except (TypeError, ValueError):  # NULL, a blob, text
             raise LuminalError(f"tuning cache {self.path} is corrupted (bad schema version)") from None
         if version > schema.SCHEMA_VERSION:
             raise LuminalError(f"tuning cache {self.path} has schema v{version}, newer than this luminal reads "

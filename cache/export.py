@@ -228,7 +228,7 @@ def read(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
                                f"({FORMAT_VERSION})")
                 continue
             kind = rec.get("type")
-            if kind not in PARSERS:
+            if not isinstance(kind, str) or kind not in PARSERS:
                 raise Bad(f"unknown record type {str(kind)[:40]!r}")
             yield kind, PARSERS[kind](rec)
         if not header:

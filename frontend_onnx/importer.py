@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import ChainMap, Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsInt, cast
 
 import numpy as np
 import onnx
@@ -411,12 +412,13 @@ class Importer:
                 raise LuminalError(f"{_label(n)}: input {clean(name)!r} is not defined")
             else:
                 inputs.append(scope[name])
+        dom = "" if n.domain == "ai.onnx" else n.domain
+        _check_attr_types(n, dom, self.opsets.get(dom, 1))
         attrs = {a.name: _attr_value(a) for a in n.attribute}
         if n.op_type == "Constant" and isinstance(attrs.get("value"), np.ndarray) and n.output:
             self.written[n.output[0]] = attrs["value"].dtype
         elif n.op_type == "Cast" and attrs.get("to") in _ELEM and n.output:
             self.written[n.output[0]] = onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])
-        dom = "" if n.domain == "ai.onnx" else n.domain
         ctx = registry.OpContext(n, self.opsets.get(dom, 1), inputs, attrs, scope, self)
         try:
             with origin(n.name or (n.output[0] if n.output else ""), n.op_type):
@@ -445,6 +447,27 @@ class Importer:
 def _label(n: onnx.NodeProto) -> str:
     """How a message names a node: by its name, else its first output."""
     return f"node {clean(n.name or n.output[0] if n.output else n.name)!r} ({clean(n.op_type)})"
+
+
+@functools.cache
+def _attr_types(domain: str, op_type: str, opset: int) -> dict[str, int]:
+    """The type ONNX declares for each attribute of the op at that opset; empty for an op it does not define."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return {}
+    return {name: int(cast(SupportsInt, a.type)) for name, a in schema.attributes.items()}  # stubs: no __int__
+
+
+def _check_attr_types(n: onnx.NodeProto, domain: str, opset: int) -> None:
+    """Refuse an attribute of another type than its op declares (a tensor where Cast's ``to`` is an int)."""
+    expected = _attr_types(domain, n.op_type, opset)
+    for a in n.attribute:
+        want = expected.get(a.name)
+        if want is not None and a.type not in (want, onnx.AttributeProto.UNDEFINED):
+            type_name = onnx.AttributeProto.AttributeType.Name
+            raise LuminalError(f"{_label(n)}: attribute {clean(a.name)!r} is {type_name(a.type)}, "
+                               f"{n.op_type} takes {type_name(want)}")
 
 
 def _attr_value(a: onnx.AttributeProto) -> Any:
