@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import LuminalError, require_file
-from .values import Shape, at_least, non_negative, parse_duration, parse_fraction, parse_shape_value
+from .target import thread_count
+from .values import Shape, non_negative, parse_duration, parse_fraction, parse_shape_value
 
 BACKENDS = ("auto", "cuda", "cpu", "interpret", "reference")
 DEFAULT_ATOL, DEFAULT_RTOL = 1e-4, 1e-3  # output tolerances of `check` and `bench` when nothing sets them
@@ -143,7 +144,7 @@ def parse_config(data: Any, source: Path, prefix: str = "[tool.luminal]") -> Con
     rtol = r.number("rtol", data["rtol"]) if "rtol" in data else None
     threads = None
     if "threads" in data:
-        threads = r.wrap("threads", at_least, r.expect("threads", data["threads"], (int,), "an integer"))
+        threads = r.wrap("threads", thread_count, r.expect("threads", data["threads"], (int,), "an integer"))
     models_in = r.expect("models", data.get("models", []), (list,), "an array of tables")
     names: set[str] = set()
     models = []
@@ -176,6 +177,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise LuminalError(f"{path}: not valid TOML ({e})") from None
+    except UnicodeDecodeError:  # tomllib decodes the whole file before parsing
+        raise LuminalError(f"{path}: not valid TOML (not UTF-8 text)") from None
     except OSError as e:
         raise LuminalError(f"cannot read {path}: {e.strerror or e}") from None
 

@@ -128,6 +128,14 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def thread_count(value: int | None, what: str = "--threads") -> int | None:
+    """A thread or worker count a person gave (option or configuration), refused below 1 or beyond PER_CORE per
+    core here."""
+    from .values import per_core_count
+
+    return per_core_count(value, what, cores())
+
+
 def threads_from_env() -> int | None:
     """LUMINAL_NUM_THREADS, else OpenMP's OMP_NUM_THREADS (its first level); None where neither is a count."""
     for var in THREAD_VARS:

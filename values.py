@@ -158,6 +158,43 @@ def at_least(value: int | None, what: str, low: int = 1) -> int | None:
     return value
 
 
+def at_most(value: float | None, what: str, high: float, unit: str = "") -> float | None:
+    """A count or a number of seconds a person gave, refused above ``high``, which no sensible run asks for
+    (a value past it means an endless loop, a flood of threads or processes, or an overflow)."""
+    if value is not None and value > high:
+        raise LuminalError(f"{what}: must be at most {_number(high)}{unit}, got {_number(value)}{unit}")
+    return value
+
+
+def _number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+# threads (of a runtime) and processes (tune's workers) beyond this many per core only slow a run down; far
+# beyond it, onnxruntime hangs or crashes on its thread pool
+PER_CORE = 4
+
+
+def per_core_count(value: int | None, what: str, cores: int) -> int | None:
+    """A thread or worker count a person gave: at least 1, at most PER_CORE times the ``cores`` this process may
+    use."""
+    at_least(value, what)
+    if value is not None and value > PER_CORE * cores:
+        raise LuminalError(f"{what}: must be at most {PER_CORE * cores} ({PER_CORE} per core of the {cores} here), "
+                           f"got {value}")
+    return value
+
+
+SEEDS = 2**32  # seeds are unsigned 32-bit integers (numpy's and the samplers')
+
+
+def seed_of(value: int, what: str = "--seed") -> int:
+    """A seed a person gave: 0 to 2^32 - 1."""
+    if not 0 <= value < SEEDS:
+        raise LuminalError(f"{what}: must be between 0 and {SEEDS - 1}, got {value}")
+    return value
+
+
 def non_negative(value: float | None, what: str) -> float | None:
     """A tolerance a person gave, refused when negative or not finite in the words the configuration uses."""
     if value is not None and (not math.isfinite(value) or value < 0):

@@ -13,8 +13,18 @@ from rich.table import Table
 
 from ..config import DEFAULT_ATOL, DEFAULT_RTOL, Config, cache_of, load_config, resolve
 from ..errors import LuminalError
-from ..values import at_least, format_duration, format_fixed, non_negative, parse_duration, parse_fraction
-from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, shown
+from ..target import thread_count
+from ..values import (
+    at_least,
+    at_most,
+    format_duration,
+    format_fixed,
+    non_negative,
+    parse_duration,
+    parse_fraction,
+    seed_of,
+)
+from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, one_stdout, shown, write_output
 from .project import backend_of, jobs
 
 if TYPE_CHECKING:
@@ -23,6 +33,8 @@ if TYPE_CHECKING:
 
 DEFAULT_TIME_S = 5.0
 DEFAULT_MAX_REGRESSION = 0.05
+MAX_RUNS = 1_000_000  # rounds; every sample is kept in the report
+MAX_TIME_S = 86400.0  # of measuring, or of warming up, per model
 
 
 def _default_storage(cache: str | None) -> str | None:
@@ -94,9 +106,10 @@ def bench(
     confidence: float = typer.Option(0.95, "--confidence", help="Level of the bootstrap intervals."),
     json_path: str = typer.Option(None, "--json", help="Write every sample and the environment as JSON "
                                                        "('-': stdout)."),
-    html_path: str = typer.Option(None, "--html", help="Write a self-contained HTML report with plots."),
+    html_path: str = typer.Option(None, "--html", help="Write a self-contained HTML report with plots "
+                                                       "('-': stdout)."),
     trace_path: str = typer.Option(None, "--trace", help="Write the kernels of each profiled run as a Chrome "
-                                                         "trace-event file (opens in Perfetto)."),
+                                                         "trace-event file (opens in Perfetto; '-': stdout)."),
     baseline: str = typer.Option(None, "--baseline", help="A previous --json file to gate against "
                                                           "(default: config baseline, when it exists)."),
     max_regression: str = typer.Option(None, "--max-regression",
@@ -118,7 +131,8 @@ def bench(
     models = [BenchModel(j.name, j.path, j.shapes, j.atol, j.rtol)
               for j in jobs(model, shape, config, atol, rtol, config_path)]
     backend = backend_of(backend, config, "auto")
-    _check_options(runs, time_s, confidence, warmup, threads)
+    _check_options(runs, time_s, confidence, warmup, threads, seed)
+    quiet = one_stdout(json=json_path, html=html_path, trace=trace_path)
     threads = _threads(threads, config)
     gate = _gate_of(baseline, max_regression, config)
     base_doc = read_bench_json(gate.baseline) if gate.baseline else None
@@ -141,7 +155,7 @@ def bench(
     _write(doc, json_path, html_path)
     if trace is not None and trace_path:
         trace.write(trace_path)
-    if not _print_outcome(doc, err_console if json_path == "-" else console):
+    if not _print_outcome(doc, err_console if quiet else console):
         raise typer.Exit(1)
 
 
@@ -152,16 +166,20 @@ class _Gate:
 
 
 def _check_options(runs: int | None, time_s: float | None, confidence: float, warmup: float,
-                   threads: int | None) -> None:
+                   threads: int | None, seed: int) -> None:
     if runs is not None and time_s is not None:
         raise LuminalError("give --runs or --time, not both")
     at_least(runs, "--runs", 2)
+    at_most(runs, "--runs", MAX_RUNS)
     if time_s is not None:
         parse_duration(time_s, "--time")
     if not 0 < confidence < 1:
         raise LuminalError(f"--confidence: must be between 0 and 1, got {confidence:g}")
+    at_most(time_s, "--time", MAX_TIME_S, " s")
     non_negative(warmup, "--warmup")
-    at_least(threads, "--threads")
+    at_most(warmup, "--warmup", MAX_TIME_S, " s")
+    thread_count(threads, "--threads")
+    seed_of(seed)
 
 
 def _threads(threads: int | None, config: Config | None) -> int:
@@ -235,7 +253,7 @@ def _write(doc: dict, json_path: str | None, html_path: str | None) -> None:
     if html_path:
         from .bench_report import render_html
 
-        Path(html_path).write_text(render_html(doc), encoding="utf-8")
+        write_output(render_html(doc), html_path)
 
 
 def _print_outcome(doc: dict, out: Console) -> bool:

@@ -63,5 +63,6 @@ class Trace:
         self.events += trace_events(model, self.models, kernels, runs, self.origin_ns)
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms"}) + "\n",
-                              encoding="utf-8")
+        from .common import write_output
+
+        write_output(json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms"}) + "\n", str(path))

@@ -43,6 +43,9 @@ def tuning_progress(storage: str, max_studies: int = MAX_STUDIES,
         if not Path(storage).is_file():
             raise LuminalError(f"Optuna storage {storage!r} not found")
         storage = f"sqlite:///{storage}"
+    from ..search.studies import checked_url
+
+    checked_url(storage, must_exist=True)
     try:
         summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     except Exception as e:

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..config import BACKENDS, DEFAULT_ATOL, DEFAULT_RTOL, cache_of, load_config
 from ..target import resolve_backend
-from ..values import format_duration
+from ..values import format_duration, seed_of
 from .common import (
     CACHE_OPT,
     JSON_FILE_OPT,
@@ -24,6 +24,7 @@ from .common import (
     emit_json,
     handle_errors,
     max_memory_of,
+    one_stdout,
     shown,
 )
 from .project import backend_of, jobs, shapes_label
@@ -67,7 +68,8 @@ def check(
                                                      f"(default: config, else {DEFAULT_RTOL:g})."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     json_path: str = JSON_FILE_OPT,
-    junit_path: str = typer.Option(None, "--junit", help="Write JUnit XML (one test case per model) to this file."),
+    junit_path: str = typer.Option(None, "--junit", help="Write JUnit XML (one test case per model) to this file "
+                                                         "('-': stdout)."),
     cache: str = CACHE_OPT,
     max_memory: str = MAX_MEMORY_OPT,
 ) -> None:
@@ -77,6 +79,8 @@ def check(
     from .modelcheck import BACKENDS as BACKENDS_CHECKED
     from .modelcheck import check_artifact, check_dynamic_artifact, check_model
 
+    seed_of(seed)
+    quiet = one_stdout(json=json_path, junit=junit_path)
     config = load_config()
     todo = jobs(model, shape, config, atol, rtol)
     allowed = [*BACKENDS, *BACKENDS_CHECKED.keys() - set(BACKENDS)]  # and any a test registers
@@ -92,7 +96,7 @@ def check(
             report = check_model(str(job.path), job.shapes, backend, job.atol, job.rtol, seed, cache=cache_path,
                                  max_memory=max_memory_of(max_memory))
         reports.append(report)
-        if json_path != "-":
+        if not quiet:
             sizes = f" at {shapes_label(job.shapes)}" if len(todo) > 1 and job.shapes else ""
             _show(report, f"{job.path}{sizes}: {report.backend} vs onnxruntime (atol {job.atol:g}, rtol {job.rtol:g}, "
                           f"seed {seed})")

@@ -89,10 +89,23 @@ def handle_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def emit_json(data: Any, path: str | None = None) -> None:
-    text = json.dumps(data, indent=2, default=str)
+def write_output(text: str, path: str | None) -> None:
+    """A report into the file ``path``, or onto stdout where ``path`` is '-' or None."""
     if path and path != "-":
-        with open(path, "w") as f:
-            f.write(text + "\n")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
     else:
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(text)
+
+
+def one_stdout(**paths: str | None) -> bool:
+    """Whether one of the report options (name: path) is '-' (stdout, where the tables then must not go);
+    two of them there would interleave, so that is refused."""
+    dashes = [f"--{name}" for name, path in paths.items() if path == "-"]
+    if len(dashes) > 1:
+        raise LuminalError(f"{' and '.join(dashes)} both write to stdout ('-'): give one of them a file")
+    return bool(dashes)
+
+
+def emit_json(data: Any, path: str | None = None) -> None:
+    write_output(json.dumps(data, indent=2, default=str) + "\n", path)

@@ -73,6 +73,8 @@ def compile_(
     from ..frontend_onnx.registry import DataDependent
     from .compile_dynamic import run_compile_dynamic, show_dynamic
 
+    if out == "-":  # '-' is stdout for the reports of the other commands; an artifact is a folder
+        raise LuminalError("--output: an artifact is a folder, not stdout ('-'); give its path (./- if you mean it)")
     config = load_config()
     chosen = chosen_models(model, shape, config)
     name, tc = backend_of(backend, config, "auto"), cache_of(cache, config)

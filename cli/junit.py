@@ -70,4 +70,6 @@ def check_cases(reports: list) -> list[JUnitCase]:
 
 
 def write_junit(path: str | Path, suite_name: str, cases: list[JUnitCase]) -> None:
-    Path(path).write_text(junit_xml(suite_name, cases), encoding="utf-8")
+    from .common import write_output
+
+    write_output(junit_xml(suite_name, cases), str(path))

@@ -14,7 +14,8 @@ from rich.table import Table
 
 from ..config import Config, cache_of, load_config, resolve
 from ..errors import LuminalError
-from ..values import at_least, format_duration, parse_duration
+from ..target import thread_count
+from ..values import at_least, format_duration, parse_duration, seed_of
 from .common import (
     CACHE_OPT,
     JSON_FILE_OPT,
@@ -146,11 +147,15 @@ def tune_cmd(
     On a terminal a live table shows the progress, elsewhere (a log) one line every few seconds. Ctrl-C stops:
     what was found is saved, and the exit code is 130."""
     from ..search.samplers import SAMPLERS
+    from ..search.studies import checked_url
     from ..search.tuner import tune
 
     if sampler not in SAMPLERS:
         raise LuminalError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
-    at_least(workers, "--workers")
+    thread_count(workers, "--workers")
+    seed_of(seed)
+    if storage is not None:
+        checked_url(storage)
     at_least(trials, "--trials")
     at_least(patience, "--patience")
     if timeout is not None:

@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import LuminalError
+from ..values import SEEDS
 from .costmodel import Encoding, fit
 from .space import Param, ScheduleSpace, params_of
 
@@ -62,6 +63,7 @@ def make_sampler(kind: str, seed: int, space: Any, what: str,
     reads other kernels' trials through ``transfer`` where one is given (else through its study's storage)."""
     if kind not in SAMPLERS:
         raise LuminalError(f"unknown sampler {kind!r}; choose from {', '.join(SAMPLERS)}")
+    seed %= SEEDS  # the tuner adds a kernel's signature hash to the run's seed; numpy takes 32 bits
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed), None
     if kind == "gp":

@@ -49,6 +49,31 @@ def default_storage(cache_path: Path) -> str:
     return f"sqlite:///{cache_path.expanduser().resolve().parent / 'studies.db'}"
 
 
+def checked_url(url: str, what: str = "--storage", must_exist: bool = False) -> str:
+    """A study storage URL refused at once where no run could use it: not a URL, an SQLite URL without a file, an
+    in-memory SQLite (each process would have its own, lost at exit), a file in a folder that does not exist (no
+    folders are made), or, with ``must_exist``, a file that does not."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    hint = "expected a database URL such as sqlite:///studies.db or postgresql+psycopg://host/db"
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise LuminalError(f"{what}: {hint}, got {url!r}") from None
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    database = parsed.database or ""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        raise LuminalError(f"{what}: an SQLite storage needs a file (sqlite:///studies.db), got {url!r}")
+    path = Path(database).expanduser()
+    if not path.parent.is_dir():
+        raise LuminalError(f"{what}: folder {str(path.parent)!r} does not exist (make it first)")
+    if must_exist and not path.is_file():
+        raise LuminalError(f"{what}: {str(path)!r} is not a file")
+    return url
+
+
 def shown_url(url: str) -> str:
     """The URL with its password masked, for messages and reports."""
     try:
@@ -243,9 +268,6 @@ class StudyStorage:
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite:"):
-        path = url.split(":///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         return {"connect_args": {"timeout": 60}}
     from sqlalchemy.engine import make_url
 
@@ -266,7 +288,7 @@ def open_storage(url: str, liveness: Liveness | None = None) -> StudyStorage:
     import logging
 
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    kwargs = _engine_kwargs(url)
+    kwargs = _engine_kwargs(checked_url(url))
     for attempt in range(CREATE_TRIES):
         try:
             with warnings.catch_warnings():
