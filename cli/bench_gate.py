@@ -47,10 +47,10 @@ def baseline_samples(model: object, where: str = "the baseline") -> list[float] 
     if not isinstance(model, dict) or not isinstance(model.get("name"), str):
         raise LuminalError(f"baseline {where!r}: a model entry without a name")
     runtimes = model.get("runtimes")
-    entry = runtimes.get(SUBJECT) if isinstance(runtimes, dict) else None
-    if not isinstance(entry, dict) or entry.get("samples_s") is None:
+    if not isinstance(runtimes, dict) or SUBJECT not in runtimes:
         return None
-    samples = entry["samples_s"]
+    entry = runtimes[SUBJECT]  # bench writes every runtime it timed with its samples: null or missing is damage
+    samples = entry.get("samples_s") if isinstance(entry, dict) else None
     if not isinstance(samples, list) or not samples or not all(
             type(s) in (int, float) and math.isfinite(s) and s > 0 for s in samples):
         raise LuminalError(f"baseline {where!r}: model {model['name'][:80]!r} has implausible timings "

@@ -38,6 +38,7 @@ BAD = {
     "empty": "[]",
     "not a list": "0.001",
     "nested": "[[0.001]]",
+    "null": "null",
 }
 
 
