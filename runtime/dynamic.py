@@ -111,10 +111,15 @@ class DynamicModel:
     def run(self, input_feed: object) -> dict[str, np.ndarray]:
         """The outputs by name, for feeds checked against the inputs' declared types and dims."""
         feeds = check_feeds(self.inputs, input_feed)
-        env: dict[str, np.ndarray] = dict(feeds)
         seg = self.variants.get(("model", tuple(feeds[s.name].shape for s in self.inputs)),
                                 partial(self._first, feeds))
         self.last_model = seg.model if seg.cut is None else None
+        if seg.cut is None and seg.model is not None and not seg.constants:  # a whole model: the common case
+            model = seg.model
+            with seg.lock:
+                outs = dict(zip((o.name for o in model.outputs), model.run(feeds)))
+            return self._named(outs, feeds)
+        env: dict[str, np.ndarray] = dict(feeds)
         while True:
             seg.run(env)
             if seg.cut is None:
@@ -126,7 +131,12 @@ class DynamicModel:
             start = seg.cut + 1
             seg = self.variants.get(src.key(start, env, seg.carried_digest, seg.carried),
                                     partial(self._with_cache, partial(self._segment, start, dict(env), seg.carried)))
-        return {o.name: env[o.name] if o.name in env else self._initializer(o.name) for o in self.outputs}
+        return self._named(env, feeds)
+
+    def _named(self, values: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs by name: computed, an input passed through, or an initializer."""
+        return {o.name: values[o.name] if o.name in values else feeds[o.name] if o.name in feeds
+                else self._initializer(o.name) for o in self.outputs}
 
     def _initializer(self, name: str) -> np.ndarray:
         if self.source is None:

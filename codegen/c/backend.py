@@ -111,6 +111,7 @@ class Launch:
 
     def __init__(self, compiled: Sequence[Any], buffers: Sequence[Sequence[Any]], tc: build.Toolchain | None = None):
         self._tc = tc
+        self._run: Any = None  # the sequence runner, looked up at the first call (not per run: its key hashes tc)
         self._steps: list[Any] = []
         self._keep: list[Any] = [list(b) for b in buffers]
         pending: list[tuple[int, Any, int]] = []
@@ -135,7 +136,9 @@ class Launch:
         self._steps.append((None, head))
 
     def __call__(self) -> None:
-        run = _sequence_fn(self._tc)
+        run = self._run
+        if run is None:
+            run = self._run = _sequence_fn(self._tc)
         for ck, arg in self._steps:
             if ck is None:
                 if run(arg, 0):
