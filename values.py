@@ -171,17 +171,23 @@ def _number(x: float) -> str:
 
 
 # threads (of a runtime) and processes (tune's workers) beyond this many per core only slow a run down; far
-# beyond it, onnxruntime hangs or crashes on its thread pool
+# beyond it, onnxruntime hangs or crashes on its thread pool. FLOOR keeps a configuration written for a bigger
+# machine (threads = 16, 32) usable on a small CI runner.
 PER_CORE = 4
+FLOOR = 64
+
+
+def most_per_core(cores: int) -> int:
+    return max(FLOOR, PER_CORE * cores)
 
 
 def per_core_count(value: int | None, what: str, cores: int) -> int | None:
     """A thread or worker count a person gave: at least 1, at most PER_CORE times the ``cores`` this process may
-    use."""
+    use (and never less than FLOOR)."""
     at_least(value, what)
-    if value is not None and value > PER_CORE * cores:
-        raise LuminalError(f"{what}: must be at most {PER_CORE * cores} ({PER_CORE} per core of the {cores} here), "
-                           f"got {value}")
+    if value is not None and value > most_per_core(cores):
+        raise LuminalError(f"{what}: must be at most {most_per_core(cores)} ({PER_CORE} per core of the {cores} "
+                           f"here, at least {FLOOR}), got {value}")
     return value
 
 

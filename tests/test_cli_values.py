@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 from luminal.cache import TuningCache
 from luminal.cli.main import _register, app
 from luminal.target import cores
-from luminal.values import PER_CORE
+from luminal.values import most_per_core
 
 
 def luminal(*args: str) -> Result:
@@ -95,7 +95,7 @@ def test_values_out_of_range_are_refused(model, args, words):
 
 
 def test_threads_bound_is_per_core(model):
-    most = PER_CORE * cores()
+    most = most_per_core(cores())
     refused(luminal("bench", "m.onnx", "--threads", str(most + 1)), str(most))
 
 
