@@ -7,9 +7,9 @@ Each measurement runs in a fresh subprocess: the time of ``frontend_onnx.load``
 (read, import, optimise) and the growth of the peak resident set (VmHWM) over
 the process's resident set before the load, set against the model's size on
 disk (with its external data). Targets: under 5 s and under 2x the model size.
-Weights stay in a read-only map of the file; "mapped" is the share of the graph's
-constant bytes that are views of such a map, and "anon" the growth of the private
-(non-file) resident set, which the pages of the map do not count in.
+The file is read once and the weights stay views of its bytes; "views" is the share of
+the graph's constant bytes that are such views (not copies), and "anon" the growth of the
+private (non-file) resident set.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def status(key):
         if line.startswith(key + ":"):
             return int(line.split()[1])
 
-def mapped(a):
+def of_file(a):
     while isinstance(a, numpy.ndarray):
         a = a.base
-    return isinstance(a.obj if isinstance(a, memoryview) else a, mmap.mmap)
+    return isinstance(a.obj if isinstance(a, memoryview) else a, bytes)
 
-import mmap, numpy
+import numpy
 from onnx.external_data_helper import _get_all_tensors, uses_external_data
 from luminal import ir
 from luminal.frontend_onnx import importer
@@ -53,14 +53,14 @@ peak, anon = status("VmHWM"), status("RssAnon")
 prims, nodes = sum(res.graph.primitive_counts().values()), sum(res.onnx_op_counts.values())
 consts = [n.attrs["value"] for n in res.graph.toposort() if n.op is ir.Op.Constant]
 const_bytes = sum(v.nbytes for v in consts)
-mapped_bytes = sum(v.nbytes for v in consts if mapped(v))
+view_bytes = sum(v.nbytes for v in consts if of_file(v))
 del res, consts
-m = importer.read_model(path)[0]  # the mapped read: weights stay in the file
+m = importer.read_model(path)[0]  # the external data files it names
 files = {next((e.value for e in t.external_data if e.key == "location"), None)
          for t in _get_all_tensors(m) if uses_external_data(t)}
 size = path.stat().st_size + sum((path.parent / f).stat().st_size for f in files if f)
 print(json.dumps({"seconds": t1 - t0, "base_kib": base, "peak_kib": peak, "bytes": size,
-                  "anon_kib": anon - base_anon, "mapped": mapped_bytes / max(const_bytes, 1),
+                  "anon_kib": anon - base_anon, "views": view_bytes / max(const_bytes, 1),
                   "primitives": prims, "onnx_nodes": nodes}))
 """
 
@@ -77,7 +77,7 @@ def measure(path: Path, shapes: dict) -> dict:
     return {"seconds": round(r["seconds"], 3), "model_mb": round(size / 2**20, 1),
             "peak_growth_mb": round(grown / 2**20, 1), "memory_ratio": round(grown / size, 2),
             "peak_rss_mb": round(r["peak_kib"] / 1024, 1), "anon_growth_mb": round(r["anon_kib"] / 1024, 1),
-            "mapped": round(r["mapped"], 3), "onnx_nodes": r["onnx_nodes"],
+            "views": round(r["views"], 3), "onnx_nodes": r["onnx_nodes"],
             "primitives": r["primitives"]}
 
 
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     table = Table(title=f"import + passes (targets: < {TARGET_SECONDS:g} s, < {TARGET_MEMORY_RATIO:g}x model size)")
-    for col in ("model", "seconds", "model MB", "peak growth MB", "x model", "anon MB", "mapped", "ONNX nodes",
+    for col in ("model", "seconds", "model MB", "peak growth MB", "x model", "anon MB", "views", "ONNX nodes",
                 "primitives", "target"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for name, r in results.items():
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
             table.add_row(name, "[red]" + r["error"] + "[/]", *[""] * 8)
             continue
         table.add_row(name, f"{r['seconds']:.2f}", f"{r['model_mb']:.0f}", f"{r['peak_growth_mb']:.0f}",
-                      f"{r['memory_ratio']:.2f}", f"{r['anon_growth_mb']:.0f}", f"{r['mapped']:.0%}",
+                      f"{r['memory_ratio']:.2f}", f"{r['anon_growth_mb']:.0f}", f"{r['views']:.0%}",
                       str(r["onnx_nodes"]), str(r["primitives"]),
                       "[green]met[/]" if r["meets_target"] else "[red]missed[/]")
     Console().print(table)

@@ -150,7 +150,7 @@ def materialise(t: Tensor) -> Tensor:
 
 def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None, dict[str, np.ndarray]]:
     """The model, the folder its external data is relative to (None for a ModelProto), and its
-    main-graph weights by name as read-only views of the mapped file (their raw_data is left out
+    main-graph weights by name as read-only views of the file's bytes (their raw_data is left out
     of the proto); a ModelProto or a text-format file keeps its weights in the proto."""
     if isinstance(model, onnx.ModelProto):
         return model, None, {}
@@ -252,15 +252,15 @@ def _external_ref(t: TensorProto, base: Path | None) -> tuple[Path, int, int]:
 def load_external_data(model: onnx.ModelProto, base: Path | None,
                        weights: dict[str, np.ndarray] | None = None) -> None:
     """Read every external tensor in place, refusing locations outside ``base``. Given
-    ``weights``, main-graph initializers go there instead, as views of their mapped data file."""
+    ``weights``, main-graph initializers go there instead, as views of their data file's bytes."""
     if weights is not None:
-        maps: dict[Path, object] = {}
+        files: dict[Path, bytes] = {}
         names = Counter(t.name for t in model.graph.initializer)
         for t in model.graph.initializer:
             if t.data_location != TensorProto.EXTERNAL or names[t.name] > 1 or t.name in weights:
                 continue
             try:
-                arr = external_view(t, *_external_ref(t, base), maps)
+                arr = external_view(t, *_external_ref(t, base), files)
             except OSError:  # the ordinary read below words it
                 arr = None
             if arr is not None:

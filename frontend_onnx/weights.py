@@ -1,20 +1,18 @@
-"""Zero-copy weights: map an ONNX file and hand its initializers out as numpy views of the map.
+"""Weights read once: read an ONNX file and hand its initializers out as numpy views of its bytes.
 
 ``onnx.load`` holds a model three times over while it is imported: the file's bytes, the
-parsed protobuf, and a numpy copy of every initializer. Here the file is mapped read-only, a
-small protobuf wire-format scanner finds the ``raw_data`` payload of every initializer of the
-main graph, and the ModelProto is parsed from the file with those payloads left out. The
-weights are ``np.frombuffer`` views of the map (they keep it alive through their ``base``),
-so the only copy of them is the page cache. External data files are mapped the same way.
-Files under ``MAP_MIN`` are read into one bytes object instead, and the views are of that.
-The file must not be truncated while a view of it is alive (as with any map: SIGBUS).
+parsed protobuf, and a numpy copy of every initializer. Here the file is read into one bytes
+object, a small protobuf wire-format scanner finds the ``raw_data`` payload of every initializer
+of the main graph, and the ModelProto is parsed from the file with those payloads left out. The
+weights are read-only ``np.frombuffer`` views of the bytes (they keep them alive through their
+``base``), so they are held once. External data files are read the same way. The files are read,
+not mapped: a session outlives its model file's contents, and a mapped file truncated or
+rewritten under a live map kills the process with SIGBUS.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
-import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,9 +32,6 @@ VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 
 # raw_data is little-endian; elsewhere numpy_helper byteswaps a copy, and so do we
 LITTLE = sys.byteorder == "little"
-# smaller files are read into memory: a live map holds a file descriptor, and a process may
-# keep thousands of small models
-MAP_MIN = 1 << 20
 
 # element types whose raw_data numpy_helper.to_array reads as a plain little-endian array
 _PLAIN: dict[int, np.dtype] = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)) for t in (
@@ -185,12 +180,12 @@ def strip_model(buf, size: int) -> tuple[bytes, list[tuple[int, int] | None]]:
 @dataclass
 class MappedModel:
     proto: onnx.ModelProto
-    # main-graph initializers by name: read-only views of the map (or of the bytes of a small file)
+    # main-graph initializers by name: read-only views of the file's bytes
     weights: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _view(mm: mmap.mmap | bytes, t: TensorProto, start: int, end: int) -> np.ndarray | None:
-    """``t``'s raw_data as a view of the map, or None where numpy_helper would read it otherwise."""
+def _view(buf: bytes, t: TensorProto, start: int, end: int) -> np.ndarray | None:
+    """``t``'s raw_data as a view of the file's bytes, or None where numpy_helper would read it otherwise."""
     dtype = _PLAIN.get(t.data_type)
     if dtype is None or not LITTLE or t.HasField("segment"):
         return None
@@ -200,32 +195,18 @@ def _view(mm: mmap.mmap | bytes, t: TensorProto, start: int, end: int) -> np.nda
     try:
         if start == end:
             return np.empty(dims, dtype)
-        return np.frombuffer(mm, dtype, math.prod(dims), start).reshape(dims)
+        return np.frombuffer(buf, dtype, math.prod(dims), start).reshape(dims)
     except ValueError:  # more dims than numpy takes, or an empty shape too big to describe
         return None
 
 
-def _buffer(path: Path) -> mmap.mmap | bytes | None:
-    """The file's bytes: a read-only map, or for a small file its contents; None when a file
-    cannot be mapped."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size < MAP_MIN:
-            return fh.read()
-        try:
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (ValueError, OSError):
-            return None
-
-
 def map_model(path: Path) -> MappedModel | None:
-    """The model at ``path`` with its main-graph weights as views of a read-only map of the file.
+    """The model at ``path`` with its main-graph weights as read-only views of the file's bytes.
     None when the scanner cannot read the file (empty, truncated, corrupt): the caller then
     reads it the ordinary way, which names the problem."""
-    mm = _buffer(path)
-    if mm is None:
-        return None
+    buf = path.read_bytes()
     try:
-        data, raws = strip_model(mm, len(mm))
+        data, raws = strip_model(buf, len(buf))
     except WireError:
         return None
     proto = onnx.ModelProto()
@@ -242,23 +223,21 @@ def map_model(path: Path) -> MappedModel | None:
     for t, raw in zip(inits, raws):
         if raw is None:
             continue
-        arr = _view(mm, t, *raw) if names[t.name] == 1 else None
+        arr = _view(buf, t, *raw) if names[t.name] == 1 else None
         if arr is None:  # put the payload back; tensor_value reads (or refuses) it as before
-            t.raw_data = mm[raw[0]:raw[1]]
+            t.raw_data = buf[raw[0]:raw[1]]
         else:
             out.weights[t.name] = arr
     return out
 
 
-def external_view(t: TensorProto, path: Path, offset: int, length: int, maps: dict) -> np.ndarray | None:
-    """An external tensor as a view of its mapped data file (``maps`` keeps one map per file);
+def external_view(t: TensorProto, path: Path, offset: int, length: int, files: dict[Path, bytes]) -> np.ndarray | None:
+    """An external tensor as a view of its data file's bytes (``files`` keeps each file read once);
     None where its declared extent or size does not fit, for the ordinary reader to report."""
-    if path not in maps:
-        maps[path] = _buffer(path)
-    mm = maps[path]
-    if mm is None:
+    if path not in files:
+        files[path] = path.read_bytes()
+    buf = files[path]
+    end = len(buf) if length < 0 else offset + length
+    if offset > end or end > len(buf):
         return None
-    end = len(mm) if length < 0 else offset + length
-    if offset > end or end > len(mm):
-        return None
-    return _view(mm, t, offset, end)
+    return _view(buf, t, offset, end)

@@ -88,7 +88,7 @@ class Source:
         self.ir_version = proto.ir_version
         self.nodes = _toposort(g, {})
         self.tensors = {t.name: t for t in g.initializer if t.name not in weights}
-        self.weights = dict(weights)  # mapped initializers, by name
+        self.weights = dict(weights)  # initializers read from the file, by name
         self.initializers: dict[str, np.ndarray] = {}  # filled as host steps read them
         self.outputs = [o.name for o in g.output]
         self.output_info = {o.name: o for o in g.output}

@@ -1,9 +1,9 @@
-"""Zero-copy weights: the wire scanner, weights as views of the mapped file, bad files, peak memory."""
+"""Weights read once: the wire scanner, weights as views of the file's bytes, bad files, peak memory, a file
+rewritten under a live session."""
 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import subprocess
 import sys
@@ -20,12 +20,6 @@ from luminal.errors import LuminalError
 from luminal.frontend_onnx import load, weights
 
 RNG = np.random.default_rng(10)
-
-
-@pytest.fixture(autouse=True)
-def map_every_file(monkeypatch):
-    """Map even the small files these tests write (by default they are read into memory)."""
-    monkeypatch.setattr(weights, "MAP_MIN", 0)
 
 
 def _inits() -> list[TensorProto]:
@@ -68,11 +62,16 @@ def _save(m: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def _mapped(a: np.ndarray) -> bool:
-    """Whether ``a``'s base chain ends at a file map (np.frombuffer bases it on a memoryview)."""
+def _root(a: np.ndarray) -> object:
+    """The object at the end of ``a``'s base chain (np.frombuffer bases it on the bytes or a memoryview)."""
     while isinstance(a, np.ndarray):
         a = a.base
-    return isinstance(a.obj if isinstance(a, memoryview) else a, mmap.mmap)
+    return a.obj if isinstance(a, memoryview) else a
+
+
+def _mapped(a: np.ndarray) -> bool:
+    """Whether ``a`` is a view of bytes read whole, not a copy of its own."""
+    return isinstance(_root(a), bytes)
 
 
 def test_scanner_offsets_give_to_array_values(tmp_path):
@@ -125,8 +124,12 @@ def test_import_from_file_matches_proto_and_onnxruntime(tmp_path):
     (b,) = ir.run_reference(from_proto.graph, {"x": x})
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(a, run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
-    # a ModelProto keeps its weights in the proto: nothing mapped
-    assert not any(_mapped(n.attrs["value"]) for n in from_proto.graph.toposort() if n.op is ir.Op.Constant)
+    # the file's weights are views of its bytes; a ModelProto's are read from the proto
+    size = p.stat().st_size
+    of_file = [n.attrs["value"] for n in from_file.graph.toposort() if n.op is ir.Op.Constant]
+    assert any(_mapped(v) and len(_root(v)) == size for v in of_file)
+    assert not any(_mapped(v) and len(_root(v)) == size
+                   for v in (n.attrs["value"] for n in from_proto.graph.toposort() if n.op is ir.Op.Constant))
 
 
 def test_weights_stay_views_of_the_map_through_import_and_passes(tmp_path):
@@ -186,7 +189,7 @@ def test_subgraph_and_function_and_sparse_initializers(tmp_path):
     np.testing.assert_allclose(y, run_ort(m, {"x": x})[0], rtol=1e-6, atol=1e-6)
 
 
-def test_external_data_is_mapped_too(tmp_path):
+def test_external_data_is_read_the_same_way(tmp_path):
     w = RNG.standard_normal((64, 32)).astype(np.float32)
     m = _model([numpy_helper.from_array(w, "w")], [helper.make_node("MatMul", ["x", "w"], ["y"])])
     m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 64
@@ -200,19 +203,74 @@ def test_external_data_is_mapped_too(tmp_path):
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
 
 
-def test_small_files_are_read_not_mapped(tmp_path, monkeypatch):
-    monkeypatch.setattr(weights, "MAP_MIN", 1 << 20)
+def test_files_are_read_and_closed(tmp_path):
     m = _model(_inits())
     p = _save(m, tmp_path / "m.onnx")
     fds = len(os.listdir("/proc/self/fd"))
     got = weights.map_model(p)
-    assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor held
+    assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor (nor map) held
     w = got.weights["f32_raw"]
-    assert not _mapped(w) and isinstance(w.base.base, bytes) and not w.flags.writeable
+    assert _mapped(w) and not w.flags.writeable
     np.testing.assert_array_equal(w, numpy_helper.to_array(m.graph.initializer[0]))
     x = RNG.standard_normal((5, 7)).astype(np.float32)
     (y,) = ir.run_reference(load(p).graph, {"x": x})
     np.testing.assert_allclose(y, x + w, rtol=1e-6)
+
+
+_REWRITE = r"""
+import sys
+import numpy as np
+from luminal import InferenceSession
+from luminal.errors import LuminalError
+model, rewritten = sys.argv[1], sys.argv[2:]
+s = InferenceSession(model, backend="cpu")
+x = np.load(model + ".x.npy")
+s.run(None, {"x": x[:2]})
+for f in rewritten:
+    open(f, "wb").close()  # truncated, as a writer that rewrites the file in place first does
+try:
+    y, z = s.run(None, {"x": x})  # new sizes: a variant made after the file changed
+except LuminalError as e:
+    print(e, file=sys.stderr)
+    sys.exit(2)
+np.save(model + ".y.npy", y)
+"""
+
+
+@pytest.mark.parametrize("external", [False, True])
+@pytest.mark.parametrize("segments", [True, False])
+def test_a_model_file_truncated_under_a_live_session_does_not_kill_it(tmp_path, external, segments):
+    """A session whose model (or its external data) is truncated after it was made, then run at new sizes. With
+    a NonZero it runs as segments, which keep the weights read when it was made: the original model's outputs
+    (a map of the file gave SIGBUS). Without, the variant for the new sizes is imported from the file again,
+    which is refused in one line."""
+    rows, cols = 1024, 512  # 2 MiB of weights
+    w = RNG.standard_normal((rows, cols)).astype(np.float32)
+    nonzero = [helper.make_node("NonZero", ["x"], ["z"])] if segments else [helper.make_node("Relu", ["x"], ["z"])]
+    z = helper.make_tensor_value_info("z", TensorProto.INT64, [2, "k"]) if segments else \
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", rows])
+    g = helper.make_graph([*nonzero, helper.make_node("MatMul", ["x", "w"], ["y"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", rows])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", cols]), z],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    x = RNG.standard_normal((3, rows)).astype(np.float32)
+    want = run_ort(m, {"x": x})[0]
+    p = tmp_path / "m.onnx"
+    if external:
+        onnx.save_model(m, str(p), save_as_external_data=True, location="w.bin", size_threshold=0)
+    else:
+        _save(m, p)
+    np.save(str(p) + ".x.npy", x)
+    files = [str(tmp_path / "w.bin")] if external else [str(p)]
+    r = subprocess.run([sys.executable, "-c", _REWRITE, str(p), *files], capture_output=True, text=True, timeout=300)
+    assert r.returncode >= 0, f"killed by signal {-r.returncode}"
+    if r.returncode == 2 and not segments:
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    else:
+        assert r.returncode == 0, r.stderr[-3000:]
+        np.testing.assert_allclose(np.load(str(p) + ".y.npy"), want, rtol=1e-4, atol=1e-4)
 
 
 def test_shape_and_size_mismatches_are_reported_as_before(tmp_path):
@@ -259,7 +317,6 @@ import sys, random
 from pathlib import Path
 from luminal.errors import LuminalError
 from luminal.frontend_onnx import load, weights
-weights.MAP_MIN = 0
 src, work, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 data = src.read_bytes()
 rng = random.Random(seed)
