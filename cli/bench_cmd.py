@@ -24,7 +24,18 @@ from ..values import (
     parse_fraction,
     seed_of,
 )
-from .common import SHAPE_OPT, console, emit_json, err_console, handle_errors, one_stdout, shown, write_output
+from .common import (
+    MAX_MEMORY_OPT,
+    SHAPE_OPT,
+    console,
+    emit_json,
+    err_console,
+    handle_errors,
+    max_memory_of,
+    one_stdout,
+    shown,
+    write_output,
+)
 from .project import backend_of, jobs
 
 if TYPE_CHECKING:
@@ -118,6 +129,7 @@ def bench(
                                                         "file) for the tuning progress in the report "
                                                         "(default with --html: studies.db by the cache)."),
     config_path: str = typer.Option(None, "--config", help="Use this pyproject.toml or luminal.toml."),
+    max_memory: str = MAX_MEMORY_OPT,
 ) -> None:
     """Time luminal against onnxruntime on the same seeded inputs, after checking that the outputs agree.
 
@@ -132,11 +144,13 @@ def bench(
               for j in jobs(model, shape, config, atol, rtol, config_path)]
     backend = backend_of(backend, config, "auto")
     _check_options(runs, time_s, confidence, warmup, threads, seed)
+    limit = max_memory_of(max_memory)
     quiet = one_stdout(json=json_path, html=html_path, trace=trace_path)
     threads = _threads(threads, config)
     gate = _gate_of(baseline, max_regression, config)
     base_doc = read_bench_json(gate.baseline) if gate.baseline else None
-    settings = _settings(backend, against, runs, time_s, warmup, seed, threads, cache_of(cache, config), confidence)
+    settings = _settings(backend, against, runs, time_s, warmup, seed, threads, cache_of(cache, config), confidence,
+                         limit)
     doc = new_document(settings)
     storage = storage if storage is not None or not html_path else _default_storage(settings.cache)
     if storage:
@@ -204,13 +218,13 @@ def _gate_of(baseline: str | None, max_regression: str | None, config: Config | 
 
 
 def _settings(backend: str, against: str, runs: int | None, time_s: float | None, warmup: float, seed: int,
-              threads: int, cache: str | None, confidence: float) -> Settings:
+              threads: int, cache: str | None, confidence: float, max_memory: int | None = None) -> Settings:
     from ..target import resolve_backend
     from .benchlib import Settings, parse_against
 
     return Settings(backend=resolve_backend(backend), against=parse_against(against), runs=runs,
                     time_s=None if runs is not None else (time_s or DEFAULT_TIME_S), warmup_s=warmup,
-                    seed=seed, threads=threads, cache=cache, confidence=confidence)
+                    seed=seed, threads=threads, cache=cache, confidence=confidence, max_memory=max_memory)
 
 
 def _tuning_of(storage: str, models: list[dict]) -> list[dict]:

@@ -51,6 +51,7 @@ class Settings:
     cache: str | None = None
     confidence: float = 0.95
     n_boot: int = 2000
+    max_memory: int | None = None  # bytes a model may need (None: the memory available)
 
 
 @dataclass
@@ -296,7 +297,7 @@ def bench_model(model: BenchModel, settings: Settings,
     proto = load_model_proto(str(model.path))  # refuses a missing or unreadable file
     t0 = time.perf_counter()
     try:
-        imported = load_model(model.path, model.shapes, Unbound.WARN)
+        imported = load_model(model.path, model.shapes, Unbound.WARN, max_memory=settings.max_memory)
         inputs = list(imported.inputs)
     except DataDependent:  # output sizes the data decides: timed as a session runs it, in segments
         imported, (inputs, _) = None, declared_inputs(model.path, model.shapes)

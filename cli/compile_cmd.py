@@ -13,18 +13,29 @@ from rich.table import Table
 from ..config import cache_of, load_config
 from ..errors import LuminalError
 from ..values import Shape, format_duration
-from .common import CACHE_OPT, JSON_OPT, SHAPE_OPT, console, emit_json, handle_errors, shown
+from .common import (
+    CACHE_OPT,
+    JSON_OPT,
+    MAX_MEMORY_OPT,
+    SHAPE_OPT,
+    console,
+    emit_json,
+    handle_errors,
+    max_memory_of,
+    shown,
+)
 from .project import backend_of, chosen_models
 
 
-def run_compile(model: str, backend: str, shapes: Mapping[str, Shape], out: str | None, cache: str | None) -> dict:
+def run_compile(model: str, backend: str, shapes: Mapping[str, Shape], out: str | None, cache: str | None,
+                max_memory: int | None = None) -> dict:
     from ..runtime.artifact import write_artifact
     from ..runtime.compile import compile_graph, import_model, resolve_backend
     from .modelcheck import open_cache
 
     be = resolve_backend(backend)
     t0 = time.perf_counter()
-    graph = import_model(model, shapes)
+    graph = import_model(model, shapes, max_memory=max_memory)
     t_import = time.perf_counter() - t0
     tc = open_cache(cache)
     try:
@@ -67,6 +78,7 @@ def compile_(
                                                           "sources and built libraries, the weights, a manifest."),
     cache: str = CACHE_OPT,
     as_json: bool = JSON_OPT,
+    max_memory: str = MAX_MEMORY_OPT,
 ) -> None:
     """Compile a model: kernels with tuned (cached) or default schedules; -o writes an artifact."""
     from ..frontend_onnx.loader import unbound_dims
@@ -75,19 +87,20 @@ def compile_(
 
     if out == "-":  # '-' is stdout for the reports of the other commands; an artifact is a folder
         raise LuminalError("--output: an artifact is a folder, not stdout ('-'); give its path (./- if you mean it)")
+    limit = max_memory_of(max_memory)
     config = load_config()
     chosen = chosen_models(model, shape, config)
     name, tc = backend_of(backend, config, "auto"), cache_of(cache, config)
     dynamic = bool(out) and (len(chosen) > 1 or bool(unbound_dims(model, chosen[0].shapes)))  # sizes at run time
     try:
-        results = [] if dynamic else [run_compile(model, name, c.shapes, out, tc) for c in chosen]
+        results = [] if dynamic else [run_compile(model, name, c.shapes, out, tc, limit) for c in chosen]
     except DataDependent as e:
         if not out:
             raise LuminalError(f"{e}; one static plan cannot hold it: compile -o DIR writes an artifact that runs "
                                "it in segments") from None
         dynamic = True
     if dynamic:
-        r = run_compile_dynamic(model, name, [c.shapes for c in chosen], out, tc)
+        r = run_compile_dynamic(model, name, [c.shapes for c in chosen], out, tc, limit)
         if as_json:
             emit_json(r)
         else:

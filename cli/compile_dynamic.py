@@ -17,7 +17,7 @@ from .project import shapes_label
 
 
 def run_compile_dynamic(model: str, backend: str, shape_sets: Sequence[Mapping[str, Shape]], out: str,
-                        cache: str | None) -> dict:
+                        cache: str | None, max_memory: int | None = None) -> dict:
     from ..frontend_onnx.importer import read_model
     from ..frontend_onnx.loader import unbound_dims
     from ..runtime.artifact import MANIFEST
@@ -30,7 +30,7 @@ def run_compile_dynamic(model: str, backend: str, shape_sets: Sequence[Mapping[s
     bound = [dict(s) for s in shape_sets if not unbound_dims(model, s)]
     tc = open_cache(cache)
     try:
-        path = write_dynamic_artifact(model, out, be, bound, tc)
+        path = write_dynamic_artifact(model, out, be, bound, tc, max_memory)
     finally:
         if tc is not None:
             tc.close()

@@ -19,11 +19,13 @@ from ..values import at_least, format_duration, parse_duration, seed_of
 from .common import (
     CACHE_OPT,
     JSON_FILE_OPT,
+    MAX_MEMORY_OPT,
     SHAPE_OPT,
     console,
     emit_json,
     err_console,
     handle_errors,
+    max_memory_of,
     printable,
     shown,
 )
@@ -141,6 +143,7 @@ def tune_cmd(
                                                           "(default: budget/20, between 2 and 20)."),
     no_fusion: bool = typer.Option(False, "--no-fusion", help="Keep the default fusion; tune schedules only."),
     json_path: str = JSON_FILE_OPT,
+    max_memory: str = MAX_MEMORY_OPT,
 ) -> None:
     """Tune fusion decisions and kernel schedules on this machine; winners go to the tuning cache.
 
@@ -160,6 +163,7 @@ def tune_cmd(
     at_least(patience, "--patience")
     if timeout is not None:
         parse_duration(timeout, "--timeout")
+    limit = max_memory_of(max_memory)
     config = load_config()
     models = chosen_models(model, shape, config)
     total = _budget(budget, config)
@@ -171,7 +175,7 @@ def tune_cmd(
             r = tune(str(m.path), backend, total / len(models), shapes=dict(m.shapes), sampler=sampler, seed=seed,
                      storage=storage, cache=cache_of(cache, config), workers=workers, progress=show,
                      timeout_s=timeout, fusion=not no_fusion, threads=None if config is None else config.threads,
-                     trials=trials, patience=patience)
+                     trials=trials, patience=patience, max_memory=limit)
         reports.append(r)
         if not quiet:
             for note in notes_of(r):

@@ -82,18 +82,21 @@ def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict
     return model
 
 
-def import_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, hint: str | None = None) -> Graph:
+def import_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, hint: str | None = None,
+                 max_memory: int | None = None) -> Graph:
     """The model's graph for compiling: a dim nobody bound is refused, as the kernels would be made for 1
-    (``hint``: how the caller gives sizes; None: the command line's ``--shape``)."""
+    (``hint``: how the caller gives sizes; None: the command line's ``--shape``), and so is a model that needs
+    more than ``max_memory`` bytes (None: the memory available)."""
     from ..frontend_onnx.loader import CLI_HINT, Unbound, load_model
 
-    return load_model(path, shapes, Unbound.REFUSE, hint=hint or CLI_HINT).graph
+    return load_model(path, shapes, Unbound.REFUSE, hint=hint or CLI_HINT, max_memory=max_memory).graph
 
 
 def compile_model(path: str | Path, shapes: Mapping[str, Shape] | None = None, backend: str | Backend = "auto",
-                  cache: TuningCache | None = None) -> CompiledModel:
-    """The model at ``path`` compiled for ``shapes`` (every symbolic dim bound)."""
+                  cache: TuningCache | None = None, max_memory: int | None = None) -> CompiledModel:
+    """The model at ``path`` compiled for ``shapes`` (every symbolic dim bound; at most ``max_memory`` bytes
+    needed, None: the memory available)."""
     from ..frontend_onnx.loader import API_HINT
 
-    graph = import_model(path, shapes, API_HINT)
+    graph = import_model(path, shapes, API_HINT, max_memory)
     return compile_graph(graph, backend, cache=cache)

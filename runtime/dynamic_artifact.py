@@ -53,8 +53,10 @@ def _copy_model(model_path: Path, out: Path) -> None:
 
 
 def write_dynamic_artifact(model_path: str | Path, out_dir: str | Path, backend: Backend,
-                           shape_sets: Sequence[Mapping[str, Shape]], cache: TuningCache | None = None) -> Path:
-    """The model at ``model_path`` with a compiled variant for each fully bound set of sizes in ``shape_sets``."""
+                           shape_sets: Sequence[Mapping[str, Shape]], cache: TuningCache | None = None,
+                           max_memory: int | None = None) -> Path:
+    """The model at ``model_path`` with a compiled variant for each fully bound set of sizes in ``shape_sets``
+    (one that needs more than ``max_memory`` bytes is refused)."""
     from .compile import compile_model
 
     src, out = Path(model_path), Path(out_dir)
@@ -62,14 +64,16 @@ def write_dynamic_artifact(model_path: str | Path, out_dir: str | Path, backend:
         raise LuminalError(f"output path {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise LuminalError(f"output directory {out} is not empty and holds no luminal artifact")
+    compiled_sets = []  # all compiled before anything is written: a refused model leaves no half-made folder
+    for shapes in shape_sets:
+        try:
+            compiled_sets.append((shapes, compile_model(src, shapes, backend, cache, max_memory)))
+        except DataDependent:  # cut into segments: those compile at run time
+            continue
     out.mkdir(parents=True, exist_ok=True)
     _copy_model(src, out)
     variants: list[dict[str, Any]] = []
-    for shapes in shape_sets:
-        try:
-            compiled = compile_model(src, shapes, backend, cache)
-        except DataDependent:  # cut into segments: those compile at run time
-            continue
+    for shapes, compiled in compiled_sets:
         rel = f"variants/v{len(variants):03d}"
         write_artifact(compiled, out / rel, src, dict(shapes))
         variants.append({"shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in shapes.items()},

@@ -365,10 +365,11 @@ def tune(model: str | Path | Graph, backend: str | Backend = "auto", budget_s: f
          workers: int | None = None, progress: Callable[[TuneReport], None] | None = None,
          timeout_s: float | None = None, plan: TimingPlan | None = None, fusion: bool = True,
          threads: int | None = None, liveness: Liveness | None = None, trials: int | None = None,
-         patience: int | None = None) -> TuneReport:
+         patience: int | None = None, max_memory: int | None = None) -> TuneReport:
     """Tune a model (an ONNX path or an IR Graph) on ``backend`` for ``budget_s`` seconds, the time it takes to load
     counted (``threads``: Tuner's); at most ``trials`` trials in all, and a kernel left after ``patience`` trials
-    without a gain."""
+    without a gain. A model file that needs more than ``max_memory`` bytes (None: the memory available) is
+    refused."""
     start = time.monotonic()
     refuse_untimed(backend)
     if isinstance(backend, str):
@@ -395,7 +396,7 @@ def tune(model: str | Path | Graph, backend: str | Backend = "auto", budget_s: f
         name = Path(model).name
         try:
             # winners are stored per kernel shape: a dim taken as 1 would tune kernels no later compile asks for
-            graph = load_model(model, shapes, Unbound.REFUSE).graph
+            graph = load_model(model, shapes, Unbound.REFUSE, max_memory=max_memory).graph
         except DataDependent:  # cut by the data: its static segments, at the sizes a seeded run gives them
             return _tune_cut(model, name, shapes, seed, budget_s, start, run, progress)
     report = run(graph, name, max(budget_s - (time.monotonic() - start), 1e-3), progress)

@@ -13,7 +13,7 @@ from cli_util import invoke
 from frontend_util import assert_matches, make_model
 from onnx import TensorProto, helper, numpy_helper
 
-from luminal.cli import check_cmd, inspect_cmd, modelcheck
+from luminal.cli import bench_cmd, check_cmd, compile_cmd, inspect_cmd, modelcheck, tune_cmd
 from luminal.errors import LuminalError
 from luminal.frontend_onnx import load
 from luminal.frontend_onnx.limits import MemoryGuard, format_bytes, parse_size
@@ -182,6 +182,29 @@ def test_the_max_memory_option(tmp_path):
         assert r.exit_code == 2 and r.output.strip() == \
             "error: node 'y' (Relu) with its inputs and outputs needs 512 KB, more than 300 KB (--max-memory)", r.output
         assert invoke(check_cmd, inspect_cmd, args=[cmd, str(path), "--max-memory", "1M"]).exit_code == 0
+
+
+@pytest.mark.parametrize("cmd, extra", [("compile", []), ("compile", ["-o", "art"]),
+                                        ("compile", ["-o", "art", "--shape", "n=256,128"]),  # sizes at run time
+                                        ("tune", ["--budget", "10s"]), ("bench", ["--runs", "2"])])
+def test_commands_that_compile_take_the_max_memory_option(tmp_path, monkeypatch, cmd, extra):
+    """compile, tune and bench refuse a model over --max-memory as check does: one line naming the tensor, exit 2,
+    before anything is compiled, tuned or timed (nothing is written to the cache or the artifact)."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "m.onnx"
+    onnx.save(relu_model(["n", 256]), str(path))
+    extra = extra if "--shape" in extra else [*extra, "--shape", "n=256"]
+    cache = ["--cache", str(tmp_path / "c.db")] if cmd == "tune" else []  # the others refuse a cache not there
+    modules = (compile_cmd, tune_cmd, bench_cmd)
+    r = invoke(*modules, args=[cmd, str(path), *extra, *cache, "--max-memory", "200K"])
+    assert r.exit_code == 2 and r.output.strip() == \
+        "error: input 'x' (256x256, float32) needs 256 KB, more than 200 KB (--max-memory)", r.output
+    assert not (tmp_path / "c.db").exists() and not (tmp_path / "art").exists()
+    r = invoke(*modules, args=[cmd, str(path), *extra, "--max-memory", "lots"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "bad memory size 'lots'" in r.output
+    if cmd == "compile":  # within the limit it compiles
+        r = invoke(*modules, args=[cmd, str(path), *extra, "--max-memory", "2M"])
+        assert r.exit_code == 0, r.output
 
 
 def test_a_huge_sparse_initializer_is_refused_before_it_is_made_dense():
