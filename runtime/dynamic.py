@@ -5,7 +5,7 @@ each segment a variant of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +29,8 @@ class DynamicModel:
     ``cache``: the tuning cache file (or an open cache) whose winners each variant's kernels take."""
 
     def __init__(self, path: str | Path | None, inputs: list[IOSpec], outputs: list[IOSpec], backend: Backend,
-                 cache: str | Path | TuningCache | None = None, variants: int = DEFAULT_SIZE) -> None:
+                 cache: str | Path | TuningCache | None = None, variants: int = DEFAULT_SIZE,
+                 data_files: Iterable[Path] = ()) -> None:
         self.path = Path(path) if path is not None else None
         self.inputs = inputs
         self.outputs = outputs
@@ -38,16 +39,21 @@ class DynamicModel:
         self.variants: VariantCache[Segment] = VariantCache(variants)
         self.source: Source | None = None  # read when a run first needs a cut
         self.last_model: CompiledModel | None = None  # the whole-model variant of the latest run, if it was one
+        # the files variants are made from (the model's and its external data's), as they were when it was made
+        self.stamps = {f: _stamp(f) for f in ([self.path, *data_files] if self.path is not None else [])}
 
     @staticmethod
     def of_file(path: str | Path, backend: Backend, cache: str | Path | TuningCache | None = None,
                 variants: int = DEFAULT_SIZE) -> DynamicModel:
-        from ..frontend_onnx.importer import read_model
+        from ..frontend_onnx.importer import _external_tensors, read_model
 
         if not Path(path).is_file():
             raise LuminalError(f"model {str(path)!r} not found")
-        inputs, outputs = model_io(read_model(path)[0])
-        return DynamicModel(path, inputs, outputs, backend, cache, variants)
+        proto, base, _ = read_model(path)
+        inputs, outputs = model_io(proto)
+        data = {base / e.value for t in _external_tensors(proto) for e in t.external_data if e.key == "location"} \
+            if base is not None else set()
+        return DynamicModel(path, inputs, outputs, backend, cache, variants, sorted(data))
 
     # ------------------------------------------------------------ variants
 
@@ -63,6 +69,15 @@ class DynamicModel:
         """The variant for these input shapes, compiled now if it is not yet."""
         env = {s.name: np.broadcast_to(np.zeros((), s.dtype), shapes[s.name]) for s in self.inputs}
         return self.variants.get(self.key(shapes, self.inputs), partial(self._first, env))
+
+    def _unchanged(self) -> None:
+        """Refuse to make a variant from a model file rewritten since the session was made: its variants would mix
+        two models."""
+        for f, stamp in self.stamps.items():
+            if _stamp(f) != stamp:
+                raise LuminalError(f"{'model' if f == self.path else 'external data'} file {str(f)!r} changed since "
+                                   "this session was made (rewritten, truncated or removed): make a new session to "
+                                   "run it")
 
     def _open_cache(self) -> TuningCache | None:
         from ..cache import TuningCache, default_cache_path
@@ -86,7 +101,8 @@ class DynamicModel:
         if self.path is None:
             shapes = ", ".join(f"{n}={list(v.shape)}" for n, v in env.items())
             raise LuminalError(f"no compiled variant for input shapes {shapes}, and no model to compile one from")
-        if self.source is None:
+        if self.source is None:  # a Source holds what it read; else the variant is read from the file
+            self._unchanged()
             try:
                 return self._with_cache(partial(self._whole, env))
             except DataDependent:
@@ -140,7 +156,17 @@ class DynamicModel:
 
     def _initializer(self, name: str) -> np.ndarray:
         if self.source is None:
+            self._unchanged()
             self.source = Source(self.path) if self.path is not None else None
         if self.source is None or not self.source.is_initializer(name):
             raise LuminalError(f"output {name!r} was not computed")
         return self.source.initializer(name)
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int] | None:
+    """What tells a rewritten file from the one read (None: gone)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns

@@ -219,15 +219,18 @@ def test_files_are_read_and_closed(tmp_path):
 
 _REWRITE = r"""
 import sys
+from pathlib import Path
 import numpy as np
 from luminal import InferenceSession
 from luminal.errors import LuminalError
-model, rewritten = sys.argv[1], sys.argv[2:]
+model, pairs = sys.argv[1], sys.argv[2:]
 s = InferenceSession(model, backend="cpu")
 x = np.load(model + ".x.npy")
 s.run(None, {"x": x[:2]})
-for f in rewritten:
-    open(f, "wb").close()  # truncated, as a writer that rewrites the file in place first does
+for pair in pairs:  # written in place, as onnx.save over the same path does: truncated first
+    target, source = pair.split("=")
+    with open(target, "wb") as f:
+        f.write(Path(source).read_bytes() if source else b"")
 try:
     y, z = s.run(None, {"x": x})  # new sizes: a variant made after the file changed
 except LuminalError as e:
@@ -237,40 +240,52 @@ np.save(model + ".y.npy", y)
 """
 
 
-@pytest.mark.parametrize("external", [False, True])
-@pytest.mark.parametrize("segments", [True, False])
-def test_a_model_file_truncated_under_a_live_session_does_not_kill_it(tmp_path, external, segments):
-    """A session whose model (or its external data) is truncated after it was made, then run at new sizes. With
-    a NonZero it runs as segments, which keep the weights read when it was made: the original model's outputs
-    (a map of the file gave SIGBUS). Without, the variant for the new sizes is imported from the file again,
-    which is refused in one line."""
-    rows, cols = 1024, 512  # 2 MiB of weights
-    w = RNG.standard_normal((rows, cols)).astype(np.float32)
-    nonzero = [helper.make_node("NonZero", ["x"], ["z"])] if segments else [helper.make_node("Relu", ["x"], ["z"])]
+def _matmul_model(w: np.ndarray, segments: bool) -> onnx.ModelProto:
+    """y = x @ w over n rows; with a NonZero beside it (segments), the session runs it as segments."""
+    rows, cols = w.shape
+    first = helper.make_node("NonZero", ["x"], ["z"]) if segments else helper.make_node("Relu", ["x"], ["z"])
     z = helper.make_tensor_value_info("z", TensorProto.INT64, [2, "k"]) if segments else \
         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", rows])
-    g = helper.make_graph([*nonzero, helper.make_node("MatMul", ["x", "w"], ["y"])],
+    g = helper.make_graph([first, helper.make_node("MatMul", ["x", "w"], ["y"])],
                           "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", rows])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", cols]), z],
                           [numpy_helper.from_array(w, "w")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    x = RNG.standard_normal((3, rows)).astype(np.float32)
+    return m
+
+
+@pytest.mark.parametrize("how", ["truncated", "rewritten"])
+@pytest.mark.parametrize("external", [False, True])
+@pytest.mark.parametrize("segments", [True, False])
+def test_a_model_file_changed_under_a_live_session(tmp_path, how, external, segments):
+    """A session whose model (or its external data) is truncated, or rewritten as another model, after it was
+    made, then run at new sizes in a child. With a NonZero it runs as segments, which keep the weights read when
+    it was made: the original model's outputs (a map of the file gave SIGBUS). Without, the variant for the new
+    sizes would be read from the file again: refused in one line (it read the other model's weights)."""
+    w = RNG.standard_normal((1024, 512)).astype(np.float32)  # 2 MiB
+    m = _matmul_model(w, segments)
+    x = RNG.standard_normal((3, 1024)).astype(np.float32)
     want = run_ort(m, {"x": x})[0]
-    p = tmp_path / "m.onnx"
-    if external:
-        onnx.save_model(m, str(p), save_as_external_data=True, location="w.bin", size_threshold=0)
-    else:
-        _save(m, p)
+    p, other = tmp_path / "m.onnx", tmp_path / "other"
+    other.mkdir()
+    for folder, model in ((tmp_path, m), (other, _matmul_model(-w, segments))):
+        if external:
+            onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True, location="w.bin",
+                            size_threshold=0)
+        else:
+            _save(model, folder / "m.onnx")
     np.save(str(p) + ".x.npy", x)
-    files = [str(tmp_path / "w.bin")] if external else [str(p)]
-    r = subprocess.run([sys.executable, "-c", _REWRITE, str(p), *files], capture_output=True, text=True, timeout=300)
+    name = "w.bin" if external else "m.onnx"
+    pair = f"{tmp_path / name}={other / name if how == 'rewritten' else ''}"
+    r = subprocess.run([sys.executable, "-c", _REWRITE, str(p), pair], capture_output=True, text=True, timeout=300)
     assert r.returncode >= 0, f"killed by signal {-r.returncode}"
-    if r.returncode == 2 and not segments:
-        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-    else:
+    if segments:
         assert r.returncode == 0, r.stderr[-3000:]
         np.testing.assert_allclose(np.load(str(p) + ".y.npy"), want, rtol=1e-4, atol=1e-4)
+    else:
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (r.returncode, r.stderr[-3000:])
+        assert f"file {str(tmp_path / name)!r} changed since this session was made" in r.stderr
 
 
 def test_shape_and_size_mismatches_are_reported_as_before(tmp_path):
