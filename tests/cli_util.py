@@ -1,9 +1,10 @@
-"""Shared helper for the command tests: run some ``luminal`` subcommands in-process."""
+"""Shared helpers for the command tests: run some ``luminal`` subcommands in-process; whether C kernels build here."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
+import pytest
 import typer
 from typer.testing import CliRunner, Result
 
@@ -19,3 +20,17 @@ def invoke(*modules: ModuleType, args: list[str]) -> Result:
     for module in modules:
         module.register(app)
     return CliRunner().invoke(app, args)
+
+
+def cpu_ready() -> bool:
+    """Whether the C backend can build kernels on this machine (a C compiler)."""
+    try:
+        from luminal.codegen.backend import get_backend
+
+        get_backend("cpu")
+        return True
+    except Exception:
+        return False
+
+
+needs_cpu = pytest.mark.skipif(not cpu_ready(), reason="no C compiler on this machine")

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from cli_util import invoke
+from cli_util import invoke, needs_cpu
 from onnx import TensorProto, helper, numpy_helper
 
 from luminal.cli import check_cmd, compile_cmd
@@ -19,18 +19,7 @@ from luminal.codegen.c import build
 from luminal.errors import LuminalError
 from luminal.runtime.session import InferenceSession
 
-
-def _cpu_ready() -> bool:
-    try:
-        from luminal.codegen.backend import get_backend
-
-        get_backend("cpu")
-        return True
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _cpu_ready(), reason="no C compiler on this machine")
+pytestmark = needs_cpu
 
 
 def _model(path: Path) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
+from cli_util import needs_cpu
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
@@ -20,15 +20,6 @@ from luminal.values import format_fixed
 if not any(c.name == "bench" for c in cli_main.app.registered_commands):
     cli_main._register()
 
-
-def _cpu_ready() -> bool:
-    try:
-        from luminal.codegen.backend import get_backend
-
-        get_backend("cpu")
-        return True
-    except Exception:
-        return False
 
 
 def _model(path: Path) -> Path:
@@ -42,7 +33,7 @@ def _model(path: Path) -> Path:
     return path
 
 
-@pytest.mark.skipif(not _cpu_ready(), reason="no C compiler on this machine")
+@needs_cpu
 def test_trace_file_has_a_span_per_kernel_per_run_named_by_onnx_nodes(tmp_path):
     model, trace = _model(tmp_path / "m.onnx"), tmp_path / "trace.json"
     res = CliRunner().invoke(cli_main.app, ["bench", str(model), "--backend", "cpu", "--runs", "2", "--warmup", "0",

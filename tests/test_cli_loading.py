@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_util import invoke
+from cli_util import invoke, needs_cpu
 from runtime_util import make_model
 
 from luminal.cli import bench_cmd, cache_cmd, check_cmd, compile_cmd, doctor_cmd, inspect_cmd, tune_cmd
@@ -19,15 +19,6 @@ from luminal.values import format_duration, parse_duration, parse_shape_args, pa
 
 ALL = (bench_cmd, cache_cmd, check_cmd, compile_cmd, doctor_cmd, inspect_cmd, tune_cmd)
 
-
-def _cpu_ready() -> bool:
-    try:
-        from luminal.codegen.backend import get_backend
-
-        get_backend("cpu")
-        return True
-    except Exception:
-        return False
 
 
 @pytest.fixture
@@ -52,7 +43,7 @@ def _error_line(output: str) -> str:
 
 # ---------------------------------------------------------------- one loader, one unbound-dim rule
 
-@pytest.mark.skipif(not _cpu_ready(), reason="no C compiler on this machine")
+@needs_cpu
 def test_tune_of_a_dynamic_model_without_shape_refuses_as_compile_does(dynamic, no_project):
     compiled = invoke(compile_cmd, args=["compile", str(dynamic), "--backend", "cpu"])
     tuned = invoke(tune_cmd, args=["tune", str(dynamic), "--backend", "cpu", "--budget", "30s",
@@ -65,7 +56,7 @@ def test_tune_of_a_dynamic_model_without_shape_refuses_as_compile_does(dynamic, 
     assert not (no_project / "t.db").exists() and "tuning" not in tuned.output  # refused before anything ran
 
 
-@pytest.mark.skipif(not _cpu_ready(), reason="no C compiler on this machine")
+@needs_cpu
 def test_tune_library_call_refuses_unbound_dims(dynamic, tmp_path):
     from luminal.search.tuner import tune
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
+from cli_util import needs_cpu
 from onnx import TensorProto, helper, numpy_helper
 
 LUMINAL = [sys.executable, "-c", "from luminal.cli.main import main; main()"]
@@ -34,17 +34,8 @@ def _run(args, cwd=None, timeout=120, **env):
     return subprocess.run(LUMINAL + args, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
 
 
-def _cpu_ready() -> bool:
-    try:
-        from luminal.codegen.backend import get_backend
 
-        get_backend("cpu")
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _cpu_ready(), reason="no C compiler on this machine")
+@needs_cpu
 def test_tune_writes_winners_that_compile_uses(tmp_path):
     model = _mlp(tmp_path / "mlp.onnx")
     cache = tmp_path / "tuning.db"
@@ -84,7 +75,7 @@ def test_tune_writes_winners_that_compile_uses(tmp_path):
     assert c.returncode == 0, c.stdout[-2000:] + c.stderr[-2000:]
 
 
-@pytest.mark.skipif(not _cpu_ready(), reason="no C compiler on this machine")
+@needs_cpu
 def test_a_pinned_thread_count_bounds_every_schedule_tried(tmp_path):
     from luminal.search.tuner import tune
 
