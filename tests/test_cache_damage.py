@@ -103,6 +103,8 @@ DAMAGE: dict[str, Callable[[Path, dict[str, str]], None]] = {
                            "UPDATE winners SET median_ns = '12' WHERE signature = '{fusion}'"),
     "fingerprint garbage": _sql("UPDATE fingerprints SET info = 'garbage{{' WHERE kind = 'device'",
                                 "UPDATE fingerprints SET kind = x'00ff' WHERE kind = 'toolchain'"),
+    "non-finite JSON": _sql("UPDATE fingerprints SET info = '{{\"mc\": NaN}}' WHERE kind = 'device'",
+                            "UPDATE winners SET config = '{{\"threads\": Infinity}}' WHERE signature = '{kernel}'"),
     "kernel garbage": _sql("UPDATE kernels SET models = '[', shapes = x'ff00'",
                            "INSERT INTO kernels (signature, models) VALUES (x'c3', '[]')"),
     "trial garbage": _sql("UPDATE trials SET samples = 'oops' WHERE status = 'ok' AND signature = '{kernel}'",
