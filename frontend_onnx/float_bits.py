@@ -27,16 +27,12 @@ def _pow2(e: Tensor) -> Tensor:
     return out
 
 
-def _isnan(x: Tensor) -> Tensor:
-    return x.lt(math.inf).logical_not() & x.gt(-math.inf).logical_not()
-
-
 def bits_of_float32(x: Tensor) -> Tensor:
     """The int32 whose bits are float32 x's: sign, biased exponent and mantissa summed in their places."""
     x = x.cast(DType.float32)
     negative = x.lt(0) | (x.eq(0) & x.recip().lt(0))  # -0.0 is below nothing but its reciprocal is -inf
     a = x.abs()
-    safe = (a.lt(2.0 ** -126) | a.eq(math.inf) | _isnan(x)).where(Tensor.full(x.shape, 1.0, DType.float32), a)
+    safe = (a.lt(2.0 ** -126) | a.eq(math.inf) | x.isnan()).where(Tensor.full(x.shape, 1.0, DType.float32), a)
     e = safe.log().mul(1 / math.log(2)).floor().cast(DType.int32)
     e = e.lt(-126).where(Tensor.full(x.shape, -126, DType.int32), e.gt(127).where(
         Tensor.full(x.shape, 127, DType.int32), e))
@@ -54,7 +50,7 @@ def bits_of_float32(x: Tensor) -> Tensor:
     magnitude = reduce(lambda acc, case: case[0].where(case[1], acc),
                        [(tiny, subnormal), (a.eq(math.inf), inf)], normal)
     signed = negative.where(magnitude.add(-_SIGN), magnitude)
-    return _isnan(x).where(Tensor.full(x.shape, _NAN, DType.int32), signed)
+    return x.isnan().where(Tensor.full(x.shape, _NAN, DType.int32), signed)
 
 
 def float32_of_bits(x: Tensor) -> Tensor:
