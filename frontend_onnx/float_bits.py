@@ -34,8 +34,7 @@ def bits_of_float32(x: Tensor) -> Tensor:
     a = x.abs()
     safe = (a.lt(2.0 ** -126) | a.eq(math.inf) | x.isnan()).where(Tensor.full(x.shape, 1.0, DType.float32), a)
     e = safe.log().mul(1 / math.log(2)).floor().cast(DType.int32)
-    e = e.lt(-126).where(Tensor.full(x.shape, -126, DType.int32), e.gt(127).where(
-        Tensor.full(x.shape, 127, DType.int32), e))
+    e = e.maximum(-126).minimum(127)
     p = _pow2(e)  # log2 may be one off near a power of two: put 2^e <= a < 2^(e+1)
     low = p.gt(safe)
     e, p = low.where(e.sub(1), e), low.where(p.mul(0.5), p)
@@ -61,8 +60,7 @@ def float32_of_bits(x: Tensor) -> Tensor:
     m = u.mod(_MANTISSA)
     biased = u.sub(m).cast(DType.float32).mul(1.0 / _MANTISSA).cast(DType.int32)  # exact: 8 significant bits
     fraction = m.cast(DType.float32).mul(1.0 / _MANTISSA)
-    clamped = biased.lt(1).where(Tensor.full(x.shape, 1, DType.int32), biased.gt(254).where(
-        Tensor.full(x.shape, 254, DType.int32), biased))
+    clamped = biased.maximum(1).minimum(254)
     normal = fraction.add(1.0).mul(_pow2(clamped.sub(127)))
     subnormal = m.cast(DType.float32).mul(2.0 ** -126).mul(1.0 / _MANTISSA)
     special = m.eq(0).where(Tensor.full(x.shape, math.inf, DType.float32), Tensor.full(x.shape, math.nan,
