@@ -20,7 +20,8 @@ MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 
 
 def bench_all(chosen: list[tuple[str, dict]], budget_s: float, backend: str, cache: str | None) -> list[dict]:
-    from luminal.cli.benchlib import BenchModel, Settings, bench_model
+    from luminal.cli.benchlib import Settings, bench_model
+    from luminal.cli.project import Job
 
     deadline = time.perf_counter() + budget_s
     results = []
@@ -33,7 +34,7 @@ def bench_all(chosen: list[tuple[str, dict]], budget_s: float, backend: str, cac
             time_s = min(10.0, max(1.0, (left - need) / (len(chosen) - n) * 0.5))
             settings = Settings(backend=backend, time_s=time_s, warmup_s=min(1.0, time_s / 4), cache=cache)
             try:
-                r = bench_model(BenchModel(f, MODELS / f, e["shapes"]), settings)
+                r = bench_model(Job(f, MODELS / f, e["shapes"]), settings)
             except Exception as ex:  # one failing model must not hide the others' numbers
                 r = {"name": f, "status": "error", "message": f"{type(ex).__name__}: {str(ex)[:300]}"}
         results.append(r)

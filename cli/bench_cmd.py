@@ -36,11 +36,11 @@ from .common import (
     shown,
     write_output,
 )
-from .project import backend_of, jobs
+from .project import Job, backend_of, jobs
 
 if TYPE_CHECKING:
     from .bench_trace import Trace
-    from .benchlib import BenchModel, Settings
+    from .benchlib import Settings
 
 DEFAULT_TIME_S = 5.0
 DEFAULT_MAX_REGRESSION = 0.05
@@ -137,11 +137,10 @@ def bench(
     paired bootstrap confidence interval. Exit 1 on wrong outputs, or on a regression beyond the noise
     (--baseline); 2 on bad input."""
     from .bench_gate import read_bench_json
-    from .benchlib import BenchModel, new_document, sanitize
+    from .benchlib import new_document, sanitize
 
     config = load_config(path=config_path)
-    models = [BenchModel(j.name, j.path, j.shapes, j.atol, j.rtol)
-              for j in jobs(model, shape, config, atol, rtol, config_path)]
+    models = jobs(model, shape, config, atol, rtol, config_path)
     backend = backend_of(backend, config, "auto")
     _check_options(runs, time_s, confidence, warmup, threads, seed)
     limit = max_memory_of(max_memory)
@@ -237,7 +236,7 @@ def _tuning_of(storage: str, models: list[dict]) -> list[dict]:
     return [dict(s, label=label_of(s["study"], labels) or s["study"]) for s in studies]
 
 
-def _measure(doc: dict, models: list[BenchModel], settings: Settings, trace: Trace | None = None) -> None:
+def _measure(doc: dict, models: list[Job], settings: Settings, trace: Trace | None = None) -> None:
     """Each model's entry into ``doc``, a progress bar on stderr meanwhile."""
     from .benchlib import bench_model
 

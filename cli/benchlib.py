@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import __version__
-from ..config import DEFAULT_ATOL, DEFAULT_RTOL
 from ..errors import LuminalError
 from .bench_stats import bootstrap_ratio, measure_interleaved, summarize
+from .project import Job
 
 if TYPE_CHECKING:
     from .bench_trace import Trace
@@ -28,15 +28,6 @@ if TYPE_CHECKING:
 SCHEMA_ID = "luminal-bench/1"
 SUBJECT = "luminal"
 PEERS = ("onnxruntime", "torch")
-
-
-@dataclass(frozen=True)
-class BenchModel:
-    name: str
-    path: Path
-    shapes: dict[str, Any] = field(default_factory=dict)
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
 
 
 @dataclass(frozen=True)
@@ -76,7 +67,7 @@ def parse_against(text: str | None) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- runners
 
-def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray], settings: Settings,
+def luminal_runner(model: Job, imported: Any, feeds: dict[str, np.ndarray], settings: Settings,
                    artifact: Path | None = None) -> Runner:
     """The model compiled by luminal with the tuning cache's winners, or as ``artifact`` holds it (the ``reference``
     backend runs the numpy reference executor instead: correct, never fast, for tests)."""
@@ -115,7 +106,7 @@ def luminal_runner(model: BenchModel, imported: Any, feeds: dict[str, np.ndarray
                   lambda trace: profile_kernels(compiled, feeds, model.name, trace))
 
 
-def segmented_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings) -> Runner:
+def segmented_runner(model: Job, feeds: dict[str, np.ndarray], settings: Settings) -> Runner:
     """A model cut where the data decides a size: compiled segments and host steps, as InferenceSession runs it
     (no per-kernel times)."""
     from ..codegen.backend import get_backend
@@ -130,7 +121,7 @@ def segmented_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: 
                   {"backend": settings.backend, "cache": str(settings.cache), "segmented": True})
 
 
-def dynamic_artifact_runner(model: BenchModel, folder: Path, feeds: dict[str, np.ndarray], settings: Settings
+def dynamic_artifact_runner(model: Job, folder: Path, feeds: dict[str, np.ndarray], settings: Settings
                             ) -> Runner:
     """An artifact of sizes known at run time, as InferenceSession(DIR) runs it: the variant it holds for these sizes,
     else one compiled (or segments, for a model cut by the data) before the timing starts."""
@@ -162,7 +153,7 @@ def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], model: str = "m
             for i, k in enumerate(compiled.kernels)]
 
 
-def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,
+def onnxruntime_runner(model: Job, feeds: dict[str, np.ndarray], settings: Settings,
                        gpu: bool = False) -> Runner:
     import onnxruntime as ort
 
@@ -184,7 +175,7 @@ def onnxruntime_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings
     return Runner("onnxruntime", call, lambda: dict(zip(names, call())), info, warnings=warnings)
 
 
-def torch_runner(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings, gpu: bool = False) -> Runner:
+def torch_runner(model: Job, feeds: dict[str, np.ndarray], settings: Settings, gpu: bool = False) -> Runner:
     """torch through onnx2torch, when that converter is installed."""
     try:
         import onnx2torch
@@ -250,7 +241,7 @@ def timings_entry(runners: list[Runner], samples: dict[str, list[float]], settin
     return {"runtimes": runtimes, "speedup": speedup}
 
 
-def _peers(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,
+def _peers(model: Job, feeds: dict[str, np.ndarray], settings: Settings,
            gpu: bool) -> tuple[list[Runner], dict[str, str]]:
     """The peers of ``--against`` that can run the model (each made and run once), and why each other cannot:
     one peer that cannot convert or run a model leaves the others timed."""
@@ -268,7 +259,7 @@ def _peers(model: BenchModel, feeds: dict[str, np.ndarray], settings: Settings,
     return peers, skipped
 
 
-def _artifact_of(model: BenchModel) -> tuple[BenchModel, Path | None, Path | None]:
+def _artifact_of(model: Job) -> tuple[Job, Path | None, Path | None]:
     """The model to compare with and feed, and the artifact that is timed: one of a static plan (compile -o at one
     set of sizes: compared on the model it came from, at its sizes), or of sizes known at run time (compared on the
     model it holds, at the sizes given, else the first it holds a variant for)."""
@@ -284,7 +275,7 @@ def _artifact_of(model: BenchModel) -> tuple[BenchModel, Path | None, Path | Non
     return model, None, None
 
 
-def bench_model(model: BenchModel, settings: Settings,
+def bench_model(model: Job, settings: Settings,
                 progress: Callable[[str, int], None] | None = None, trace: Trace | None = None) -> dict[str, Any]:
     """Parity first, then timings (and the kernels' spans into ``trace``). When luminal's outputs are wrong the
     entry has status "wrong-outputs", a "message", and no timings."""

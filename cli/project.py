@@ -19,8 +19,8 @@ class Job:
     name: str
     path: Path
     shapes: dict[str, Shape]
-    atol: float
-    rtol: float
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
 
 
 def chosen_models(model: str | None, shape: list[str] | None, config: Config | None,
