@@ -80,8 +80,9 @@ class CKernel:
             raise MemoryError("a C kernel could not allocate its workspace")
 
 
-# runs a sequence of kernels bound to fixed buffers in one call: b = {count, kernels, arguments, threads}
-_SEQUENCE = """
+# runs a sequence of kernels bound to fixed buffers in one call: b = {count, kernels, arguments, threads};
+# built once per toolchain: an artifact ships its library with the kernels'
+SEQUENCE_SOURCE = """
 #include <stdint.h>
 typedef int (*lum_fn_t)(void **, int);
 int lum_kernel(void **b, int nt) {
@@ -97,12 +98,9 @@ int lum_kernel(void **b, int nt) {
 """
 
 
-SEQUENCE_SOURCE = _SEQUENCE  # built once per toolchain: an artifact ships its library with the kernels'
-
-
 @lru_cache(maxsize=4)
 def _sequence_fn(tc: build.Toolchain | None = None):
-    return build.build([_SEQUENCE], tc=tc)[0]
+    return build.build([SEQUENCE_SOURCE], tc=tc)[0]
 
 
 class Launch:
