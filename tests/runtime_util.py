@@ -21,3 +21,15 @@ def make_model(path, seed=0, hidden=12):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(m, str(path))
     return path
+
+
+def matmul_relu_softmax(path, rows=4, names=("", "", "")):
+    """x[rows, 8] @ W[8, 6] -> Relu -> Softmax ("y"), seed 0; ``names`` names the three nodes; saved at ``path``."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name=names[0]),
+             helper.make_node("Relu", ["h"], ["r"], name=names[1]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1, name=names[2])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 6])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path

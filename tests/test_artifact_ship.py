@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from cli_util import invoke, needs_cpu
-from onnx import TensorProto, helper, numpy_helper
+from runtime_util import matmul_relu_softmax
 
 from luminal.cli import check_cmd, compile_cmd
 from luminal.codegen.c import build
@@ -23,13 +22,7 @@ pytestmark = needs_cpu
 
 
 def _model(path: Path) -> Path:
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32), "W")
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6])], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return matmul_relu_softmax(path, rows="batch")
 
 
 @pytest.fixture

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-import onnx
 from cli_util import invoke
-from onnx import TensorProto, helper, numpy_helper
+from runtime_util import matmul_relu_softmax
 
 from luminal.cli import cache_cmd, inspect_cmd
 from luminal.codegen.partition import partition
@@ -22,14 +20,7 @@ NAMES = {"exp[v2]/fc": "MatMul", "exp[v2]/act": "Relu", "head/softmax": "Softmax
 
 
 def _model(path: Path) -> Path:
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32), "W")
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="exp[v2]/fc"),
-             helper.make_node("Relu", ["h"], ["r"], name="exp[v2]/act"),
-             helper.make_node("Softmax", ["r"], ["y"], axis=-1, name="head/softmax")]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return matmul_relu_softmax(path, names=("exp[v2]/fc", "exp[v2]/act", "head/softmax"))
 
 
 def test_every_kernel_carries_the_model_nodes_fused_into_it(tmp_path):

@@ -8,12 +8,10 @@ import os
 import signal
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 import search_util as helpers
 from cli_util import invoke
-from onnx import TensorProto, helper, numpy_helper
+from runtime_util import matmul_relu_softmax
 
 from luminal.cache import TuningCache
 from luminal.cli import tune_cmd
@@ -23,15 +21,7 @@ from luminal.search.scheduler import TaskState, pick
 
 
 def _model(path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "W")
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="layer1/matmul"),
-             helper.make_node("Relu", ["h"], ["r"], name="layer1/relu"),
-             helper.make_node("Softmax", ["r"], ["y"], axis=-1, name="head/softmax")]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return matmul_relu_softmax(path, names=("layer1/matmul", "layer1/relu", "head/softmax"))
 
 
 @pytest.fixture
