@@ -68,7 +68,7 @@ class _Trees:
         else:
             cond = _COMPARE[mode](col, float(self.splits[i]))
         if self.tracks[i]:  # NaN takes the true branch: it compares below no bound and above none
-            cond = cond | (col.lt(math.inf).logical_not() & col.gt(-math.inf).logical_not())
+            cond = cond | col.isnan()
         return cond
 
     def leaves(self, i: int, leaf: bool, reach: Tensor) -> list[tuple[int, Tensor]]:
