@@ -9,6 +9,7 @@ import numpy as np
 from ..ir import DType, Tensor
 from .ops_nn_util import spatial_pads, windows
 from .ops_reduce import lp_norm
+from .ops_shape import concat
 from .registry import OpContext, fail, need, op, wants
 
 
@@ -376,8 +377,6 @@ def col2im_op(ctx: OpContext) -> Tensor:
 def causal_conv_with_state_op(ctx: OpContext) -> list[Tensor | None]:
     """A depthwise 1-D convolution over the carried state (zeros where absent) followed by the input, so each
     position sees the k-1 before it; the state after is the last k-1 positions of that sequence."""
-    from .ops_shape import concat
-
     x, w, b, past = need(ctx, 0), need(ctx, 1), ctx.input(2), ctx.input(3)
     if x.ndim != 3 or w.ndim != 3 or w.shape[1] != 1 or w.shape[0] != x.shape[1]:
         raise fail(ctx, f"input {list(x.shape)} and weight {list(w.shape)}: expected (N, C, L) and (C, 1, k)")
@@ -433,7 +432,6 @@ def max_unpool_op(ctx: OpContext) -> Tensor:
         hit = idx.eq(Tensor.const(np.broadcast_to(target, x.shape).copy(), DType.int64)).cast(x.dtype)
         hits.append(hit.unsqueeze([2]))
         vals.append(hit.mul(x).unsqueeze([2]))
-    from .ops_shape import concat
 
     def spread(cols: list[Tensor]) -> Tensor:
         stacked = concat(cols, 2).reshape((n, c, *kernel, *sp))
