@@ -63,10 +63,16 @@ class GemmSchedule:
 
 
 @dataclass(frozen=True)
-class ReductionSchedule:
+class _Loops:
+    """The knobs every loop kernel (a reduction, an elementwise loop) has, first in its schedule."""
+
     vec: int = _knob(lambda c: (0, 4, 8, 16))
     unroll: int = _knob(lambda c: (1, 2, 4))
     threads: int = _knob(lambda c: c.threads, accepts=_any_count)
+
+
+@dataclass(frozen=True)
+class ReductionSchedule(_Loops):
     rows_per_thread: int = _knob(lambda c: (0, 1, 4, 16, 64))
     stash: bool = _knob(lambda c: (True, False))
     # reductions that vectorise across their innermost kept dim: its block of output columns
@@ -74,10 +80,7 @@ class ReductionSchedule:
 
 
 @dataclass(frozen=True)
-class ElementwiseSchedule:
-    vec: int = _knob(lambda c: (0, 4, 8, 16))
-    unroll: int = _knob(lambda c: (1, 2, 4))
-    threads: int = _knob(lambda c: c.threads, accepts=_any_count)
+class ElementwiseSchedule(_Loops):
     block: int = _knob(lambda c: (1024, 4096, 16384, 65536, 1 << 30))
 
 
