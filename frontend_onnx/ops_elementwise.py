@@ -402,7 +402,7 @@ def cast(ctx: OpContext) -> Tensor:
 @op("BitCast")
 def bit_cast(ctx: OpContext) -> Tensor:
     """An integer's bits read as the other integer type of its width: a signed value below 0 gains 2^width, an
-    unsigned one from 2^(width-1) up loses it. Floats would need their IEEE fields decoded bit by bit: refused."""
+    unsigned one from 2^(width-1) up loses it; float32 and the 32-bit integers through their IEEE fields."""
     x, to = need(ctx, 0), int(ctx.attr("to", 0))
     src = ctx.written(0) or x.dtype.np
     try:
@@ -415,9 +415,8 @@ def bit_cast(ctx: OpContext) -> Tensor:
     if {src.name, dst.name} in ({"float32", "int32"}, {"float32", "uint32"}):
         ctx.declare(0, dst)
         if src.name == "float32":
-            bits = bits_of_float32(x)
-            return bits if dst.kind == "i" else bits.cast(DType.int64).lt(0).where(
-                bits.cast(DType.int64).add(1 << 32), bits.cast(DType.int64))
+            bits = bits_of_float32(x).cast(onnx_dtype(to))
+            return bits if dst.kind == "i" else bits.lt(0).where(bits.add(1 << 32), bits)
         return float32_of_bits(x if src.kind == "i" else x.lt(1 << 31).where(x, x.sub(1 << 32)))
     if src.kind not in "iu" or dst.kind not in "iu" or src.itemsize != dst.itemsize:
         raise fail(ctx, f"{src.name} to {dst.name}: only between integer types of one width and between float32 "
