@@ -193,6 +193,12 @@ def _no_constant(name: str) -> None:
     raise Bad(f"{name} is not a number this format allows")
 
 
+def loads(text: str) -> Any:
+    """JSON as this format allows it: no NaN or Infinity (Python reads them, but no JSON writer may write them
+    back). The rule for an export line and for a JSON column of a cache row."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def _lines(path: Path) -> Iterator[str]:
     with open(path, "rb") as probe:
         gz = probe.read(2) == b"\x1f\x8b"
@@ -216,7 +222,7 @@ def read(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
             lineno += 1
             if not line.strip():
                 continue
-            rec = json.loads(line, parse_constant=_no_constant)
+            rec = loads(line)
             if not isinstance(rec, dict):
                 raise Bad("expected a JSON object")
             if not header:

@@ -8,12 +8,11 @@ standard.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .export import PARSERS, Bad
+from .export import PARSERS, Bad, loads
 from .records import KernelRecord, Trial, Winner
 
 # the columns each decoder reads, after the rowid
@@ -86,14 +85,9 @@ def _json(value: object, name: str, optional: bool = False) -> Any:
     if type(value) is not str:  # JSON itself refuses control characters inside its strings
         raise _not_text(value, name)
     try:
-        return json.loads(value, parse_constant=_no_constant)
+        return loads(value)
     except (ValueError, RecursionError):
         raise Bad(f"field {name!r} is not JSON") from None
-
-
-def _no_constant(token: str) -> None:
-    # NaN and Infinity: Python reads them, but no JSON writer (an export) may write them back
-    raise ValueError(token)
 
 
 def _not_text(value: object, name: str) -> Bad:
