@@ -265,7 +265,7 @@ def linear_attention_op(ctx: OpContext) -> list[Tensor | None]:
             state = state.mul(_at(decay, i).reshape((b, hkv, -1, 1)).expand(full))
         if beta is not None:
             retrieved = state.mul(kt.reshape((b, hkv, dk, 1)).expand(full)).sum([2])
-            vt = _at(beta, i).expand((b, hkv, 1)).expand((b, hkv, dv)).mul(vt.sub(retrieved))
+            vt = _at(beta, i).expand((b, hkv, dv)).mul(vt.sub(retrieved))
         state = state.add(kt.reshape((b, hkv, dk, 1)).expand(full).mul(vt.reshape((b, hkv, 1, dv)).expand(full)))
         read = state if group == 1 else state.reshape((b, hkv, 1, dk, dv)).expand((b, hkv, group, dk, dv)).reshape(
             (b, hq, dk, dv))
