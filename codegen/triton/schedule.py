@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ...ir.dtypes import DType
 from ...ir.graph import Op
@@ -60,7 +60,7 @@ def _knob(choices: Callable[[Kernel], tuple[KnobValue, ...]], optional: bool = F
 
 
 Precision = Literal["ieee", "tf32"]
-PRECISIONS: tuple[Precision, ...] = ("ieee", "tf32")
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 _WARPS = (1, 2, 4, 8)
 
 
