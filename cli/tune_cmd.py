@@ -204,12 +204,11 @@ def _budget(budget: str | None, config: Config | None) -> float:
 
 def _timed_backend(backend: str | None, config: Config | None) -> str:
     """--backend, else the configured one, else auto; a configured backend that is never timed is auto."""
-    if backend is None:
-        backend = backend_of(None, config, "auto")
-        if backend in ("reference", "interpret"):
-            console.print(f"[yellow]note:[/] the configured backend {backend!r} is never timed; tuning with auto")
-            backend = "auto"
-    backend_of(backend, config, "auto")  # refuses what is no backend at all
+    configured = backend is None
+    backend = backend_of(backend, config, "auto")  # refuses what is no backend at all
+    if configured and backend in ("reference", "interpret"):
+        console.print(f"[yellow]note:[/] the configured backend {backend!r} is never timed; tuning with auto")
+        backend = "auto"
     if backend not in ("auto", "cpu", "cuda"):
         raise LuminalError(f"cannot tune with backend {backend!r}: only auto, cpu and cuda are timed")
     return backend
