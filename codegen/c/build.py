@@ -142,6 +142,11 @@ def _compile_object(source: str, h: str, tc: Toolchain, d: Path) -> Path:
 def library(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> Path:
     """The shared library of ``sources`` built with ``tc`` (else the detected toolchain) for this CPU: found
     prebuilt (an artifact's, or in the cache), else compiled into the cache."""
+    return _library(sources, jobs, tc)[0]
+
+
+def _library(sources: list[str], jobs: int | None, tc: Toolchain | None) -> tuple[Path, list[str]]:
+    """``library``, and the hash of each source (its function's symbol)."""
     tc = tc or toolchain()
     if tc is None:
         raise LuminalError(missing_message())
@@ -151,7 +156,7 @@ def library(sources: list[str], jobs: int | None = None, tc: Toolchain | None = 
     name = f"lib{lib_hash}.so"
     prebuilt = next((p / name for p in _library_dirs if (p / name).is_file()), None)
     if prebuilt is not None:
-        return prebuilt
+        return prebuilt, hashes
     if not tc.cc:  # a toolchain read from an artifact, whose compiler is not here
         raise LuminalError(f"{missing_message()}; the prebuilt kernels were built for another CPU, compiler or "
                            f"thread count, so they must be rebuilt from their sources")
@@ -167,16 +172,13 @@ def library(sources: list[str], jobs: int | None = None, tc: Toolchain | None = 
             STATS["link"] += 1
         _run([tc.cc, *tc.ldflags, *map(str, objs), "-o", str(tmp), "-lm"], "link")
         os.replace(tmp, lib)
-    return lib
+    return lib, hashes
 
 
 def build(sources: list[str], jobs: int | None = None, tc: Toolchain | None = None) -> list[Callable[..., int]]:
     """Compile (with ``tc``, else the detected toolchain) and load; returns one C function per source,
     ``int f(void **bufs, int nthreads)`` (0: ok)."""
-    tc = tc or toolchain()
-    lib = library(sources, jobs, tc)
-    assert tc is not None
-    hashes = [source_hash(s, tc) for s in sources]
+    lib, hashes = _library(sources, jobs, tc)
     with _lock:
         handle = _loaded.get(str(lib))
         if handle is None:
