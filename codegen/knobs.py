@@ -93,7 +93,7 @@ def _holds(d: _Decl[Any], cs: tuple[KnobValue, ...], v: object, strict: bool, ch
     """Whether a stored schedule may hold ``v`` for a knob of choices ``cs`` (none: no knob of this kernel)."""
     if not cs:
         return not strict and d.universe is not None and v in d.universe
-    if not isinstance(v, bool | int | float | str):
+    if not isinstance(v, KnobValue):
         return False
     return not choices or (d.accepts(v) if d.accepts is not None else v in cs)
 
