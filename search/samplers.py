@@ -7,6 +7,7 @@ benchmarks/search_efficiency.py compares them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import warnings
@@ -94,6 +95,12 @@ class _Kernel:
     space: tuple[str, str] | None  # (space signature, described knobs); None: not a kernel study of this scope
     trials: list[tuple[int, dict[str, Any], float]] = field(default_factory=list)  # (number, params, time)
 
+    @functools.cached_property
+    def knobs(self) -> list[Param]:
+        """The knobs, parsed from the described form once (a proposal reads them at every step)."""
+        assert self.space is not None
+        return params_of(self.space[1])
+
 
 class Transfer:
     """The completed trials of every kernel study of one device and toolchain in a storage, for all the gp samplers
@@ -133,7 +140,7 @@ class Transfer:
     def others(self, own: int, signature: str) -> list[tuple[list[Param], list[Observed]]]:
         """Other studies' knobs and completed trials (by number) whose space signature is ``signature``."""
         self.refresh()
-        return [(params_of(k.space[1]), [(p, v) for _, p, v in sorted(k.trials, key=lambda t: t[0])])
+        return [(k.knobs, [(p, v) for _, p, v in sorted(k.trials, key=lambda t: t[0])])
                 for sid, k in self._studies.items() if sid != own and k.space is not None and k.space[0] == signature]
 
 
