@@ -38,20 +38,22 @@ class VariantCache(Generic[V]):
         """The variant for ``key``, made by ``make`` the first time (and again after it was dropped)."""
         with self._lock:
             if key in self._items:
-                self.hits += 1
-                self._items.move_to_end(key)
-                return self._items[key]
+                return self._hit(key)
         with self._making:
             with self._lock:  # another thread may have made it while this one waited
                 if key in self._items:
-                    self.hits += 1
-                    self._items.move_to_end(key)
-                    return self._items[key]
+                    return self._hit(key)
             value = make()
             with self._lock:
                 self.misses += 1
                 self._put(key, value)
             return value
+
+    def _hit(self, key: Hashable) -> V:
+        """The variant kept for ``key``, counted and made the most recently used (``_lock`` held)."""
+        self.hits += 1
+        self._items.move_to_end(key)
+        return self._items[key]
 
     def put(self, key: Hashable, value: V) -> None:
         """Keep ``value`` for ``key`` (a variant made ahead of time)."""
