@@ -148,7 +148,10 @@ def materialise(t: Tensor) -> Tensor:
 
 # -- reading -------------------------------------------------------------------
 
-def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None, dict[str, np.ndarray]]:
+ReadModel = tuple[onnx.ModelProto, Path | None, dict[str, np.ndarray]]
+
+
+def read_model(model: str | Path | onnx.ModelProto) -> ReadModel:
     """The model, the folder its external data is relative to (None for a ModelProto), and its
     main-graph weights by name as read-only views of the file's bytes (their raw_data is left out
     of the proto); a ModelProto or a text-format file keeps its weights in the proto."""
@@ -581,11 +584,12 @@ def _bind_inputs(g: onnx.GraphProto, shapes: Shapes | None,
 
 @gc_paused()
 def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True,
-         max_memory: int | None = None) -> ImportResult:
+         max_memory: int | None = None, read: ReadModel | None = None) -> ImportResult:
     """Import an ONNX model (a path or a ModelProto) into a primitive Graph, optimised
     with ``ir.optimize`` unless ``optimize`` is False. A model whose inputs, or some node's inputs and
-    outputs, need more than ``max_memory`` bytes (default: the memory available) is refused."""
-    proto, base, weights = read_model(model)
+    outputs, need more than ``max_memory`` bytes (default: the memory available) is refused. ``read``: what
+    ``read_model(model)`` returned, where the caller has read the file already."""
+    proto, base, weights = read if read is not None else read_model(model)
     check_supported(proto)
     warnings: list[str] = []
     if base is None:

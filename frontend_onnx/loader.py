@@ -7,6 +7,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import onnx
+
 from ..errors import LuminalError, require_file
 from ..values import Shape
 from .dims import InputDecl, bind, declared_dims
@@ -29,10 +31,10 @@ def unbound_message(names: Iterable[str], hint: str = CLI_HINT) -> str:
     return f"unbound dimensions {', '.join(names)} would be taken as 1: {hint}"
 
 
-def unbound_dims(path: str | Path, shapes: Mapping[str, Shape] | None) -> list[str]:
-    """The dims of the model at ``path`` that ``shapes`` leaves unbound (named, or ``input[axis]``), read from its
-    declared inputs without importing it."""
-    proto = read_model(path)[0]
+def unbound_dims(model: str | Path | onnx.ModelProto, shapes: Mapping[str, Shape] | None) -> list[str]:
+    """The dims of ``model`` (a file or a read proto) that ``shapes`` leaves unbound (named, or ``input[axis]``),
+    read from its declared inputs without importing it."""
+    proto = read_model(model)[0]
     inits = {t.name for t in proto.graph.initializer} | {sp.values.name for sp in proto.graph.sparse_initializer}
     decls = [InputDecl(vi.name, declared_dims(vi)) for vi in proto.graph.input if vi.name not in inits]
     given = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in (shapes or {}).items()}
@@ -48,9 +50,10 @@ def load_model(path: str | Path, shapes: Mapping[str, Shape] | None, unbound: Un
     ``optimize`` is False). LuminalError for a missing file, and for unbound dims under ``Unbound.REFUSE``
     (before importing; ``hint`` says how to give them)."""
     require_file(path, "model")
-    if unbound is Unbound.REFUSE and (names := unbound_dims(path, shapes)):
+    read = read_model(path)  # once: the refusal below and the import both use it
+    if unbound is Unbound.REFUSE and (names := unbound_dims(read[0], shapes)):
         raise LuminalError(unbound_message(names, hint))
-    result = load(str(path), dict(shapes or {}), optimize=optimize, max_memory=max_memory)
+    result = load(str(path), dict(shapes or {}), optimize=optimize, max_memory=max_memory, read=read)
     if result.unbound and unbound is Unbound.REFUSE:
         raise LuminalError(unbound_message(result.unbound, hint))
     return result
