@@ -60,10 +60,9 @@ def declared_dims(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
     return tuple(out)
 
 
-def _dim_value(given: Given, name: str) -> int:
-    """The value given for dimension ``name`` (an int, or a 1-tuple from ``name=N`` parsing)."""
-    v = given[name]
-    if isinstance(v, tuple):
+def dim_value(name: str, v: object) -> int:
+    """The value given for dimension ``name`` (an int, or a 1-tuple or 1-list from ``name=N`` parsing)."""
+    if isinstance(v, tuple | list):
         if len(v) != 1:
             raise LuminalError(f"dimension {name!r} takes one integer, got {list(v)}")
         v = v[0]
@@ -72,7 +71,10 @@ def _dim_value(given: Given, name: str) -> int:
     return int(v)
 
 
-def _whole_shape(decl: InputDecl, value: int | tuple[int, ...]) -> tuple[int, ...]:
+def whole_shape(decl: InputDecl, value: object) -> tuple[int, ...]:
+    """An input's whole shape as given (an int for rank 1), checked against its declared rank and fixed dims."""
+    if not isinstance(value, int | np.integer | tuple | list):
+        raise LuminalError(f"shape for input {decl.name!r} must be non-negative integers")
     whole = (value,) if isinstance(value, int | np.integer) else tuple(value)
     if not all(isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0 for d in whole):
         raise LuminalError(f"shape for input {decl.name!r} must be non-negative integers")
@@ -92,7 +94,7 @@ def _from_whole_shapes(decls: Sequence[InputDecl], given: Given, by_name: Mappin
     for decl in decls:
         if decl.name not in given:
             continue
-        shapes[decl.name] = whole = _whole_shape(decl, given[decl.name])
+        shapes[decl.name] = whole = whole_shape(decl, given[decl.name])
         for k, (d, v) in enumerate(zip(decl.dims or (), whole)):
             if not isinstance(d, str) or is_placeholder(d):
                 continue
@@ -117,7 +119,7 @@ def bind(decls: Sequence[InputDecl], given: Given) -> Binding:
         known = sorted(inputs | {n for n in names if not is_placeholder(n)})
         raise LuminalError(f"shape given for {', '.join(map(repr, unknown))}, which is neither an input nor a "
                            f"dimension name of this model (known: {', '.join(map(repr, known)) or 'none'})")
-    by_name = {n: _dim_value(given, n) for n in names if n in given and n not in inputs}
+    by_name = {n: dim_value(n, given[n]) for n in names if n in given and n not in inputs}
     warnings: list[str] = []
     shapes, symbols = _from_whole_shapes(decls, given, by_name, warnings)
     unbound: list[str] = []

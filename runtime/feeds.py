@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import LuminalError
-from ..frontend_onnx.dims import Dim, declared_dims, is_placeholder
+from ..frontend_onnx.dims import Dim, InputDecl, declared_dims, dim_value, is_placeholder, whole_shape
 from .model import TensorSpec
 
 
@@ -79,22 +79,17 @@ def constrain(specs: Sequence[IOSpec], shapes: Mapping[str, Any]) -> list[IOSpec
 
 
 def _size(name: str, value: Any) -> int:
-    v = value[0] if isinstance(value, list | tuple) and len(value) == 1 else value
-    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
-        raise LuminalError(f"shapes[{name!r}]: a dimension's size must be a non-negative integer, got {value!r}")
-    return int(v)
+    try:
+        return dim_value(name, value)
+    except LuminalError as e:
+        raise LuminalError(f"shapes[{name!r}]: {e}") from None
 
 
 def _whole(spec: IOSpec, value: Any) -> tuple[int, ...]:
-    dims = (value,) if isinstance(value, int | np.integer) else tuple(value) if isinstance(value, list | tuple) else ()
-    if not dims or any(isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0 for d in dims):
-        raise LuminalError(f"shapes[{spec.name!r}]: an input's shape must be non-negative integers, got {value!r}")
-    if spec.dims is not None and len(spec.dims) != len(dims):
-        raise LuminalError(f"shapes[{spec.name!r}]: input {spec.name!r} has rank {len(spec.dims)}, got {list(dims)}")
-    for k, (d, v) in enumerate(zip(spec.dims or (), dims)):
-        if isinstance(d, int) and d != v:
-            raise LuminalError(f"shapes[{spec.name!r}]: dim {k} of input {spec.name!r} is fixed to {d}, got {v}")
-    return tuple(int(v) for v in dims)
+    try:
+        return whole_shape(InputDecl(spec.name, spec.dims), value)
+    except LuminalError as e:
+        raise LuminalError(f"shapes[{spec.name!r}]: {e}") from None
 
 
 def check_feeds(specs: Sequence[IOSpec], input_feed: object) -> dict[str, np.ndarray]:
