@@ -29,7 +29,7 @@ from .studies import Heartbeats, ask, fail_stale
 
 MAX_ASK = 40  # proposals tried per slot before the space counts as exhausted
 ASK_S = 2.0  # and the time they may take
-SAMPLING_WAIT_S = 2.0  # at most this long a proposal waits for an earlier trial of another process to get its point
+SAMPLING_WAIT_S = 60.0  # at most this long a proposal waits for an earlier trial of another process to get its point
 DEFAULT_ATTR = "luminal_default_ns"  # study attribute: the default point's median time (a process's measurement)
 CONFIG_ATTR = "config"  # trial attribute: the point as the tuning cache stores it, on every verified measurement
 
@@ -45,6 +45,7 @@ class StudyTask:
         self.state = TaskState(name, weight)
         self.seen: dict[str, tuple[Any, Measurement]] = {}
         self.invalid: set[str] = set()
+        self.elsewhere: set[str] = set()  # points another process of a shared study measures or has measured
         self.incumbent: Any = None
         self.inc: Measurement | None = None
         self.default_m: Measurement | None = None
@@ -77,7 +78,7 @@ class StudyTask:
             return None
 
     def _exhausted(self, extra: int = 0) -> bool:
-        return len(self.seen) + len(self.invalid) + extra >= self.space.size
+        return len(self.seen.keys() | self.elsewhere) + len(self.invalid) + extra >= self.space.size
 
     def ask(self, n: int) -> list[tuple[optuna.Trial, Any]]:
         """Up to ``n`` new valid points; invalid ones are pruned and repeats answered from memory, or from another
@@ -91,33 +92,16 @@ class StudyTask:
             for _attempt in range(MAX_ASK):
                 if self._exhausted(len(keys)) or time.monotonic() > t_end:
                     break
-                trial = self._ask()
-                point = self.space.suggest(trial)
-                k = self.key(point)
-                if k in self.invalid or not self.space.valid(point):
-                    self.invalid.add(k)
-                    self.pruned += 1
-                    self._finish(trial, state=TrialState.PRUNED)
-                    continue
-                if k in self.seen or k in keys:
-                    self.cached += 1
-                    m = self.seen[k][1] if k in self.seen else None
-                    if m is not None and m.ok:
-                        self._finish(trial, m.median_ns)
-                    else:
-                        self._finish(trial, state=TrialState.PRUNED)
-                    continue
-                other = self._taken(trial, k)
-                if other is not None:
-                    self.cached += 1
-                    self._answer(trial, other)
-                    continue
-                pending.append((trial, point))
-                keys.add(k)
-                found = True
-                break
-            if not found and not self._exhausted(len(keys)) and time.monotonic() <= t_end:
-                found = self._explore(pending, keys)
+                if self._claim(self._ask(), pending, keys):
+                    found = True
+                    break
+            while not found and not self._exhausted(len(keys)) and time.monotonic() <= t_end:
+                point = self._unseen(keys)
+                if point is None:
+                    break
+                # queued, the point may be popped by another process, and this one may pop another's
+                self.study.enqueue_trial(self.space.encode(point))
+                found = self._claim(self._ask(), pending, keys)
             if not found:
                 break
         if not pending:
@@ -125,6 +109,34 @@ class StudyTask:
         if self._exhausted(len(keys)):
             self.state.done = True
         return pending
+
+    def _claim(self, trial: optuna.Trial, pending: list[tuple[optuna.Trial, Any]], keys: set[str]) -> bool:
+        """Keep ``trial``'s point for timing (True), or finish the trial at once: pruned where the point is
+        invalid, answered where this process or another has measured it or is measuring it."""
+        point = self.space.suggest(trial)
+        k = self.key(point)
+        if k in self.invalid or not self.space.valid(point):
+            self.invalid.add(k)
+            self.pruned += 1
+            self._finish(trial, state=TrialState.PRUNED)
+            return False
+        if k in self.seen or k in keys:
+            self.cached += 1
+            m = self.seen[k][1] if k in self.seen else None
+            if m is not None and m.ok:
+                self._finish(trial, m.median_ns)
+            else:
+                self._finish(trial, state=TrialState.PRUNED)
+            return False
+        other = self._taken(trial, k)
+        if other is not None:
+            self.cached += 1
+            self.elsewhere.add(k)
+            self._answer(trial, other)
+            return False
+        pending.append((trial, point))
+        keys.add(k)
+        return True
 
     def _ask(self) -> optuna.Trial:
         trial = ask(self.study)
@@ -158,9 +170,11 @@ class StudyTask:
     def _taken(self, trial: optuna.Trial, k: str) -> FrozenTrial | None:
         """Another trial of point ``k`` that counts instead of this one: finished, or running under an earlier id
         (two processes that draw one point at once: the later one yields). An earlier trial still being sampled
-        is waited for, briefly, so that two processes never both miss each other."""
+        is waited for, so that two processes never both miss each other (however slow a loaded machine samples);
+        one whose process died is failed once its heartbeat is stale."""
         names = set(self.space.grid())
         t_end = time.monotonic() + SAMPLING_WAIT_S
+        t_stale = time.monotonic() + 1.0
         while True:
             sampling = False
             for t in self.study.get_trials(deepcopy=False):
@@ -174,6 +188,9 @@ class StudyTask:
                     return t
             if not sampling or time.monotonic() > t_end:
                 return None
+            if time.monotonic() > t_stale:
+                fail_stale(self.study)
+                t_stale = time.monotonic() + 1.0
             time.sleep(0.02)
 
     def _answer(self, trial: optuna.Trial, other: FrozenTrial) -> None:
@@ -183,26 +200,19 @@ class StudyTask:
         else:
             self._finish(trial, state=TrialState.PRUNED if other.state == TrialState.PRUNED else TrialState.FAIL)
 
-    def _enqueue(self, point: Any, pending: list, keys: set[str]) -> None:
-        self.study.enqueue_trial(self.space.encode(point))
-        trial = self._ask()
-        point = self.space.suggest(trial)
-        pending.append((trial, point))
-        keys.add(self.key(point))
-
-    def _explore(self, pending: list, keys: set[str]) -> bool:
-        """The sampler only proposes points it has seen: hand it a random unseen one instead."""
+    def _unseen(self, keys: set[str]) -> Any:
+        """A random valid point not measured nor pending here (the sampler only proposes points it has seen),
+        or None."""
         for _ in range(200):
             point = self.space.random(self.rng)
             k = self.key(point)
-            if k in self.seen or k in keys or k in self.invalid:
+            if k in self.seen or k in keys or k in self.invalid or k in self.elsewhere:
                 continue
             if not self.space.valid(point):
                 self.invalid.add(k)
                 continue
-            self._enqueue(point, pending, keys)
-            return True
-        return False
+            return point
+        return None
 
     def config(self, point: Any) -> Any:
         """The point as the tuning cache stores it."""

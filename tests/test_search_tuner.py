@@ -363,3 +363,37 @@ def test_kernels_are_timed_after_a_flush_only_when_the_weights_outgrow_the_cache
     assert not _plan_for(60, small, cpu).flush
     assert _plan_for(60, big, cpu).flush
     assert _plan_for(60, small, cuda).flush  # L2 is flushed on the GPU whatever the model
+
+
+class _Stuck(optuna.samplers.BaseSampler):
+    """Proposes one point only, as a model-based sampler does once it trusts its model: the tasks must explore."""
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, name, distribution):
+        return distribution.to_external_repr(0) if isinstance(distribution, optuna.distributions.IntDistribution) \
+            else distribution.choices[0]
+
+
+def test_two_processes_exploring_one_study_never_time_the_same_point(monkeypatch):
+    """Both draw the same random point to explore (one seed per kernel); the one that pops it second from the
+    study's queue sees the other's running trial of it and yields."""
+    from luminal.search import tasks as tasks_mod
+    from luminal.search.measure import Measurement
+    from luminal.search.tasks import KernelTask
+
+    monkeypatch.setattr(tasks_mod, "ASK_S", 600.0)
+    k = partition(helpers.small_graph())[0]
+    study = optuna.create_study(sampler=_Stuck())
+    a, b = (KernelTask(k, k.signature, study, ScheduleSpace(helpers.FakeBackend(), k), 1, None) for _ in range(2))
+    stuck = a.space.suggest(optuna.create_study(sampler=_Stuck()).ask())
+    for task in (a, b):
+        task.tell(None, stuck, Measurement("ok", [1000] * 5))
+    ((_, pa),) = a.ask(1)
+    ((_, pb),) = b.ask(1)
+    assert a.key(pa) != b.key(pb) and a.key(pa) != a.key(stuck)
+    assert a.key(pa) in b.elsewhere
