@@ -106,6 +106,8 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
         raise fail(ctx, "output size is not positive")
     if w.dtype != x.dtype:
         w = w.cast(x.dtype)
+    if all(d == 1 and k <= st for d, k, st in zip(dilations, kernel, strides)) and any(st > 1 for st in strides):
+        return _bias(_conv_transpose_phases(x, w, group, strides, pads, outs), ctx.input(2))
     if any(st > 1 for st in strides):
         return _bias(_conv_transpose_strided(x, w, group, strides, dilations, pads, outs), ctx.input(2))
     cg = c // group
@@ -122,6 +124,33 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
         cpads.append((full - pb, full - pe + out_pad[d]))
     y = _conv_signed_pads(x, wt, group, dilations, cpads, outs)
     return _bias(y, ctx.input(2))
+
+
+def _interleave(a, b) -> tuple[int, ...]:
+    return tuple(v for pair in zip(a, b) for v in pair)
+
+
+def _conv_transpose_phases(x: Tensor, w: Tensor, group: int, strides, pads, outs) -> Tensor:
+    """ConvTranspose whose taps never overlap (kernel <= stride, no dilation: a 2x2 stride-2 upsampling): output
+    position i*s + p takes tap p of input i alone, so one contraction writes the output in its own layout,
+    y[n, m, i1, p1, i2, p2, ...] = sum_c x[n, c, i1, i2, ...] * w[c, m, p1, p2, ...], with no overlap-add
+    (phases past the kernel multiply the weight's zero padding)."""
+    n, c = x.shape[:2]
+    sp = x.shape[2:]
+    nd = len(sp)
+    kernel = w.shape[2:]
+    cg, mg = c // group, w.shape[1]
+    ones = (1,) * nd
+    w = w.pad([(0, 0), (0, 0)] + [(0, st - k) for k, st in zip(kernel, strides)])
+    xv = x.reshape((n, group, cg, *sp)).permute([0, 1, *range(3, 3 + nd), 2])
+    xv = xv.reshape((n, group, 1, *_interleave(sp, ones), cg))
+    wv = w.reshape((group, cg, mg, *strides)).permute([0, 2, *range(3, 3 + nd), 1])
+    wv = wv.reshape((1, group, mg, *_interleave(ones, strides), cg))
+    full = (n, group, mg, *_interleave(sp, strides), cg)
+    y = xv.expand(full).mul(wv.expand(full)).sum((len(full) - 1,))
+    y = y.reshape((n, group * mg, *(i * st for i, st in zip(sp, strides))))
+    # positions before the begin pads are cropped; past the output's end cropped, or zero (output_padding)
+    return y.pad([(0, 0), (0, 0)] + [(-pb, o + pb - i * st) for (pb, _), o, i, st in zip(pads, outs, sp, strides)])
 
 
 def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:

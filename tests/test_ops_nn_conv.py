@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import ops_nn_harness as h
 import pytest
+from codegen_util import compare_cpu
 
 from luminal.ir import Op
 
@@ -206,3 +207,25 @@ def test_max_unpool_puts_max_pool_values_back(size, kernel, strides, pads):
     pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=kernel, strides=strides, pads=pads)
     unpool = helper.make_node("MaxUnpool", ["p", "i"], ["y"], kernel_shape=kernel, strides=strides, pads=pads)
     assert_matches(make_model([pool, unpool], {"x": x}, opset=22), {"x": x})
+
+
+PHASE_CASES = [  # taps that never overlap: one contraction in the output's layout
+    ((1, 4, 5, 6), (4, 3, 2, 2), dict(strides=[2, 2])),
+    ((2, 4, 5, 6), (4, 3, 2, 2), dict(strides=[2, 2], group=2)),
+    ((1, 3, 4, 5), (3, 2, 1, 2), dict(strides=[2, 3])),  # kernel short of the stride: zero phases
+    ((1, 3, 4, 5), (3, 2, 3, 3), dict(strides=[3, 3], pads=[1, 0, 2, 1])),
+    ((1, 3, 4, 5), (3, 2, 2, 2), dict(strides=[2, 2], output_padding=[1, 1])),
+    ((1, 2, 7), (2, 3, 4), dict(strides=[4], pads=[1, 2])),
+    ((1, 2, 3, 2, 3), (2, 2, 2, 1, 2), dict(strides=[2, 1, 2])),
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("xs,ws,attrs", PHASE_CASES)
+def test_conv_transpose_without_overlap_is_one_contraction(xs, ws, attrs, bias):
+    m = ws[1] * attrs.get("group", 1)
+    inputs = [rand(*xs), rand(*ws, seed=1)] + ([rand(m, seed=2)] if bias else [])
+    g = h.check("ConvTranspose", inputs, attrs, consts={1, 2})
+    assert [n.op for n in g.toposort()].count(Op.SumReduce) == 1
+    assert [n.op for n in g.toposort()].count(Op.Add) == int(bias)  # no overlap-add
+    compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)  # the C GEMM writes the output in phases
