@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from ..codegen.backend import Backend, Schedule
 from ..codegen.kernel import Kernel
 from ..errors import LuminalError
 from ..ir.dtypes import DType, as_declared
+from .hostio import Bound, HostIO, Rebinding
 from .plan import plan_kernels
 
 
@@ -68,9 +70,11 @@ class CompiledModel:
                                for o in outputs if o.node in constants}
         buffers = self._allocate()
         values = {**self._weights, **{i.node: backend.empty(i.shape, i.dtype.np) for i in inputs}, **buffers}
-        self._values = values  # every buffer by graph node: weights, inputs (rewritten each run), outputs
+        # every buffer by graph node: weights, inputs (written each run where not read in place), outputs
+        self._values = values
         self._args = [[values[n] for n in (*k.input_nodes, *k.output_nodes)] for k in kernels]
         self._launch = backend.launcher(self.compiled, self._args)
+        self._host = self._host_io()
 
     @functools.cached_property
     def sources(self) -> list[str]:
@@ -93,21 +97,51 @@ class CompiledModel:
                 buffers[n] = arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
         return buffers
 
+    def _host_io(self) -> HostIO | None:
+        """Where the launcher can rebind host buffers: the inputs no output passes through, and the outputs that one
+        kernel writes (each node once)."""
+        launch = self._launch
+        if not isinstance(launch, Rebinding):
+            return None
+        writers = Counter(n for k in self.kernels for n in k.output_nodes)
+        fed = {s.node for s in self.inputs}
+        passed = {o.node for o in self.outputs}
+        v = self._values
+        inputs = [(s.name, Bound(s.node, v[s.node], None if s.node in passed else launch.binder(v[s.node])))
+                  for s in self.inputs]
+        outputs = [(n, v[n], launch.binder(v[n])) for n in dict.fromkeys(o.node for o in self.outputs)
+                   if writers[n] == 1 and n not in fed and n not in self._const_outputs]
+        return HostIO(launch, inputs, outputs)
+
     def _write_inputs(self, feeds: dict[str, np.ndarray]) -> None:
         for spec in self.inputs:
             self.backend.write(self._values[spec.node], feeds[spec.name])
 
-    def _outputs(self) -> list[np.ndarray]:
+    def _outputs(self, written: dict[int, np.ndarray]) -> list[np.ndarray]:
+        """Each output: a constant's copy, the array its kernel wrote this run (a copy where it is named twice),
+        else a copy of its buffer."""
         self.backend.synchronize()
-        return [as_declared(self._const_outputs[spec.node].copy() if spec.node in self._const_outputs
-                            else self.backend.to_numpy(self._values[spec.node]), spec.declared)
-                for spec in self.outputs]
+        taken: set[int] = set()
+
+        def one(node: int) -> np.ndarray:
+            if node in self._const_outputs:
+                return self._const_outputs[node].copy()
+            if node in written:
+                x = written[node].copy() if node in taken else written[node]
+                taken.add(node)
+                return x
+            return self.backend.to_numpy(self._values[node])
+
+        return [as_declared(one(spec.node), spec.declared) for spec in self.outputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Outputs in graph order; ``feeds`` are already validated arrays of the input specs."""
+        """Outputs in graph order; ``feeds`` are already validated arrays of the input specs. On host buffers
+        (``_host``) feeds are read in place where they can be and outputs are written into the arrays returned."""
+        if self._host is not None:
+            return self._outputs(self._host.run(self.backend, feeds))
         self._write_inputs(feeds)
         self._launch()
-        return self._outputs()
+        return self._outputs({})
 
     def profile(self, feeds: dict[str, np.ndarray], repeats: int = 5) -> list[float]:
         """Median seconds of each kernel over ``repeats`` runs, each kernel fenced by device

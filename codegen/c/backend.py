@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -25,7 +26,7 @@ ALIGN = 64
 
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = math.prod(shape) * dtype.itemsize
     if n == 0:
         return np.empty(shape, dtype)
     raw = np.empty(n + ALIGN, np.uint8)
@@ -112,15 +113,42 @@ class Launch:
         self._run: Any = None  # the sequence runner, looked up at the first call (not per run: its key hashes tc)
         self._steps: list[Any] = []
         self._keep: list[Any] = [list(b) for b in buffers]
+        # where each bound buffer (by id: _keep holds them) is an argument: a pointer array's or a step's list's slot
+        self._sites: dict[int, list[tuple[Any, int]]] = {}
         pending: list[tuple[int, Any, int]] = []
         for ck, bufs in zip(compiled, buffers):
             if type(ck) is CKernel:
-                pending.append((ck.address, ck.pointers(bufs), ck.threads))
+                pointers = ck.pointers(bufs)
+                pending.append((ck.address, pointers, ck.threads))
+                self._note(bufs, pointers)
                 continue
             self._flush(pending)
             pending = []
-            self._steps.append((ck, list(bufs)))
+            step = list(bufs)
+            self._steps.append((ck, step))
+            self._note(bufs, step)
         self._flush(pending)
+
+    def _note(self, buffers: Sequence[Any], slots: Any) -> None:
+        for i, b in enumerate(buffers):
+            self._sites.setdefault(id(b), []).append((slots, i))
+
+    def binder(self, buffer: np.ndarray) -> Callable[[np.ndarray], None]:
+        """A function pointing every argument bound to ``buffer`` at another array of its shape and dtype,
+        C-contiguous and aligned to its element (generated C reads inputs with unaligned vector loads), until
+        the next call; the caller keeps that array alive while launches use it, and binds ``buffer`` back."""
+        sites = self._sites.get(id(buffer), [])
+        pointers = [(slots, i) for slots, i in sites if not isinstance(slots, list)]
+        lists = [(slots, i) for slots, i in sites if isinstance(slots, list)]
+
+        def bind(array: np.ndarray) -> None:
+            address = array.ctypes.data
+            for slots, i in pointers:
+                slots[i] = address
+            for slots, i in lists:
+                slots[i] = array
+
+        return bind
 
     def _flush(self, pending: list[tuple[int, Any, int]]) -> None:
         if not pending:
