@@ -81,55 +81,15 @@ def test_example_config_lists_the_small_exports(small_models):
     assert sorted(m.path.name for m in config.models) == sorted(small_models)
 
 
-def _randomise_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
-    """The light graphs fill every weight with 0.02 (ConstantOfShape), so every class gets the same
-    score and any implementation matches. Replace each fill with seeded values fitting its use:
-    He-initialised Conv/Gemm weights, positive BatchNormalization scales and variances, small
-    biases and means."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    rng = np.random.default_rng(seed)
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    uses: dict[str, tuple[str, int]] = {}
-    for n in model.graph.node:
-        for i, name in enumerate(n.input):
-            uses.setdefault(name, (n.op_type, i))
-    keep, new_inits = [], []
-    for n in model.graph.node:
-        if n.op_type != "ConstantOfShape" or n.input[0] not in inits:
-            keep.append(n)
-            continue
-        shape = tuple(int(d) for d in inits[n.input[0]])
-        op, i = uses.get(n.output[0], ("", 0))
-        if op in ("Conv", "Gemm", "MatMul") and i == 1 and len(shape) >= 2:
-            fan_in = int(np.prod(shape[1:])) if op == "Conv" else shape[1] if op == "Gemm" else shape[0]
-            v = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
-        elif op == "BatchNormalization" and i in (1, 4):
-            v = rng.uniform(0.2, 0.5, shape) if i == 1 else rng.uniform(0.5, 1.5, shape)
-        else:
-            v = rng.standard_normal(shape) * 0.1
-        new_inits.append(numpy_helper.from_array(v.astype(np.float32), n.output[0]))
-    used = {name for n in keep for name in n.input}
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(keep)
-    dropped = {t.name for t in out.graph.initializer} - used - {o.name for o in out.graph.output}
-    old = [t for t in out.graph.initializer if t.name not in dropped]
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(old + new_inits)
-    inputs = [i for i in out.graph.input if i.name not in dropped]
-    del out.graph.input[:]
-    out.graph.input.extend(inputs)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", LIGHT)
 def test_light_model_with_random_weights_matches_onnxruntime(name, tmp_path, backend):
-    model = _randomise_weights(onnx.load(os.path.join(LIGHT_DIR, name)))
+    """The light graphs fill every weight with 0.02 (ConstantOfShape), so every class gets the same score and
+    any implementation matches: check them with the seeded weights benchmarks/cpu_models.py --size cnn uses."""
+    from test_light_seeding import export_models_module
+
+    model = export_models_module().seeded_light_model(Path(LIGHT_DIR) / name)
     path = tmp_path / name
     onnx.save(model, str(path))
     _check(path, {}, backend=backend)
