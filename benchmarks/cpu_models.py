@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -95,7 +96,8 @@ def main() -> None:
     threads = args.threads or cores()
     os.environ["LUMINAL_NUM_THREADS"] = str(threads)
     manifest = json.loads((MODELS / "manifest.json").read_text())
-    print(f"threads={threads} load average={os.getloadavg()[0]:.1f}")
+    load = os.getloadavg()[0]
+    print(f"threads={threads} load average={load:.1f}")
     rows = []
     for name, info in sorted(manifest.items()):
         if info.get("size") != args.size or args.only not in name:
@@ -105,8 +107,14 @@ def main() -> None:
         except Exception as e:  # one failing model does not stop the others
             print(f"{name:32s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+    speedups = [r["speedup_vs_ort"] for r in rows if "speedup_vs_ort" in r]
+    geomean = float(np.exp(np.mean(np.log(speedups)))) if speedups else None
+    if speedups:
+        print(f"geomean speedup {geomean:.2f}x over {len(speedups)} models, lowest {min(speedups):.2f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"threads": threads, "models": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({
+            "command": " ".join(["python", "benchmarks/cpu_models.py", *sys.argv[1:]]), "threads": threads,
+            "load_average_at_start": load, "geomean_speedup_vs_ort": geomean, "models": rows}, indent=1))
 
 
 if __name__ == "__main__":
