@@ -10,13 +10,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
 from ..errors import LuminalError
 from .structure import clean
 
 if TYPE_CHECKING:
     from onnx.reference import ReferenceEvaluator
+
+
+Value = np.ndarray | list[np.ndarray]  # a tensor, or a sequence of them
+
+
+def _signature(v: Value) -> str:
+    """The type of a value as an evaluator is made for it."""
+    return f"seq({','.join(sorted({x.dtype.str for x in v}))})" if isinstance(v, list) else v.dtype.str
 
 
 def node_inputs(node: onnx.NodeProto) -> list[str]:
@@ -30,9 +38,10 @@ def node_inputs(node: onnx.NodeProto) -> list[str]:
 class HostNode:
     """``node`` as a one-node model for onnx's reference evaluator (one evaluator per input dtypes, made once)."""
 
-    def __init__(self, node: onnx.NodeProto, opsets: Mapping[str, int]) -> None:
+    def __init__(self, node: onnx.NodeProto, opsets: Mapping[str, int], sequence_types: Mapping[str, int]) -> None:
         self.node, self.absent = _with_absent(node)
         self.opsets = dict(opsets)
+        self.sequence_types = sequence_types  # the element type of each sequence value, where a model tells it
         self.inputs = node_inputs(node)
         self._evaluators: dict[tuple[str, ...], ReferenceEvaluator] = {}
         self._lock = threading.Lock()
@@ -42,17 +51,22 @@ class HostNode:
         n = self.node
         return f"node {clean(n.name or (n.output[0] if n.output else ''))!r} ({clean(n.op_type)})"
 
-    def _model(self, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-        ins = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(values[name].dtype), None)
-               for name in [*self.inputs, *self.absent]]
+    def _input(self, name: str, v: Value) -> onnx.ValueInfoProto:
+        if not isinstance(v, list):
+            return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+        elem = helper.np_dtype_to_tensor_dtype(v[0].dtype) if v else self.sequence_types.get(name, TensorProto.FLOAT)
+        return helper.make_tensor_sequence_value_info(name, elem, None)
+
+    def _model(self, values: Mapping[str, Value]) -> onnx.ModelProto:
+        ins = [self._input(name, values[name]) for name in [*self.inputs, *self.absent]]
         outs = [helper.make_value_info(name, onnx.TypeProto()) for name in self.node.output if name]
         graph = helper.make_graph([self.node], "host", ins, outs)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in self.opsets.items()])
 
-    def _evaluator(self, values: Mapping[str, np.ndarray]) -> ReferenceEvaluator:
+    def _evaluator(self, values: Mapping[str, Value]) -> ReferenceEvaluator:
         from onnx.reference import ReferenceEvaluator
 
-        key = tuple(values[name].dtype.str for name in self.inputs)
+        key = tuple(_signature(values[name]) for name in self.inputs)
         with self._lock:
             ev = self._evaluators.get(key)
             if ev is None:
@@ -62,19 +76,23 @@ class HostNode:
                     raise LuminalError(f"{self.label}: cannot run on the host: {_first_line(e)}") from None
             return ev
 
-    def run(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The node's outputs by name, from ``values`` (every name in ``inputs``)."""
+    def run(self, values: Mapping[str, Value]) -> dict[str, Value]:
+        """The node's outputs by name, from ``values`` (every name in ``inputs``); a sequence is a list."""
         missing = [name for name in self.inputs if name not in values]
         if missing:
             raise LuminalError(f"{self.label}: input {clean(missing[0])!r} is not defined")
-        arrays = {name: np.asarray(values[name]) for name in self.inputs} | self.absent
+        arrays = {name: _value(values[name]) for name in self.inputs} | self.absent
         ev = self._evaluator(arrays)
         try:
             outs = ev.run(None, arrays)
         except Exception as e:  # the reference ops raise whatever numpy raises on bad data
             raise LuminalError(f"{self.label}: {_first_line(e)}") from None
         names = [name for name in self.node.output if name]
-        return {name: np.asarray(v) for name, v in zip(names, outs)}
+        return {name: _value(v) for name, v in zip(names, outs)}
+
+
+def _value(v: object) -> Value:
+    return [np.asarray(x) for x in v] if isinstance(v, list) else np.asarray(v)
 
 
 # optional inputs the reference implementation needs given when the node leaves them out: NonMaxSuppression's

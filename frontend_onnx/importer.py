@@ -46,6 +46,12 @@ class ImportResult:
     outputs: list[IOInfo]
     warnings: list[str] = field(default_factory=list)
     unbound: list[str] = field(default_factory=list)
+    sequences: dict[str, int] = field(default_factory=dict)  # a sequence output's length (load(sequence_outputs=))
+
+
+def sequence_element(name: str, i: int) -> str:
+    """The output (or input) that holds element ``i`` of sequence value ``name`` where graphs pass sequences."""
+    return f"{name}::{i}"
 
 
 # ONNX element types and the IR dtype each computes in (double narrows to float32,
@@ -584,11 +590,13 @@ def _bind_inputs(g: onnx.GraphProto, shapes: Shapes | None,
 
 @gc_paused()
 def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, optimize: bool = True,
-         max_memory: int | None = None, read: ReadModel | None = None) -> ImportResult:
+         max_memory: int | None = None, read: ReadModel | None = None, sequence_outputs: bool = False
+         ) -> ImportResult:
     """Import an ONNX model (a path or a ModelProto) into a primitive Graph, optimised
     with ``ir.optimize`` unless ``optimize`` is False. A model whose inputs, or some node's inputs and
     outputs, need more than ``max_memory`` bytes (default: the memory available) is refused. ``read``: what
-    ``read_model(model)`` returned, where the caller has read the file already."""
+    ``read_model(model)`` returned, where the caller has read the file already. A sequence output is refused, or
+    with ``sequence_outputs`` given as its elements (``sequence_element``), its length in ``sequences``."""
     proto, base, weights = read if read is not None else read_model(model)
     check_supported(proto)
     warnings: list[str] = []
@@ -632,9 +640,15 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         raise LuminalError(f"{e} (unbound dimensions default to 1: {listed}; give them with --shape)") from None
     out_tensors: list[Tensor] = []
     names: list[str] = []
+    sequences: dict[str, int] = {}
     for o, value in zip(g.output, outs):
         if value is None:
             raise LuminalError(f"graph output {clean(o.name)!r} is never produced")
+        if isinstance(value, list) and sequence_outputs:
+            sequences[o.name] = len(value)
+            out_tensors.extend(materialise(t) for t in value)
+            names.extend(sequence_element(o.name, i) for i in range(len(value)))
+            continue
         if not isinstance(value, Tensor):
             raise LuminalError(f"graph output {clean(o.name)!r} is a sequence; only tensor outputs are supported")
         out_tensors.append(materialise(value))
@@ -649,4 +663,4 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
     for sub in all_graphs(g):
         for n in sub.node:
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
-    return ImportResult(graph, opset, dict(sorted(counts.items())), inputs, outputs, warnings, unbound)
+    return ImportResult(graph, opset, dict(sorted(counts.items())), inputs, outputs, warnings, unbound, sequences)

@@ -23,7 +23,7 @@ def fold_on_host(ctx: OpContext) -> list[Tensor | None]:
         written = ctx.written(i)
         values[name] = np.asarray(t.numpy()).astype(written if written is not None else t.dtype.np, copy=False)
     opsets = ctx.importer.opsets if ctx.importer is not None else {"": ctx.opset}
-    outs = HostNode(ctx.node, opsets).run(values)
+    outs = HostNode(ctx.node, opsets, {}).run(values)
     return [const_tensor(outs[name]) if name in outs else None for name in ctx.node.output]
 
 

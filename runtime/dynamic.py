@@ -14,7 +14,9 @@ import numpy as np
 
 from ..codegen.backend import Backend
 from ..errors import LuminalError
+from ..frontend_onnx.host import Value
 from ..frontend_onnx.registry import DataDependent
+from ..frontend_onnx.structure import clean
 from .feeds import IOSpec, check_feeds, model_io
 from .model import CompiledModel
 from .segments import Key, Segment, Source
@@ -117,7 +119,7 @@ class DynamicModel:
         graph = load_model(self.path, {n: tuple(v.shape) for n, v in env.items()}, Unbound.REFUSE, hint=API_HINT).graph
         return Segment(0, compile_graph(graph, self.backend, cache=tc), {}, None)
 
-    def _segment(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
+    def _segment(self, start: int, env: Mapping[str, Value], carried: Mapping[str, np.ndarray],
                  tc: TuningCache | None) -> Segment:
         assert self.source is not None
         return self.source.build(start, env, carried, self.backend, tc)
@@ -135,7 +137,7 @@ class DynamicModel:
             with seg.lock:
                 outs = dict(zip((o.name for o in model.outputs), model.run(feeds)))
             return self._named(outs, feeds)
-        env: dict[str, np.ndarray] = dict(feeds)
+        env: dict[str, Value] = dict(feeds)
         while True:
             seg.run(env)
             if seg.cut is None:
@@ -149,10 +151,15 @@ class DynamicModel:
                                     partial(self._with_cache, partial(self._segment, start, dict(env), seg.carried)))
         return self._named(env, feeds)
 
-    def _named(self, values: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _named(self, values: Mapping[str, Value], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The graph's outputs by name: computed, an input passed through, or an initializer."""
-        return {o.name: values[o.name] if o.name in values else feeds[o.name] if o.name in feeds
-                else self._initializer(o.name) for o in self.outputs}
+        out = {}
+        for o in self.outputs:
+            v = values[o.name] if o.name in values else feeds[o.name] if o.name in feeds else self._initializer(o.name)
+            if isinstance(v, list):
+                raise LuminalError(f"graph output {clean(o.name)!r} is a sequence; only tensor outputs are supported")
+            out[o.name] = v
+        return out
 
     def _initializer(self, name: str) -> np.ndarray:
         if self.source is None:

@@ -21,7 +21,8 @@ from onnx import helper, numpy_helper
 
 from ..codegen.backend import Backend
 from ..errors import LuminalError
-from ..frontend_onnx.host import HostNode, node_inputs
+from ..frontend_onnx.host import HostNode, Value, node_inputs
+from ..frontend_onnx.importer import sequence_element
 from ..frontend_onnx.registry import DataDependent
 from ..ir.dtypes import as_declared
 from ..ir.graph import Graph, Op
@@ -43,15 +44,37 @@ class Segment:
     cut: int | None  # the node run on the host after this segment
     carried: dict[str, np.ndarray] = field(default_factory=dict)  # constants the next segment imports as such
     carried_digest: str = ""
+    sequences: dict[str, int] = field(default_factory=dict)  # sequence outputs, given element by element: lengths
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one run at a time: shared buffers
 
-    def run(self, env: MutableMapping[str, np.ndarray]) -> None:
+    def run(self, env: MutableMapping[str, Value]) -> None:
         if self.model is not None:
-            feeds = {s.name: env[s.name] for s in self.model.inputs}
+            feeds = {s.name: tensor(env, s.name) for s in self.model.inputs}
             with self.lock:
                 outs = self.model.run(feeds)
             env.update(zip((o.name for o in self.model.outputs), outs))
         env.update(self.constants)
+        gather(env, self.sequences)
+
+
+def tensor(env: Mapping[str, Value], name: str) -> np.ndarray:
+    """The tensor ``name`` in ``env``: a value, or an element of a sequence value (``sequence_element``)."""
+    v = env[name] if name in env else _element(env, name)
+    assert not isinstance(v, list), name
+    return v
+
+
+def _element(env: Mapping[str, Value], name: str) -> np.ndarray:
+    seq, _, i = name.rpartition("::")
+    return env[seq][int(i)]
+
+
+def gather(env: MutableMapping[str, Value], sequences: Mapping[str, int]) -> None:
+    """Each sequence output of a segment, given element by element, put together again as a list."""
+    for name, n in sequences.items():
+        env[name] = [tensor(env, sequence_element(name, i)) for i in range(n)]
+        for i in range(n):
+            env.pop(sequence_element(name, i), None)
 
 
 @dataclass(frozen=True)
@@ -62,6 +85,12 @@ class Imported:
     constants: dict[str, np.ndarray]  # outputs the import knew
     cut: int | None  # the node run on the host after it (None: it runs to the end)
     carried: dict[str, np.ndarray]  # constants the next segment imports as such
+    sequences: dict[str, int]  # sequence outputs, given element by element: their lengths
+
+
+def _shape(v: Value) -> tuple[object, ...]:
+    """A value's shape, or its elements' shapes and types for a sequence (its segments are specialised on them)."""
+    return ("seq", *((tuple(x.shape), x.dtype.str) for x in v)) if isinstance(v, list) else tuple(v.shape)
 
 
 def digest(values: Mapping[str, np.ndarray]) -> str:
@@ -93,7 +122,7 @@ class Source:
         self.outputs = [o.name for o in g.output]
         self.output_info = {o.name: o for o in g.output}
         self.reads = [node_inputs(n) for n in self.nodes]
-        self.elems = _element_types(proto)
+        self.elems, self.sequence_types = _element_types(proto)
         self._live: dict[int, frozenset[str]] = {}
         self._hosts: dict[int, HostNode] = {}
         self._lock = threading.Lock()
@@ -122,7 +151,7 @@ class Source:
     def host(self, index: int) -> HostNode:
         with self._lock:
             if index not in self._hosts:
-                self._hosts[index] = HostNode(self.nodes[index], self.opsets)
+                self._hosts[index] = HostNode(self.nodes[index], self.opsets, self.sequence_types)
             return self._hosts[index]
 
     def cut_index(self, start: int, inner: onnx.NodeProto) -> int:
@@ -134,58 +163,59 @@ class Source:
         raise LuminalError(f"node {inner.name or inner.op_type!r} ({inner.op_type}) needs a value only the run knows, "
                            "and no node of the model holds it")
 
-    def key(self, start: int, env: Mapping[str, np.ndarray], carried_digest: str, carried: Mapping[str, object]
+    def key(self, start: int, env: Mapping[str, Value], carried_digest: str, carried: Mapping[str, object]
             ) -> Key:
         ins = sorted(n for n in self.live_in(start) if not self.is_initializer(n) and n not in carried)
         return ("segment", start, carried_digest,
-                tuple((n, tuple(env[n].shape), env[n].dtype.str) for n in ins if n in env))
+                tuple((n, _shape(env[n]), _dtype(env[n])) for n in ins if n in env))
 
     # ------------------------------------------------------------ building
 
-    def build(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray],
+    def build(self, start: int, env: Mapping[str, Value], carried: Mapping[str, np.ndarray],
               backend: Backend, cache: TuningCache | None) -> Segment:
         """The segment from node ``start`` for the sizes of the values in ``env``."""
         from .compile import compile_graph
 
         part = self.imported(start, env, carried)
         model = compile_graph(part.graph, backend, cache=cache) if part.graph is not None else None
-        return Segment(start, model, part.constants, part.cut, part.carried, digest(part.carried))
+        return Segment(start, model, part.constants, part.cut, part.carried, digest(part.carried), part.sequences)
 
-    def imported(self, start: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray]) -> Imported:
+    def imported(self, start: int, env: Mapping[str, Value], carried: Mapping[str, np.ndarray]) -> Imported:
         """The segment from node ``start`` imported for the sizes of the values in ``env``, not yet compiled."""
         try:
-            graph, constants = self._import(start, len(self.nodes), env, carried)
+            graph, constants, sequences = self._import(start, len(self.nodes), env, carried)
             cut = None
         except DataDependent as e:
             cut = self.cut_index(start, e.node)
-            graph, constants = self._import(start, cut, env, carried) if cut > start else (None, {})
+            graph, constants, sequences = self._import(start, cut, env, carried) if cut > start else (None, {}, {})
         after = self.live_in(cut + 1) if cut is not None else frozenset()
         known = {**carried, **constants}
-        return Imported(graph, constants, cut, {n: v for n, v in known.items() if n in after})
+        return Imported(graph, constants, cut, {n: v for n, v in known.items() if n in after}, sequences)
 
     def _outputs(self, start: int, end: int) -> list[str]:
         defined = {o for n in self.nodes[start:end] for o in n.output if o}
         later = self.live_in(end) if end < len(self.nodes) else frozenset(self.outputs)
         return [o for n in self.nodes[start:end] for o in n.output if o and o in later and o in defined]
 
-    def _import(self, start: int, end: int, env: Mapping[str, np.ndarray], carried: Mapping[str, np.ndarray]
-                ) -> tuple[Graph | None, dict[str, np.ndarray]]:
+    def _import(self, start: int, end: int, env: Mapping[str, Value], carried: Mapping[str, np.ndarray]
+                ) -> tuple[Graph | None, dict[str, np.ndarray], dict[str, int]]:
         from ..frontend_onnx.importer import load
 
         outputs = self._outputs(start, end)
         if not outputs:
-            return None, {}
+            return None, {}, {}
         proto = self._proto(start, end, outputs, env, carried)
-        graph = load(proto).graph
+        res = load(proto, sequence_outputs=True)
+        graph = res.graph
         constants = {name: as_declared(node.attrs["value"], graph.declared.get(name))
                      for name, node in zip(graph.output_names, graph.outputs) if node.op is Op.Constant}
-        if len(constants) == len(outputs):
-            return None, constants
-        return graph, constants
+        if len(constants) == len(graph.output_names):
+            return None, constants, res.sequences
+        return graph, constants, res.sequences
 
-    def _proto(self, start: int, end: int, outputs: list[str], env: Mapping[str, np.ndarray],
+    def _proto(self, start: int, end: int, outputs: list[str], env: Mapping[str, Value],
                carried: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-        nodes = self.nodes[start:end]
+        nodes = list(self.nodes[start:end])
         defined: set[str] = set()
         reads: list[str] = []
         for n, rs in zip(nodes, self.reads[start:end]):
@@ -199,8 +229,14 @@ class Source:
                 inits.append(self.tensors[name])
             elif name in self.weights:
                 inits.append(numpy_helper.from_array(np.asarray(self.weights[name]), name))
+            elif name in env and isinstance(v := env[name], list):
+                # a sequence enters as its elements, put together again by the segment's first node
+                made = self._sequence_input(name, v)
+                inputs.extend(made.inputs)
+                nodes.insert(0, made.node)
             elif name in env:
                 v = env[name]
+                assert not isinstance(v, list)
                 inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
             else:
                 raise LuminalError(f"value {name!r} is read before anything defines it")
@@ -210,6 +246,25 @@ class Source:
         graph = helper.make_graph(nodes, f"segment{start}", inputs, outs, inits)
         return helper.make_model(graph, ir_version=self.ir_version,
                                  opset_imports=[helper.make_opsetid(d, v) for d, v in self.opsets.items()])
+
+    def _sequence_input(self, name: str, elements: list[np.ndarray]) -> _SequenceInput:
+        names = [sequence_element(name, i) for i in range(len(elements))]
+        ins = [helper.make_tensor_value_info(e, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+               for e, x in zip(names, elements)]
+        if elements:
+            return _SequenceInput(ins, helper.make_node("SequenceConstruct", names, [name]))
+        elem = self.sequence_types.get(name, onnx.TensorProto.FLOAT)
+        return _SequenceInput([], helper.make_node("SequenceEmpty", [], [name], dtype=elem))
+
+
+@dataclass(frozen=True)
+class _SequenceInput:
+    inputs: list[onnx.ValueInfoProto]
+    node: onnx.NodeProto
+
+
+def _dtype(v: Value) -> str:
+    return "seq" if isinstance(v, list) else v.dtype.str
 
 
 def _holds(node: onnx.NodeProto, key: tuple[str, tuple[str, ...]]) -> bool:
@@ -222,8 +277,9 @@ def _holds(node: onnx.NodeProto, key: tuple[str, tuple[str, ...]]) -> bool:
     return False
 
 
-def _element_types(proto: onnx.ModelProto) -> dict[str, int]:
-    """The element type of every value onnx's shape inference can tell, from the graph without its weights."""
+def _element_types(proto: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
+    """The element type of every tensor, and of every sequence's tensors, that onnx's shape inference can tell,
+    from the graph without its weights."""
     src = proto.graph
     listed = {vi.name for vi in src.input}
     inits = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in src.initializer
@@ -235,11 +291,13 @@ def _element_types(proto: onnx.ModelProto) -> dict[str, int]:
         inferred = onnx.shape_inference.infer_shapes(light).graph
     except Exception:  # the model's own types only, where inference cannot run
         inferred = g
-    out = {}
+    out, sequences = {}, {}
     for vi in [*inferred.value_info, *inferred.output, *inferred.input]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             out[vi.name] = vi.type.tensor_type.elem_type
-    return out
+        elif vi.type.HasField("sequence_type") and vi.type.sequence_type.elem_type.tensor_type.elem_type:
+            sequences[vi.name] = vi.type.sequence_type.elem_type.tensor_type.elem_type
+    return out, sequences
 
 
 def segment_graphs(path: str | Path, feeds: Mapping[str, np.ndarray]) -> list[Graph]:
@@ -249,17 +307,18 @@ def segment_graphs(path: str | Path, feeds: Mapping[str, np.ndarray]) -> list[Gr
     from ..ir import run_reference
 
     src = Source(path)
-    env: dict[str, np.ndarray] = dict(feeds)
+    env: dict[str, Value] = dict(feeds)
     graphs: list[Graph] = []
     start, carried = 0, dict[str, np.ndarray]()
     while True:
         part = src.imported(start, env, carried)
         if part.graph is not None:
             graph = part.graph
-            outs = run_reference(graph, {n: env[n] for n in graph.input_names})
+            outs = run_reference(graph, {n: tensor(env, n) for n in graph.input_names})
             env.update((n, as_declared(v, graph.declared.get(n))) for n, v in zip(graph.output_names, outs))
             graphs.append(graph)
         env.update(part.constants)
+        gather(env, part.sequences)
         if part.cut is None:
             return graphs
         host = src.host(part.cut)

@@ -204,3 +204,72 @@ def test_a_model_cut_by_the_data_runs_from_several_threads(tmp_path):
     for x, got in zip(xs, results):
         for g, w in zip(got, ref.run(None, {"x": x})):
             np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+# -- sequences crossing a cut ---------------------------------------------------------------
+
+def case_sequence_across_a_cut(tmp_path):
+    """A sequence made before the cut (SplitToSequence of x) and read after it (ConcatFromSequence)."""
+    nodes = [helper.make_node("SplitToSequence", ["x2"], ["s"], axis=0, keepdims=0),
+             *_positives(), helper.make_node("TopK", ["x", "count"], ["v", "k"]),
+             helper.make_node("ReduceSum", ["v"], ["t"], keepdims=0),
+             helper.make_node("ConcatFromSequence", ["s"], ["c"], axis=0), helper.make_node("Add", ["c", "t"], ["y"])]
+    return _save(tmp_path, [helper.make_node("Unsqueeze", ["x", "axis0"], ["x1"]),
+                            helper.make_node("Concat", ["x1", "x1"], ["x2"], axis=0), *nodes], [X], ["y"], BASE)
+
+
+def case_sequence_read_by_a_host_step(tmp_path):
+    """SequenceAt at a position the data decides runs on the host, reading a sequence a segment made."""
+    nodes = [helper.make_node("Unsqueeze", ["x", "axis0"], ["x1"]), helper.make_node("Neg", ["x1"], ["xn"]),
+             helper.make_node("Concat", ["x1", "xn"], ["x2"], axis=0),
+             helper.make_node("SplitToSequence", ["x2"], ["s"], axis=0, keepdims=1),
+             helper.make_node("ReduceSum", ["x"], ["t"], keepdims=0), helper.make_node("Greater", ["t", "zero"], ["g"]),
+             helper.make_node("Cast", ["g"], ["i"], to=I64), helper.make_node("SequenceAt", ["s", "i"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y"], BASE)
+
+
+def case_sequence_made_by_a_host_step(tmp_path):
+    """SplitToSequence with split sizes from the data runs on the host; the next segment reads its sequence."""
+    nodes = [*_positives(), helper.make_node("Shape", ["x"], ["n"]), helper.make_node("Sub", ["n", "count"], ["rest"]),
+             helper.make_node("Concat", ["count", "rest"], ["split"], axis=0),
+             helper.make_node("SplitToSequence", ["x", "split"], ["s"], axis=0),
+             helper.make_node("SequenceAt", ["s", "zi"], ["first"]),
+             helper.make_node("SequenceAt", ["s", "onei"], ["sec"]),
+             helper.make_node("ReduceSum", ["first", "axis0"], ["f"], keepdims=1),
+             helper.make_node("Exp", ["sec"], ["e"]), helper.make_node("Add", ["e", "f"], ["y"])]
+    return _save(tmp_path, nodes, [X], ["y"], [*BASE, _const("zi", np.int64(0)), _const("onei", np.int64(1))])
+
+
+def case_empty_sequence_across_a_cut(tmp_path):
+    """An empty sequence made before the cut; after it, x's positives inserted and concatenated."""
+    nodes = [helper.make_node("SequenceEmpty", [], ["s"], dtype=F),
+             helper.make_node("Greater", ["x", "zero"], ["pos"]),
+             helper.make_node("Compress", ["x", "pos"], ["c"], axis=0),
+             helper.make_node("SequenceInsert", ["s", "c"], ["s1"]),
+             helper.make_node("SequenceInsert", ["s1", "c"], ["s2"]),
+             helper.make_node("ConcatFromSequence", ["s2"], ["y"], axis=0)]
+    return _save(tmp_path, nodes, [X], ["y"], BASE)
+
+
+@pytest.mark.parametrize("make", [case_sequence_across_a_cut, case_sequence_read_by_a_host_step,
+                                  case_sequence_made_by_a_host_step, case_empty_sequence_across_a_cut],
+                         ids=lambda f: f.__name__[5:])
+@pytest.mark.parametrize("backend", ["interpret", "cpu"])
+def test_sequences_cross_cuts_and_host_steps(tmp_path, make, backend):
+    path = make(tmp_path)
+    sess = InferenceSession(path, backend=backend)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for x in INPUTS:
+        got, want = sess.run(None, {"x": x}), ref.run(None, {"x": x})
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_sequence_output_of_a_cut_model_is_refused_in_one_line(tmp_path):
+    nodes = [*_positives(), helper.make_node("SplitToSequence", ["x", "count"], ["s"], axis=0)]
+    path = _save(tmp_path, nodes, [X], [helper.make_tensor_sequence_value_info("s", F, None)], BASE)
+    sess = InferenceSession(path, backend="interpret")
+    with pytest.raises(LuminalError, match="graph output 's' is a sequence"):
+        sess.run(None, {"x": INPUTS[0]})
