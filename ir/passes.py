@@ -9,7 +9,7 @@ import hashlib
 
 import numpy as np
 
-from .graph import ELEMENTWISE, REDUCE, Graph, Node, Op
+from .graph import ELEMENTWISE, REDUCE, SOURCES, Graph, Node, Op
 from .nogc import gc_paused
 from .reference import eval_node, read
 from .tensor import FOLD_LIMIT
@@ -32,6 +32,9 @@ def _rebuild(graph: Graph, visit) -> Graph:
             return x, v
         if v.is_contiguous and v.shape == s.shape:
             return x, vx
+        if v.is_contiguous and v.numel == s.numel and (reshaped := vx.reshape(v.shape)) is not None:
+            # a reshape of s: x read through the reshaped view, not copied out first
+            return x, reshaped
         return _materialise(x, vx, s), v
 
     materialised: dict[int, Node] = {}
@@ -89,8 +92,73 @@ def _scalar(src: Src):
     return None
 
 
+def _varies(v: View, d: int) -> bool:
+    """Whether the element a view reads depends on its index along dim ``d``."""
+    return v.strides[d] != 0 or any(c[d] for c, _, _ in v.mask)
+
+
+def _uniform_along(src: Src, d: int, depth: int = 8) -> bool:
+    """Whether the values read through ``src`` are the same all along dim ``d``: its view does not move
+    along d, or it is an elementwise node read in order whose sources are all uniform along d."""
+    s, v = src
+    if not _varies(v, d):
+        return True
+    if depth == 0 or s.op not in ELEMENTWISE or not (v.is_contiguous and v.shape == s.shape):
+        return False
+    return all(_uniform_along(x, d, depth - 1) for x in s.srcs)
+
+
+def _narrowed(src: Src, dims: tuple[int, ...]) -> Src:
+    """``src`` with ``dims`` (along which it is uniform) taken at index 0: elementwise nodes rebuilt smaller."""
+    s, v = src
+    ranges = tuple((0, 1) if d in dims else (0, size) for d, size in enumerate(v.shape))
+    if not any(_varies(v, d) for d in dims):
+        return s, v.shrink(ranges)
+    shape = tuple(b - a for a, b in ranges)
+    x = Node(s.op, tuple(_narrowed(y, dims) for y in s.srcs), shape, s.dtype, dict(s.attrs))
+    x.origin = s.origin
+    return x, View.contiguous(shape)
+
+
+def _reduced_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
+    """A reduction whose source is the same all along a kept dim (a conv or matmul whose weight is one repeated
+    value: every output channel sums the same products) reduces one slice and broadcasts it: fewer operations
+    by the size of those dims, never more."""
+    v = srcs[0][1]
+    axes = tuple(n.attrs["axes"])
+    dims = tuple(d for d, size in enumerate(v.shape) if size > 1 and d not in axes and _uniform_along(srcs[0], d))
+    if not dims:
+        return None
+    shape = tuple(1 if d in dims else size for d, size in enumerate(n.shape))
+    red = Node(n.op, (_narrowed(srcs[0], dims),), shape, n.dtype, dict(n.attrs))
+    red.origin = n.origin
+    return red, View.contiguous(shape).expand(n.shape)
+
+
+def _computed_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
+    """An elementwise node whose sources all repeat along a dim, one of them a computed value broadcast there
+    (as a reduction done once is), is computed once along it too, so what follows it reads the value it was."""
+    if n.op is Op.Contiguous or all(s.op in SOURCES for s, _ in srcs):
+        return None
+    dims = tuple(d for d, size in enumerate(n.shape) if size > 1 and not any(_varies(v, d) for _, v in srcs))
+    if not dims:
+        return None
+    x, _ = _narrowed((Node(n.op, srcs, n.shape, n.dtype, dict(n.attrs)), View.contiguous(n.shape)), dims)
+    x.origin = n.origin
+    return x, View.contiguous(x.shape).expand(n.shape)
+
+
+def _done_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
+    if n.op in REDUCE:
+        return _reduced_once(n, srcs)
+    return _computed_once(n, srcs) if n.op in ELEMENTWISE else None
+
+
 def _simplified(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
-    """x*1, x+0, Recip(Recip(x)), Log2(Exp2(x)), Cast to the same dtype, (x*a)*b, (x+a)+b."""
+    """x*1, x+0, Recip(Recip(x)), Log2(Exp2(x)), Cast to the same dtype, (x*a)*b, (x+a)+b; a reduction, or an
+    elementwise node reading a computed value, over values repeated along a kept dim done once."""
+    if (once := _done_once(n, srcs)) is not None:
+        return once
     if n.op in (Op.Mul, Op.Add) and len(srcs) == 2:
         unit = 1 if n.op is Op.Mul else 0
         for i in (0, 1):
