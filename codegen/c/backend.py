@@ -20,6 +20,7 @@ from .blas import BlasKernel
 from .contraction import emit_contraction, packed_b, plan_contraction
 from .emit import emit_elementwise, emit_reduction, emit_reduction_lanes, lanes_apply
 from .knobs import CSchedule, GemmSchedule, ReductionSchedule
+from .stencil import emit_stencil
 
 ALIGN = 64
 
@@ -193,6 +194,8 @@ def typed_source(kernel: Kernel, sched: CSchedule, threads: int) -> str:
             return BlasKernel.epilogue_source(kernel, plan, threads)
         if sched.impl == "loops":
             return emit_reduction_lanes(kernel, sched.loops())
+        if sched.impl == "stencil":
+            return emit_stencil(kernel, sched, schedule.simd_width())
         return emit_contraction(kernel, sched, schedule.simd_width())
     if isinstance(sched, ReductionSchedule):
         if sched.lanes and lanes_apply(kernel):

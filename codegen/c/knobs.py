@@ -11,6 +11,7 @@ from ..kernel import Kernel
 from ..knobs import KnobValue, knob
 from .contraction import plan_contraction
 from .emit import lanes_apply
+from .stencil import plan_stencil
 
 
 @dataclass(frozen=True)
@@ -35,15 +36,16 @@ def _any_count(v: KnobValue) -> bool:
 def _impls(c: Ctx) -> tuple[str, ...]:
     plan = plan_contraction(c.kernel)
     floats = plan is not None and c.kernel.ops[plan.mul].dtype.is_float  # numpy's BLAS multiplies floats only
-    return ("generated", "blas", "loops") if floats else ("generated", "loops")
+    stencil = ("stencil",) if plan_stencil(c.kernel) is not None else ()
+    return ("generated", "blas", "loops", *stencil) if floats else ("generated", "loops")
 
 
 @dataclass(frozen=True)
 class GemmSchedule:
-    """A contraction: packed panels and an MR x NR register tile (``generated``), numpy's BLAS, or the lanes
-    reduction's loops."""
+    """A contraction: packed panels and an MR x NR register tile (``generated``), numpy's BLAS, the lanes
+    reduction's loops, or a stencil over a few taps (``stencil.py``: a depthwise conv)."""
 
-    impl: Literal["generated", "blas", "loops"] = _knob(_impls)
+    impl: Literal["generated", "blas", "loops", "stencil"] = _knob(_impls)
     mr: int = _knob(lambda c: (4, 6, 8, 12))
     nr: int = _knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
     mc: int = _knob(lambda c: (24, 48, 72, 96, 144, 192, 288))

@@ -12,6 +12,7 @@ from ..knobs import space as knobs_of
 from .contraction import TILE, Plan, plan_contraction
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
+from .stencil import stencil_default
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
 # 2-core VM, where softmaxes and layer norms of 0.6-1.0M operations ran 1.6-2x faster on one thread than on two,
@@ -56,14 +57,14 @@ def default_schedule(kernel: Kernel, threads: int) -> Schedule:
 def typed_default(kernel: Kernel, threads: int) -> CSchedule:
     plan = plan_contraction(kernel)
     if plan is not None:
-        return _gemm_default(plan, threads)
+        return _gemm_default(plan, threads, stencil_default(kernel))
     if kernel.reduce_axes:
         return ReductionSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), rows_per_thread=0,
                                  stash=True, lanes=LANES if lanes_apply(kernel) else None)
     return ElementwiseSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), block=16384)
 
 
-def _gemm_default(plan: Plan, threads: int) -> GemmSchedule:
+def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedule:
     vw = simd_width()
     nb, m, n, _ = plan.sizes
     # few rows of A against a B packed on every call: packing costs more than reading B in place. A weight
@@ -85,7 +86,9 @@ def _gemm_default(plan: Plan, threads: int) -> GemmSchedule:
     mr, nr = (12, vw) if n <= vw and not direct else (TILE[0], TILE[1] * vw)
     # one row against a batch of B blocks (a depthwise conv: M = 1, K = its taps) reuses nothing a GEMM
     # tile could keep: loops that sum the taps over a block of output columns
-    impl: Literal["generated", "loops"] = "loops" if m == 1 and nb > 1 else "generated"
+    # a depthwise conv: every tap's weight in a register, each input row read in place (stencil.py)
+    impl: Literal["generated", "loops", "stencil"] = "stencil" if stencil else "loops" if m == 1 and nb > 1 \
+        else "generated"
     return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=256, order="nm", pack_b=not direct,
                         pack_a=not direct_a, lanes=LANES, threads=threads)
 
@@ -112,7 +115,7 @@ def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
 def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
     if s.impl != "generated":  # the GEMM's knobs mean nothing to a library call or loops
         d = to_json(_gemm_default(plan, threads))
-        free = ("impl", "threads", "lanes") if s.impl == "loops" else ("impl", "threads")
+        free = ("impl", "threads", "lanes") if s.impl == "loops" else ("impl", "threads")  # blas, stencil
         return all(getattr(s, k) == d[k] for k in d if k not in free)
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False

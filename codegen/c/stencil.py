@@ -1,0 +1,359 @@
+"""Stencil kernels: a SumReduce over a few taps of a float32 product of two loads, one of which (the input)
+walks the innermost kept dim with a constant stride while the other (the weight) does not read that dim: a
+depthwise conv (one input channel per output channel), a grouped conv with few channels per group, a 1-D conv.
+
+Each row of the kept space (every kept dim but the innermost, e.g. batch, channel and output row) reads its
+taps' weights into scalars once and walks the innermost dim (the output pixels) in an ``omp simd`` loop, every
+tap unrolled: the weights sit broadcast in vector registers, the sum of the taps stays in one, and the input is
+read in place (unit stride: unaligned vector loads; stride 2: the compiler's strided loads), then the row-space
+epilogue (bias, activation, residual) runs on it in the same loop. Padding comes from the input view's masks:
+a constraint that does not involve the innermost dim (a pad row above or below) holds or fails for the whole
+row, and a tap whose row fails reads a static zero row instead; the others bound an interior run of pixels
+where every tap reads inside its window, vectorised without a test, and the pixels left and right of it are
+computed one by one with the masks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...ir.dtypes import DType
+from ...ir.graph import Op
+from ...ir.view import View
+from ..index import view_masks
+from ..kernel import REDUCE_OPS, Kernel, Leaf, Space, reads_dim
+from . import ctypes_map as ct
+from .emit import PAR_MIN, Body, _function, affine, mask_bounds, unravel
+from .normalize import normalize
+
+if TYPE_CHECKING:
+    from .knobs import GemmSchedule
+
+TAPS_MAX = 64  # taps a row unrolls (a 8x8 window, or 7 channels per group of a 3x3 conv)
+# the most outputs each input element feeds per tap for the stencil to be the default: a depthwise conv
+# (1) or one with a channel multiplier; a conv whose input feeds many output channels reuses it in a GEMM tile
+REUSE_MAX = 4
+ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
+
+
+@dataclass(frozen=True)
+class Stencil:
+    """Op indices and dims of the normalised kernel (``normalize``) that the stencil reads."""
+
+    x: int  # the input's load: walks ``din`` with stride ``step``
+    w: int  # the weight's load: does not read ``din``
+    red: int  # the SumReduce
+    din: int  # the innermost kept dim: the pixels of a row
+    step: int
+    taps: int  # points of the reduced dims
+    reuse: int  # points of the kept dims the input does not read (a depthwise conv's channel multiplier)
+
+
+def plan_stencil(kernel: Kernel) -> Stencil | None:
+    """The stencil reading of ``kernel`` (over its normalised space), or None; kept on the kernel."""
+    if "_c_stencil" not in kernel.__dict__:
+        kernel.__dict__["_c_stencil"] = _plan(normalize(kernel))
+    return kernel.__dict__["_c_stencil"]
+
+
+def stencil_default(kernel: Kernel) -> bool:
+    """Whether the stencil is the kernel's default: the input feeds few outputs per tap, which no GEMM tile
+    could reuse (a depthwise conv ran 2.5-5x faster than as loops over blocks of output columns)."""
+    st = plan_stencil(kernel)
+    return st is not None and st.reuse <= REUSE_MAX
+
+
+def _plan(k: Kernel) -> Stencil | None:
+    reds = [i for i, o in enumerate(k.ops) if o.op in REDUCE_OPS]
+    if len(reds) != 1 or k.ops[reds[0]].op is not Op.SumReduce or 0 in k.full:
+        return None
+    red = reds[0]
+    mul = k.ops[red].args[0]
+    mo = k.ops[mul]
+    if mo.op is not Op.Mul or mo.space is not Space.full or len(set(mo.args)) != 2:
+        return None
+    loads = [k.ops[a] for a in mo.args]
+    if any(o.op is not Leaf.Load or o.dtype is not DType.float32 or o.attr("view").shape != k.full
+           for o in loads) or k.ops[red].dtype is not DType.float32:
+        return None
+    if {i for i, o in enumerate(k.ops) if o.space is Space.full} != {*mo.args, mul}:
+        return None
+    if any(k.ops[o].space is not Space.row for o, _ in k.outputs) or any(o.op is Op.Gather for o in k.ops):
+        return None
+    kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
+    taps = math.prod(k.full[d] for d in k.reduce_axes)
+    if not kept or not k.reduce_axes or taps > TAPS_MAX:
+        return None
+    din = kept[-1]
+    xs = [a for a, o in zip(mo.args, loads) if reads_dim(o.attr("view"), din)]
+    if len(xs) != 1:
+        return None
+    x = xs[0]
+    (w,) = [a for a in mo.args if a != x]
+    xv: View = k.ops[x].attr("view")
+    step = xv.strides[din]
+    if step < 1 or step * k.full[din] > ZERO_MAX:
+        return None
+    reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
+    return Stencil(x, w, red, din, step, taps, reuse)
+
+
+PLANES_PER_THREAD = 4  # planes a thread needs for the parallel loop to run over planes (else over rows)
+ACCS = 4  # partial sums of the taps (see _sums)
+
+
+@dataclass(frozen=True)
+class _Tap:
+    """One point of the reduced dims: its index expressions (the pixel dim at 0), the input mask constraints
+    that hold or fail for a whole row (C conditions) and those along the pixels ((expression, step, bound))."""
+
+    ex: tuple[str, ...]
+    const: tuple[int, ...]  # the reduced dims' values
+    rowc: tuple[str, ...]
+    pixc: tuple[tuple[str, int, int], ...]
+
+
+def emit_stencil(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
+    st = plan_stencil(kernel)
+    if st is None:
+        raise ValueError("not a stencil kernel")
+    return _Emitter(normalize(kernel), st, vw).source(sched.threads)
+
+
+class _Emitter:
+    def __init__(self, k: Kernel, st: Stencil, vw: int):
+        self.k, self.st, self.vw = k, st, vw
+        self.din, self.width = st.din, k.full[st.din]
+        kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
+        self.outer = kept[:-1]
+        xv: View = k.ops[st.x].attr("view")
+        self.xco, self.xk, self.xmasks = xv.strides, xv.offset, view_masks(xv)
+        self.taps = [self._tap(tap) for tap in itertools.product(*(range(k.full[d]) for d in k.reduce_axes))]
+        # the pixel constraints involve only the pixel and the taps (a conv's column padding): the interior and
+        # each border pixel's valid taps are known here
+        self.static = all(not any(c[d] for d in self.outer) for c, _, _ in self.xmasks if c[self.din])
+        self.epi = _epilogue(k, Body(k), st.red)
+
+    def _tap(self, tap: tuple[int, ...]) -> _Tap:
+        ex = ["0" if d == self.din else f"i{d}" for d in range(len(self.k.full))]
+        for d, v in zip(self.k.reduce_axes, tap):
+            ex[d] = str(v)
+        rowc = tuple(f"((uint64_t){affine(c, c0, ex)} < {b}ULL)" for c, c0, b in self.xmasks if not c[self.din])
+        pixc = tuple((affine(c, c0, ex), c[self.din], b) for c, c0, b in self.xmasks if c[self.din])
+        return _Tap(tuple(ex), tap, rowc, pixc)
+
+    def _valid(self, tap: _Tap, p: int) -> bool:
+        """Whether ``tap`` reads inside the input's window at pixel ``p`` (static constraints only)."""
+        red = self.k.reduce_axes
+        return all(0 <= c0 + sum(c[d] * v for d, v in zip(red, tap.const)) + c[self.din] * p < b
+                   for c, c0, b in self.xmasks if c[self.din])
+
+    def _x(self, t: int, pix: str) -> str:
+        return f"p{t}[{_times(self.st.step, pix)}]"
+
+    def weights(self) -> list[str]:
+        """Each tap's weight ``w<t>``, read once per plane (the weight does not read the row dims)."""
+        wop = self.k.ops[self.st.w]
+        lines = []
+        for t, tap in enumerate(self.taps):
+            at, ok = Body.read(wop.attr("view"), list(tap.ex))
+            wv = ct.load(wop.dtype, f"in{wop.attr('buf')}[{at}]")
+            lines.append(f"const float w{t} = {f'({ok}) ? {wv} : 0.0f' if ok else wv};")
+        return lines
+
+    def row_head(self) -> list[str]:
+        """Each tap's input offset and pointer (the zero row where its row fails), and (where they depend on the
+        row) the interior bounds ``lo``, ``hi``."""
+        xbuf = self.k.ops[self.st.x].attr("buf")
+        lines = [f"int64_t lo = 0, hi = {self.width};"] if not self.static else []
+        for t, tap in enumerate(self.taps):
+            lines.append(f"const int64_t o{t} = {affine(self.xco, self.xk, list(tap.ex))};")
+            ptr = f"in{xbuf} + o{t}"
+            if tap.rowc:
+                lines.append(f"const int ok{t} = {' && '.join(tap.rowc)};")
+                ptr = f"ok{t} ? {ptr} : lum_zero"
+            lines.append(f"const float *p{t} = {ptr};")
+            if tap.pixc and not self.static:
+                narrow = " ".join(mask_bounds(e, s, b) for e, s, b in tap.pixc)
+                lines.append(f"if (ok{t}) {{ {narrow} }}" if tap.rowc else narrow)
+        if not self.static:
+            lines.append(f"lo = lum_min64(lo, {self.width}); hi = lum_max64(hi, lo);")
+        return lines
+
+    def interior(self, lo: str, hi: str) -> list[str]:
+        """The vector loop over the pixels [lo, hi), where every tap reads inside its window."""
+        pix = f"i{self.din}"
+        sums = _sums([f"w{t} * {self._x(t, pix)}" for t in range(len(self.taps))])
+        return [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {lo}; {pix} < {hi}; {pix}++) {{",
+                *_ind(sums + self.epi), "}"]
+
+    def border_loop(self, segments: str) -> list[str]:
+        """The pixels outside the interior one by one, each tap's load under its constraints."""
+        pix = f"i{self.din}"
+        terms = []
+        for t, tap in enumerate(self.taps):
+            x = self._x(t, pix)
+            if tap.pixc:
+                conds = " && ".join(f"((uint64_t)({e} + {_times(s, pix)}) < {b}ULL)" for e, s, b in tap.pixc)
+                x = f"(({conds}) ? {x} : 0.0f)"
+            terms.append(f"w{t} * {x}")
+        return ["for (int seg = 0; seg < 2; seg++) {", f"    {segments}",
+                f"    for (int {pix} = e0; {pix} < e1; {pix}++) {{", *_ind(_ind(_sums(terms) + self.epi)), "    }", "}"]
+
+    def border_vector(self, start: int, bw: int) -> list[str]:
+        """The ``bw`` pixels from ``start`` as one vector (static constraints): each tap's lanes loaded whole, the
+        ones outside its window set to zero by a constant mask (the caller checks that the loads stay inside the
+        input buffer), then the epilogue over the lanes."""
+        step = self.st.step
+        terms = []
+        for t, tap in enumerate(self.taps):
+            lanes = [self._valid(tap, start + j) for j in range(bw)]
+            if not any(lanes):
+                continue
+            x = f"lum_ld{step}(p{t} + {step * start})"
+            if not all(lanes):
+                x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
+            terms.append(f"w{t} * {x}")
+        sums = _sums(terms, "lum_bv", "vacc") if terms else ["lum_bv vacc = {0};"]
+        return ["{", *_ind([*sums, f"float lum_tmp[{bw}];", "memcpy(lum_tmp, &vacc, sizeof vacc);",
+                            "#pragma omp simd", f"for (int j = 0; j < {bw}; j++) {{",
+                            f"    const int64_t i{self.din} = {start} + j;", "    const float acc = lum_tmp[j];",
+                            *_ind(self.epi), "}"]), "}"]
+
+    def in_buffer(self, starts: list[int], bw: int) -> list[str]:
+        """Conditions that the border vectors from ``starts`` read inside the input buffer: a tap's lanes outside
+        its window read the input's neighbouring elements, which exist except before the first row and after
+        the last; at stride 2 the second load of the last lane reaches one element further."""
+        numel = self.k.inputs[self.k.ops[self.st.x].attr("buf")].numel
+        step = self.st.step
+        out = []
+        for t, tap in enumerate(self.taps):
+            conds = []
+            for start in starts:
+                lanes = [self._valid(tap, start + j) for j in range(bw)]
+                if not any(lanes):
+                    continue
+                if not all(lanes):
+                    conds.append(f"o{t} + {step * start} >= 0")
+                if not all(lanes) or step > 1:
+                    conds.append(f"o{t} + {step * (start + bw) - 1} < {numel}")
+            if conds:
+                out.append(f"({f'!ok{t} || ' if tap.rowc else ''}({' && '.join(conds)}))")
+        return out
+
+    def bounds(self) -> tuple[int, int]:
+        """The interior [lo, hi) of a row (static constraints)."""
+        inside = [p for p in range(self.width) if all(self._valid(t, p) for t in self.taps)]
+        return (inside[0], inside[-1] + 1) if inside else (self.width, self.width)
+
+    def vector_width(self, lo: int, hi: int) -> int:
+        """Lanes of the border vectors (a power of two up to the target's, at most the row), 0: none (pixel
+        constraints that depend on the row, a stride past 2, a border wider than a vector)."""
+        if not self.static or self.st.step > 2:
+            return 0
+        bw = self.vw
+        while bw > self.width:
+            bw //= 2
+        return bw if bw >= 4 and lo <= bw and self.width - hi <= bw else 0
+
+    def body(self) -> tuple[list[str], int]:
+        """The row's statements after its head, and the lanes of its border vectors (0: none)."""
+        width = self.width
+        if not self.static:
+            return [*self.interior("lo", "hi"),
+                    *self.border_loop(f"const int e0 = seg ? (int)hi : 0, e1 = seg ? {width} : (int)lo;")], 0
+        lo, hi = self.bounds()
+        bw = self.vector_width(lo, hi)
+        scalar = self.border_loop(f"const int e0 = seg ? {hi} : 0, e1 = seg ? {width} : {lo};")
+        if not bw:
+            return [*self.interior(str(lo), str(hi)), *scalar], 0
+        a, b = (bw if lo else 0), (width - bw if hi < width else width)
+        # the whole vectors' lanes outside a tap's window read the input's neighbouring elements, which exist
+        # except before the first row and after the last
+        starts = [*([0] if lo else []), *([width - bw] if hi < width else [])]
+        safe = " && ".join(self.in_buffer(starts, bw)) or "1"
+        vec = [line for start in starts for line in self.border_vector(start, bw)]
+        return [f"const int safe = {safe};", "if (safe) {", *_ind(vec), "} else {", *_ind(scalar), "}",
+                f"const int a = safe ? {a} : {lo}, b = safe ? {b} : {hi};", *self.interior("a", "b")], bw
+
+    def source(self, threads: int) -> str:
+        k, width = self.k, self.width
+        body, bw = self.body()
+        # planes: the outer dims up to the last one the weight reads; rows: the others (a conv's output rows)
+        wv = k.ops[self.st.w].attr("view")
+        cut = max((i + 1 for i, d in enumerate(self.outer) if reads_dim(wv, d)), default=0)
+        pdims, rdims = self.outer[:cut], self.outer[cut:]
+        planes, rows = (math.prod(k.full[d] for d in ds) for ds in (pdims, rdims))
+        # the weights once per plane where the planes alone keep every thread busy, else once per row
+        if planes < PLANES_PER_THREAD * (threads or 64):
+            pdims, rdims, planes, rows = [], self.outer, 1, planes * rows
+        lines = [f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel("pl", tuple(k.full[d] for d in pdims)))]
+        row = [f"const int64_t i{d} = {e};" for d, e in zip(rdims, unravel("r", tuple(k.full[d] for d in rdims)))]
+        row += self.row_head() + body
+        if planes == 1:
+            lines = [*row[:len(rdims)], *self.weights(), *row[len(rdims):]]
+            loop = ("r", rows)
+        else:
+            lines += [*self.weights(), f"for (int64_t r = 0; r < {rows}LL; r++) {{", *_ind(row), "}"]
+            loop = ("pl", planes)
+        par = None
+        if threads != 1 and loop[1] > 1 and math.prod(k.full) >= PAR_MIN:
+            par = "#pragma omp parallel for num_threads(nt) schedule(static)"
+        src = _function(k, lines, loop, par)
+        head = [f"static const float lum_zero[{self.st.step * width}];"] if any(t.rowc for t in self.taps) else []
+        if bw:
+            head += _vector_helpers(bw)
+        return src.replace("int lum_kernel(", "\n".join([*head, "int lum_kernel("]), 1)
+
+
+def _vector_helpers(bw: int) -> list[str]:
+    """The border vectors' type (GCC vector extensions, as the GEMM's), loads at stride 1 and 2, lane masks."""
+    evens = ", ".join(str(2 * j) for j in range(bw))
+    return [f"typedef float lum_bv __attribute__((vector_size({4 * bw})));",
+            f"typedef float lum_bvu __attribute__((vector_size({4 * bw}), aligned(4)));",
+            f"typedef int32_t lum_bi __attribute__((vector_size({4 * bw})));",
+            "static inline lum_bv lum_ld1(const float *p) { return *(const lum_bvu *)p; }",
+            "static inline lum_bv lum_ld2(const float *p) {",
+            f"    lum_bv a = *(const lum_bvu *)p, b = *(const lum_bvu *)(p + {bw});",
+            "#if defined(__clang__)",
+            f"    return __builtin_shufflevector(a, b, {evens});",
+            "#else",
+            f"    return __builtin_shuffle(a, b, (lum_bi){{{evens}}});",
+            "#endif",
+            "}",
+            "static inline lum_bv lum_mask(lum_bv x, lum_bi m) { return (lum_bv)((lum_bi)x & m); }"]
+
+
+def _sums(terms: list[str], typ: str = "float", name: str = "acc") -> list[str]:
+    """``typ name`` = the sum of ``terms`` in ACCS partial sums: a chain of 25 dependent FMAs (a 5x5 window)
+    waits on each one's latency where a row has too few pixels for the loop's iterations to overlap."""
+    n = min(ACCS, len(terms))
+    if n == 0:
+        return [f"{typ} {name} = 0.0f;"]
+    st = [f"{typ} {name}{a} = {terms[a]};" for a in range(n)]
+    st += [f"{name}{i % n} += {x};" for i, x in enumerate(terms) if i >= n]
+    parts = [f"{name}{a}" for a in range(n)]
+    while len(parts) > 1:
+        parts = [f"({parts[i]} + {parts[i + 1]})" if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return [*st, f"{typ} {name} = {parts[0]};"]
+
+
+def _times(c: int, e: str) -> str:
+    return e if c == 1 else f"{c} * {e}"
+
+
+def _ind(lines: list[str]) -> list[str]:
+    return ["    " + x for x in lines]
+
+
+def _epilogue(k: Kernel, body: Body, red: int) -> list[str]:
+    """The row-space values after the sum ``acc`` of the taps, and the outputs' stores."""
+    st = [f"const float v{red} = acc;"]
+    for n, op in enumerate(k.ops):
+        if op.space is Space.row and n != red:
+            st += body.value(n)
+    rlin = body.linear(Space.row)
+    return st + [f"out{j}[{rlin}] = {ct.store(b.dtype, f'v{o}')};" for j, (o, b) in enumerate(k.outputs)]

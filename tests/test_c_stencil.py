@@ -1,0 +1,146 @@
+"""Stencil kernels (depthwise and few-channel grouped convs: every tap's weight in a register, the input read in
+place, padding from the view's masks) against the reference executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from codegen_util import compare_cpu
+from codegen_util import graph as _graph
+
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.c.stencil import plan_stencil
+from luminal.codegen.partition import partition
+from luminal.frontend_onnx.ops_nn_conv import conv
+from luminal.ir import DType, Tensor
+
+RNG = np.random.default_rng(23)
+
+
+def _out(size: int, k: int, stride: int, dil: int, pads: tuple[int, int]) -> int:
+    return (size + pads[0] + pads[1] - dil * (k - 1) - 1) // stride + 1
+
+
+def _conv(x: Tensor, cout: int, group: int, kernel: tuple[int, ...], stride: int = 1, dil: int = 1,
+          pads: tuple[tuple[int, int], ...] | None = None) -> Tensor:
+    cin, spatial = x.shape[1], x.shape[2:]
+    pads = pads or tuple((k // 2, k // 2) for k in kernel)
+    w = Tensor.const(RNG.standard_normal((cout, cin // group, *kernel)).astype(np.float32))
+    outs = [_out(s, k, stride, dil, p) for s, k, p in zip(spatial, kernel, pads)]
+    return conv(x, w, group, [stride] * len(kernel), [dil] * len(kernel), list(pads), outs)
+
+
+def _bias(y: Tensor) -> Tensor:
+    b = Tensor.const(RNG.standard_normal(y.shape[1]).astype(np.float32))
+    return y.add(b.reshape((1, -1) + (1,) * (y.ndim - 2)).expand(y.shape))
+
+
+def _hardswish(y: Tensor) -> Tensor:
+    return y.mul(y.mul(1.0 / 6).add(0.5).maximum(0).minimum(1))
+
+
+def _stencils(g):
+    ks = partition(g, {})
+    return ks, [k for k in ks if k.form == "contraction" and plan_stencil(k) is not None]
+
+
+def _check(inputs: list[Tensor], y: Tensor, stencil: bool = True) -> None:
+    """The conv's kernel is a stencil by default (or, ``stencil`` False, offers it), and both that and its other
+    implementations agree with the reference."""
+    g = _graph(inputs, [y])
+    ks, sts = _stencils(g)
+    assert len(sts) == 1
+    k = sts[0]
+    be = CPUBackend()
+    base = be.default_schedule(k)
+    assert (base["impl"] == "stencil") == stencil
+    assert "stencil" in next(kn.choices for kn in be.space(k) if kn.name == "impl")
+    feeds = {t.node.attrs["name"]: RNG.standard_normal(t.shape).astype(np.float32) for t in inputs}
+    scheds = [{**base, "impl": "stencil"}, {**base, "impl": "stencil", "threads": 1}, {**base, "impl": "loops"}]
+    for s in scheds:
+        assert be.valid(k, s), s
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is k else None for kk in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("n,c,h,w,ksz,stride,dil,pads", [
+    (1, 16, 12, 40, 3, 1, 1, ((1, 1), (1, 1))),      # rows wider than two vectors: an unmasked run between borders
+    (2, 5, 9, 11, 3, 2, 1, ((1, 1), (1, 1))),        # stride 2, odd sizes, batch 2
+    (1, 7, 13, 37, 3, 2, 1, ((0, 1), (1, 0))),       # asymmetric pads at stride 2
+    (1, 6, 10, 21, 3, 1, 2, ((2, 2), (2, 2))),       # dilation 2
+    (1, 3, 8, 9, 5, 1, 1, ((2, 2), (2, 2))),         # 5x5, a row narrower than a vector
+    (1, 20, 7, 7, 3, 1, 1, ((1, 1), (1, 1))),        # a 7x7 map: 4-lane border vectors
+    (1, 4, 6, 30, 3, 1, 1, ((0, 0), (0, 0))),        # no padding: no masks at all
+    (1, 3, 9, 17, 3, 1, 1, ((3, 0), (0, 4))),        # pads past the window: whole taps in the padding
+    (3, 18, 16, 16, 3, 2, 2, ((2, 1), (1, 2))),      # stride 2 and dilation 2
+])
+def test_depthwise(n, c, h, w, ksz, stride, dil, pads):
+    x = Tensor.input("x", (n, c, h, w), DType.float32)
+    _check([x], _conv(x, c, c, (ksz, ksz), stride, dil, pads))
+
+
+@pytest.mark.parametrize("mult,stride", [(2, 1), (2, 2), (3, 1)])
+def test_depthwise_channel_multiplier(mult, stride):
+    x = Tensor.input("x", (2, 6, 11, 19), DType.float32)
+    _check([x], _bias(_conv(x, 6 * mult, 6, (3, 3), stride)).relu())
+
+
+def test_grouped_few_channels_per_group():
+    """Two input channels per group: the taps are (channel, row, column), 18 of them."""
+    x = Tensor.input("x", (1, 8, 10, 23), DType.float32)
+    _check([x], _conv(x, 8, 4, (3, 3)))
+
+
+def test_input_feeding_many_outputs_offers_the_stencil_without_defaulting_to_it():
+    """A dense conv with few input channels (a stem) reuses each input element across its output channels, as a
+    GEMM tile does: the stencil is a choice there, not the default."""
+    x = Tensor.input("x", (1, 3, 12, 20), DType.float32)
+    _check([x], _conv(x, 16, 1, (3, 3), 2), stencil=False)
+
+
+@pytest.mark.parametrize("epilogue", ["bias_relu", "hardswish", "silu", "residual"])
+def test_fused_epilogues(epilogue):
+    x = Tensor.input("x", (2, 24, 14, 14), DType.float32)
+    y = _bias(_conv(x, 24, 24, (3, 3)))
+    inputs = [x]
+    if epilogue == "bias_relu":
+        y = y.relu()
+    elif epilogue == "hardswish":
+        y = _hardswish(y)
+    elif epilogue == "silu":
+        y = y.mul(y.sigmoid())
+    else:
+        r = Tensor.input("r", y.shape, DType.float32)
+        inputs.append(r)
+        y = y.add(r)
+    g = _graph(inputs, [y])
+    ks, sts = _stencils(g)
+    assert len(ks) == 1 and len(sts) == 1  # the epilogue is fused into the stencil kernel
+    _check(inputs, y)
+
+
+def test_conv1d():
+    x = Tensor.input("x", (2, 10, 50), DType.float32)
+    _check([x], _bias(_conv(x, 10, 10, (5,), pads=((2, 2),))).relu())
+
+
+def test_padding_reads_zeros_not_neighbours():
+    """The padding reads zeros even where the input's neighbouring elements are huge, inf or NaN: a border lane
+    that multiplied a neighbour by zero would give NaN."""
+    x = Tensor.input("x", (1, 4, 6, 20), DType.float32)
+    g = _graph([x], [_conv(x, 4, 4, (3, 3))])
+    v = RNG.standard_normal((1, 4, 6, 20)).astype(np.float32)
+    v[:, :, :, 0] = np.inf
+    v[:, :, :, -1] = np.nan
+    v[:, 1, 0, :] = -np.inf
+    compare_cpu(g, {"x": v}, 2e-5, 2e-5, scaled=True)
+
+
+def test_depthwise_default_is_the_stencil_and_its_source_has_no_staging():
+    x = Tensor.input("x", (1, 32, 28, 28), DType.float32)
+    g = _graph([x], [_bias(_conv(x, 32, 32, (3, 3))).relu()])
+    _, sts = _stencils(g)
+    be = CPUBackend()
+    k = sts[0]
+    src = be.source(k, be.default_schedule(k))
+    assert be.default_schedule(k)["impl"] == "stencil"
+    assert "omp simd" in src and "lum_bv" in src and "s0[" not in src
