@@ -47,6 +47,7 @@ class TuneReport:
     budget_s: float
     storage: str
     cache: str
+    shapes: dict[str, Any] = field(default_factory=dict)  # the sizes the model was tuned at (--shape)
     elapsed_s: float = 0.0
     reserve_s: float = 0.0  # the end of the budget kept for re-timing the finalists and the model before and after
     timeout_s: float = 0.0  # a candidate that takes longer counts as a timeout

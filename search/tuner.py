@@ -402,7 +402,12 @@ def tune(model: str | Path | Graph, backend: str | Backend = "auto", budget_s: f
     report = run(graph, name, max(budget_s - (time.monotonic() - start), 1e-3), progress)
     report.budget_s = budget_s
     report.elapsed_s = time.monotonic() - start
+    report.shapes = _plain_shapes(shapes)
     return report
+
+
+def _plain_shapes(shapes: dict | None) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in (shapes or {}).items()}
 
 
 def _tune_cut(model: str | Path, name: str, shapes: dict | None, seed: int, budget_s: float, start: float,
@@ -417,4 +422,5 @@ def _tune_cut(model: str | Path, name: str, shapes: dict | None, seed: int, budg
     report = tune_segments(graphs, name, budget_s, start,
                            lambda g, seconds, show: run(g, name, seconds, show), progress)
     report.elapsed_s = time.monotonic() - start
+    report.shapes = _plain_shapes(shapes)
     return report

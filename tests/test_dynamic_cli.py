@@ -159,6 +159,7 @@ def test_tune_takes_several_sizes_in_one_run(tmp_path):
     assert r.exit_code == 0, r.output
     models = json.loads(r.output[r.output.index("{"):])["models"]
     assert len(models) == 2 and models[0]["kernels"] and models[1]["kernels"]
+    assert [m["shapes"] for m in models] == [{"batch": 2}, {"batch": 3}]  # each entry says its sizes
     assert {k["signature"] for k in models[0]["kernels"]}.isdisjoint(k["signature"] for k in models[1]["kernels"])
 
 
