@@ -8,8 +8,12 @@ call. Packing reads operands through those tables (transposes, broadcasts,
 conv windows and padding cost only the pack) into MR- and NR-wide panels; B
 packs by row segments of its innermost N dim (one strided copy per segment
 and K row, mask bounds by integer division), and with a single row block
-each B block is packed right before use into a per-thread buffer. With few
-rows and a B that would be packed on every call, A and B swap roles. The
+each B block is packed right before use into a per-thread buffer. A conv's
+input windows (B masked or strided, unit stride along its innermost N dim)
+may instead be read in place (``pack_b`` off): each NR panel lies within one
+run of that dim, and only its rows over the padding are copied (see
+``_rows_panel``). With few rows and a B that would be packed on every call,
+A and B swap roles. The
 micro-kernel keeps an MR x NR tile in vector registers (GCC vector
 extensions, FMA where the target has it). Each MC x NC tile is accumulated
 over K in KC steps in a per-thread buffer, then the row-space epilogue
@@ -49,6 +53,9 @@ class Plan(Contraction):
     b_direct: bool = False  # B is float32/int32, unmasked, unit stride over flattened N: readable unpacked
     a_direct: bool = False  # A is float32/int32, unmasked, unit stride over flattened K, affine rows
     b_const: bool = False  # B is a model weight: packed once, on the first call, into a buffer the caller keeps
+    # B (not a weight, not b_direct) has unit stride along its innermost N dim, whatever its masks and other
+    # strides (a conv's input windows): its panels may lie within runs of that dim and be read in place
+    b_rows: bool = False
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -67,8 +74,10 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
     a_direct = (kernel.ops[c.a].dtype in _DIRECT and not va.mask and bool(c.k)
                 and run_coeff(va.strides, c.k, c.full) == 1 and run_coeff(va.strides, c.m, c.full) is not None)
     b_const = kernel.inputs[kernel.ops[c.b].attr("buf")].constant
+    b_rows = (kernel.ops[c.b].dtype in _DIRECT and not b_direct and not b_const and bool(c.n)
+              and vb.strides[c.n[-1]] == 1)
     return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
-                b_const=b_const)
+                b_const=b_const, b_rows=b_rows)
 
 
 def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, int]] | None:
@@ -107,18 +116,21 @@ def _plan_contraction(kernel: Kernel) -> Plan | None:
             return swapped
     # fewer output columns than a few tiles' NR (a conv over a 7x7 map: 49 pixels in 64 lanes) leave lanes idle:
     # the roles swap where the other orientation's default tiles pad WASTE less, unless that would give up a
-    # weight packed once (ResNet-18's 7x7 convs: 2.7 -> 2.4 ms, the model 41.5 -> 38.6 ms on 2 threads)
+    # weight packed once (ResNet-18's 7x7 convs: 2.7 -> 2.4 ms, the model 41.5 -> 38.6 ms on 2 threads). Only
+    # then: rows padded to MR alone (32 output channels in 6-row tiles) are not worth the pixels packed per
+    # call as A (3x3 32->32 at 112x112, 1 thread: 4.3 ms swapped, 1.9 ms not)
     swapped = _plan(kernel, _swap(plan))
-    if (swapped.b_const or not plan.b_const) and _padded(swapped) < _padded(plan) / WASTE:
+    if (swapped.b_const or not plan.b_const) and _padded(plan, cols=True) >= WASTE \
+            and _padded(swapped) < _padded(plan) / WASTE:
         plan = swapped
     return plan
 
 
-def _padded(plan: Plan) -> float:
-    """How much larger the default tiles (TILE) make the product than it is."""
+def _padded(plan: Plan, cols: bool = False) -> float:
+    """How much larger the default tiles (TILE) make the product than it is (``cols``: its columns only)."""
     _, m, n, _ = plan.sizes
     mr, nr = TILE[0], TILE[1] * host_simd_width()
-    return -(-m // mr) * mr * -(-n // nr) * nr / (m * n)
+    return (1 if cols else -(-m // mr) * mr / m) * -(-n // nr) * nr / n
 
 
 def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> tuple[list[str], dict, int]:
@@ -177,14 +189,16 @@ def _operand(buf: int, dt: DType, view: View, terms: dict, gidx: dict[str, str])
     return x, " && ".join(conds) if conds else "1"
 
 
-def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a: bool = False) -> list[str]:
-    """C[MR x NR] (+)= A (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table.
-    A is a packed panel (a[k*MR + i]) or, read in place, rows a + i*lda (rows past ``arows`` repeat the last
-    valid row: their results land in unused rows of the tile buffer)."""
+def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a: bool = False,
+                  name: str = "lum_mk", rows: bool = False) -> list[str]:
+    """C[MR x NR] (+)= A (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table, or (``rows``)
+    at the pointer bq[k]. A is a packed panel (a[k*MR + i]) or, read in place, rows a + i*lda (rows past
+    ``arows`` repeat the last valid row: their results land in unused rows of the tile buffer)."""
     nv = nr // vw
-    L = ["static inline void lum_mk(int64_t kc, const lum_t *restrict a, int64_t lda, int64_t arows,",
-         "                          const lum_t *restrict bp, int64_t ldb,",
-         "                          const int64_t *restrict bk, lum_t *restrict c, int64_t ldc, int first) {",
+    pad = " " * (len(name) + 20)
+    L = [f"static inline void {name}(int64_t kc, const lum_t *restrict a, int64_t lda, int64_t arows,",
+         f"{pad}const lum_t *{'const *' if rows else ''}restrict {'bq' if rows else 'bp'}, int64_t ldb,",
+         f"{pad}const int64_t *restrict bk, lum_t *restrict c, int64_t ldc, int first) {{",
          "    (void)ldb; (void)bk; (void)lda; (void)arows;"]
     if direct_a:
         for i in range(mr):
@@ -193,7 +207,7 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
         for v in range(nv):
             L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
     L.append("    for (int64_t k = 0; k < kc; k++) {")
-    L.append("        const lum_t *br = " + ("bp + bk[k];" if table else "bp + k*ldb;"))
+    L.append("        const lum_t *br = " + ("bq[k];" if rows else "bp + bk[k];" if table else "bp + k*ldb;"))
     vt = "lum_vu" if direct else "lum_v"
     for v in range(nv):
         L.append(f"        lum_v b{v} = *(const {vt} *)(br + {v * vw});")
@@ -269,8 +283,14 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     fill_b, names_b, len_b = _tables("tb", vb, groups, kernel.full)
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
     L = _header(elem, vw)
-    L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
-    L += _epilogue_function(kernel, plan, t.nc)
+    if t.run:  # B in place through its K table, or through a pointer per row (one of them to a row of zeros)
+        L.append(f"static const lum_t lum_zrow[{t.nr}] __attribute__((aligned(64)));")
+        L += _micro_kernel(t.mr, t.nr, vw, True, names_b.get((0, "k"), ("lin", 0))[0] == "tab", t.direct_a,
+                           name="lum_mkt")
+        L += _micro_kernel(t.mr, t.nr, vw, True, False, t.direct_a, name="lum_mkp", rows=True)
+    else:
+        L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
+    L += _epilogue_function(kernel, plan, t)
     L += _entry(kernel, t, fill_a + fill_b, len_a + len_b + 1)
     # small contractions run on the calling thread: waking a team costs more than it saves
     par = "" if t.nb * t.M * t.N * t.K >= PAR_MIN_MACS else " if(0)"
@@ -281,8 +301,13 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr)
     if t.size_b or t.once:
         L += _pack_b_all(pack_b, t)
-    L += _tile_loop(t, sched.order, pack_b, _b_source(ob.attr("buf"), vb, names_b, t),
-                    _a_source(oa.attr("buf"), va, names_a, t))
+    aptr = _a_source(oa.attr("buf"), va, names_a, t)
+    if t.run:
+        panel = _rows_panel(kernel, plan, vb, names_b, t, aptr)
+    else:
+        b_stmts, bptr, bkp = _b_source(ob.attr("buf"), vb, names_b, t)
+        panel = b_stmts + _indent(_mk_loop("lum_mk", aptr, bptr, bkp, t), 20)
+    L += _tile_loop(t, sched.order, pack_b, panel)
     L.append("    }")
     if t.once:
         L.append("    *lum_packed = 1;")
@@ -319,6 +344,9 @@ class _Tiling:
     direct: bool  # B read in place, not packed
     direct_a: bool  # A read in place, not packed
     once: bool  # a constant B packed once, into panels the caller keeps
+    # B read in place panel by panel within runs of its innermost N dim (``Plan.b_rows``): the run's length;
+    # each run then takes whole panels (N counts the columns with the runs padded to a multiple of NR). 0: not so
+    run: int = 0
 
     @property
     def pm(self) -> int:  # MR panels of A per batch
@@ -340,7 +368,7 @@ class _Tiling:
     def tile_b(self) -> bool:
         """One row block: each B block is used once, so it is packed right before use, into a per-thread buffer
         that stays in cache, instead of into one panel array for all of B."""
-        return not self.direct and self.mt == 1 and not self.once
+        return not self.direct and not self.run and self.mt == 1 and not self.once
 
     @property
     def size_a(self) -> int:
@@ -348,20 +376,25 @@ class _Tiling:
 
     @property
     def size_b(self) -> int:
-        return 0 if self.direct or self.tile_b or self.once else -(-self.nb * self.pn * self.K * self.nr // 16) * 16
+        if self.direct or self.run or self.tile_b or self.once:
+            return 0
+        return -(-self.nb * self.pn * self.K * self.nr // 16) * 16
 
     @property
-    def size_bt(self) -> int:
-        return self.nc * self.kc if self.tile_b else 0
+    def size_bt(self) -> int:  # per thread: a block of B panels, or with ``run`` the one panel packed
+        return self.nc * self.kc if self.tile_b else self.nr * self.kc if self.run else 0
 
 
 def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     nb, M, N, K = plan.sizes
     mr, nr = sched.mr, sched.nr
+    run = kernel.full[plan.n[-1]] if plan.b_rows and not sched.pack_b else 0
+    if run:
+        N = N // run * -(-run // nr) * nr
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
     mc, nc = min(sched.mc, -(-M // mr) * mr), min(sched.nc, -(-N // nr) * nr)
-    return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b,
-                   direct_a=not sched.pack_a, once=packed_b(kernel, sched) is not None)
+    return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
+                   direct_a=not sched.pack_a, once=packed_b(kernel, sched) is not None, run=run)
 
 
 def _header(elem: str, vw: int) -> list[str]:
@@ -381,20 +414,20 @@ def _header(elem: str, vw: int) -> list[str]:
             "    return lum_ws;", "}"]
 
 
-def _epilogue_function(kernel: Kernel, plan: Plan, nc: int) -> list[str]:
+def _epilogue_function(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     """The row-space epilogue over a finished tile, in a function of its own: inlined, a long epilogue (BERT's
     erf GELU: 60 ops) took registers from the micro-kernel's loop (its GEMM 1.36x slower)."""
     from .emit import _buffers
 
     return ["static __attribute__((noinline)) void lum_epilogue(void **b, const lum_t *restrict ct, int64_t ib,",
             "                                                   int64_t ic, int64_t jc, int64_t mcur, int64_t ncur) {",
-            "    (void)ib;", *_buffers(kernel), *_indent(_epilogue_body(kernel, plan, nc), 4), "}"]
+            "    (void)ib;", *_buffers(kernel), *_indent(_epilogue_body(kernel, plan, t), 4), "}"]
 
 
-def _epilogue_body(kernel: Kernel, plan: Plan, nc: int) -> list[str]:
+def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     from .emit import Body, unravel
 
-    full = kernel.full
+    full, nc = kernel.full, t.nc
     epi: list[str] = []
     for d, e in zip(plan.batch, unravel("ib", tuple(full[x] for x in plan.batch))):
         epi.append(f"const int64_t i{d} = {e};")
@@ -407,13 +440,16 @@ def _epilogue_body(kernel: Kernel, plan: Plan, nc: int) -> list[str]:
         epi.append(f"    const int64_t i{d} = {e};")
     # runs of the innermost N dim: the outer N indices are divided out once per run, not per element
     inner = full[plan.n[-1]] if plan.n else 1
+    step = -(-inner // t.nr) * t.nr if t.run else inner  # columns per run (with ``run``: padded to whole panels)
     epi.append("    for (int64_t j0 = 0; j0 < ncur;) {")
-    epi.append(f"        const int64_t q = (jc + j0) / {inner}, r0 = (jc + j0) % {inner};")
-    epi.append(f"        const int64_t len = lum_min64({inner} - r0, ncur - j0); (void)q;")
+    epi.append(f"        const int64_t q = (jc + j0) / {step}, r0 = (jc + j0) % {step};")
+    epi.append(f"        const int64_t len = lum_min64({step} - r0, ncur - j0); (void)q;")
+    # the run's columns past its end (with ``run``) hold no output
+    end = "j0 + len" if step == inner else f"j0 + lum_min64(len, {inner} - r0)"
     for d, e in zip(plan.n[:-1], unravel("q", tuple(full[x] for x in plan.n[:-1]))):
         epi.append(f"        const int64_t i{d} = {e};")
     epi.append("        #pragma omp simd")
-    epi.append("        for (int64_t j = j0; j < j0 + len; j++) {")
+    epi.append(f"        for (int64_t j = j0; j < {end}; j++) {{")
     epi.append("            const int64_t n = jc + j; (void)n;")
     if plan.n:
         epi.append(f"            const int64_t i{plan.n[-1]} = r0 + (j - j0);")
@@ -502,9 +538,70 @@ def _a_source(buf: int, va: View, names_a: dict, t: _Tiling) -> str:
     return f"{abase} + (ic + ir * {mr}) * {sm} + pc, {sm}, lum_min64({mr}, {t.M} - ic - ir * {mr})"
 
 
-def _tile_loop(t: _Tiling, order: str, pack_b: list[str], b_src: tuple[list[str], str, str], aptr: str) -> list[str]:
+def _mk_loop(fn: str, aptr: str, bptr: str, bkp: str, t: _Tiling) -> list[str]:
+    """The micro-kernel ``fn`` over the row panels of the tile, against B panel ``jr``."""
+    return ["for (int64_t ir = 0; ir < mp; ir++) {",
+            f"    {fn}(kcur, {aptr},",
+            f"           {bptr}, {bkp}, ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0);",
+            "}"]
+
+
+def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling, aptr: str) -> list[str]:
+    """B panel ``jr`` with ``run``: NR columns within one run of the innermost N dim, ``jm`` of them in it.
+    B is read in place: row k at the panel's base + its K term (unaligned), columns past the run reading
+    whatever lies next in the input (they land in tile columns the epilogue skips), where the input holds
+    NR columns past every row's start. A panel none of whose K rows meets a mask in its columns (a conv's
+    windows inside the image) takes the K table as it is; in any other (windows over the padding) each row
+    is checked, and the rows that meet a mask are copied between zeros into the thread's panel buffer."""
+    nr, run, full = t.nr, t.run, kernel.full
+    buf = kernel.ops[plan.b].attr("buf")
+    exprs = view_exprs(vb)
+    step = [co[plan.n[-1]] for co, _, _ in exprs]
+
+    def krange(co: tuple[int, ...]) -> tuple[int, int]:
+        lo = sum(min(0, co[d] * (full[d] - 1)) for d in plan.k)
+        return lo, sum(max(0, co[d] * (full[d] - 1)) for d in plan.k)
+
+    L = [f"const int64_t p = jc / {nr} + jr, c0 = p % {-(-run // nr)} * {nr};",
+         f"const int64_t n0 = p / {-(-run // nr)} * {run} + c0, jm = lum_min64({nr}, {run} - c0);"]
+    for e, (_, const, _) in enumerate(exprs):
+        parts = [x for x in (_term(names_b, e, "batch", "ib"), _term(names_b, e, "n", "n0")) if x]
+        L.append(f"const int64_t v{e} = {' + '.join([*parts, str(const)])};")
+    kmin0, kmax0 = krange(exprs[0][0])
+    numel = kernel.inputs[buf].numel
+    room = f"jm == {nr} || v0 + {kmax0 + nr - 1} < {numel}" if run % nr else "1"  # columns past the run's end
+    conds = []
+    for e, (co, _, bound) in enumerate(view_masks(vb), start=1):
+        (kmin, kmax), s = krange(co), step[e]
+        lo, hi = (f"v{e} + {s} * (jm - 1)" if s < 0 else f"v{e}"), (f"v{e} + {s} * (jm - 1)" if s > 0 else f"v{e}")
+        conds.append(f"{lo} + {kmin} >= 0 && {hi} + {kmax} < {bound}")
+    kind, kv = names_b.get((0, "k"), ("lin", 0))
+    bptr, bkp = ("bsrc", f"0, {kv} + pc") if kind == "tab" else (f"bsrc + pc*{kv}", f"{kv}, 0")
+    L += [f"const int room = {room};", f"if (room && {' && '.join(f'({c})' for c in conds) or '1'}) {{",
+          f"    const lum_t *bsrc = in{buf} + v0;", *_indent(_mk_loop("lum_mkt", aptr, bptr, bkp, t), 4),
+          "} else {",
+          # every row of the panel lies inside the input: a masked row is copied by a select over all NR columns
+          f"    const int safe = v0 + {kmin0} >= 0 && v0 + {kmax0 + nr - 1} < {numel};",
+          f"    const lum_t *bq[{t.kc}];", "    for (int64_t k = 0; k < kcur; k++) {",
+          "        const int64_t kk = pc + k;"]
+    body = [f"const int64_t kt{e} = {_term(names_b, e, 'k', 'kk') or '0'};" for e in range(len(exprs))]
+    body.append("int64_t lo = 0, hi = jm;")
+    body += [f"{{ const int64_t v = v{e} + kt{e}; {mask_bounds('v', step[e], b)} }}"
+             for e, (_, _, b) in enumerate(view_masks(vb), start=1)]
+    body += [f"const lum_t *src = in{buf} + v0 + kt0;", "if (room && lo == 0 && hi == jm) {", "    bq[k] = src;",
+             "} else if (hi <= lo) {", "    bq[k] = lum_zrow;",  # no column of the row in the input
+             "} else {", f"    lum_t *restrict ds = bt + k * {nr};", "    bq[k] = ds;", "    if (safe) {",
+             "        #pragma omp simd",
+             f"        for (int64_t w = 0; w < {nr}; w++) ds[w] = w >= lo && w < hi ? src[w] : 0;",
+             "    } else {", *_indent(copy_between("ds", str(nr), "src[w]"), 8), "    }", "}"]
+    L += [*_indent(body, 8), "    }", *_indent(_mk_loop("lum_mkp", aptr, "bq", "0, 0", t), 4), "}"]
+    return _indent(L, 20)
+
+
+def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> list[str]:
     """The MC x NC tiles, shared among the threads: each accumulated over K in KC steps in the thread's tile
-    buffer by the micro-kernel, then passed through the epilogue."""
+    buffer by the micro-kernel (``panel``: B panel ``jr`` against the tile's rows), then passed through the
+    epilogue."""
     mr, nr, mc, nc, mt, nt_ = t.mr, t.nr, t.mc, t.nc, t.mt, t.nt
     L = ["        #ifdef _OPENMP",
          f"        lum_t *ct = ctiles + (size_t)omp_get_thread_num() * {mc * nc + t.size_bt};",
@@ -528,14 +625,9 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], b_src: tuple[list[str]
               f"                    const int64_t q = jc / {nr} + jr, k0 = pc, k1 = pc + kcur;",
               f"                    lum_t *dst = bt + jr * kcur * {nr};"]
         L += [*_indent(pack_b, 20), "                }"]
-    b_stmts, bptr, bkp = b_src
     L.append("                for (int64_t jr = 0; jr < np_; jr++) {")
-    L += b_stmts
-    L.append("                    for (int64_t ir = 0; ir < mp; ir++) {")
-    L.append(f"                        lum_mk(kcur, {aptr},")
-    L.append(f"                               {bptr}, {bkp}, ct + ir * {mr * nc} + jr * {nr}, {nc}, pc == 0);")
-    L += ["                    }",
-          "                }",
+    L += panel
+    L += ["                }",
           "            }",
           "            lum_epilogue(b, ct, ib, ic, jc, mcur, ncur);",
           "        }"]

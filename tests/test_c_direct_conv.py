@@ -1,0 +1,169 @@
+"""Convolutions whose input windows the C GEMM reads in place (``pack_b`` off on a conv: B panels within runs of
+output columns, rows over the padding copied between zeros) against the reference executor."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from codegen_util import compare_cpu
+from codegen_util import graph as _graph
+
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.c.contraction import plan_contraction
+from luminal.codegen.partition import partition
+from luminal.frontend_onnx.ops_nn_conv import conv
+from luminal.ir import DType, Tensor, run_reference
+from luminal.target import host_simd_width
+
+RNG = np.random.default_rng(18)
+
+
+def _out(size: int, k: int, stride: int, dil: int, pads: tuple[int, int]) -> int:
+    return (size + pads[0] + pads[1] - dil * (k - 1) - 1) // stride + 1
+
+
+def _conv_graph(n, cin, cout, hw, k=3, stride=(1, 1), dil=1, pads=((1, 1), (1, 1)), group=1, epilogue="relu",
+                dtype=DType.float32):
+    h, w = hw
+    x = Tensor.input("x", (n, cin, h, w), dtype)
+    wv = RNG.standard_normal((cout, cin // group, k, k))
+    wt = Tensor.const((wv if dtype.is_float else np.round(wv * 4)).astype(dtype.np))
+    outs = [_out(h, k, stride[0], dil, pads[0]), _out(w, k, stride[1], dil, pads[1])]
+    y = conv(x, wt, group, list(stride), [dil, dil], list(pads), outs)
+    inputs = [x]
+    if epilogue != "none":
+        bias = Tensor.const(RNG.standard_normal(cout).astype(dtype.np))
+        y = y.add(bias.reshape((1, cout, 1, 1)).expand(y.shape))
+    if epilogue == "relu":
+        y = y.relu()
+    elif epilogue == "silu":
+        y = y.mul(y.sigmoid())
+    elif epilogue == "residual":
+        r = Tensor.input("r", y.shape, dtype)
+        y = y.add(r).relu()
+        inputs.append(r)
+    g = _graph(inputs, [y])
+    feeds = {t.node.attrs["name"]: (RNG.standard_normal(t.shape) if dtype.is_float
+                                    else RNG.integers(-20, 20, t.shape)).astype(dtype.np) for t in inputs}
+    return g, feeds
+
+
+def _the_conv(g):
+    ks = partition(g, {})
+    (c,) = [k for k in ks if k.form == "contraction"]
+    return ks, c
+
+
+def _in_place_schedules(be, k):
+    """The default with B read in place, and a few other tiles and K steps."""
+    base = {**be.default_schedule(k), "impl": "generated", "pack_b": False}
+    vw = host_simd_width()
+    out = [base]
+    for over in ({"mr": 4, "nr": vw, "mc": 24}, {"mr": 8, "nr": 2 * vw, "kc": 128, "mc": 24, "order": "mn"},
+                 {"mr": 6, "nr": 3 * vw, "nc": 192 if 192 % (3 * vw) == 0 else 3 * vw * 4, "pack_a": True},
+                 {"mr": 4, "nr": 4 * vw, "nc": 512, "kc": 128, "mc": 24}):
+        s = {**base, **over}
+        if be.valid(k, s):
+            out.append(s)
+    assert len(out) >= 3
+    return out
+
+
+def _check_in_place(g, feeds, rtol=2e-5, atol=2e-5):
+    ks, c = _the_conv(g)
+    plan = plan_contraction(c)
+    assert plan is not None and plan.b_rows and not plan.b_const
+    be = CPUBackend()
+    for s in _in_place_schedules(be, c):
+        assert be.valid(c, s), s
+        assert "lum_mkt(" in be.source(c, s)  # the micro-kernel reading B in place
+        compare_cpu(g, feeds, rtol, atol, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("n,cin,cout,hw,stride,dil,pads,group", [
+    (1, 5, 7, (9, 37), (1, 1), 1, ((1, 1), (1, 1)), 1),       # rows of 37: a partial panel per row
+    (2, 17, 20, (11, 70), (1, 1), 1, ((1, 1), (1, 1)), 1),    # batch 2, whole panels inside the image
+    (1, 6, 10, (12, 40), (2, 1), 1, ((1, 1), (1, 1)), 1),     # stride 2 over rows, 1 along them
+    (1, 4, 6, (13, 45), (1, 1), 2, ((2, 2), (2, 2)), 1),      # dilation 2
+    (2, 8, 12, (7, 33), (1, 1), 1, ((1, 1), (1, 1)), 2),      # two groups, batch 2
+    (1, 3, 5, (10, 50), (1, 1), 1, ((0, 2), (3, 1)), 1),      # asymmetric pads
+    (1, 3, 9, (6, 41), (1, 1), 1, ((0, 0), (0, 0)), 1),       # no padding: no masks, rows narrower than the input
+])
+def test_conv_input_read_in_place(n, cin, cout, hw, stride, dil, pads, group):
+    g, feeds = _conv_graph(n, cin, cout, hw, stride=stride, dil=dil, pads=pads, group=group)
+    _check_in_place(g, feeds)
+
+
+@pytest.mark.parametrize("epilogue", ["silu", "residual", "none"])
+def test_fused_epilogues_over_padded_runs(epilogue):
+    """Tile columns past a run's end hold no output: the epilogue (bias, activation, residual) skips them."""
+    g, feeds = _conv_graph(2, 9, 11, (8, 29), epilogue=epilogue)
+    _check_in_place(g, feeds)
+
+
+def test_5x5_and_1x1_over_padding():
+    for k, pads in ((5, ((2, 2), (2, 2))), (1, ((1, 0), (0, 1)))):
+        g, feeds = _conv_graph(1, 6, 8, (9, 35), k=k, pads=pads)
+        _check_in_place(g, feeds)
+
+
+def test_int32_conv_is_exact():
+    g, feeds = _conv_graph(1, 5, 7, (6, 21), epilogue="none", dtype=DType.int32)
+    ks, c = _the_conv(g)
+    assert plan_contraction(c).b_rows
+    be = CPUBackend()
+    want = run_reference(g, feeds)[0]
+    from luminal.codegen.c.check import run_graph
+
+    for s in _in_place_schedules(be, c):
+        got = run_graph(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)[0]
+        assert np.array_equal(got, want.reshape(got.shape))
+
+
+def test_stride_2_along_rows_is_packed():
+    """Windows two apart along the output rows are no unit-stride run: B is packed, as before."""
+    g, _ = _conv_graph(1, 4, 6, (9, 40), stride=(2, 2))
+    _, c = _the_conv(g)
+    be = CPUBackend()
+    assert not plan_contraction(c).b_rows
+    assert not be.valid(c, {**be.default_schedule(c), "pack_b": False})
+
+
+def test_default_reads_in_place_where_few_rows_share_a_panel():
+    be = CPUBackend()
+    for cout, in_place in ((16, True), (20, True), (64, False)):
+        g, _ = _conv_graph(1, 8, cout, (20, 40))
+        _, c = _the_conv(g)
+        s = be.default_schedule(c)
+        assert s["pack_b"] is not in_place and be.valid(c, s)
+        assert cout != 16 or s["mr"] == 8  # 16 rows: two panels of 8, not three of 6
+
+
+def test_32_channels_keep_pixels_as_columns():
+    """Rows padded to MR (32 channels in 6-row tiles) do not swap the roles: the pixels stay B's columns, read
+    in place, instead of an A packed per call."""
+    g, feeds = _conv_graph(1, 8, 32, (32, 32))
+    _, c = _the_conv(g)
+    plan = plan_contraction(c)
+    assert plan.sizes[1:3] == (32, 32 * 32) and plan.b_rows
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True)
+
+
+def test_random_points_of_a_conv_space_are_correct():
+    """Every schedule the space offers for a conv kernel is C that compiles and matches the reference."""
+    g, feeds = _conv_graph(2, 7, 13, (9, 23), pads=((1, 2), (2, 0)), group=1, epilogue="silu")
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    rnd = random.Random(7)
+    picked: list[dict] = []
+    tries = 0
+    while len(picked) < 10 and tries < 5000:
+        tries += 1
+        s = {kn.name: rnd.choice(kn.choices) for kn in be.space(c)}
+        if be.valid(c, s) and (s["pack_b"] or len([p for p in picked if not p["pack_b"]]) < 6):
+            picked.append(s)
+    assert any(not s["pack_b"] and s["impl"] == "generated" for s in picked)
+    for s in picked:
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
