@@ -144,3 +144,27 @@ def test_depthwise_default_is_the_stencil_and_its_source_has_no_staging():
     src = be.source(k, be.default_schedule(k))
     assert be.default_schedule(k)["impl"] == "stencil"
     assert "omp simd" in src and "lum_bv" in src and "s0[" not in src
+
+
+def test_small_matmul_offers_the_stencil():
+    """Any contraction of few reduced points whose one operand walks the innermost output dim is a stencil: a
+    matmul with K = 12 (the other operand's rows as the taps' weights)."""
+    a = Tensor.input("a", (20, 12), DType.float32)
+    b = Tensor.input("b", (12, 45), DType.float32)
+    _check([a, b], a.matmul(b), stencil=False)
+
+
+def test_row_dependent_pixel_bounds(monkeypatch):
+    """The general path, where the interior's bounds are computed per row (pixel constraints that involve other
+    dims), forced on a padded conv."""
+    from luminal.codegen.c import stencil
+
+    init = stencil._Emitter.__init__
+
+    def dynamic(self, *args):
+        init(self, *args)
+        self.static = False
+
+    monkeypatch.setattr(stencil._Emitter, "__init__", dynamic)
+    x = Tensor.input("x", (1, 6, 9, 23), DType.float32)
+    _check([x], _conv(x, 6, 6, (3, 3), 2, 1, ((1, 1), (2, 1))))
