@@ -101,6 +101,7 @@ def _plan(k: Kernel) -> Stencil | None:
     return Stencil(x, w, red, din, step, taps, reuse)
 
 
+EDGE_ROWS = 8  # rows in the top and bottom padding emitted one by one, each with its live taps only
 PLANES_PER_THREAD = 4  # planes a thread needs for the parallel loop to run over planes (else over rows)
 ACCS = 4  # partial sums of the taps (see _sums)
 
@@ -136,7 +137,8 @@ class _Emitter:
         # each border pixel's valid taps are known here
         self.static = all(not any(c[d] for d in self.outer) for c, _, _ in self.xmasks if c[self.din])
         self.epi = _epilogue(k, Body(k), st.red)
-        self.rows_valid = False  # emitting the rows where every tap's row lies inside the input (no padding)
+        self.rows_valid = False  # emitting rows where every live tap's row lies inside the input (no ok tests)
+        self.active: set[int] | None = None  # the live taps of the rows being emitted (None: all)
 
     def _tap(self, tap: tuple[int, ...]) -> _Tap:
         ex = ["0" if d == self.din else f"i{d}" for d in range(len(self.k.full))]
@@ -151,6 +153,13 @@ class _Emitter:
         red = self.k.reduce_axes
         return all(0 <= c0 + sum(c[d] * v for d, v in zip(red, tap.const)) + c[self.din] * p < b
                    for c, c0, b in self.xmasks if c[self.din])
+
+    def _live(self) -> list[tuple[int, _Tap]]:
+        return [(t, tap) for t, tap in enumerate(self.taps) if self.active is None or t in self.active]
+
+    def _lanes(self, tap: _Tap, start: int, bw: int) -> list[bool]:
+        """Which of a vector's lanes from pixel ``start`` the tap reads inside its window (none past the row)."""
+        return [start + j < self.width and self._valid(tap, start + j) for j in range(bw)]
 
     def _x(self, t: int, pix: str) -> str:
         return f"p{t}[{_times(self.st.step, pix)}]"
@@ -170,7 +179,7 @@ class _Emitter:
         row) the interior bounds ``lo``, ``hi``."""
         xbuf = self.k.ops[self.st.x].attr("buf")
         lines = [f"int64_t lo = 0, hi = {self.width};"] if not self.static else []
-        for t, tap in enumerate(self.taps):
+        for t, tap in self._live():
             lines.append(f"const int64_t o{t} = {affine(self.xco, self.xk, list(tap.ex))};")
             ptr = f"in{xbuf} + o{t}"
             rowc = tap.rowc and not self.rows_valid
@@ -188,7 +197,7 @@ class _Emitter:
     def interior(self, lo: str, hi: str) -> list[str]:
         """The vector loop over the pixels [lo, hi), where every tap reads inside its window."""
         pix = f"i{self.din}"
-        sums = _sums([f"w{t} * {self._x(t, pix)}" for t in range(len(self.taps))])
+        sums = _sums([f"w{t} * {self._x(t, pix)}" for t, _ in self._live()])
         return [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {lo}; {pix} < {hi}; {pix}++) {{",
                 *_ind(sums + self.epi), "}"]
 
@@ -196,7 +205,7 @@ class _Emitter:
         """The pixels outside the interior one by one, each tap's load under its constraints."""
         pix = f"i{self.din}"
         terms = []
-        for t, tap in enumerate(self.taps):
+        for t, tap in self._live():
             x = self._x(t, pix)
             if tap.pixc:
                 conds = " && ".join(f"((uint64_t)({e} + {_times(s, pix)}) < {b}ULL)" for e, s, b in tap.pixc)
@@ -211,8 +220,8 @@ class _Emitter:
         input buffer), then the epilogue over the lanes."""
         step = self.st.step
         terms = []
-        for t, tap in enumerate(self.taps):
-            lanes = [self._valid(tap, start + j) for j in range(bw)]
+        for t, tap in self._live():
+            lanes = self._lanes(tap, start, bw)
             if not any(lanes):
                 continue
             x = f"lum_ld{step}(p{t} + {step * start})"
@@ -221,7 +230,7 @@ class _Emitter:
             terms.append(f"w{t} * {x}")
         sums = _sums(terms, "lum_bv", "vacc") if terms else ["lum_bv vacc = {0};"]
         return ["{", *_ind([*sums, f"float lum_tmp[{bw}];", "memcpy(lum_tmp, &vacc, sizeof vacc);",
-                            "#pragma omp simd", f"for (int j = 0; j < {bw}; j++) {{",
+                            "#pragma omp simd", f"for (int j = 0; j < {min(bw, self.width - start)}; j++) {{",
                             f"    const int64_t i{self.din} = {start} + j;", "    const float acc = lum_tmp[j];",
                             *_ind(self.epi), "}"]), "}"]
 
@@ -232,18 +241,27 @@ class _Emitter:
         numel = self.k.inputs[self.k.ops[self.st.x].attr("buf")].numel
         step = self.st.step
         out = []
-        for t, tap in enumerate(self.taps):
+        lows: list[int] = []  # rows without ok tests: each tap's reach past the row's offset, folded into two
+        highs: list[int] = []
+        for t, tap in self._live():
             conds = []
+            at = sum(self.xco[d] * v for d, v in zip(self.k.reduce_axes, tap.const))  # o<t> minus the row's offset
             for start in starts:
-                lanes = [self._valid(tap, start + j) for j in range(bw)]
+                lanes = self._lanes(tap, start, bw)
                 if not any(lanes):
                     continue
                 if not all(lanes):
                     conds.append(f"o{t} + {step * start} >= 0")
+                    lows.append(at + step * start)
                 if not all(lanes) or step > 1:
                     conds.append(f"o{t} + {step * (start + bw) - 1} < {numel}")
+                    highs.append(at + step * (start + bw) - 1)
             if conds:
                 out.append(f"({f'!ok{t} || ' if tap.rowc and not self.rows_valid else ''}({' && '.join(conds)}))")
+        if self.rows_valid and out:
+            ex = ["0" if d == self.din or d in self.k.reduce_axes else f"i{d}" for d in range(len(self.k.full))]
+            row = affine(self.xco, self.xk, ex)
+            return [f"{row} + {min(lows)} >= 0" if lows else "1", f"{row} + {max(highs)} < {numel}" if highs else "1"]
         return out
 
     def row_range(self) -> tuple[int, int, int] | None:
@@ -258,7 +276,14 @@ class _Emitter:
         inside = [v for v in range(self.k.full[dr])
                   if all(0 <= c0 + c[dr] * v + sum(c[d] * x for d, x in zip(red, tap.const)) < b
                          for c, c0, b in rowcs for tap in self.taps)]
-        return (dr, inside[0], inside[-1] + 1) if inside else None
+        return (dr, inside[0], inside[-1] + 1) if inside else (dr, 0, 0)
+
+    def live_at(self, dr: int, v: int) -> set[int]:
+        """The taps whose row constraints hold where kept dim ``dr`` is ``v`` (they involve no other kept dim)."""
+        red = self.k.reduce_axes
+        return {t for t, tap in enumerate(self.taps)
+                if all(0 <= c0 + c[dr] * v + sum(c[d] * x for d, x in zip(red, tap.const)) < b
+                       for c, c0, b in self.xmasks if not c[self.din])}
 
     def bounds(self) -> tuple[int, int]:
         """The interior [lo, hi) of a row (static constraints)."""
@@ -271,9 +296,9 @@ class _Emitter:
         if not self.static or self.st.step > 2:
             return 0
         bw = self.vw
-        while bw > self.width:
+        while bw >= 2 * max(self.width, 4):
             bw //= 2
-        return bw if bw >= 4 and lo <= bw and self.width - hi <= bw else 0
+        return bw if lo <= bw and self.width - hi <= bw else 0
 
     def body(self) -> tuple[list[str], int]:
         """The row's statements after its head, and the lanes of its border vectors (0: none)."""
@@ -289,7 +314,9 @@ class _Emitter:
         a, b = (bw if lo else 0), (width - bw if hi < width else width)
         # the whole vectors' lanes outside a tap's window read the input's neighbouring elements, which exist
         # except before the first row and after the last
-        starts = [*([0] if lo else []), *([width - bw] if hi < width else [])]
+        if width <= bw:  # one vector (its lanes past the row not stored)
+            a = b = width
+        starts = [0] if width <= bw else [*([0] if lo else []), *([width - bw] if hi < width else [])]
         safe = " && ".join(self.in_buffer(starts, bw)) or "1"
         vec = [line for start in starts for line in self.border_vector(start, bw)]
         return [f"const int safe = {safe};", "if (safe) {", *_ind(vec), "} else {", *_ind(scalar), "}",
@@ -315,11 +342,20 @@ class _Emitter:
             # the rows away from the padding without a test per tap: each tap's pointer a constant offset from
             # the row's, which spares the registers 25 pointers (a 5x5 window) would take
             self.rows_valid = True
-            inner = self.row_head() + self.body()[0]
-            self.rows_valid = False
             dr, r0, r1 = rows_in
-            row += [f"if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(inner), "} else {",
-                    *_ind(self.row_head() + body), "}"]
+            row += [f"if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(self.row_head() + self.body()[0])]
+            edge = [v for v in range(k.full[dr]) if not r0 <= v < r1]
+            if len(edge) <= EDGE_ROWS:
+                # each row in the padding with the taps whose rows lie inside the input only
+                for v in edge:
+                    self.active = self.live_at(dr, v)
+                    row += [f"}} else if (i{dr} == {v}) {{", *_ind(self.row_head() + self.body()[0])]
+                self.active = None
+                row.append("}")
+            else:
+                self.rows_valid = False
+                row += ["} else {", *_ind(self.row_head() + body), "}"]
+            self.rows_valid = False
         if planes == 1:
             lines = [*row[:len(rdims)], *self.weights(), *row[len(rdims):]]
             loop = ("r", rows)
