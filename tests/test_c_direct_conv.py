@@ -131,14 +131,18 @@ def test_stride_2_along_rows_is_packed():
     assert not be.valid(c, {**be.default_schedule(c), "pack_b": False})
 
 
-def test_default_reads_in_place_where_few_rows_share_a_panel():
+def test_default_reads_in_place_where_rows_take_whole_panels():
+    """The default reads a conv's input in place where its output rows fill NR-wide panels with little
+    padding (rows of 40: 48 or 64 columns, packed), in 8-row tiles where they pad M no more than 6-row ones."""
     be = CPUBackend()
-    for cout, in_place in ((16, True), (20, True), (64, False)):
-        g, _ = _conv_graph(1, 8, cout, (20, 40))
+    vw = host_simd_width()
+    for cout, width, nr in ((16, 4 * vw, 2 * vw), (64, 4 * vw - 3, 2 * vw), (20, 5 * vw // 2, 0)):
+        g, _ = _conv_graph(1, 8, cout, (12, width))
         _, c = _the_conv(g)
         s = be.default_schedule(c)
-        assert s["pack_b"] is not in_place and be.valid(c, s)
-        assert cout != 16 or s["mr"] == 8  # 16 rows: two panels of 8, not three of 6
+        assert s["pack_b"] is not bool(nr) and be.valid(c, s)
+        assert not nr or s["nr"] == nr
+        assert s["mr"] == 8  # 16 rows: two panels of 8, not three of 6
 
 
 def test_32_channels_keep_pixels_as_columns():

@@ -285,6 +285,10 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     L = _header(elem, vw)
     if t.run:  # B in place through its K table, or through a pointer per row (one of them to a row of zeros)
         L.append(f"static const lum_t lum_zrow[{t.nr}] __attribute__((aligned(64)));")
+        # a row cut by the padding: its bits and a mask of the columns inside (lum_t is 4 bytes)
+        L += [f"typedef int32_t lum_iv __attribute__((vector_size({vw * 4})));",
+              f"typedef int32_t lum_ivu __attribute__((vector_size({vw * 4}), aligned(4)));",
+              f"static const lum_iv lum_iota = {{{', '.join(str(i) for i in range(vw))}}};"]
         L += _micro_kernel(t.mr, t.nr, vw, True, names_b.get((0, "k"), ("lin", 0))[0] == "tab", t.direct_a,
                            name="lum_mkt")
         L += _micro_kernel(t.mr, t.nr, vw, True, False, t.direct_a, name="lum_mkp", rows=True)
@@ -553,7 +557,7 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
     NR columns past every row's start. A panel none of whose K rows meets a mask in its columns (a conv's
     windows inside the image) takes the K table as it is; in any other (windows over the padding) each row
     is checked, and the rows that meet a mask are copied between zeros into the thread's panel buffer."""
-    nr, run, full = t.nr, t.run, kernel.full
+    nr, run, full, vw = t.nr, t.run, kernel.full, host_simd_width()
     buf = kernel.ops[plan.b].attr("buf")
     exprs = view_exprs(vb)
     step = [co[plan.n[-1]] for co, _, _ in exprs]
@@ -570,29 +574,37 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
     kmin0, kmax0 = krange(exprs[0][0])
     numel = kernel.inputs[buf].numel
     room = f"jm == {nr} || v0 + {kmax0 + nr - 1} < {numel}" if run % nr else "1"  # columns past the run's end
-    conds = []
+    conds, rowok = [], []
     for e, (co, _, bound) in enumerate(view_masks(vb), start=1):
         (kmin, kmax), s = krange(co), step[e]
+        # the mask's lowest and highest value over the panel's columns, before the K term
         lo, hi = (f"v{e} + {s} * (jm - 1)" if s < 0 else f"v{e}"), (f"v{e} + {s} * (jm - 1)" if s > 0 else f"v{e}")
-        conds.append(f"{lo} + {kmin} >= 0 && {hi} + {kmax} < {bound}")
+        L.append(f"const int64_t l{e} = {lo}, h{e} = {hi};")
+        conds.append(f"l{e} + {kmin} >= 0 && h{e} + {kmax} < {bound}")
+        rowok.append(f"(l{e} + kt{e} >= 0) & (h{e} + kt{e} < {bound})")
     kind, kv = names_b.get((0, "k"), ("lin", 0))
     bptr, bkp = ("bsrc", f"0, {kv} + pc") if kind == "tab" else (f"bsrc + pc*{kv}", f"{kv}, 0")
+    kts = [f"const int64_t kt{e} = {_term(names_b, e, 'k', 'kk') or '0'};" for e in range(len(exprs))]
     L += [f"const int room = {room};", f"if (room && {' && '.join(f'({c})' for c in conds) or '1'}) {{",
           f"    const lum_t *bsrc = in{buf} + v0;", *_indent(_mk_loop("lum_mkt", aptr, bptr, bkp, t), 4),
           "} else {",
+          # first the rows no mask cuts, branch-free (a vector loop), then the others one by one
+          f"    const lum_t *bq[{t.kc}];", "    #pragma omp simd", "    for (int64_t k = 0; k < kcur; k++) {",
+          "        const int64_t kk = pc + k;", *_indent(kts, 8),
+          f"        bq[k] = room & {' & '.join(rowok) or '1'} ? in{buf} + v0 + kt0 : 0;", "    }",
           # every row of the panel lies inside the input: a masked row is copied by a select over all NR columns
           f"    const int safe = v0 + {kmin0} >= 0 && v0 + {kmax0 + nr - 1} < {numel};",
-          f"    const lum_t *bq[{t.kc}];", "    for (int64_t k = 0; k < kcur; k++) {",
+          "    for (int64_t k = 0; k < kcur; k++) {", "        if (bq[k]) continue;",
           "        const int64_t kk = pc + k;"]
-    body = [f"const int64_t kt{e} = {_term(names_b, e, 'k', 'kk') or '0'};" for e in range(len(exprs))]
-    body.append("int64_t lo = 0, hi = jm;")
+    body = [*kts, "int64_t lo = 0, hi = jm;"]
     body += [f"{{ const int64_t v = v{e} + kt{e}; {mask_bounds('v', step[e], b)} }}"
              for e, (_, _, b) in enumerate(view_masks(vb), start=1)]
-    body += [f"const lum_t *src = in{buf} + v0 + kt0;", "if (room && lo == 0 && hi == jm) {", "    bq[k] = src;",
-             "} else if (hi <= lo) {", "    bq[k] = lum_zrow;",  # no column of the row in the input
+    body += [f"const lum_t *src = in{buf} + v0 + kt0;",
+             "if (hi <= lo) {", "    bq[k] = lum_zrow;",  # no column of the row in the input
              "} else {", f"    lum_t *restrict ds = bt + k * {nr};", "    bq[k] = ds;", "    if (safe) {",
-             "        #pragma omp simd",
-             f"        for (int64_t w = 0; w < {nr}; w++) ds[w] = w >= lo && w < hi ? src[w] : 0;",
+             "        const int32_t lo32 = (int32_t)lo, hi32 = (int32_t)hi;",
+             *[f"        {{ const lum_iv w = lum_iota + {v * vw}; *(lum_iv *)(ds + {v * vw}) = "
+               f"*(const lum_ivu *)(src + {v * vw}) & ((w >= lo32) & (w < hi32)); }}" for v in range(nr // vw)],
              "    } else {", *_indent(copy_between("ds", str(nr), "src[w]"), 8), "    }", "}"]
     L += [*_indent(body, 8), "    }", *_indent(_mk_loop("lum_mkp", aptr, "bq", "0, 0", t), 4), "}"]
     return _indent(L, 20)

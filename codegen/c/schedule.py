@@ -71,10 +71,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # is packed once, and its panels then stream contiguously: inside BERT-base, 768x768 and 768x3072 ran
     # 17% faster than with the weight read in place, 3072x768 at par
     direct = not plan.b_const and plan.b_direct and n % (2 * vw) == 0 and m <= 128
-    # a conv's input windows read in place (contraction._rows_panel) where few rows share each B panel, so
-    # that packing it is a large part of the work: 1 thread, 3x3 64->16 at 160x160 1.2-1.25x, 36->20 at 57x57
-    # 1.35x, 16->24 at 80x80 1.1x; from 32 rows on about par or slower (48->48 at 40x40 0.8x)
-    rows = plan.b_rows and m <= 24
+    rows_nr = _rows_nr(plan, vw)
     mc = _row_block(m, direct)
     nc = 128 if plan.b_const else 256
     # enough MC x NC tiles to keep every thread busy
@@ -88,15 +85,31 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     direct_a = plan.a_direct
     # N within one vector (a few rows with swapped roles): a 12 x VW tile wastes half the lanes of 6 x 2VW
     mr, nr = (12, vw) if n <= vw and not direct else (TILE[0], TILE[1] * vw)
-    if rows and -(-m // 8) * 8 < -(-m // mr) * mr:  # M = 16: two 8-row panels, not three of 6
+    # a conv (its input windows as B): 8-row tiles where they pad M no more than 6-row ones (1 thread, packed:
+    # 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x); its input read in place
+    # where the output rows take whole panels with little padding (contraction._rows_panel; with 8-row
+    # tiles, over packed ones: 64->16 at 160x160 1.35x, 32->32 at 112x112 1.08x, 64->64 at 56x56 1.03x,
+    # 36->20 at 57x57 par; 48->48 at 40x40, rows of 40 in panels of 48 or 64, 0.95x)
+    if plan.b_rows and mr == TILE[0] and -(-m // 8) * 8 <= -(-m // mr) * mr:
         mr = 8
+    if rows_nr:
+        nr = rows_nr
     # one row against a batch of B blocks (a depthwise conv: M = 1, K = its taps) reuses nothing a GEMM
     # tile could keep: loops that sum the taps over a block of output columns
     # a depthwise conv: every tap's weight in a register, each input row read in place (stencil.py)
     impl: Literal["generated", "loops", "stencil"] = "stencil" if stencil else "loops" if m == 1 and nb > 1 \
         else "generated"
-    return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=256, order="nm", pack_b=not (direct or rows),
+    return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=256, order="nm", pack_b=not (direct or rows_nr),
                         pack_a=not direct_a, lanes=LANES, threads=threads)
+
+
+def _rows_nr(plan: Plan, vw: int) -> int:
+    """The panel width a conv's output rows take with little padding (at most 15%, two vectors before one),
+    where its input may be read in place; else 0."""
+    if not plan.b_rows:
+        return 0
+    run = plan.full[plan.n[-1]]
+    return next((nr for nr in (2 * vw, vw) if -(-run // nr) * nr <= 1.15 * run), 0)
 
 
 def _row_block(m: int, direct: bool) -> int:
