@@ -136,7 +136,14 @@ class _Emitter:
         # the pixel constraints involve only the pixel and the taps (a conv's column padding): the interior and
         # each border pixel's valid taps are known here
         self.static = all(not any(c[d] for d in self.outer) for c, _, _ in self.xmasks if c[self.din])
-        self.epi = _epilogue(k, Body(k), st.red)
+        body = Body(k)
+        self.values = _values(k, body, st.red)
+        self.stores = [f"out{j}[{body.linear(Space.row)}] = {ct.store(b.dtype, f'v{o}')};"
+                       for j, (o, b) in enumerate(k.outputs)]
+        self.epi = self.values + self.stores
+        # row-space loads that read the pixel dim (a residual): lanes past the row must not read past it
+        self.epi_reads_pixel = any(op.op in (Leaf.Load, Op.Iota) and op.space is Space.row
+                                   and reads_dim(op.attr("view"), self.din) for op in k.ops)
         self.rows_valid = False  # emitting rows where every live tap's row lies inside the input (no ok tests)
         self.active: set[int] | None = None  # the live taps of the rows being emitted (None: all)
 
@@ -229,10 +236,25 @@ class _Emitter:
                 x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
             terms.append(f"w{t} * {x}")
         sums = _sums(terms, "lum_bv", "vacc") if terms else ["lum_bv vacc = {0};"]
-        return ["{", *_ind([*sums, f"float lum_tmp[{bw}];", "memcpy(lum_tmp, &vacc, sizeof vacc);",
-                            "#pragma omp simd", f"for (int j = 0; j < {min(bw, self.width - start)}; j++) {{",
-                            f"    const int64_t i{self.din} = {start} + j;", "    const float acc = lum_tmp[j];",
-                            *_ind(self.epi), "}"]), "}"]
+        lines = [*sums, f"float lum_tmp[{bw}];", "memcpy(lum_tmp, &vacc, sizeof vacc);",
+                 f"#pragma omp simd simdlen({bw})", f"for (int j = 0; j < {bw}; j++) {{"]
+        n = min(bw, self.width - start)
+        pix = f"i{self.din}"
+        if n == bw:
+            lines += [f"    const int64_t {pix} = {start} + j;", "    const float acc = lum_tmp[j];",
+                      *_ind(self.epi), "}"]
+        else:
+            # the epilogue over every lane (a loop of n < bw lanes ran 2x slower for its remainder), the stores
+            # of the row's n after it; lanes past the row repeat its last pixel where the epilogue reads pixels
+            k = self.k
+            outs = [(j, o, ct.COMPUTE[k.ops[o].dtype]) for j, (o, _) in enumerate(k.outputs)]
+            lane = f"(j < {n} ? j : {n - 1})" if self.epi_reads_pixel else "j"
+            lines = [*[f"{t} lum_o{j}[{bw}];" for j, _, t in outs], *lines,
+                     f"    const int64_t {pix} = {start} + {lane};", "    const float acc = lum_tmp[j];",
+                     *_ind(self.values), *[f"    lum_o{j}[j] = v{o};" for j, o, _ in outs], "}",
+                     f"for (int j = 0; j < {n}; j++) {{", f"    const int64_t {pix} = {start} + j;",
+                     *[f"    const {t} v{o} = lum_o{j}[j];" for j, o, t in outs], *_ind(self.stores), "}"]
+        return ["{", *_ind(lines), "}"]
 
     def in_buffer(self, starts: list[int], bw: int) -> list[str]:
         """Conditions that the border vectors from ``starts`` read inside the input buffer: a tap's lanes outside
@@ -412,11 +434,10 @@ def _ind(lines: list[str]) -> list[str]:
     return ["    " + x for x in lines]
 
 
-def _epilogue(k: Kernel, body: Body, red: int) -> list[str]:
-    """The row-space values after the sum ``acc`` of the taps, and the outputs' stores."""
+def _values(k: Kernel, body: Body, red: int) -> list[str]:
+    """The row-space values after the sum ``acc`` of the taps (the epilogue before its stores)."""
     st = [f"const float v{red} = acc;"]
     for n, op in enumerate(k.ops):
         if op.space is Space.row and n != red:
             st += body.value(n)
-    rlin = body.linear(Space.row)
-    return st + [f"out{j}[{rlin}] = {ct.store(b.dtype, f'v{o}')};" for j, (o, b) in enumerate(k.outputs)]
+    return st
