@@ -171,3 +171,14 @@ def test_random_points_of_a_conv_space_are_correct():
     assert any(not s["pack_b"] and s["impl"] == "generated" for s in picked)
     for s in picked:
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("spatial,k,pads", [((45,), 5, ((2, 1),)), ((5, 6, 37), 3, ((1, 1), (0, 1), (1, 1)))])
+def test_1d_and_3d_convs(spatial, k, pads):
+    """Runs of the innermost output dim in one and three spatial dims (the outer ones unravelled per run)."""
+    nd = len(spatial)
+    x = Tensor.input("x", (2, 6, *spatial), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((9, 6) + (k,) * nd).astype(np.float32))
+    outs = [_out(s, k, 1, 1, p) for s, p in zip(spatial, pads)]
+    g = _graph([x], [conv(x, wt, 1, [1] * nd, [1] * nd, list(pads), outs).relu()])
+    _check_in_place(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})

@@ -280,7 +280,9 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     va, vb = oa.attr("view"), ob.attr("view")
     groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
     fill_a, names_a, len_a = _tables("ta", va, groups, kernel.full)
-    fill_b, names_b, len_b = _tables("tb", vb, groups, kernel.full)
+    # read by runs (``t.run``), B's N terms are found per panel from its run and column, not from tables
+    fill_b, names_b, len_b = _tables("tb", vb, {g: ds for g, ds in groups.items() if g != "n" or not t.run},
+                                     kernel.full)
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
     L = _header(elem, vw)
     if t.run:  # B in place through its K table, or through a pointer per row (one of them to a row of zeros)
@@ -302,7 +304,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     L.append("    {")
     if not t.direct_a:
         L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
-    pack_b = _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr)
+    pack_b = [] if t.run else _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr)
     if t.size_b or t.once:
         L += _pack_b_all(pack_b, t)
     aptr = _a_source(oa.attr("buf"), va, names_a, t)
@@ -566,10 +568,15 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
         lo = sum(min(0, co[d] * (full[d] - 1)) for d in plan.k)
         return lo, sum(max(0, co[d] * (full[d] - 1)) for d in plan.k)
 
-    L = [f"const int64_t p = jc / {nr} + jr, c0 = p % {-(-run // nr)} * {nr};",
-         f"const int64_t n0 = p / {-(-run // nr)} * {run} + c0, jm = lum_min64({nr}, {run} - c0);"]
-    for e, (_, const, _) in enumerate(exprs):
-        parts = [x for x in (_term(names_b, e, "batch", "ib"), _term(names_b, e, "n", "n0")) if x]
+    from .emit import unravel
+
+    outer, inner = plan.n[:-1], plan.n[-1]
+    L = [f"const int64_t p = jc / {nr} + jr, row = p / {-(-run // nr)}, c0 = p % {-(-run // nr)} * {nr};",
+         f"const int64_t jm = lum_min64({nr}, {run} - c0); (void)row;"]
+    for e, (co, const, _) in enumerate(exprs):  # the panel's first column: batch, run and column terms
+        parts = [x for x in (_term(names_b, e, "batch", "ib"),) if x]
+        parts += [f"{co[d]}*{ix}" for d, ix in zip(outer, unravel("row", tuple(full[d] for d in outer))) if co[d]]
+        parts += [f"{co[inner]}*c0"] if co[inner] else []
         L.append(f"const int64_t v{e} = {' + '.join([*parts, str(const)])};")
     kmin0, kmax0 = krange(exprs[0][0])
     numel = kernel.inputs[buf].numel
