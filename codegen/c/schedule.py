@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Literal
 
 from ...target import host_simd_width as simd_width
@@ -57,7 +58,9 @@ def default_schedule(kernel: Kernel, threads: int) -> Schedule:
 def typed_default(kernel: Kernel, threads: int) -> CSchedule:
     plan = plan_contraction(kernel)
     if plan is not None:
-        return _gemm_default(plan, threads, stencil_default(kernel))
+        if stencil_default(kernel):  # loops over rows, as a reduction's: a thread per GRAIN operations
+            return replace(_gemm_default(plan, threads, True), threads=threads_for(kernel, threads))
+        return _gemm_default(plan, threads)
     if kernel.reduce_axes:
         return ReductionSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), rows_per_thread=0,
                                  stash=True, lanes=LANES if lanes_apply(kernel) else None)
