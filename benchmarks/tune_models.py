@@ -4,7 +4,9 @@ The three run interleaved, round by round (luminal bench's measure_interleaved),
 inputs and the same thread count; the tuned model is also checked against the untuned one.
 
     python examples/export_models.py --small-only      # once
-    python benchmarks/tune_models.py --budget 10m [--size small|full|all] [--only NAME] [--json out.json]
+    python benchmarks/tune_models.py --budget 10m [--size small|full|cnn|all] [--only NAME] [--json out.json]
+
+``--size cnn`` tunes the CNN group of benchmarks/cpu_models.py (examples/export_models.py --sizes cnn).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", default="10m")
-    ap.add_argument("--size", default="small", choices=("small", "full", "all"))
+    ap.add_argument("--size", default="small", choices=("small", "full", "cnn", "all"))
     ap.add_argument("--only", default="", help="substring of model file names")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--rounds", type=int, default=30)
