@@ -97,9 +97,10 @@ def test_input_feeding_many_outputs_offers_the_stencil_without_defaulting_to_it(
     _check([x], _conv(x, 16, 1, (3, 3), 2), stencil=False)
 
 
+@pytest.mark.parametrize("hw", [14, 37])  # a row of one vector; rows of two, computed two rows at a time
 @pytest.mark.parametrize("epilogue", ["bias_relu", "hardswish", "silu", "residual"])
-def test_fused_epilogues(epilogue):
-    x = Tensor.input("x", (2, 24, 14, 14), DType.float32)
+def test_fused_epilogues(epilogue, hw):
+    x = Tensor.input("x", (2, 24, hw, hw), DType.float32)
     y = _bias(_conv(x, 24, 24, (3, 3)))
     inputs = [x]
     if epilogue == "bias_relu":

@@ -221,42 +221,84 @@ class _Emitter:
         return ["for (int seg = 0; seg < 2; seg++) {", f"    {segments}",
                 f"    for (int {pix} = e0; {pix} < e1; {pix}++) {{", *_ind(_ind(_sums(terms) + self.epi)), "    }", "}"]
 
-    def border_vector(self, start: int, bw: int) -> list[str]:
-        """The ``bw`` pixels from ``start`` as one vector (static constraints): each tap's lanes loaded whole, the
-        ones outside its window set to zero by a constant mask (the caller checks that the loads stay inside the
-        input buffer), then the epilogue over the lanes."""
+    def _vterm(self, t: int, tap: _Tap, start: int, bw: int, shift: int) -> str | None:
+        """Tap ``t``'s product over the ``bw`` lanes from pixel ``start`` of the row ``shift`` elements past the
+        pointers' (None: no lane reads inside its window): loaded whole, the lanes outside the window set to zero
+        by a constant mask."""
+        lanes = self._lanes(tap, start, bw)
+        if not any(lanes):
+            return None
         step = self.st.step
-        terms = []
-        for t, tap in self._live():
-            lanes = self._lanes(tap, start, bw)
-            if not any(lanes):
-                continue
-            x = f"lum_ld{step}(p{t} + {step * start})"
-            if not all(lanes):
-                x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
-            terms.append(f"w{t} * {x}")
+        x = f"lum_ld{step}(p{t} + {shift + step * start})"
+        if not all(lanes):
+            x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
+        return f"w{t} * {x}"
+
+    def border_vector(self, start: int, bw: int) -> list[str]:
+        """The ``bw`` pixels from ``start`` as one vector (static constraints; the caller checks that the loads
+        stay inside the input buffer), then the epilogue over the lanes."""
+        terms = [x for t, tap in self._live() if (x := self._vterm(t, tap, start, bw, 0)) is not None]
         sums = _sums(terms, "lum_bv", "vacc") if terms else ["lum_bv vacc = {0};"]
-        lines = [*sums, f"float lum_tmp[{bw}];", "memcpy(lum_tmp, &vacc, sizeof vacc);",
+        return ["{", *_ind(sums + self._lanes_epilogue(start, bw, "vacc")), "}"]
+
+    def _lanes_epilogue(self, start: int, bw: int, vacc: str) -> list[str]:
+        """The epilogue and stores of the vector ``vacc`` of the ``bw`` pixels from ``start``."""
+        lines = [f"float lum_tmp[{bw}];", f"memcpy(lum_tmp, &{vacc}, sizeof {vacc});",
                  f"#pragma omp simd simdlen({bw})", f"for (int j = 0; j < {bw}; j++) {{"]
         n = min(bw, self.width - start)
         pix = f"i{self.din}"
         if n == bw:
-            lines += [f"    const int64_t {pix} = {start} + j;", "    const float acc = lum_tmp[j];",
-                      *_ind(self.epi), "}"]
-        else:
-            # the epilogue over every lane (a loop of n < bw lanes ran 2x slower for its remainder), the stores
-            # of the row's n after it; lanes past the row repeat its last pixel where the epilogue reads pixels
-            k = self.k
-            outs = [(j, o, ct.COMPUTE[k.ops[o].dtype]) for j, (o, _) in enumerate(k.outputs)]
-            lane = f"(j < {n} ? j : {n - 1})" if self.epi_reads_pixel else "j"
-            lines = [*[f"{t} lum_o{j}[{bw}];" for j, _, t in outs], *lines,
-                     f"    const int64_t {pix} = {start} + {lane};", "    const float acc = lum_tmp[j];",
-                     *_ind(self.values), *[f"    lum_o{j}[j] = v{o};" for j, o, _ in outs], "}",
-                     f"for (int j = 0; j < {n}; j++) {{", f"    const int64_t {pix} = {start} + j;",
-                     *[f"    const {t} v{o} = lum_o{j}[j];" for j, o, t in outs], *_ind(self.stores), "}"]
-        return ["{", *_ind(lines), "}"]
+            return [*lines, f"    const int64_t {pix} = {start} + j;", "    const float acc = lum_tmp[j];",
+                    *_ind(self.epi), "}"]
+        # the epilogue over every lane (a loop of n < bw lanes ran 2x slower for its remainder), the stores of
+        # the row's n after it; lanes past the row repeat its last pixel where the epilogue reads pixels
+        k = self.k
+        outs = [(j, o, ct.COMPUTE[k.ops[o].dtype]) for j, (o, _) in enumerate(k.outputs)]
+        lane = f"(j < {n} ? j : {n - 1})" if self.epi_reads_pixel else "j"
+        return [*[f"{t} lum_o{j}[{bw}];" for j, _, t in outs], *lines,
+                f"    const int64_t {pix} = {start} + {lane};", "    const float acc = lum_tmp[j];",
+                *_ind(self.values), *[f"    lum_o{j}[j] = v{o};" for j, o, _ in outs], "}",
+                f"for (int j = 0; j < {n}; j++) {{", f"    const int64_t {pix} = {start} + j;",
+                *[f"    const {t} v{o} = lum_o{j}[j];" for j, o, t in outs], *_ind(self.stores), "}"]
 
-    def in_buffer(self, starts: list[int], bw: int) -> list[str]:
+    def pair(self, dr: int, bw: int) -> tuple[list[str], str]:
+        """(statements, condition): two neighbouring rows away from the padding at once (kept dim ``dr`` and the
+        next), tap by tap, so that each weight is loaded once for both rows' vectors; the condition that their
+        border vectors read inside the input buffer."""
+        shift = self.xco[dr]
+        lo, hi = self.bounds()
+        starts, a, b = self.runs(lo, hi, bw)
+        sums = [f"lum_bv va{r}_{i} = {{0}};" for r in range(2) for i in range(len(starts))]
+        for t, tap in self._live():
+            for r in range(2):
+                for i, start in enumerate(starts):
+                    if (x := self._vterm(t, tap, start, bw, r * shift)) is not None:
+                        sums.append(f"va{r}_{i} += {x};")
+        second = [f"const int64_t lum_r = i{dr} + 1;", "{", f"    const int64_t i{dr} = lum_r;"]
+        lines = [*sums, *[x for i, start in enumerate(starts) for x in ["{", *_ind(
+            self._lanes_epilogue(start, bw, f"va0_{i}")), "}"]]]
+        lines += [*second, *_ind([x for i, start in enumerate(starts) for x in ["{", *_ind(
+            self._lanes_epilogue(start, bw, f"va1_{i}")), "}"]]), "}"]
+        if a < b:
+            pix = f"i{self.din}"
+            rows = []
+            for r in range(2):
+                terms = _sums([f"w{t} * p{t}[{r * shift} + {_times(self.st.step, pix)}]" for t, _ in self._live()])
+                rows += ["{", *_ind([*([second[0], second[2].strip()] if r else []), *terms, *self.epi]), "}"]
+            lines += [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {a}; {pix} < {b}; {pix}++) {{",
+                      *_ind(rows), "}"]
+        safe = [*self.in_buffer(starts, bw), *self.in_buffer(starts, bw, shift)]
+        return ["{", *_ind(lines), "}"], " && ".join(safe) or "1"
+
+    def runs(self, lo: int, hi: int, bw: int) -> tuple[list[int], int, int]:
+        """(starts of the border vectors, a, b): the unmasked run [a, b) between them."""
+        width = self.width
+        if width <= bw:  # one vector (its lanes past the row not stored)
+            return [0], width, width
+        starts = [*([0] if lo else []), *([width - bw] if hi < width else [])]
+        return starts, (bw if lo else 0), (width - bw if hi < width else width)
+
+    def in_buffer(self, starts: list[int], bw: int, shift: int = 0) -> list[str]:
         """Conditions that the border vectors from ``starts`` read inside the input buffer: a tap's lanes outside
         its window read the input's neighbouring elements, which exist except before the first row and after
         the last; at stride 2 the second load of the last lane reaches one element further."""
@@ -283,7 +325,8 @@ class _Emitter:
         if self.rows_valid and out:
             ex = ["0" if d == self.din or d in self.k.reduce_axes else f"i{d}" for d in range(len(self.k.full))]
             row = affine(self.xco, self.xk, ex)
-            return [f"{row} + {min(lows)} >= 0" if lows else "1", f"{row} + {max(highs)} < {numel}" if highs else "1"]
+            return [f"{row} + {shift + min(lows)} >= 0" if lows else "1",
+                    f"{row} + {shift + max(highs)} < {numel}" if highs else "1"]
         return out
 
     def row_range(self) -> tuple[int, int, int] | None:
@@ -333,12 +376,9 @@ class _Emitter:
         scalar = self.border_loop(f"const int e0 = seg ? {hi} : 0, e1 = seg ? {width} : {lo};")
         if not bw:
             return [*self.interior(str(lo), str(hi)), *scalar], 0
-        a, b = (bw if lo else 0), (width - bw if hi < width else width)
         # the whole vectors' lanes outside a tap's window read the input's neighbouring elements, which exist
         # except before the first row and after the last
-        if width <= bw:  # one vector (its lanes past the row not stored)
-            a = b = width
-        starts = [0] if width <= bw else [*([0] if lo else []), *([width - bw] if hi < width else [])]
+        starts, a, b = self.runs(lo, hi, bw)
         safe = " && ".join(self.in_buffer(starts, bw)) or "1"
         vec = [line for start in starts for line in self.border_vector(start, bw)]
         return [f"const int safe = {safe};", "if (safe) {", *_ind(vec), "} else {", *_ind(scalar), "}",
@@ -365,7 +405,14 @@ class _Emitter:
             # the row's, which spares the registers 25 pointers (a 5x5 window) would take
             self.rows_valid = True
             dr, r0, r1 = rows_in
-            row += [f"if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(self.row_head() + self.body()[0])]
+            single = self.row_head() + self.body()[0]
+            # in pairs where rows have a vector at each end (stride 2 and rows of one vector measured slower)
+            if bw and rdims == [dr] and r1 - r0 >= 2 and self.st.step == 1 and width > bw:
+                pair, safe = self.pair(dr, bw)
+                row += [f"if (i{dr} >= {r0} && i{dr} + 1 < {r1} && {safe}) {{", *_ind(self.row_head() + pair),
+                        "    r++;", f"}} else if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
+            else:
+                row += [f"if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
             edge = [v for v in range(k.full[dr]) if not r0 <= v < r1]
             if len(edge) <= EDGE_ROWS:
                 # each row in the padding with the taps whose rows lie inside the input only
