@@ -1,5 +1,6 @@
-"""Convolutions whose input windows the C GEMM reads in place (``pack_b`` off on a conv: B panels within runs of
-output columns, rows over the padding copied between zeros) against the reference executor."""
+"""Convolutions whose input windows the C GEMM reads by rows (``pack_b`` off on a conv: B panels within runs of
+output columns, read in place, rows over the padding copied between zeros; with a stride along the rows,
+gathered) against the reference executor."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def _check_in_place(g, feeds, rtol=2e-5, atol=2e-5):
     be = CPUBackend()
     for s in _in_place_schedules(be, c):
         assert be.valid(c, s), s
-        assert "lum_mkt(" in be.source(c, s)  # the micro-kernel reading B in place
+        src = be.source(c, s)
+        assert "lum_mkp(" in src and ("lum_mkt(" in src) == (plan.b_rows == 1)  # B in place with unit stride
         compare_cpu(g, feeds, rtol, atol, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
@@ -90,6 +92,8 @@ def _check_in_place(g, feeds, rtol=2e-5, atol=2e-5):
     (2, 8, 12, (7, 33), (1, 1), 1, ((1, 1), (1, 1)), 2),      # two groups, batch 2
     (1, 3, 5, (10, 50), (1, 1), 1, ((0, 2), (3, 1)), 1),      # asymmetric pads
     (1, 3, 9, (6, 41), (1, 1), 1, ((0, 0), (0, 0)), 1),       # no padding: no masks, rows narrower than the input
+    (2, 3, 16, (21, 67), (2, 2), 1, ((1, 1), (1, 1)), 1),     # stride 2: rows gathered
+    (1, 4, 5, (14, 50), (1, 3), 2, ((1, 2), (0, 3)), 1),      # stride 3 along rows, dilation 2, asymmetric pads
 ])
 def test_conv_input_read_in_place(n, cin, cout, hw, stride, dil, pads, group):
     g, feeds = _conv_graph(n, cin, cout, hw, stride=stride, dil=dil, pads=pads, group=group)
@@ -122,9 +126,11 @@ def test_int32_conv_is_exact():
         assert np.array_equal(got, want.reshape(got.shape))
 
 
-def test_stride_2_along_rows_is_packed():
-    """Windows two apart along the output rows are no unit-stride run: B is packed, as before."""
-    g, _ = _conv_graph(1, 4, 6, (9, 40), stride=(2, 2))
+def test_reversed_rows_are_packed():
+    """Windows walking the input backwards along the rows are no run to read or gather: B is packed."""
+    x = Tensor.input("x", (1, 4, 9, 40), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((6, 4, 3, 3)).astype(np.float32))
+    g = _graph([x], [conv(x.flip(3), wt, 1, [1, 1], [1, 1], [(1, 1), (1, 1)], [9, 40])])
     _, c = _the_conv(g)
     be = CPUBackend()
     assert not plan_contraction(c).b_rows
@@ -143,6 +149,11 @@ def test_default_reads_in_place_where_rows_take_whole_panels():
         assert s["pack_b"] is not bool(nr) and be.valid(c, s)
         assert not nr or s["nr"] == nr
         assert s["mr"] == 8  # 16 rows: two panels of 8, not three of 6
+    # a strided conv's rows are gathered by default where few rows share each panel
+    for cout, gathered in ((16, True), (64, False)):
+        g, _ = _conv_graph(1, 3, cout, (12, 8 * vw), stride=(2, 2))
+        _, c = _the_conv(g)
+        assert be.default_schedule(c)["pack_b"] is not gathered
 
 
 def test_32_channels_keep_pixels_as_columns():
@@ -181,4 +192,14 @@ def test_1d_and_3d_convs(spatial, k, pads):
     wt = Tensor.const(RNG.standard_normal((9, 6) + (k,) * nd).astype(np.float32))
     outs = [_out(s, k, 1, 1, p) for s, p in zip(spatial, pads)]
     g = _graph([x], [conv(x, wt, 1, [1] * nd, [1] * nd, list(pads), outs).relu()])
+    _check_in_place(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+
+
+def test_input_flipped_along_rows_and_channels():
+    """Negative strides over the outer N dim and over K (a view, not a copy): offsets and mask ranges by sign."""
+    x = Tensor.input("x", (1, 5, 10, 36), DType.float32)
+    v = x.flip(2).flip(1).pad(((0, 0), (0, 0), (2, 0), (1, 1)))
+    wt = Tensor.const(RNG.standard_normal((7, 5, 3, 3)).astype(np.float32))
+    y = conv(v, wt, 1, [1, 1], [1, 1], [(0, 1), (0, 0)], [11, 36])
+    g = _graph([x], [y.relu()])
     _check_in_place(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})

@@ -53,9 +53,10 @@ class Plan(Contraction):
     b_direct: bool = False  # B is float32/int32, unmasked, unit stride over flattened N: readable unpacked
     a_direct: bool = False  # A is float32/int32, unmasked, unit stride over flattened K, affine rows
     b_const: bool = False  # B is a model weight: packed once, on the first call, into a buffer the caller keeps
-    # B (not a weight, not b_direct) has unit stride along its innermost N dim, whatever its masks and other
-    # strides (a conv's input windows): its panels may lie within runs of that dim and be read in place
-    b_rows: bool = False
+    # B's stride along its innermost N dim where B (not a weight, not b_direct) may be read by runs of that dim,
+    # whatever its masks and other strides (a conv's input windows): in place where it is 1, else gathered
+    # row by row; 0 where not
+    b_rows: int = 0
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -74,8 +75,8 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
     a_direct = (kernel.ops[c.a].dtype in _DIRECT and not va.mask and bool(c.k)
                 and run_coeff(va.strides, c.k, c.full) == 1 and run_coeff(va.strides, c.m, c.full) is not None)
     b_const = kernel.inputs[kernel.ops[c.b].attr("buf")].constant
-    b_rows = (kernel.ops[c.b].dtype in _DIRECT and not b_direct and not b_const and bool(c.n)
-              and vb.strides[c.n[-1]] == 1)
+    b_rows = (vb.strides[c.n[-1]] if kernel.ops[c.b].dtype in _DIRECT and not b_direct and not b_const
+              and c.n and vb.strides[c.n[-1]] > 0 else 0)
     return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
                 b_const=b_const, b_rows=b_rows)
 
@@ -291,8 +292,9 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         L += [f"typedef int32_t lum_iv __attribute__((vector_size({vw * 4})));",
               f"typedef int32_t lum_ivu __attribute__((vector_size({vw * 4}), aligned(4)));",
               f"static const lum_iv lum_iota = {{{', '.join(str(i) for i in range(vw))}}};"]
-        L += _micro_kernel(t.mr, t.nr, vw, True, names_b.get((0, "k"), ("lin", 0))[0] == "tab", t.direct_a,
-                           name="lum_mkt")
+        if vb.strides[plan.n[-1]] == 1:
+            L += _micro_kernel(t.mr, t.nr, vw, True, names_b.get((0, "k"), ("lin", 0))[0] == "tab", t.direct_a,
+                               name="lum_mkt")
         L += _micro_kernel(t.mr, t.nr, vw, True, False, t.direct_a, name="lum_mkp", rows=True)
     else:
         L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
@@ -554,15 +556,18 @@ def _mk_loop(fn: str, aptr: str, bptr: str, bkp: str, t: _Tiling) -> list[str]:
 
 def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling, aptr: str) -> list[str]:
     """B panel ``jr`` with ``run``: NR columns within one run of the innermost N dim, ``jm`` of them in it.
-    B is read in place: row k at the panel's base + its K term (unaligned), columns past the run reading
-    whatever lies next in the input (they land in tile columns the epilogue skips), where the input holds
-    NR columns past every row's start. A panel none of whose K rows meets a mask in its columns (a conv's
-    windows inside the image) takes the K table as it is; in any other (windows over the padding) each row
-    is checked, and the rows that meet a mask are copied between zeros into the thread's panel buffer."""
+    With unit stride along the run B is read in place: row k at the panel's base + its K term (unaligned),
+    columns past the run reading whatever lies next in the input (they land in tile columns the epilogue
+    skips), where the input holds NR columns past every row's start. A panel none of whose K rows meets a
+    mask in its columns (a conv's windows inside the image) takes the K table as it is; in any other
+    (windows over the padding) each row is checked, and the rows that meet a mask are copied between zeros
+    into the thread's panel buffer. With a larger stride (a strided conv) every row is gathered into that
+    buffer, whole rows by one fixed-length strided copy."""
     nr, run, full, vw = t.nr, t.run, kernel.full, host_simd_width()
     buf = kernel.ops[plan.b].attr("buf")
     exprs = view_exprs(vb)
     step = [co[plan.n[-1]] for co, _, _ in exprs]
+    direct = step[0] == 1
 
     def krange(co: tuple[int, ...]) -> tuple[int, int]:
         lo = sum(min(0, co[d] * (full[d] - 1)) for d in plan.k)
@@ -579,8 +584,8 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
         parts += [f"{co[inner]}*c0"] if co[inner] else []
         L.append(f"const int64_t v{e} = {' + '.join([*parts, str(const)])};")
     kmin0, kmax0 = krange(exprs[0][0])
-    numel = kernel.inputs[buf].numel
-    room = f"jm == {nr} || v0 + {kmax0 + nr - 1} < {numel}" if run % nr else "1"  # columns past the run's end
+    numel, last = kernel.inputs[buf].numel, kmax0 + step[0] * (nr - 1)  # the farthest element a row reads
+    room = f"jm == {nr} || v0 + {last} < {numel}" if run % nr else "1"  # columns past the run's end
     conds, rowok = [], []
     for e, (co, _, bound) in enumerate(view_masks(vb), start=1):
         (kmin, kmax), s = krange(co), step[e]
@@ -592,27 +597,41 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
     kind, kv = names_b.get((0, "k"), ("lin", 0))
     bptr, bkp = ("bsrc", f"0, {kv} + pc") if kind == "tab" else (f"bsrc + pc*{kv}", f"{kv}, 0")
     kts = [f"const int64_t kt{e} = {_term(names_b, e, 'k', 'kk') or '0'};" for e in range(len(exprs))]
-    L += [f"const int room = {room};", f"if (room && {' && '.join(f'({c})' for c in conds) or '1'}) {{",
-          f"    const lum_t *bsrc = in{buf} + v0;", *_indent(_mk_loop("lum_mkt", aptr, bptr, bkp, t), 4),
-          "} else {",
-          # first the rows no mask cuts, branch-free (a vector loop), then the others one by one
-          f"    const lum_t *bq[{t.kc}];", "    #pragma omp simd", "    for (int64_t k = 0; k < kcur; k++) {",
+    L.append(f"const int room = {room};")
+    if direct:
+        L += [f"if (room && {' && '.join(f'({c})' for c in conds) or '1'}) {{",
+              f"    const lum_t *bsrc = in{buf} + v0;", *_indent(_mk_loop("lum_mkt", aptr, bptr, bkp, t), 4),
+              "} else {"]
+    else:
+        L.append("{")
+    gather = f"for (int64_t w = 0; w < {nr}; w++) ds[w] = src[{step[0]} * w];"
+    # first the rows no mask cuts, branch-free (a vector loop), then the others one by one
+    L += [f"    const lum_t *bq[{t.kc}];", "    #pragma omp simd", "    for (int64_t k = 0; k < kcur; k++) {",
           "        const int64_t kk = pc + k;", *_indent(kts, 8),
           f"        bq[k] = room & {' & '.join(rowok) or '1'} ? in{buf} + v0 + kt0 : 0;", "    }",
           # every row of the panel lies inside the input: a masked row is copied by a select over all NR columns
-          f"    const int safe = v0 + {kmin0} >= 0 && v0 + {kmax0 + nr - 1} < {numel};",
-          "    for (int64_t k = 0; k < kcur; k++) {", "        if (bq[k]) continue;",
-          "        const int64_t kk = pc + k;"]
+          f"    const int safe = v0 + {kmin0} >= 0 && v0 + {last} < {numel}; (void)safe;",
+          "    for (int64_t k = 0; k < kcur; k++) {"]
+    if direct:
+        L.append("        if (bq[k]) continue;")
+    else:
+        L += ["        if (bq[k]) {", "            const lum_t *restrict src = bq[k];",
+              f"            lum_t *restrict ds = bt + k * {nr};", "            #pragma omp simd",
+              f"            {gather}", "            bq[k] = ds;", "            continue;", "        }"]
+    L.append("        const int64_t kk = pc + k;")
     body = [*kts, "int64_t lo = 0, hi = jm;"]
     body += [f"{{ const int64_t v = v{e} + kt{e}; {mask_bounds('v', step[e], b)} }}"
              for e, (_, _, b) in enumerate(view_masks(vb), start=1)]
     body += [f"const lum_t *src = in{buf} + v0 + kt0;",
              "if (hi <= lo) {", "    bq[k] = lum_zrow;",  # no column of the row in the input
-             "} else {", f"    lum_t *restrict ds = bt + k * {nr};", "    bq[k] = ds;", "    if (safe) {",
-             "        const int32_t lo32 = (int32_t)lo, hi32 = (int32_t)hi;",
-             *[f"        {{ const lum_iv w = lum_iota + {v * vw}; *(lum_iv *)(ds + {v * vw}) = "
-               f"*(const lum_ivu *)(src + {v * vw}) & ((w >= lo32) & (w < hi32)); }}" for v in range(nr // vw)],
-             "    } else {", *_indent(copy_between("ds", str(nr), "src[w]"), 8), "    }", "}"]
+             "} else {", f"    lum_t *restrict ds = bt + k * {nr};", "    bq[k] = ds;"]
+    if direct:
+        body += ["    if (safe) {", "        const int32_t lo32 = (int32_t)lo, hi32 = (int32_t)hi;",
+                 *[f"        {{ const lum_iv w = lum_iota + {v * vw}; *(lum_iv *)(ds + {v * vw}) = "
+                   f"*(const lum_ivu *)(src + {v * vw}) & ((w >= lo32) & (w < hi32)); }}" for v in range(nr // vw)],
+                 "    } else {", *_indent(copy_between("ds", str(nr), "src[w]"), 8), "    }", "}"]
+    else:
+        body += [*_indent(copy_between("ds", str(nr), f"src[{step[0]} * w]"), 4), "}"]
     L += [*_indent(body, 8), "    }", *_indent(_mk_loop("lum_mkp", aptr, "bq", "0, 0", t), 4), "}"]
     return _indent(L, 20)
 
