@@ -160,12 +160,18 @@ def _trial(rec: dict) -> dict:
 FUSION_PREFIX = "fusion-"  # codegen.partition.fusion_key: a graph's tuned fusion decisions
 
 
+def _int_lists(value: object, n: int) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(e, list) and len(e) == n and all(type(x) is int and x >= 0 for x in e) for e in value)
+
+
 def _fusion_config(config: dict) -> None:
-    """A fusion winner's config is {"unfused": [[producer, consumer, slot], ...]}."""
-    edges = config.get("unfused")
-    if set(config) != {"unfused"} or not isinstance(edges, list) or not all(
-            isinstance(e, list) and len(e) == 3 and all(type(x) is int and x >= 0 for x in e) for e in edges):
-        raise Bad("field 'config' of a fusion winner must be {\"unfused\": [[producer, consumer, slot], ...]}")
+    """A fusion winner's config is {"unfused": [[producer, consumer, slot], ...]}, with the convolutions it
+    computes by Winograd where any ("winograd": [[node, tile], ...])."""
+    if not {"unfused"} <= set(config) <= {"unfused", "winograd"} or not _int_lists(config["unfused"], 3) \
+            or not _int_lists(config.get("winograd", []), 2):
+        raise Bad("field 'config' of a fusion winner must be {\"unfused\": [[producer, consumer, slot], ...]} "
+                  "(and \"winograd\": [[node, tile], ...])")
 
 
 def _winner(rec: dict) -> dict:

@@ -5,6 +5,9 @@ producer->consumer edge that may fuse (the consumer reads the producer's value
 at the same element, or a reduction row broadcast back over its row), and
 ``partition(graph, decisions)`` fuses the edges whose decision is True (all of
 them by default) as far as kernel forms allow without creating a cycle.
+
+Decisions may also choose an algorithm per convolution (``Winograd``): ``lower(graph, decisions)`` rewrites
+the graph for them first (``apply_algorithms``), then partitions it.
 """
 
 from __future__ import annotations
@@ -12,13 +15,28 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..ir import winograd
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.nogc import gc_paused
 from ..ir.view import View, contiguous_strides
 from .kernel import LEAF_OPS, Buffer, Kernel, KOp, Leaf, Space, multiplies_as_matmul, reads_dim
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
+
+
+@dataclass(frozen=True)
+class Winograd:
+    """Compute the convolution whose SumReduce is node ``node`` of the toposort by Winograd F(tile x tile, 3 x 3)
+    (``ir.winograd``); without one (or with its decision False) a convolution stays one contraction."""
+
+    node: int
+    tile: int = 2
+
+
+Decision = Edge | Winograd
+Decisions = dict[Decision, bool]
 
 
 def _same_order(v: View, producer: Node) -> bool:
@@ -161,7 +179,8 @@ class _Grouping:
 
 @gc_paused()
 def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[Kernel]:
-    """Kernels in launch order. ``decisions`` maps fusible edges to yes/no (default yes)."""
+    """Kernels in launch order. ``decisions`` maps fusible edges to yes/no (default yes); algorithm decisions are
+    ``lower``'s."""
     order = graph.toposort()
     grouping = _Grouping({n.id: i for i, n in enumerate(order)},
                          {e for e in fusible_edges(graph) if (decisions or {}).get(e, True)})
@@ -189,10 +208,59 @@ def fusion_key(graph: Graph, default_kernels: list[Kernel] | None = None) -> str
     return f"fusion-{graph_signature(graph, default_kernels)}"
 
 
-def decisions_from_config(graph: Graph, config: dict) -> dict[Edge, bool]:
-    """Decode a fusion winner's config ({"unfused": [[producer, consumer, slot], ...]})."""
+def decisions_from_config(graph: Graph, config: dict[str, Any]) -> Decisions:
+    """Decode a fusion winner's config ({"unfused": [[producer, consumer, slot], ...], "winograd": [[node, tile],
+    ...]}; a record without "winograd" computes every convolution directly)."""
     edges = set(fusible_edges(graph))
-    return {e: False for e in (tuple(x) for x in config.get("unfused", [])) if e in edges}
+    out: Decisions = {e: False for e in (tuple(x) for x in config.get("unfused", [])) if e in edges}
+    convs = set(winograd_convs(graph))
+    chosen = config.get("winograd")
+    for item in chosen if isinstance(chosen, list) else []:
+        if isinstance(item, list) and len(item) == 2 and all(type(x) is int for x in item) \
+                and item[0] in convs and item[1] in winograd.TILES:
+            out[Winograd(item[0], item[1])] = True
+    return out
+
+
+def decisions_config(decisions: Decisions) -> dict[str, list[list[int]]]:
+    """A fusion winner's config: the edges left unfused, and the convolutions computed by Winograd (where any)."""
+    config = {"unfused": sorted([list(e) for e, v in decisions.items() if not isinstance(e, Winograd) and not v])}
+    chosen = sorted([[w.node, w.tile] for w, v in decisions.items() if isinstance(w, Winograd) and v])
+    return config | {"winograd": chosen} if chosen else config
+
+
+def winograd_convs(graph: Graph) -> list[int]:
+    """The toposort positions of the convolutions a ``Winograd`` decision may take (3 x 3, unit steps)."""
+    pos = {n.id: i for i, n in enumerate(graph.toposort())}
+    return [pos[n.id] for n in winograd.eligible(graph)]
+
+
+def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, dict[Edge, bool]]:
+    """The graph with the algorithms ``decisions`` choose, and their edge decisions on its nodes (an edge to or
+    from a rewritten convolution holds for its new last node; edges of the new nodes take the default)."""
+    edges = {e: v for e, v in (decisions or {}).items() if not isinstance(e, Winograd)}
+    order = graph.toposort()
+    chosen: dict[int, int] = {}
+    for w, v in (decisions or {}).items():
+        if isinstance(w, Winograd) and v and w.node < len(order):
+            chosen[order[w.node].id] = max(w.tile, chosen.get(order[w.node].id, 0))
+    if not chosen:
+        return graph, edges
+    new, moved = winograd.rewrite(graph, chosen)
+    pos = {n.id: i for i, n in enumerate(new.toposort())}
+    at = [pos[m.id] if (m := moved.get(n.id)) is not None else None for n in order]
+    out: dict[Edge, bool] = {}
+    for (p, c, slot), v in edges.items():
+        a, b = at[p] if p < len(at) else None, at[c] if c < len(at) else None
+        if a is not None and b is not None:
+            out[(a, b, slot)] = v
+    return new, out
+
+
+def lower(graph: Graph, decisions: Decisions | None = None) -> tuple[Graph, list[Kernel]]:
+    """The graph as ``decisions`` rewrite it and its kernels in launch order: what runs."""
+    new, edges = apply_algorithms(graph, decisions)
+    return new, partition(new, edges)
 
 
 def _space_view(v: View, shape: tuple[int, ...]) -> View:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..codegen.backend import Backend, Schedule, get_backend
 from ..codegen.kernel import Kernel
-from ..codegen.partition import partition
+from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph, Op
 from ..values import Shape
 from .model import CompiledModel, CompileStats, TensorSpec
@@ -61,11 +61,11 @@ def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[st
 
 
 def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict[str, Schedule] | None = None,
-                  decisions: dict | None = None, cache: TuningCache | None = None) -> CompiledModel:
+                  decisions: Decisions | None = None, cache: TuningCache | None = None) -> CompiledModel:
     t0 = time.perf_counter()
     be = resolve_backend(backend)
     keys = None
-    kernels = partition(graph, decisions)
+    graph, kernels = lower(graph, decisions)
     if cache is not None:
         from ..cache import backend_fingerprints
         from ..codegen.partition import decisions_from_config, fusion_key
@@ -73,7 +73,7 @@ def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict
         keys = backend_fingerprints(be)
         tuned = cache.best(fusion_key(graph, kernels), *keys) if decisions is None else None
         if tuned is not None:  # the fusion decisions a tuning run stored for this graph on this device
-            kernels = partition(graph, decisions_from_config(graph, tuned.config))
+            graph, kernels = lower(graph, decisions_from_config(graph, tuned.config))
     stats = CompileStats(kernels=len(kernels), forms=dict(Counter(k.form for k in kernels)))
     chosen = choose_schedules(kernels, be, schedules, cache, keys, stats)
     inputs, outputs, constants = graph_specs(graph)

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..codegen.kernel import LEAF_OPS, Kernel
-from ..codegen.partition import partition
+from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph
 
 
@@ -36,6 +36,6 @@ def kernel_row(k: Kernel) -> dict:
             "fused": counts.total(), "bytes": k.bytes_moved, "flops": k.flops}
 
 
-def kernel_table(graph: Graph, decisions: dict | None = None) -> list[dict]:
+def kernel_table(graph: Graph, decisions: Decisions | None = None) -> list[dict]:
     """One row per kernel in launch order: form, fused primitive counts, bytes moved, FLOPs."""
-    return [kernel_row(k) for k in partition(graph, decisions)]
+    return [kernel_row(k) for k in lower(graph, decisions)[1]]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Edge, partition
+from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph, Op
 
 if TYPE_CHECKING:
@@ -17,13 +17,13 @@ if TYPE_CHECKING:
 
 
 class ModelRunner:
-    """The graph partitioned by ``decisions``, each kernel compiled with its schedule (by signature)."""
+    """The graph lowered by ``decisions``, each kernel compiled with its schedule (by signature)."""
 
-    def __init__(self, graph: Graph, backend: Backend, decisions: dict[Edge, bool],
+    def __init__(self, graph: Graph, backend: Backend, decisions: Decisions,
                  schedules: dict[str, dict[str, Any]], compile_one: Callable[[Kernel, dict], Any] | None = None):
-        self.graph = graph
+        self.graph, self.kernels = lower(graph, decisions)
+        graph = self.graph
         self.backend = backend
-        self.kernels = partition(graph, decisions)
         items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
         self.bufs: dict[int, Any] = {}

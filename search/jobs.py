@@ -16,7 +16,7 @@ import numpy as np
 
 from ..codegen.kernel import Kernel
 from ..codegen.kernel_eval import run_kernel
-from ..codegen.partition import Edge
+from ..codegen.partition import Decisions
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from .timing import CpuTimer, CudaTimer, TimingPlan, interleaved, make_timer
@@ -64,7 +64,7 @@ class KernelJob:
 class ModelJob:
     """Verify and time whole-model variants, each a (decisions, schedules by signature) pair."""
 
-    variants: list[tuple[dict[Edge, bool], dict[str, dict[str, Any]]]]
+    variants: list[tuple[Decisions, dict[str, dict[str, Any]]]]
     seed: int
     plan: TimingPlan
 

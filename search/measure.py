@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Edge
+from ..codegen.partition import Decisions
 from ..errors import LuminalError
 from ..ir.graph import Graph
 from .jobs import CompileJob, KernelJob, Measurement, ModelJob
@@ -137,7 +137,7 @@ class Measurer:
         job = KernelJob(kernel, schedules, self.seed, self._paired(len(schedules)))
         return self._run(job, len(schedules), _prep_seconds(kernel))
 
-    def measure_model(self, variants: list[tuple[dict[Edge, bool], dict[str, dict[str, Any]]]],
+    def measure_model(self, variants: list[tuple[Decisions, dict[str, dict[str, Any]]]],
                       prep_s: float = 5.0, deadline: float | None = None) -> list[Measurement]:
         if self._late(deadline, len(variants)):
             return [Measurement("skipped") for _ in variants]

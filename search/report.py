@@ -34,6 +34,8 @@ class FusionReport:
     default_ns: float | None = None
     best_ns: float | None = None
     unfused: list[list[int]] = field(default_factory=list)  # edges the best plan leaves unfused
+    convs: int = 0  # convolutions with an algorithm to choose
+    winograd: list[list[int]] = field(default_factory=list)  # [node, tile] of those the best plan computes by Winograd
 
 
 @dataclass

@@ -17,7 +17,8 @@ import optuna
 
 from ..codegen.backend import Knob
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Edge
+from ..codegen.partition import Decisions, Edge, Winograd, decisions_config
+from ..ir.winograd import TILES
 
 if TYPE_CHECKING:
     from ..codegen.backend import Backend
@@ -187,42 +188,63 @@ def edge_name(e: Edge) -> str:
     return f"fuse_{e[0]}_{e[1]}_{e[2]}"
 
 
-class FusionSpace:
-    """One yes/no per fusible edge; all yes is the default partition."""
+def conv_name(node: int) -> str:
+    return f"winograd_{node}"
 
-    def __init__(self, edges: list[Edge]):
+
+def _tile(decisions: Decisions, node: int) -> int:
+    """The Winograd tile ``decisions`` compute the convolution at ``node`` with (0: directly)."""
+    return max((w.tile for w, v in decisions.items() if isinstance(w, Winograd) and w.node == node and v), default=0)
+
+
+class FusionSpace:
+    """One yes/no per fusible edge and an algorithm per convolution that has a choice (0: direct, else the
+    Winograd tile); all edges fused, every convolution direct is the default partition."""
+
+    def __init__(self, edges: list[Edge], convs: list[int] | None = None):
         self.edges = list(edges)
+        self.convs = list(convs or [])
+        self.tiles = (0, *TILES)
 
     @property
     def size(self) -> int:
-        return 2 ** len(self.edges)
+        return 2 ** len(self.edges) * len(self.tiles) ** len(self.convs)
 
     @property
     def numeric(self) -> bool:
         return False
 
     @property
-    def default(self) -> dict[Edge, bool]:
+    def default(self) -> Decisions:
         return {e: True for e in self.edges}
 
-    def suggest(self, trial: optuna.Trial) -> dict[Edge, bool]:
-        return {e: trial.suggest_categorical(edge_name(e), [True, False]) for e in self.edges}
+    def _point(self, fused: dict[Edge, bool], tiles: dict[int, int]) -> Decisions:
+        point: Decisions = {e: v for e, v in fused.items()}
+        point |= {Winograd(p, t): True for p, t in tiles.items() if t}
+        return point
 
-    def encode(self, decisions: dict[Edge, bool]) -> dict[str, Any]:
-        return {edge_name(e): bool(decisions.get(e, True)) for e in self.edges}
+    def suggest(self, trial: optuna.Trial) -> Decisions:
+        return self._point({e: trial.suggest_categorical(edge_name(e), [True, False]) for e in self.edges},
+                           {p: trial.suggest_categorical(conv_name(p), list(self.tiles)) for p in self.convs})
 
-    def decode(self, params: dict[str, Any]) -> dict[Edge, bool]:
-        return {e: bool(params.get(edge_name(e), True)) for e in self.edges}
+    def encode(self, decisions: Decisions) -> dict[str, Any]:
+        return ({edge_name(e): bool(decisions.get(e, True)) for e in self.edges}
+                | {conv_name(p): _tile(decisions, p) for p in self.convs})
+
+    def decode(self, params: dict[str, Any]) -> Decisions:
+        return self._point({e: bool(params.get(edge_name(e), True)) for e in self.edges},
+                           {p: int(params.get(conv_name(p), 0)) for p in self.convs})
 
     def grid(self) -> dict[str, list[Any]]:
-        return {edge_name(e): [True, False] for e in self.edges}
+        return {edge_name(e): [True, False] for e in self.edges} | {conv_name(p): list(self.tiles) for p in self.convs}
 
-    def random(self, rng: random.Random) -> dict[Edge, bool]:
-        return {e: rng.random() < 0.5 for e in self.edges}
+    def random(self, rng: random.Random) -> Decisions:
+        return self._point({e: rng.random() < 0.5 for e in self.edges},
+                           {p: rng.choice(self.tiles) for p in self.convs})
 
-    def valid(self, decisions: dict[Edge, bool]) -> bool:
+    def valid(self, decisions: Decisions) -> bool:
         return True
 
 
-def decisions_key(decisions: dict[Edge, bool]) -> str:
-    return json.dumps(sorted([list(e) for e, v in decisions.items() if not v]))
+def decisions_key(decisions: Decisions) -> str:
+    return json.dumps(decisions_config(decisions), sort_keys=True)

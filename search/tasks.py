@@ -19,7 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Edge
+from ..codegen.partition import Decisions, Winograd, decisions_config
 from .measure import Measurement
 from .report import FusionReport, KernelReport
 from .scheduler import TaskState
@@ -325,19 +325,20 @@ class FusionTask(StudyTask):
         super().__init__("fusion", study, space, 1.0, heartbeats)
         self.note = note
 
-    def key(self, point: dict[Edge, bool]) -> str:
+    def key(self, point: Decisions) -> str:
         return decisions_key(point)
 
-    def config(self, point: dict[Edge, bool]) -> dict[str, list[list[int]]]:
-        return {"unfused": sorted([list(e) for e, v in point.items() if not v])}
+    def config(self, point: Decisions) -> dict[str, list[list[int]]]:
+        return decisions_config(point)
 
     def unfused(self) -> list[list[int]]:
         """The edges the incumbent plan leaves unfused."""
-        return [list(e) for e, v in (self.incumbent or {}).items() if not v]
+        return [list(e) for e, v in (self.incumbent or {}).items() if not isinstance(e, Winograd) and not v]
 
     def report(self) -> FusionReport:
+        chosen = self.config(self.incumbent or {}).get("winograd", [])
         return FusionReport(len(self.space.edges), self.trials, dict(self.statuses), self.default_ns,
-                            self.inc.median_ns if self.inc else None, self.unfused())
+                            self.inc.median_ns if self.inc else None, self.unfused(), len(self.space.convs), chosen)
 
 
 def _plain(key: str, value: Any) -> dict[str, Any]:

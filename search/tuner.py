@@ -21,7 +21,7 @@ from ..cache.fingerprint import backend_fingerprints
 from ..cache.schema import STATUSES
 from ..codegen.backend import with_threads
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Edge, fusible_edges, fusion_key, partition
+from ..codegen.partition import Decisions, fusible_edges, fusion_key, lower, partition, winograd_convs
 from ..errors import LuminalError
 from ..ir.graph import Graph, Op
 from ..values import format_duration
@@ -137,16 +137,17 @@ class Tuner:
         default = partition(graph)
         self.fusion_key = fusion_key(graph, default)  # its tuned decisions' key in the cache
         edges = fusible_edges(graph) if fusion else []
+        convs = winograd_convs(graph) if fusion else []
         self.fusion: FusionTask | None = None
-        if edges:
-            space = FusionSpace(edges)
+        if edges or convs:
+            space = FusionSpace(edges, convs)
             smp, note = make_sampler(sampler, seed, space, "fusion")
             study = open_study(self.storage, study_name(self.fusion_key, self.device.key, self.toolchain.key),
                                smp)
             self.fusion = FusionTask(study, space, note, self.storage.heartbeats)
             if note:
                 self.report.notes.append(note)
-        self.decisions: dict[Edge, bool] = {}
+        self.decisions: Decisions = {}
         self._plan_kernels(default)
         # seconds the numpy reference of the whole model may take, on top of a candidate's timeout
         self.model_prep_s = 2.0 + sum(t.kernel.flops * t.count for t in self.tasks.values()) / 2e7
@@ -237,7 +238,7 @@ class Tuner:
                 task.set_default(r)
             if task.consider(dec, r, compare) and task.incumbent is not None:
                 self.decisions = dict(task.incumbent)
-                self._plan_kernels(partition(self.graph, self.decisions))
+                self._plan_kernels(lower(self.graph, self.decisions)[1])
         task.state.record(task.best_ns, time.monotonic() - t0, len(pending))
 
     def _finish(self, m: Measurer) -> None:
@@ -281,7 +282,7 @@ class Tuner:
             winners = [(t.signature, t, t.incumbent) for t in self.tasks.values()]
         f = self.fusion
         if f is not None and f.incumbent is not None and not self.keep_default:
-            winners.append((self.fusion_key, f, {"unfused": sorted(f.unfused())}))
+            winners.append((self.fusion_key, f, f.config(f.incumbent)))
         n = 0
         for key, task, config in winners:
             if task.inc is None or not task.inc.ok:

@@ -10,10 +10,10 @@ import numpy as np
 from ...ir.graph import Graph, Op
 from ..backend import Backend, Schedule
 from ..kernel import Kernel
-from ..partition import partition
+from ..partition import Decisions, lower
 
 
-def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = None,
+def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: Decisions | None = None,
          schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
          backend: Backend | None = None) -> tuple[Callable[[], None], list[Any], list[Kernel]]:
     """Partition (or take ``kernels``), compile every kernel with its schedule (default when None) and bind it
@@ -22,7 +22,8 @@ def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = No
     from .backend import CPUBackend
 
     be = backend or CPUBackend()
-    kernels = kernels if kernels is not None else partition(graph, decisions)
+    if kernels is None:
+        graph, kernels = lower(graph, decisions)
     scheds = schedules or [None] * len(kernels)
     fns = be.compile([(k, s if s is not None else be.default_schedule(k)) for k, s in zip(kernels, scheds)])
     vals: dict[int, Any] = {}  # the backend's buffers
@@ -41,7 +42,7 @@ def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = No
     return run, [vals[o.id] for o in graph.outputs], kernels
 
 
-def run_graph(graph: Graph, feeds: dict[str, np.ndarray], decisions: dict | None = None,
+def run_graph(graph: Graph, feeds: dict[str, np.ndarray], decisions: Decisions | None = None,
               schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
               backend: Backend | None = None) -> list[np.ndarray]:
     """Partition (or take ``kernels``), compile every kernel with its schedule (default when None), run."""

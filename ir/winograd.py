@@ -1,0 +1,279 @@
+"""Winograd F(m x m, 3 x 3) as a rewrite of a convolution's contraction into primitives.
+
+A convolution is a SumReduce over a Mul of a window view of its input and a constant weight. Where the
+window is 3 x 3 with unit steps (``o*s + k*s``: stride equal to dilation, in practice 1 and 1), the rewrite
+computes it as Lavin and Gray's Winograd convolution, each step a sum of products with constant matrices:
+
+    V[nu, xi, .., c, tile] = BT d B      (d: the (m+2)^2 input tiles at stride m, read through a window view;
+                                          summed over a tile's rows, then its columns)
+    U[nu, xi, .., c]       = G g G^T     (the weight: computed here, a constant)
+    M[nu, xi, .., tile]    = sum_c U V   ((m+2)^2 GEMMs over the channels, one contraction)
+    Y[.., tile, i, j]      = AT M A      (over xi, then nu; then laid out as the output rows and columns)
+
+and Y, cropped to the output size, takes the convolution's place (a copy that fuses into Y's layout kernel when
+the tiles cover the output exactly, as do a bias and an activation after it). Each sum runs over one axis at a
+time: 2(m+2) products per value instead of (m+2)^2, and every load walks a contiguous axis except the input
+columns' (stride m).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import DType
+from .graph import Graph, Node, Op
+from .reference import read
+from .view import Constraint, View
+
+# (BT, G, AT) per output tile size m, for a 3-tap filter (Lavin and Gray, 2016)
+_TRANSFORMS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+        np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                 np.float64)),
+}
+TILES = tuple(sorted(_TRANSFORMS))
+
+
+@dataclass(frozen=True)
+class _Conv:
+    """The axes of a convolution's Mul (shape ``shape``): the output rows/cols and their taps, the summed
+    channels, the other kept axes; x and w are the two operands (node, view)."""
+
+    red: Node
+    shape: tuple[int, ...]
+    x: tuple[Node, View]
+    w: tuple[Node, View]
+    spatial: tuple[tuple[int, int], tuple[int, int]]  # (output axis, tap axis) for rows, then columns
+    channels: tuple[int, ...]
+    kept: tuple[int, ...]  # every kept axis but the two output axes, in order
+
+
+def _pair(vx: View, vw: View, tap: int, kept: list[int]) -> int | None:
+    """The output axis that walks the input as tap axis ``tap`` does (the window's o + k), if exactly one."""
+    found = [o for o in kept
+             if vx.strides[o] == vx.strides[tap] and vw.strides[o] == 0
+             and all(c[o] == c[tap] for c, _, _ in vx.mask) and not any(c[o] for c, _, _ in vw.mask)]
+    return found[0] if len(found) == 1 else None
+
+
+def _match(red: Node) -> _Conv | None:
+    if red.op is not Op.SumReduce or red.dtype is not DType.float32:
+        return None
+    mul, mv = red.srcs[0]
+    if mul.op is not Op.Mul or not mv.is_contiguous or mv.shape != mul.shape:
+        return None
+    (a, va), (b, vb) = mul.srcs
+    if (a.op is Op.Constant) == (b.op is Op.Constant):
+        return None
+    (x, vx), (w, vw) = ((b, vb), (a, va)) if a.op is Op.Constant else ((a, va), (b, vb))
+    axes = tuple(red.attrs["axes"])
+    kept = [k for k in range(len(mul.shape)) if k not in axes]
+    taps = [k for k in axes if mul.shape[k] == 3 and vx.strides[k] != 0 and vw.strides[k] != 0]
+    pairs = [(o, t) for t in taps if (o := _pair(vx, vw, t, kept)) is not None]
+    if len(pairs) != 2 or pairs[0][0] == pairs[1][0]:
+        return None
+    pairs.sort()
+    channels = tuple(k for k in axes if k not in (pairs[0][1], pairs[1][1]))
+    if not channels or any(vx.strides[k] == 0 or vw.strides[k] == 0 for k in channels):
+        return None  # one input channel per output (depthwise) is no product over channels
+    rest = tuple(k for k in kept if k not in (pairs[0][0], pairs[1][0]))
+    return _Conv(red, mul.shape, (x, vx), (w, vw), (pairs[0], pairs[1]), channels, rest)
+
+
+def eligible(graph: Graph) -> list[Node]:
+    """The SumReduce nodes of the 3 x 3 unit-step convolutions with a constant weight, in topological order."""
+    return [n for n in graph.toposort() if _match(n) is not None]
+
+
+def _reads(operand: View, n: int) -> bool:
+    return operand.strides[n] != 0 or any(c[n] for c, _, _ in operand.mask)
+
+
+def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],
+           extra: tuple[Constraint, ...] = ()) -> View:
+    """``view`` read over ``shape``: its axis j at sum(coef * new axis) for (new axis, coef) in rows[j] (0 where
+    absent)."""
+    full = [tuple(rows.get(j, {}).get(k, 0) for k in range(len(shape))) for j in range(view.ndim)]
+    return view._affine(shape, full, [0] * view.ndim, extra)
+
+
+def _const(value: np.ndarray, origin: Node) -> Node:
+    arr = np.ascontiguousarray(value.astype(np.float32))
+    return Node(Op.Constant, (), arr.shape, DType.float32, {"value": arr}, origin=origin.origin)
+
+
+def _node(op: Op, srcs: tuple[tuple[Node, View], ...], shape: tuple[int, ...], like: Node,
+          axes: tuple[int, ...] | None = None) -> Node:
+    attrs = {} if axes is None else {"axes": axes}
+    return Node(op, srcs, shape, DType.float32, attrs, origin=like.origin)
+
+
+def _weight(conv: _Conv, g_mat: np.ndarray) -> np.ndarray:
+    """U = G g G^T: shape (alpha, alpha, *rest, *channels), a rest axis the weight does not read of size 1."""
+    w, vw = conv.w
+    (oh, kh), (ow, kw) = conv.spatial
+    value = np.ascontiguousarray(np.broadcast_to(w.attrs["value"], w.shape))
+    shape = tuple(conv.shape[k] if k in (kh, kw) or _reads(vw, k) else 1 for k in range(len(conv.shape)))
+    g = read(value, vw.shrink(tuple((0, s) for s in shape))).astype(np.float64)
+    g = np.transpose(g, (*conv.kept, *conv.channels, kh, kw, oh, ow))[..., 0, 0]
+    u = g_mat @ g @ g_mat.T
+    return np.moveaxis(u, (-2, -1), (0, 1))
+
+
+def _input_rows_cols(conv: _Conv, x: Node, tile: int, th: int, tw: int, xsizes: tuple[int, ...],
+                     csizes: tuple[int, ...]) -> tuple[Node, tuple[int, ...]]:
+    """V = BT d B as two sums: over each tile's rows for every column of the padded input, then over columns."""
+    bt = _TRANSFORMS[tile][0]
+    alpha = tile + 2
+    red, shape = conv.red, conv.shape
+    _, vx = conv.x
+    (oh, _), (ow, _) = conv.spatial
+    out_h, out_w = shape[oh], shape[ow]
+    rest, chans = conv.kept, conv.channels
+    nr, nc = len(rest), len(chans)
+    wf = tw * tile + 2
+    # T[nu, *rest, *chans, th, w] = sum_a BT[nu, a] x[.., th*tile + a, w]
+    s1 = (alpha, *xsizes, *csizes, th, wf, alpha)
+    p_th, p_w, p_a = 1 + nr + nc, 2 + nr + nc, 3 + nr + nc
+    rows = {k: {1 + i: 1} for i, k in enumerate(rest) if _reads(vx, k)}
+    rows |= {k: {1 + nr + i: 1} for i, k in enumerate(chans)}
+    rows[oh], rows[ow] = {p_th: tile, p_a: 1}, {p_w: 1}
+    n1 = len(s1)
+    bounds = ((tuple(tile if k == p_th else 1 if k == p_a else 0 for k in range(n1)), 0, out_h + 2),
+              (tuple(1 if k == p_w else 0 for k in range(n1)), 0, out_w + 2))
+    b1 = _const(bt, red)
+    mul1 = _node(Op.Mul, ((x, _place(vx, s1, rows, bounds)),
+                          (b1, _place(View.contiguous(b1.shape), s1, {0: {0: 1}, 1: {p_a: 1}}))), s1, red)
+    t_shape = (*s1[:-1], 1)
+    t = _node(Op.SumReduce, ((mul1, View.contiguous(s1)),), t_shape, red, (n1 - 1,))
+    # V[nu, xi, *rest, *chans, th, tw] = sum_b BT[xi, b] T[nu, .., th, tw*tile + b]
+    s2 = (alpha, alpha, *xsizes, *csizes, th, tw, alpha)
+    n2 = len(s2)
+    trows = {0: {0: 1}, p_th: {2 + nr + nc: 1}, p_w: {3 + nr + nc: tile, n2 - 1: 1}}
+    trows |= {1 + i: {2 + i: 1} for i in range(nr + nc)}
+    b2 = _const(bt, red)
+    mul2 = _node(Op.Mul, ((t, _place(View.contiguous(t_shape), s2, trows)),
+                          (b2, _place(View.contiguous(b2.shape), s2, {0: {1: 1}, 1: {n2 - 1: 1}}))), s2, red)
+    v_shape = (*s2[:-1], 1)
+    return _node(Op.SumReduce, ((mul2, View.contiguous(s2)),), v_shape, red, (n2 - 1,)), v_shape
+
+
+def _tiles_layout(conv: _Conv, tile: int, th: int, tw: int, cols_first: bool) -> tuple[list[int], dict[int, int]]:
+    """The kept axes in order with rows as (th, i) and columns as (tw, j) ((j, tw) where ``cols_first``), and where
+    each kept axis starts."""
+    (oh, _), (ow, _) = conv.spatial
+    shape: list[int] = []
+    at: dict[int, int] = {}
+    for k in sorted((*conv.kept, oh, ow)):
+        at[k] = len(shape)
+        shape += [th, tile] if k == oh else ([tile, tw] if cols_first else [tw, tile]) if k == ow else [conv.shape[k]]
+    return shape, at
+
+
+def _output_rows_cols(conv: _Conv, m: Node, m_shape: tuple[int, ...], tile: int, th: int, tw: int) -> Node:
+    """Y = AT M A as two sums, over xi (the tile's columns) then over nu (its rows), each load and store walking
+    tw; then Y in the convolution's layout over whole tiles, (tw, j) -> tw * tile + j."""
+    at = _TRANSFORMS[tile][2]
+    alpha = tile + 2
+    red, shape = conv.red, conv.shape
+    (oh, _), (ow, _) = conv.spatial
+    rest = conv.kept
+    nr = len(rest)
+    # Z[nu, j, *rest, th, tw] = sum_xi AT[j, xi] M[nu, xi, *rest, th, tw]
+    s = (alpha, tile, *(shape[k] for k in rest), th, tw, alpha)
+    n = len(s)
+    mrows = {0: {0: 1}, 1: {n - 1: 1}, 2 + nr: {2 + nr: 1}, 3 + nr: {3 + nr: 1}}
+    mrows |= {2 + i: {2 + i: 1} for i in range(nr)}
+    a1 = _const(at, red)
+    mul = _node(Op.Mul, ((m, _place(View.contiguous(m_shape), s, mrows)),
+                         (a1, _place(View.contiguous(a1.shape), s, {0: {1: 1}, 1: {n - 1: 1}}))), s, red)
+    z_shape = (*s[:-1], 1)
+    z = _node(Op.SumReduce, ((mul, View.contiguous(s)),), z_shape, red, (n - 1,))
+    # Y[.., th, i, .., j, tw, ..] = sum_nu AT[i, nu] Z[nu, j, .., th, tw]
+    s4, ax = _tiles_layout(conv, tile, th, tw, cols_first=True)
+    nu = len(s4)
+    s4.append(alpha)
+    zrows = {0: {nu: 1}, 1: {ax[ow]: 1}, 2 + nr: {ax[oh]: 1}, 3 + nr: {ax[ow] + 1: 1}}
+    zrows |= {2 + i: {ax[k]: 1} for i, k in enumerate(rest)}
+    a2 = _const(at, red)
+    mul4 = _node(Op.Mul, ((z, _place(View.contiguous(z_shape), tuple(s4), zrows)),
+                          (a2, _place(View.contiguous(a2.shape), tuple(s4), {0: {ax[oh] + 1: 1}, 1: {nu: 1}}))),
+                 tuple(s4), red)
+    y_shape = (*s4[:-1], 1)
+    y = _node(Op.SumReduce, ((mul4, View.contiguous(tuple(s4))),), y_shape, red, (nu,))
+    layout, at_axis = _tiles_layout(conv, tile, th, tw, cols_first=False)
+    yrows = {ax[k]: {at_axis[k]: 1} for k in rest}
+    yrows |= {ax[oh]: {at_axis[oh]: 1}, ax[oh] + 1: {at_axis[oh] + 1: 1}, ax[ow]: {at_axis[ow] + 1: 1},
+              ax[ow] + 1: {at_axis[ow]: 1}}
+    return _node(Op.Contiguous, ((y, _place(View.contiguous(y_shape), tuple(layout), yrows)),), tuple(layout), red)
+
+
+def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
+    """The nodes that compute ``conv`` (its input read from ``x``) by Winograd F(tile x tile, 3 x 3); the last has
+    the convolution's shape."""
+    g_mat = _TRANSFORMS[tile][1]
+    alpha = tile + 2
+    red, shape = conv.red, conv.shape
+    _, vx = conv.x
+    _, vw = conv.w
+    (oh, _), (ow, _) = conv.spatial
+    th, tw = math.ceil(shape[oh] / tile), math.ceil(shape[ow] / tile)
+    rest, chans = conv.kept, conv.channels
+    nr, nc = len(rest), len(chans)
+    # the input's own kept axes: the rest it reads (batch, group), else size 1
+    xsizes = tuple(shape[k] if _reads(vx, k) else 1 for k in rest)
+    csizes = tuple(shape[k] for k in chans)
+    v, v_shape = _input_rows_cols(conv, x, tile, th, tw, xsizes, csizes)
+
+    # M = sum_c U V: Mul over (nu, xi, *rest, th, tw, *chans), summed over chans
+    s2 = (alpha, alpha, *(shape[k] for k in rest), th, tw, *csizes)
+    u = _const(_weight(conv, g_mat), red)
+    urows = {0: {0: 1}, 1: {1: 1}}
+    urows |= {2 + i: {2 + i: 1} for i, k in enumerate(rest) if _reads(vw, k)}
+    urows |= {2 + nr + i: {4 + nr + i: 1} for i in range(nc)}
+    vrows = {0: {0: 1}, 1: {1: 1}, 2 + nr + nc: {2 + nr: 1}, 3 + nr + nc: {3 + nr: 1}}
+    vrows |= {2 + i: {2 + i: 1} for i, k in enumerate(rest) if _reads(vx, k)}
+    vrows |= {2 + nr + i: {4 + nr + i: 1} for i in range(nc)}
+    mul = _node(Op.Mul, ((u, _place(View.contiguous(u.shape), s2, urows)),
+                         (v, _place(View.contiguous(v_shape), s2, vrows))), s2, red)
+    m_shape = s2[:4 + nr] + (1,) * nc
+    m = _node(Op.SumReduce, ((mul, View.contiguous(s2)),), m_shape, red, tuple(range(4 + nr, 4 + nr + nc)))
+
+    y = _output_rows_cols(conv, m, m_shape, tile, th, tw)
+    # the convolution's shape (summed axes as 1s) cropped from Y (a copy that fuses into Y's kernel when exact)
+    kept = sorted((*rest, oh, ow))
+    padded = tuple(th * tile if k == oh else tw * tile if k == ow else shape[k] for k in kept)
+    crop = _place(View.contiguous(padded), red.shape, {i: {k: 1} for i, k in enumerate(kept)})
+    return _node(Op.Contiguous, ((y, crop),), red.shape, red)
+
+
+def rewrite(graph: Graph, chosen: dict[int, int]) -> tuple[Graph, dict[int, Node]]:
+    """``graph`` with the convolutions whose SumReduce node ids are in ``chosen`` computed by Winograd (their tile
+    size as the value; ineligible ones stay); also the node each old node id became (the convolutions' their
+    last new node; nodes only they read are gone)."""
+    new: dict[int, Node] = {}
+    convs = [(n, c) for n in graph.toposort() if n.id in chosen and (c := _match(n)) is not None]
+    if not convs:
+        return graph, {n.id: n for n in graph.toposort()}
+    rewritten = {n.id: c for n, c in convs}
+    for n in graph.toposort():
+        conv = rewritten.get(n.id)
+        if conv is not None:
+            new[n.id] = _winograd(conv, new[conv.x[0].id], chosen[n.id])
+            continue
+        srcs = tuple((new[s.id], v) for s, v in n.srcs)
+        same = all(a is b for (a, _), (b, _) in zip(srcs, n.srcs))
+        new[n.id] = n if same else Node(n.op, srcs, n.shape, n.dtype, n.attrs, origin=n.origin)
+    out = Graph(graph.inputs, [new[o.id] for o in graph.outputs], graph.output_names, graph.bindings,
+                graph.declared)
+    alive = {n.id for n in out.toposort()}
+    return out, {k: v for k, v in new.items() if v.id in alive}

@@ -1,0 +1,197 @@
+"""Winograd F(2x2,3x3) and F(4x4,3x3) as a per-convolution decision: the rewritten graph against the reference
+executor and onnxruntime on the C backend, the convolutions it leaves alone, the tolerance that checks it, and the
+decision through the search space, a tune with a fake backend, the tuning cache and compile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import search_util as helpers
+from frontend_util import make_model, run_ort
+from onnx import helper
+
+from luminal.cache import TuningCache, backend_fingerprints
+from luminal.cache.export import Bad, _fusion_config
+from luminal.codegen.c.check import run_graph
+from luminal.codegen.partition import (
+    Winograd,
+    apply_algorithms,
+    decisions_config,
+    decisions_from_config,
+    fusible_edges,
+    fusion_key,
+    lower,
+    winograd_convs,
+)
+from luminal.frontend_onnx import load
+from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference
+from luminal.runtime.compile import compile_graph
+from luminal.search.space import FusionSpace, conv_name
+from luminal.search.tuner import tune
+from luminal.search.verify import mismatch
+
+
+def _conv_model(n, c, m, hw, pads=(1, 1, 1, 1), group=1, k=3, stride=1, dilation=1, bias_relu=True, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, *hw)).astype(np.float32)
+    w = (rng.standard_normal((m, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(np.float32)
+    inits = {"w": w}
+    ins = ["x", "w"]
+    if bias_relu:
+        inits["b"] = rng.standard_normal(m).astype(np.float32)
+        ins.append("b")
+    nodes = [helper.make_node("Conv", ins, ["y" if not bias_relu else "c"], pads=list(pads), group=group,
+                              strides=[stride, stride], dilations=[dilation, dilation], kernel_shape=[k, k])]
+    if bias_relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    return make_model(nodes, {"x": x}, inits), {"x": x}
+
+
+CASES = [  # (batch, in channels, out channels, (h, w), pads (top, left, bottom, right), groups)
+    (1, 16, 16, (8, 8), (1, 1, 1, 1), 1),     # whole tiles
+    (1, 5, 7, (9, 11), (1, 1, 1, 1), 1),      # channels not a multiple of 16, odd outputs: tiles cropped
+    (1, 17, 33, (7, 6), (0, 0, 0, 0), 1),     # no pad
+    (1, 6, 4, (9, 7), (2, 1, 0, 2), 1),       # asymmetric pads
+    (3, 8, 6, (6, 10), (1, 1, 1, 1), 1),      # batch > 1
+    (2, 8, 6, (10, 9), (1, 1, 1, 1), 2),      # groups 2
+    (1, 3, 16, (13, 13), (1, 1, 1, 1), 1),    # few input channels
+]
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"n{c[0]}c{c[1]}m{c[2]}-{c[3][0]}x{c[3][1]}-p{c[4]}-g{c[5]}")
+def test_winograd_matches_the_reference_and_onnxruntime(case, tile):
+    n, c, m, hw, pads, group = case
+    model, feeds = _conv_model(n, c, m, hw, pads, group)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    decisions = {Winograd(node, tile): True}
+    new, kernels = lower(g, decisions)
+    # the input transform's rows and columns, the channels, the output transform's columns and rows
+    assert sum(x.op is Op.SumReduce for x in new.toposort()) == 5
+    # bias and ReLU fuse after it: into the copy to the output's layout where the tiles cover the output, else
+    # into the crop
+    oh, ow = (hw[0] + pads[0] + pads[2] - 2, hw[1] + pads[1] + pads[3] - 2)
+    whole = oh % tile == 0 and ow % tile == 0
+    assert len(kernels) <= (6 if whole else 7)
+    last = {o.op for o in kernels[-1].ops}
+    assert {Op.Contiguous, Op.Add, Op.Where} <= last
+    assert sum(k.form == "elementwise" for k in kernels) <= (1 if whole else 2)
+    got = run_graph(g, feeds, decisions=decisions)[0]
+    want = run_reference(g, feeds)[0].reshape(got.shape)
+    scale = float(np.abs(want).max())
+    tol = (2e-6 if tile == 2 else 2e-5) * max(1.0, scale)
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=0, atol=tol)
+    # the same graph computed directly agrees with it too, and keeps its one kernel
+    assert len(lower(g, {})[1]) == 1
+
+
+@pytest.mark.parametrize("what", [{"stride": 2}, {"k": 5, "pads": (2, 2, 2, 2)}, {"dilation": 2, "pads": (2, 2, 2, 2)},
+                                  {"group": 8}, {"k": 1, "pads": (0, 0, 0, 0)}])
+def test_other_convolutions_are_left_alone(what):
+    model, _ = _conv_model(1, 8, 8, (9, 9), **what)
+    g = load(model).graph
+    assert winograd_convs(g) == []
+    pos = {x.id: i for i, x in enumerate(g.toposort())}
+    reduce_at = [pos[x.id] for x in g.toposort() if x.op is Op.SumReduce]
+    new, edges = apply_algorithms(g, {Winograd(p, 2): True for p in reduce_at})
+    assert new is g and edges == {}
+
+
+def test_a_conv_whose_weight_is_an_input_is_left_alone():
+    x = Tensor.input("x", (1, 4, 6, 6), DType.float32)
+    w = Tensor.input("w", (4, 4, 3, 3), DType.float32)
+    from luminal.frontend_onnx.ops_nn_conv import conv
+
+    y = conv(x, w, 1, [1, 1], [1, 1], [(1, 1), (1, 1)], [6, 6])
+    g = optimize(Graph([x.node, w.node], [y.contiguous().node], ["y"]))
+    assert winograd_convs(g) == []
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_the_tolerance_accepts_winograd_and_rejects_wrong_results(tile):
+    """What tune checks a plan with (search.verify.mismatch, as the model job calls it) on a ResNet-like layer:
+    realistic magnitudes, 256 channels. Winograd's own error passes; a wrong value in one output, or the output
+    of a wrong transform, does not."""
+    model, feeds = _conv_model(1, 256, 64, (14, 14), seed=3, bias_relu=False)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    want = run_reference(g, feeds)[0]
+    got = run_graph(g, feeds, decisions={Winograd(node, tile): True})[0].reshape(want.shape)
+    assert np.abs(got - want).max() > 0  # it does differ from the direct sum
+    assert mismatch(got, want, DType.float32, 64) is None
+    bad = got.copy()
+    bad[0, 3, 5, 7] += 0.05 * float(np.abs(want).max())
+    assert mismatch(bad, want, DType.float32, 64) is not None
+    shifted = np.roll(got, 1, axis=-1)  # a tile transform that is off by one column
+    assert mismatch(shifted, want, DType.float32, 64) is not None
+
+
+def _small_conv(bias_relu=False):
+    model, feeds = _conv_model(1, 4, 4, (6, 6), bias_relu=bias_relu)
+    return load(model).graph, feeds
+
+
+def test_the_fusion_space_offers_the_decision():
+    g, _ = _small_conv(bias_relu=True)
+    edges, convs = fusible_edges(g), winograd_convs(g)
+    space = FusionSpace(edges, convs)
+    assert len(convs) == 1 and conv_name(convs[0]) in space.grid()
+    assert space.size == 2 ** len(edges) * 3
+    assert not any(isinstance(k, Winograd) for k in space.default)  # untuned: computed directly
+    point = space.decode({conv_name(convs[0]): 4})
+    assert point[Winograd(convs[0], 4)] is True and space.decode(space.encode(point)) == point
+    # the cache's config holds it; a record written before the decision existed still loads
+    config = decisions_config(point)
+    assert config == {"unfused": [], "winograd": [[convs[0], 4]]}
+    assert decisions_from_config(g, config) == {Winograd(convs[0], 4): True}
+    assert decisions_from_config(g, {"unfused": []}) == {}
+    assert decisions_config(space.default) == {"unfused": []}
+    _fusion_config(config)
+    with pytest.raises(Bad):
+        _fusion_config({"unfused": [], "winograd": [[1]]})
+
+
+def test_edge_decisions_follow_the_rewrite():
+    """An edge after the convolution (bias add -> ReLU) left unfused stays unfused in the rewritten graph."""
+    g, feeds = _small_conv(bias_relu=True)
+    (node,) = winograd_convs(g)
+    order = g.toposort()
+    after = [e for e in fusible_edges(g) if order[e[0]].op is Op.Add]
+    assert after
+    decisions = {Winograd(node, 2): True, after[0]: False}
+    new, edges = apply_algorithms(g, decisions)
+    new_order = new.toposort()
+    assert [(new_order[a].op, new_order[b].op) for (a, b, _), v in edges.items() if not v] == \
+           [(order[after[0][0]].op, order[after[0][1]].op)]
+    assert len(lower(g, decisions)[1]) == len(lower(g, {Winograd(node, 2): True})[1]) + 1
+    got = run_graph(g, feeds, decisions=decisions)[0]
+    np.testing.assert_allclose(got, run_reference(g, feeds)[0].reshape(got.shape), atol=1e-5)
+
+
+class _DirectIsSlow(helpers.FakeBackend):
+    """A convolution's direct contraction (3 x 3 taps summed) takes 40 units; every other kernel its speed."""
+
+    def compile(self, items):
+        out = super().compile(items)
+        for f, (k, _) in zip(out, items):
+            if tuple(k.full[i] for i in k.reduce_axes)[-2:] == (3, 3):
+                f.schedule = {**f.schedule, "speed": 40}
+        return out
+
+
+def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
+    g, feeds = _small_conv()
+    (node,) = winograd_convs(g)
+    backend = _DirectIsSlow(modes=("ok",), speeds=(1, 2), virtual=True)
+    report = tune(g, backend, 20, sampler="grid", cache=tmp_path / "tuning.db", timeout_s=2.0, plan=helpers.PLAN,
+                  storage=f"sqlite:///{tmp_path / 'studies.db'}", workers=1)
+    assert report.fusion is not None and report.fusion.convs == 1
+    assert report.fusion.winograd and report.fusion.winograd[0][0] == node
+    with TuningCache(tmp_path / "tuning.db", readonly=True) as c:
+        w = c.best(fusion_key(g), *backend_fingerprints(backend))
+        assert w is not None and w.config["winograd"] == report.fusion.winograd
+        model = compile_graph(g, backend, cache=c)
+    assert len(model.kernels) >= 3 and model.stats.kernels == len(model.kernels)
+    np.testing.assert_allclose(model.run(feeds)[0], run_reference(g, feeds)[0].reshape(1, 4, 6, 6), atol=1e-5)
