@@ -94,6 +94,7 @@ def _check_in_place(g, feeds, rtol=2e-5, atol=2e-5):
     (1, 3, 9, (6, 41), (1, 1), 1, ((0, 0), (0, 0)), 1),       # no padding: no masks, rows narrower than the input
     (2, 3, 16, (21, 67), (2, 2), 1, ((1, 1), (1, 1)), 1),     # stride 2: rows gathered
     (1, 4, 5, (14, 50), (1, 3), 2, ((1, 2), (0, 3)), 1),      # stride 3 along rows, dilation 2, asymmetric pads
+    (1, 3, 16, (64, 130), (1, 1), 1, ((1, 1), (1, 1)), 1),    # K = 27 (odd) on two threads: per-thread buffers
 ])
 def test_conv_input_read_in_place(n, cin, cout, hw, stride, dil, pads, group):
     g, feeds = _conv_graph(n, cin, cout, hw, stride=stride, dil=dil, pads=pads, group=group)

@@ -389,8 +389,11 @@ class _Tiling:
         return -(-self.nb * self.pn * self.K * self.nr // 16) * 16
 
     @property
-    def size_bt(self) -> int:  # per thread: a block of B panels, or with ``run`` the one panel packed
-        return self.nc * self.kc if self.tile_b else self.nr * self.kc if self.run else 0
+    def size_bt(self) -> int:
+        """Per thread: a block of B panels, or with ``run`` the panel's copied rows and a pointer per row."""
+        if self.run:  # kept a multiple of 16 floats: the next thread's tile stays 64-byte aligned
+            return -(-(self.nr + 2) * self.kc // 16) * 16
+        return self.nc * self.kc if self.tile_b else 0
 
 
 def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
@@ -606,7 +609,8 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
         L.append("{")
     gather = f"for (int64_t w = 0; w < {nr}; w++) ds[w] = src[{step[0]} * w];"
     # first the rows no mask cuts, branch-free (a vector loop), then the others one by one
-    L += [f"    const lum_t *bq[{t.kc}];", "    #pragma omp simd", "    for (int64_t k = 0; k < kcur; k++) {",
+    L += [f"    const lum_t **bq = (const lum_t **)(bt + {nr * t.kc});", "    #pragma omp simd",
+          "    for (int64_t k = 0; k < kcur; k++) {",
           "        const int64_t kk = pc + k;", *_indent(kts, 8),
           f"        bq[k] = room & {' & '.join(rowok) or '1'} ? in{buf} + v0 + kt0 : 0;", "    }",
           # every row of the panel lies inside the input: a masked row is copied by a select over all NR columns
