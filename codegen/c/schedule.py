@@ -107,14 +107,26 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
 
 
 def _rows_nr(plan: Plan, vw: int) -> int:
-    """The panel width a conv's output rows take with little padding (at most 15%, two vectors before one),
-    where its input may be read by rows; else 0. A strided conv's rows are gathered, which beats the pack
-    where few rows share each panel (1 thread: 3x3 stride 2, 3->16 at 640x640, 1.4 -> 1.0 ms) but not with
-    more (7x7 stride 2, 3->64 at 224x224, 0.95x)."""
-    if not plan.b_rows or (plan.b_rows > 1 and (plan.sizes[1] > 32 or plan.b_rows > 2)):
+    """The panel width at which a conv's input is read by rows (two vectors; one only for few rows), where the
+    padding its output rows take in whole panels costs less than the pack would; else 0. The pack's share of
+    the work falls with the rows M sharing each panel and grows with the share s of its panels that straddle
+    two output rows (two segments): padding up to 1 + (5 + 20 s)/M, at most 15%. One thread, by rows over
+    packed: 3x3 64->16 at 160x160 (no padding) 1.4x, 36->20 at 57x57 (12%) 1.5x, 32->32 at 112x112 (14%)
+    1.06x, 64->64 at 56x56 (14%) 1.02-1.05x, 128->128 at 28x28 (14%) 1.08x; 96->96 at 56x56 0.97x,
+    128->128 at 56x56 0.94x, 64->64 at 112x112 0.95x (one vector wide 0.93x), 128->128 at 112x112 0.87x,
+    512->512 at 28x28 0.94x; missed: 256->256 at 56x56 1.07x. A strided conv's rows are gathered, which
+    beats the pack where few rows share each panel (3x3 stride 2, 3->16 at 640x640, 1.4 -> 1.0 ms) but not
+    with more (7x7 stride 2, 3->64, 0.95x)."""
+    m = plan.sizes[1]
+    if not plan.b_rows or (plan.b_rows > 1 and (m > 32 or plan.b_rows > 2)):
         return 0
     run = plan.full[plan.n[-1]]
-    return next((nr for nr in (2 * vw, vw) if -(-run // nr) * nr <= 1.15 * run), 0)
+    for nr in (2 * vw, vw) if m <= 32 else (2 * vw,):
+        panels = math.lcm(run, nr) // nr  # the pack's panels repeat their split every lcm columns
+        split = sum(q * nr // run != (q * nr + nr - 1) // run for q in range(panels)) / panels
+        if -(-run // nr) * nr <= min(1.15, 1 + (5 + 20 * split) / m) * run:
+            return nr
+    return 0
 
 
 def _row_block(m: int, direct: bool) -> int:
