@@ -21,7 +21,7 @@ from typing import Any
 
 from ..ir.dtypes import DType
 from ..ir.graph import Op
-from ..ir.view import View
+from ..ir.view import View, reads_dim
 
 
 class Form(StrEnum):
@@ -213,11 +213,6 @@ class Contraction:
 
     def size(self, group: str) -> int:
         return math.prod(self.full[d] for d in getattr(self, group))
-
-
-def reads_dim(view: View, d: int) -> bool:
-    """Whether the element a view reads depends on dim ``d`` of its index."""
-    return view.strides[d] != 0 or any(c[d] for c, _, _ in view.mask)
 
 
 def multiplies_as_matmul(dtype: DType) -> bool:

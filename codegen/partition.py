@@ -20,8 +20,8 @@ from typing import Any
 from ..ir import winograd
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.nogc import gc_paused
-from ..ir.view import View, contiguous_strides
-from .kernel import LEAF_OPS, Buffer, Kernel, KOp, Leaf, Space, multiplies_as_matmul, reads_dim
+from ..ir.view import View, contiguous_strides, reads_dim
+from .kernel import LEAF_OPS, Buffer, Kernel, KOp, Leaf, Space, multiplies_as_matmul
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
 

@@ -13,7 +13,7 @@ from .graph import ELEMENTWISE, REDUCE, SOURCES, Graph, Node, Op
 from .nogc import gc_paused
 from .reference import eval_node, read
 from .tensor import FOLD_LIMIT
-from .view import View
+from .view import View, reads_dim
 
 Src = tuple[Node, View]
 
@@ -92,16 +92,11 @@ def _scalar(src: Src):
     return None
 
 
-def _varies(v: View, d: int) -> bool:
-    """Whether the element a view reads depends on its index along dim ``d``."""
-    return v.strides[d] != 0 or any(c[d] for c, _, _ in v.mask)
-
-
 def _uniform_along(src: Src, d: int, depth: int = 8) -> bool:
     """Whether the values read through ``src`` are the same all along dim ``d``: its view does not move
     along d, or it is an elementwise node read in order whose sources are all uniform along d."""
     s, v = src
-    if not _varies(v, d):
+    if not reads_dim(v, d):
         return True
     if depth == 0 or s.op not in ELEMENTWISE or not (v.is_contiguous and v.shape == s.shape):
         return False
@@ -112,7 +107,7 @@ def _narrowed(src: Src, dims: tuple[int, ...]) -> Src:
     """``src`` with ``dims`` (along which it is uniform) taken at index 0: elementwise nodes rebuilt smaller."""
     s, v = src
     ranges = tuple((0, 1) if d in dims else (0, size) for d, size in enumerate(v.shape))
-    if not any(_varies(v, d) for d in dims):
+    if not any(reads_dim(v, d) for d in dims):
         return s, v.shrink(ranges)
     shape = tuple(b - a for a, b in ranges)
     x = Node(s.op, tuple(_narrowed(y, dims) for y in s.srcs), shape, s.dtype, dict(s.attrs))
@@ -140,7 +135,7 @@ def _computed_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
     (as a reduction done once is), is computed once along it too, so what follows it reads the value it was."""
     if n.op is Op.Contiguous or all(s.op in SOURCES for s, _ in srcs):
         return None
-    dims = tuple(d for d, size in enumerate(n.shape) if size > 1 and not any(_varies(v, d) for _, v in srcs))
+    dims = tuple(d for d, size in enumerate(n.shape) if size > 1 and not any(reads_dim(v, d) for _, v in srcs))
     if not dims:
         return None
     x, _ = _narrowed((Node(n.op, srcs, n.shape, n.dtype, dict(n.attrs)), View.contiguous(n.shape)), dims)

@@ -12,7 +12,7 @@ import numpy as np
 
 from .dtypes import DType, as_declared
 from .graph import Graph, Node, Op
-from .view import View
+from .view import View, reads_dim
 
 
 def read(arr: np.ndarray, view: View) -> np.ndarray:
@@ -37,7 +37,7 @@ def read(arr: np.ndarray, view: View) -> np.ndarray:
 def _compact(arr: np.ndarray, view: View) -> tuple[np.ndarray, list[int]]:
     """Read a view without its broadcast dims; returns the array and the dims it kept."""
     keep = [k for k in range(view.ndim)
-            if view.shape[k] != 1 and (view.strides[k] or any(c[k] for c, _, _ in view.mask))]
+            if view.shape[k] != 1 and reads_dim(view, k)]
     v = view.shrink(tuple((0, s) if k in keep else (0, 1) for k, s in enumerate(view.shape)))
     data = read(arr, v).reshape(tuple(view.shape[k] for k in keep))
     return data, keep

@@ -26,6 +26,11 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def reads_dim(view: View, d: int) -> bool:
+    """Whether the element a view reads depends on dim ``d`` of its index."""
+    return view.strides[d] != 0 or any(c[d] for c, _, _ in view.mask)
+
+
 @dataclass(frozen=True)
 class View:
     shape: tuple[int, ...]

@@ -26,7 +26,7 @@ import numpy as np
 from .dtypes import DType
 from .graph import Graph, Node, Op
 from .reference import read
-from .view import Constraint, View
+from .view import Constraint, View, reads_dim
 
 # (BT, G, AT) per output tile size m, for a 3-tap filter (Lavin and Gray, 2016)
 _TRANSFORMS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
@@ -60,8 +60,8 @@ class _Conv:
 def _pair(vx: View, vw: View, tap: int, kept: list[int]) -> int | None:
     """The output axis that walks the input as tap axis ``tap`` does (the window's o + k), if exactly one."""
     found = [o for o in kept
-             if vx.strides[o] == vx.strides[tap] and vw.strides[o] == 0
-             and all(c[o] == c[tap] for c, _, _ in vx.mask) and not any(c[o] for c, _, _ in vw.mask)]
+             if vx.strides[o] == vx.strides[tap] and all(c[o] == c[tap] for c, _, _ in vx.mask)
+             and not reads_dim(vw, o)]
     return found[0] if len(found) == 1 else None
 
 
@@ -94,10 +94,6 @@ def eligible(graph: Graph) -> list[Node]:
     return [n for n in graph.toposort() if _match(n) is not None]
 
 
-def _reads(operand: View, n: int) -> bool:
-    return operand.strides[n] != 0 or any(c[n] for c, _, _ in operand.mask)
-
-
 def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],
            extra: tuple[Constraint, ...] = ()) -> View:
     """``view`` read over ``shape``: its axis j at sum(coef * new axis) for (new axis, coef) in rows[j] (0 where
@@ -122,7 +118,7 @@ def _weight(conv: _Conv, g_mat: np.ndarray) -> np.ndarray:
     w, vw = conv.w
     (oh, kh), (ow, kw) = conv.spatial
     value = np.ascontiguousarray(np.broadcast_to(w.attrs["value"], w.shape))
-    shape = tuple(conv.shape[k] if k in (kh, kw) or _reads(vw, k) else 1 for k in range(len(conv.shape)))
+    shape = tuple(conv.shape[k] if k in (kh, kw) or reads_dim(vw, k) else 1 for k in range(len(conv.shape)))
     g = read(value, vw.shrink(tuple((0, s) for s in shape))).astype(np.float64)
     g = np.transpose(g, (*conv.kept, *conv.channels, kh, kw, oh, ow))[..., 0, 0]
     u = g_mat @ g @ g_mat.T
@@ -144,7 +140,7 @@ def _input_rows_cols(conv: _Conv, x: Node, tile: int, th: int, tw: int, xsizes: 
     # T[nu, *rest, *chans, th, w] = sum_a BT[nu, a] x[.., th*tile + a, w]
     s1 = (alpha, *xsizes, *csizes, th, wf, alpha)
     p_th, p_w, p_a = 1 + nr + nc, 2 + nr + nc, 3 + nr + nc
-    rows = {k: {1 + i: 1} for i, k in enumerate(rest) if _reads(vx, k)}
+    rows = {k: {1 + i: 1} for i, k in enumerate(rest) if reads_dim(vx, k)}
     rows |= {k: {1 + nr + i: 1} for i, k in enumerate(chans)}
     rows[oh], rows[ow] = {p_th: tile, p_a: 1}, {p_w: 1}
     n1 = len(s1)
@@ -230,7 +226,7 @@ def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
     rest, chans = conv.kept, conv.channels
     nr, nc = len(rest), len(chans)
     # the input's own kept axes: the rest it reads (batch, group), else size 1
-    xsizes = tuple(shape[k] if _reads(vx, k) else 1 for k in rest)
+    xsizes = tuple(shape[k] if reads_dim(vx, k) else 1 for k in rest)
     csizes = tuple(shape[k] for k in chans)
     v, v_shape = _input_rows_cols(conv, x, tile, th, tw, xsizes, csizes)
 
@@ -238,10 +234,10 @@ def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
     s2 = (alpha, alpha, *(shape[k] for k in rest), th, tw, *csizes)
     u = _const(_weight(conv, g_mat), red)
     urows = {0: {0: 1}, 1: {1: 1}}
-    urows |= {2 + i: {2 + i: 1} for i, k in enumerate(rest) if _reads(vw, k)}
+    urows |= {2 + i: {2 + i: 1} for i, k in enumerate(rest) if reads_dim(vw, k)}
     urows |= {2 + nr + i: {4 + nr + i: 1} for i in range(nc)}
     vrows = {0: {0: 1}, 1: {1: 1}, 2 + nr + nc: {2 + nr: 1}, 3 + nr + nc: {3 + nr: 1}}
-    vrows |= {2 + i: {2 + i: 1} for i, k in enumerate(rest) if _reads(vx, k)}
+    vrows |= {2 + i: {2 + i: 1} for i, k in enumerate(rest) if reads_dim(vx, k)}
     vrows |= {2 + nr + i: {4 + nr + i: 1} for i in range(nc)}
     mul = _node(Op.Mul, ((u, _place(View.contiguous(u.shape), s2, urows)),
                          (v, _place(View.contiguous(v_shape), s2, vrows))), s2, red)

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from ...ir.dtypes import DType
 from ...ir.graph import Op
-from ...ir.view import View
+from ...ir.view import View, reads_dim
 from ..index import view_masks
-from ..kernel import REDUCE_OPS, Kernel, Leaf, Space, reads_dim
+from ..kernel import REDUCE_OPS, Kernel, Leaf, Space
 from . import ctypes_map as ct
 from .emit import PAR_MIN, Body, _function, affine, mask_bounds, unravel
 from .normalize import normalize
