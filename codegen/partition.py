@@ -239,10 +239,13 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
     """The graph with the algorithms ``decisions`` choose, and their edge decisions on its nodes (an edge to or
     from a rewritten convolution holds for its new last node; edges of the new nodes take the default)."""
     edges = {e: v for e, v in (decisions or {}).items() if not isinstance(e, Winograd)}
+    algorithms = [w for w, v in (decisions or {}).items() if isinstance(w, Winograd) and v]
+    if not algorithms:  # what every untuned compile takes: no toposort
+        return graph, edges
     order = graph.toposort()
     chosen: dict[int, int] = {}
-    for w, v in (decisions or {}).items():
-        if isinstance(w, Winograd) and v and w.node < len(order):
+    for w in algorithms:
+        if w.node < len(order):
             chosen[order[w.node].id] = max(w.tile, chosen.get(order[w.node].id, 0))
     if not chosen:
         return graph, edges
