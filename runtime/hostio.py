@@ -24,9 +24,8 @@ class Rebinding(Protocol):
 
 @dataclass(frozen=True)
 class Bound:
-    """A buffer the kernels are bound to, by the graph node it holds, and its binder (None: never rebound)."""
+    """A buffer the kernels are bound to, and its binder (None: never rebound)."""
 
-    node: int
     own: np.ndarray
     bind: Bind | None
 

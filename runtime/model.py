@@ -107,7 +107,7 @@ class CompiledModel:
         fed = {s.node for s in self.inputs}
         passed = {o.node for o in self.outputs}
         v = self._values
-        inputs = [(s.name, Bound(s.node, v[s.node], None if s.node in passed else launch.binder(v[s.node])))
+        inputs = [(s.name, Bound(v[s.node], None if s.node in passed else launch.binder(v[s.node])))
                   for s in self.inputs]
         outputs = [(n, v[n], launch.binder(v[n])) for n in dict.fromkeys(o.node for o in self.outputs)
                    if writers[n] == 1 and n not in fed and n not in self._const_outputs]
