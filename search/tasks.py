@@ -19,7 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Decisions, Winograd, decisions_config
+from ..codegen.partition import Decisions, decisions_config
 from .measure import Measurement
 from .report import FusionReport, KernelReport
 from .scheduler import TaskState
@@ -331,14 +331,11 @@ class FusionTask(StudyTask):
     def config(self, point: Decisions) -> dict[str, list[list[int]]]:
         return decisions_config(point)
 
-    def unfused(self) -> list[list[int]]:
-        """The edges the incumbent plan leaves unfused."""
-        return [list(e) for e, v in (self.incumbent or {}).items() if not isinstance(e, Winograd) and not v]
-
     def report(self) -> FusionReport:
-        chosen = self.config(self.incumbent or {}).get("winograd", [])
+        best = self.config(self.incumbent or {})
         return FusionReport(len(self.space.edges), self.trials, dict(self.statuses), self.default_ns,
-                            self.inc.median_ns if self.inc else None, self.unfused(), len(self.space.convs), chosen)
+                            self.inc.median_ns if self.inc else None, best["unfused"], len(self.space.convs),
+                            best.get("winograd", []))
 
 
 def _plain(key: str, value: Any) -> dict[str, Any]:
