@@ -69,11 +69,13 @@ def typed_default(kernel: Kernel, threads: int) -> CSchedule:
 
 def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedule:
     vw = simd_width()
-    nb, m, n, _ = plan.sizes
-    # few rows of A against a B packed on every call: packing costs more than reading B in place. A weight
-    # is packed once, and its panels then stream contiguously: inside BERT-base, 768x768 and 768x3072 ran
-    # 17% faster than with the weight read in place, 3072x768 at par
-    direct = not plan.b_const and plan.b_direct and n % (2 * vw) == 0 and m <= 128
+    nb, m, n, k = plan.sizes
+    # few rows of A, or a K that one KC step covers (a 1x1 conv's input channels), against a B packed on every
+    # call: packing costs more than reading B in place (2 threads, 1x1 convs: 64->256 at 56x56 0.64 -> 0.51
+    # ms, 24->144 at 56x56 0.22 -> 0.18, 128->512 at 32x32 0.62 -> 0.55, 256->1024 at 16x16 0.53 -> 0.49).
+    # A weight is packed once, and its panels then stream contiguously: inside BERT-base, 768x768 and
+    # 768x3072 ran 17% faster than with the weight read in place, 3072x768 at par
+    direct = not plan.b_const and plan.b_direct and n % (2 * vw) == 0 and (m <= 128 or k <= 256)
     rows_nr = _rows_nr(plan, vw)
     mc = _row_block(m, direct)
     nc = 128 if plan.b_const else 256
@@ -92,8 +94,9 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x); its input read in place
     # where the output rows take whole panels with little padding (contraction._rows_panel; with 8-row
     # tiles, over packed ones: 64->16 at 160x160 1.35x, 32->32 at 112x112 1.08x, 64->64 at 56x56 1.03x,
-    # 36->20 at 57x57 par; 48->48 at 40x40, rows of 40 in panels of 48 or 64, 0.95x)
-    if plan.b_rows and mr == TILE[0] and -(-m // 8) * 8 <= -(-m // mr) * mr:
+    # 36->20 at 57x57 par; 48->48 at 40x40, rows of 40 in panels of 48 or 64, 0.95x); so too with B read in
+    # place (1x1 convs, 2 threads: 64->256 at 56x56 0.55 -> 0.51 ms, 128->512 at 32x32 0.58 -> 0.55)
+    if (plan.b_rows or direct) and mr == TILE[0] and -(-m // 8) * 8 <= -(-m // mr) * mr:
         mr = 8
     if rows_nr:
         nr = rows_nr

@@ -1,0 +1,130 @@
+"""GEMMs whose whole K is one KC step (1x1 convolutions over few input channels): each NR panel's epilogue runs
+right after the panel, and the default reads the conv's input in place whatever the number of output channels,
+in 8-row tiles. Against the reference executor."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from codegen_util import compare_cpu
+from test_c_direct_conv import _conv_graph, _the_conv
+
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.c.check import run_graph
+from luminal.codegen.c.contraction import plan_contraction
+from luminal.ir import DType, run_reference
+from luminal.target import host_simd_width
+
+NOPAD = ((0, 0), (0, 0))
+PER_PANEL = "lum_epilogue(b, ct + jr * "  # the epilogue call inside the panel loop
+
+
+def _1x1(n: int, cin: int, cout: int, hw: tuple[int, int], epilogue: str = "relu", stride: int = 1,
+         dtype: DType = DType.float32):
+    return _conv_graph(n, cin, cout, hw, k=1, stride=(stride, stride), pads=NOPAD, epilogue=epilogue, dtype=dtype)
+
+
+def _schedules(be: CPUBackend, c) -> list[dict]:
+    """The default, and tiles, blocks and K steps around it (K in one step or several)."""
+    vw = host_simd_width()
+    base = be.default_schedule(c)
+    out = [base]
+    for over in ({"mr": 6}, {"mr": 4, "nr": vw, "mc": 24, "nc": 64}, {"mr": 12, "nr": vw, "mc": 48, "order": "mn"},
+                 {"kc": 128}, {"pack_b": True}, {"pack_a": True, "mr": 8, "nc": 512},
+                 {"pack_b": True, "mr": 6, "nr": 3 * vw, "nc": 3 * vw * 4, "mc": 24}):
+        s = {**base, **over}
+        if be.valid(c, s):
+            out.append(s)
+    assert len(out) >= 4
+    return out
+
+
+def _check(g, feeds, per_panel: bool | None = None) -> None:
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    k = plan_contraction(c).sizes[3]
+    seen = set()
+    for s in _schedules(be, c):
+        src = be.source(c, s)
+        one_step = s["kc"] in (0,) or s["kc"] >= k
+        assert (PER_PANEL in src) == one_step, s
+        seen.add(one_step)
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
+    if per_panel is not None:
+        assert per_panel in seen
+
+
+@pytest.mark.parametrize("n,cin,cout,epilogue", [
+    (1, 24, 37, "relu"),       # M not a multiple of 6 or 8
+    (2, 13, 20, "silu"),       # batch 2, odd K
+    (1, 32, 29, "residual"),   # residual add and ReLU
+    (2, 7, 11, "none"),
+    (1, 150, 9, "relu"),       # K past one step of 128
+])
+def test_1x1_conv_epilogue_per_panel(n, cin, cout, epilogue):
+    vw = host_simd_width()
+    g, feeds = _1x1(n, cin, cout, (5, 4 * vw), epilogue)
+    _check(g, feeds, per_panel=True)
+
+
+def test_columns_not_a_multiple_of_nr():
+    """N = 7 x 23 pixels: B packed (its last panel partial), the epilogue per panel skipping the padding."""
+    g, feeds = _1x1(2, 10, 15, (7, 23), "silu")
+    _, c = _the_conv(g)
+    assert CPUBackend().default_schedule(c)["pack_b"]
+    _check(g, feeds, per_panel=True)
+
+
+def test_strided_1x1_conv():
+    """A 1x1 conv with stride 2: B is not readable as it lies (rows gathered or packed)."""
+    vw = host_simd_width()
+    g, feeds = _1x1(2, 16, 21, (9, 4 * vw + 3), "relu", stride=2)
+    _, c = _the_conv(g)
+    assert not plan_contraction(c).b_direct
+    _check(g, feeds)
+
+
+def test_int32_1x1_is_exact():
+    vw = host_simd_width()
+    g, feeds = _1x1(2, 9, 13, (3, 2 * vw), "none", dtype=DType.int32)
+    ks, c = _the_conv(g)
+    want = run_reference(g, feeds)[0]
+    be = CPUBackend()
+    for s in _schedules(be, c):
+        got = run_graph(g, feeds, schedules=[s if kk is c else None for kk in ks], kernels=ks)[0]
+        assert np.array_equal(got, want.reshape(got.shape)), s
+
+
+def test_default_reads_a_small_k_in_place():
+    """Many output channels against a K of one step: B (the input) read in place in 8-row tiles; a larger K
+    with many rows keeps B packed."""
+    vw = host_simd_width()
+    be = CPUBackend()
+    for cin, cout, direct in ((24, 144, True), (64, 256, True), (256, 256, True), (512, 256, False),
+                              (512, 64, True)):
+        g, _ = _1x1(1, cin, cout, (4, 2 * vw))
+        _, c = _the_conv(g)
+        s = be.default_schedule(c)
+        assert s["pack_b"] is not direct, (cin, cout)
+        assert not direct or s["mr"] == 8
+        assert be.valid(c, s)
+
+
+def test_random_points_of_the_space():
+    vw = host_simd_width()
+    g, feeds = _1x1(2, 19, 27, (3, 2 * vw), "silu")
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    rnd = random.Random(18)
+    picked: list[dict] = []
+    tries = 0
+    while len(picked) < 10 and tries < 5000:
+        tries += 1
+        s = {kn.name: rnd.choice(kn.choices) for kn in be.space(c)}
+        if be.valid(c, s) and s["impl"] == "generated":
+            picked.append(s)
+    assert any(not s["pack_b"] for s in picked) and any(s["kc"] in (0, 128) for s in picked)
+    for s in picked:
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
