@@ -32,7 +32,7 @@ class Winograd:
     (``ir.winograd``); without one (or with its decision False) a convolution stays one contraction."""
 
     node: int
-    tile: int = 2
+    tile: int  # one of ir.winograd.TILES
 
 
 Decision = Edge | Winograd
