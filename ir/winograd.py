@@ -254,14 +254,14 @@ def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
 
 def rewrite(graph: Graph, chosen: dict[int, int]) -> tuple[Graph, dict[int, Node]]:
     """``graph`` with the convolutions whose SumReduce node ids are in ``chosen`` computed by Winograd (their tile
-    size as the value; ineligible ones stay); also the node each old node id became (the convolutions' their
-    last new node; nodes only they read are gone)."""
+    size as the value; ineligible ones stay); also the node each old node id became (a convolution's: its last
+    new node; nodes only they read are gone)."""
+    order = graph.toposort()
+    rewritten = {n.id: c for n in order if n.id in chosen and (c := _match(n)) is not None}
+    if not rewritten:
+        return graph, {n.id: n for n in order}
     new: dict[int, Node] = {}
-    convs = [(n, c) for n in graph.toposort() if n.id in chosen and (c := _match(n)) is not None]
-    if not convs:
-        return graph, {n.id: n for n in graph.toposort()}
-    rewritten = {n.id: c for n, c in convs}
-    for n in graph.toposort():
+    for n in order:
         conv = rewritten.get(n.id)
         if conv is not None:
             new[n.id] = _winograd(conv, new[conv.x[0].id], chosen[n.id])
