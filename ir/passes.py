@@ -110,8 +110,7 @@ def _narrowed(src: Src, dims: tuple[int, ...]) -> Src:
     if not any(reads_dim(v, d) for d in dims):
         return s, v.shrink(ranges)
     shape = tuple(b - a for a, b in ranges)
-    x = Node(s.op, tuple(_narrowed(y, dims) for y in s.srcs), shape, s.dtype, dict(s.attrs))
-    x.origin = s.origin
+    x = Node(s.op, tuple(_narrowed(y, dims) for y in s.srcs), shape, s.dtype, dict(s.attrs), origin=s.origin)
     return x, View.contiguous(shape)
 
 
@@ -125,8 +124,7 @@ def _reduced_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
     if not dims:
         return None
     shape = tuple(1 if d in dims else size for d, size in enumerate(n.shape))
-    red = Node(n.op, (_narrowed(srcs[0], dims),), shape, n.dtype, dict(n.attrs))
-    red.origin = n.origin
+    red = Node(n.op, (_narrowed(srcs[0], dims),), shape, n.dtype, dict(n.attrs), origin=n.origin)
     return red, View.contiguous(shape).expand(n.shape)
 
 
@@ -138,9 +136,9 @@ def _computed_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
     dims = tuple(d for d, size in enumerate(n.shape) if size > 1 and not any(reads_dim(v, d) for _, v in srcs))
     if not dims:
         return None
-    x, _ = _narrowed((Node(n.op, srcs, n.shape, n.dtype, dict(n.attrs)), View.contiguous(n.shape)), dims)
-    x.origin = n.origin
-    return x, View.contiguous(x.shape).expand(n.shape)
+    shape = tuple(1 if d in dims else size for d, size in enumerate(n.shape))
+    x = Node(n.op, tuple(_narrowed(s, dims) for s in srcs), shape, n.dtype, dict(n.attrs), origin=n.origin)
+    return x, View.contiguous(shape).expand(n.shape)
 
 
 def _done_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
