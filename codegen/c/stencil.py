@@ -48,7 +48,6 @@ class Stencil:
     red: int  # the SumReduce
     din: int  # the innermost kept dim: the pixels of a row
     step: int
-    taps: int  # points of the reduced dims
     reuse: int  # points of the kept dims the input does not read (a depthwise conv's channel multiplier)
 
 
@@ -98,7 +97,7 @@ def _plan(k: Kernel) -> Stencil | None:
     if step < 1 or step * k.full[din] > ZERO_MAX:
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
-    return Stencil(x, w, red, din, step, taps, reuse)
+    return Stencil(x, w, red, din, step, reuse)
 
 
 EDGE_ROWS = 8  # rows in the top and bottom padding emitted one by one, each with its live taps only
