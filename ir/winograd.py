@@ -146,9 +146,9 @@ def _input_rows_cols(conv: _Conv, x: Node, tile: int, th: int, tw: int, xsizes: 
     n1 = len(s1)
     bounds = ((tuple(tile if k == p_th else 1 if k == p_a else 0 for k in range(n1)), 0, out_h + 2),
               (tuple(1 if k == p_w else 0 for k in range(n1)), 0, out_w + 2))
-    b1 = _const(bt, red)
+    bmat = _const(bt, red)  # read by both sums
     mul1 = _node(Op.Mul, ((x, _place(vx, s1, rows, bounds)),
-                          (b1, _place(View.contiguous(b1.shape), s1, {0: {0: 1}, 1: {p_a: 1}}))), s1, red)
+                          (bmat, _place(View.contiguous(bmat.shape), s1, {0: {0: 1}, 1: {p_a: 1}}))), s1, red)
     t_shape = (*s1[:-1], 1)
     t = _node(Op.SumReduce, ((mul1, View.contiguous(s1)),), t_shape, red, (n1 - 1,))
     # V[nu, xi, *rest, *chans, th, tw] = sum_b BT[xi, b] T[nu, .., th, tw*tile + b]
@@ -156,9 +156,8 @@ def _input_rows_cols(conv: _Conv, x: Node, tile: int, th: int, tw: int, xsizes: 
     n2 = len(s2)
     trows = {0: {0: 1}, p_th: {2 + nr + nc: 1}, p_w: {3 + nr + nc: tile, n2 - 1: 1}}
     trows |= {1 + i: {2 + i: 1} for i in range(nr + nc)}
-    b2 = _const(bt, red)
     mul2 = _node(Op.Mul, ((t, _place(View.contiguous(t_shape), s2, trows)),
-                          (b2, _place(View.contiguous(b2.shape), s2, {0: {1: 1}, 1: {n2 - 1: 1}}))), s2, red)
+                          (bmat, _place(View.contiguous(bmat.shape), s2, {0: {1: 1}, 1: {n2 - 1: 1}}))), s2, red)
     v_shape = (*s2[:-1], 1)
     return _node(Op.SumReduce, ((mul2, View.contiguous(s2)),), v_shape, red, (n2 - 1,)), v_shape
 
@@ -189,9 +188,9 @@ def _output_rows_cols(conv: _Conv, m: Node, m_shape: tuple[int, ...], tile: int,
     n = len(s)
     mrows = {0: {0: 1}, 1: {n - 1: 1}, 2 + nr: {2 + nr: 1}, 3 + nr: {3 + nr: 1}}
     mrows |= {2 + i: {2 + i: 1} for i in range(nr)}
-    a1 = _const(at, red)
+    amat = _const(at, red)  # read by both sums
     mul = _node(Op.Mul, ((m, _place(View.contiguous(m_shape), s, mrows)),
-                         (a1, _place(View.contiguous(a1.shape), s, {0: {1: 1}, 1: {n - 1: 1}}))), s, red)
+                         (amat, _place(View.contiguous(amat.shape), s, {0: {1: 1}, 1: {n - 1: 1}}))), s, red)
     z_shape = (*s[:-1], 1)
     z = _node(Op.SumReduce, ((mul, View.contiguous(s)),), z_shape, red, (n - 1,))
     # Y[.., th, i, .., j, tw, ..] = sum_nu AT[i, nu] Z[nu, j, .., th, tw]
@@ -200,9 +199,8 @@ def _output_rows_cols(conv: _Conv, m: Node, m_shape: tuple[int, ...], tile: int,
     s4.append(alpha)
     zrows = {0: {nu: 1}, 1: {ax[ow]: 1}, 2 + nr: {ax[oh]: 1}, 3 + nr: {ax[ow] + 1: 1}}
     zrows |= {2 + i: {ax[k]: 1} for i, k in enumerate(rest)}
-    a2 = _const(at, red)
     mul4 = _node(Op.Mul, ((z, _place(View.contiguous(z_shape), tuple(s4), zrows)),
-                          (a2, _place(View.contiguous(a2.shape), tuple(s4), {0: {ax[oh] + 1: 1}, 1: {nu: 1}}))),
+                          (amat, _place(View.contiguous(amat.shape), tuple(s4), {0: {ax[oh] + 1: 1}, 1: {nu: 1}}))),
                  tuple(s4), red)
     y_shape = (*s4[:-1], 1)
     y = _node(Op.SumReduce, ((mul4, View.contiguous(tuple(s4))),), y_shape, red, (nu,))
