@@ -134,7 +134,9 @@ def _rows_nr(plan: Plan, vw: int) -> int:
 
 def _row_block(m: int, direct: bool) -> int:
     if direct:
-        return 48 if m > 24 else 24  # measured best with B read in place (M = 128: 1.2-1.6x over 72/96)
+        # measured best with B read in place (M = 128: 1.2-1.6x over 72/96); 24 over 48 in 8-row tiles (2 threads,
+        # 1x1 convs: 32->64 at 160x160 0.65 -> 0.53 ms, 64->256 at 56x56 0.45 -> 0.42; 128x768x768 par)
+        return 24
     # one row block when M fits, else 96: a short last block only costs its own rows, while small
     # blocks reload every B panel per block (M=256, N=196, K=2304: 96 rows 1.9x faster than 24)
     return min((c for c in (24, 48, 72, 96, 144) if c >= m), default=96)
