@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -187,7 +188,7 @@ def main() -> None:
         rows.append(row)
     ok = [r["speedup_vs_ort"] for r in rows if "speedup_vs_ort" in r]
     if ok:
-        geo = math.exp(sum(math.log(s) for s in ok) / len(ok))
+        geo = statistics.geometric_mean(ok)
         print(f"geomean speedup {geo:.2f}x over {len(ok)} layers, min {min(ok):.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps({"threads": threads, "tuned_s": args.tune, "layers": rows}, indent=1))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -108,7 +109,7 @@ def main() -> None:
             print(f"{name:32s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
     speedups = [r["speedup_vs_ort"] for r in rows if "speedup_vs_ort" in r]
-    geomean = float(np.exp(np.mean(np.log(speedups)))) if speedups else None
+    geomean = statistics.geometric_mean(speedups) if speedups else None
     if speedups:
         print(f"geomean speedup {geomean:.2f}x over {len(speedups)} models, lowest {min(speedups):.2f}x")
     if args.json:
