@@ -16,9 +16,9 @@ from ..partition import Decisions, lower
 def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: Decisions | None = None,
          schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
          backend: Backend | None = None) -> tuple[Callable[[], None], list[Any], list[Kernel]]:
-    """Partition (or take ``kernels``), compile every kernel with its schedule (default when None) and bind it
-    to buffers holding the feeds, constants and every kernel output. Returns (run: one pass over the kernels,
-    the graph's output buffers, the kernels)."""
+    """Lower the graph by ``decisions`` (or take ``kernels`` of ``graph`` as it is), compile every kernel with its
+    schedule (default when None) and bind it to buffers holding the feeds, constants and every kernel output.
+    Returns (run: one pass over the kernels, the graph's output buffers, the kernels)."""
     from .backend import CPUBackend
 
     be = backend or CPUBackend()
@@ -45,7 +45,8 @@ def bind(graph: Graph, feeds: dict[str, np.ndarray], decisions: Decisions | None
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray], decisions: Decisions | None = None,
               schedules: list[Schedule | None] | None = None, kernels: list[Kernel] | None = None,
               backend: Backend | None = None) -> list[np.ndarray]:
-    """Partition (or take ``kernels``), compile every kernel with its schedule (default when None), run."""
+    """Lower the graph by ``decisions`` (or take ``kernels``), compile every kernel with its schedule (default
+    when None), run."""
     from .backend import CPUBackend
 
     be = backend or CPUBackend()
