@@ -510,11 +510,13 @@ def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[st
             f"        for (int64_t t = 0; t < {t.nb * t.pm}LL; t++) {{",
             f"            int64_t ib = t / {t.pm}, p = t % {t.pm}; (void)ib;",
             f"            lum_t *dst = ap + t * {K * mr};",
-            f"            for (int64_t i = 0; i < {mr}; i++) {{",
-            f"                int64_t m = p * {mr} + i;",
-            f"                if (m >= {M}) {{ for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = 0;"
-            " continue; }",
-            f"                for (int64_t k = 0; k < {K}; k++) dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
+            f"            const int64_t mv = lum_min64({mr}, {M} - p * {mr});",
+            f"            for (int64_t k = 0; k < {K}; k++) {{",
+            "                for (int64_t i = 0; i < mv; i++) {",
+            f"                    const int64_t m = p * {mr} + i;",
+            f"                    dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
+            "                }",
+            f"                for (int64_t i = mv; i < {mr}; i++) dst[k*{mr} + i] = 0;",
             "            }",
             "        }"]
 
