@@ -54,7 +54,7 @@ class _Conv:
     w: tuple[Node, View]
     spatial: tuple[tuple[int, int], tuple[int, int]]  # (output axis, tap axis) for rows, then columns
     channels: tuple[int, ...]
-    kept: tuple[int, ...]  # every kept axis but the two output axes, in order
+    rest: tuple[int, ...]  # the kept axes but the two output axes (batch, group, ...), in order
 
 
 def _pair(vx: View, vw: View, tap: int, kept: list[int]) -> int | None:
@@ -120,7 +120,7 @@ def _weight(conv: _Conv, g_mat: np.ndarray) -> np.ndarray:
     value = np.ascontiguousarray(np.broadcast_to(w.attrs["value"], w.shape))
     shape = tuple(conv.shape[k] if k in (kh, kw) or reads_dim(vw, k) else 1 for k in range(len(conv.shape)))
     g = read(value, vw.shrink(tuple((0, s) for s in shape))).astype(np.float64)
-    g = np.transpose(g, (*conv.kept, *conv.channels, kh, kw, oh, ow))[..., 0, 0]
+    g = np.transpose(g, (*conv.rest, *conv.channels, kh, kw, oh, ow))[..., 0, 0]
     u = g_mat @ g @ g_mat.T
     return np.moveaxis(u, (-2, -1), (0, 1))
 
@@ -134,7 +134,7 @@ def _input_rows_cols(conv: _Conv, x: Node, tile: int, th: int, tw: int, xsizes: 
     _, vx = conv.x
     (oh, _), (ow, _) = conv.spatial
     out_h, out_w = shape[oh], shape[ow]
-    rest, chans = conv.kept, conv.channels
+    rest, chans = conv.rest, conv.channels
     nr, nc = len(rest), len(chans)
     wf = tw * tile + 2
     # T[nu, *rest, *chans, th, w] = sum_a BT[nu, a] x[.., th*tile + a, w]
@@ -168,7 +168,7 @@ def _tiles_layout(conv: _Conv, tile: int, th: int, tw: int, cols_first: bool) ->
     (oh, _), (ow, _) = conv.spatial
     shape: list[int] = []
     at: dict[int, int] = {}
-    for k in sorted((*conv.kept, oh, ow)):
+    for k in sorted((*conv.rest, oh, ow)):
         at[k] = len(shape)
         shape += [th, tile] if k == oh else ([tile, tw] if cols_first else [tw, tile]) if k == ow else [conv.shape[k]]
     return shape, at
@@ -181,7 +181,7 @@ def _output_rows_cols(conv: _Conv, m: Node, m_shape: tuple[int, ...], tile: int,
     alpha = tile + 2
     red, shape = conv.red, conv.shape
     (oh, _), (ow, _) = conv.spatial
-    rest = conv.kept
+    rest = conv.rest
     nr = len(rest)
     # Z[nu, j, *rest, th, tw] = sum_xi AT[j, xi] M[nu, xi, *rest, th, tw]
     s = (alpha, tile, *(shape[k] for k in rest), th, tw, alpha)
@@ -221,7 +221,7 @@ def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
     _, vw = conv.w
     (oh, _), (ow, _) = conv.spatial
     th, tw = math.ceil(shape[oh] / tile), math.ceil(shape[ow] / tile)
-    rest, chans = conv.kept, conv.channels
+    rest, chans = conv.rest, conv.channels
     nr, nc = len(rest), len(chans)
     # the input's own kept axes: the rest it reads (batch, group), else size 1
     xsizes = tuple(shape[k] if reads_dim(vx, k) else 1 for k in rest)
