@@ -213,9 +213,11 @@ def decisions_from_config(graph: Graph, config: dict[str, Any]) -> Decisions:
     ...]}; a record without "winograd" computes every convolution directly)."""
     edges = set(fusible_edges(graph))
     out: Decisions = {e: False for e in (tuple(x) for x in config.get("unfused", [])) if e in edges}
-    convs = set(winograd_convs(graph))
     chosen = config.get("winograd")
-    for item in chosen if isinstance(chosen, list) else []:
+    if not isinstance(chosen, list) or not chosen:  # most records: no convolution matched against the graph
+        return out
+    convs = set(winograd_convs(graph))
+    for item in chosen:
         if isinstance(item, list) and len(item) == 2 and all(type(x) is int for x in item) \
                 and item[0] in convs and item[1] in winograd.TILES:
             out[Winograd(item[0], item[1])] = True
