@@ -214,7 +214,7 @@ def decisions_from_config(graph: Graph, config: dict[str, Any]) -> Decisions:
     edges = set(fusible_edges(graph))
     out: Decisions = {e: False for e in (tuple(x) for x in config.get("unfused", [])) if e in edges}
     chosen = config.get("winograd")
-    if not isinstance(chosen, list) or not chosen:  # most records: no convolution matched against the graph
+    if not isinstance(chosen, list) or not chosen:  # most records choose none: the graph need not be matched
         return out
     convs = set(winograd_convs(graph))
     for item in chosen:
