@@ -128,3 +128,18 @@ def test_random_points_of_the_space():
     assert any(not s["pack_b"] for s in picked) and any(s["kc"] in (0, 128) for s in picked)
     for s in picked:
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("vw", [8, 16])
+def test_default_tiles_fit_the_registers(monkeypatch, vw):
+    """8-row tiles only where their accumulators fit: on 16 AVX2 registers 8 x 2 vectors would not."""
+    import luminal.codegen.c.schedule as sched
+
+    monkeypatch.setattr(sched, "simd_width", lambda: vw)
+    be = CPUBackend()
+    for g in (_1x1(1, 24, 64, (4, 32))[0], _conv_graph(1, 8, 16, (12, 64))[0], _1x1(1, 512, 256, (7, 7))[0]):
+        _, c = _the_conv(g)
+        s = be.default_schedule(c)
+        assert be.valid(c, s), s
+        m = plan_contraction(c).sizes[1]
+        assert (s["mr"] == 8) == (m % 8 == 0 and (vw == 16 or s["nr"] == vw)), s

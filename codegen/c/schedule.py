@@ -90,16 +90,18 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     direct_a = plan.a_direct
     # N within one vector (a few rows with swapped roles): a 12 x VW tile wastes half the lanes of 6 x 2VW
     mr, nr = (12, vw) if n <= vw and not direct else (TILE[0], TILE[1] * vw)
-    # a conv (its input windows as B): 8-row tiles where they pad M no more than 6-row ones (1 thread, packed:
-    # 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x); its input read in place
-    # where the output rows take whole panels with little padding (contraction._rows_panel; with 8-row
-    # tiles, over packed ones: 64->16 at 160x160 1.35x, 32->32 at 112x112 1.08x, 64->64 at 56x56 1.03x,
-    # 36->20 at 57x57 par; 48->48 at 40x40, rows of 40 in panels of 48 or 64, 0.95x); so too with B read in
-    # place (1x1 convs, 2 threads: 64->256 at 56x56 0.55 -> 0.51 ms, 128->512 at 32x32 0.58 -> 0.55)
-    if (plan.b_rows or direct) and mr == TILE[0] and -(-m // 8) * 8 <= -(-m // mr) * mr:
-        mr = 8
+    # a conv's input read in place where the output rows take whole panels with little padding
+    # (contraction._rows_panel; with 8-row tiles, over packed ones: 64->16 at 160x160 1.35x, 32->32 at
+    # 112x112 1.08x, 64->64 at 56x56 1.03x, 36->20 at 57x57 par; 48->48 at 40x40, rows of 40 in panels of 48
+    # or 64, 0.95x)
     if rows_nr:
         nr = rows_nr
+    # 8-row tiles where they pad M no more than 6-row ones and fit the vector registers. 1 thread, convs
+    # packed: 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x; 2 threads: 1x1
+    # 64->256 at 56x56 with B in place 0.55 -> 0.51 ms, packed 1x1 convs at 28x28 and 14x14 1.02-1.08x,
+    # 3x3 256->256 at 14x14 1.02x, 256x768x768 and 384x1024x512 matmuls 1.05x and 1.01x
+    if mr == TILE[0] and -(-m // 8) * 8 <= -(-m // mr) * mr and _fits(8, nr, vw):
+        mr = 8
     # one row against a batch of B blocks (a depthwise conv: M = 1, K = its taps) reuses nothing a GEMM
     # tile could keep: loops that sum the taps over a block of output columns
     # a depthwise conv: every tap's weight in a register, each input row read in place (stencil.py)
@@ -132,6 +134,11 @@ def _rows_nr(plan: Plan, vw: int) -> int:
     return 0
 
 
+def _fits(mr: int, nr: int, vw: int) -> bool:
+    """Whether an MR x NR tile's accumulators, a row of B and an element of A fit the vector registers."""
+    return mr * (nr // vw) + nr // vw + 1 <= (32 if vw == 16 else 16)
+
+
 def _row_block(m: int, direct: bool) -> int:
     if direct:
         # measured best with B read in place (M = 128: 1.2-1.6x over 72/96); 24 over 48 in 8-row tiles (2 threads,
@@ -161,8 +168,7 @@ def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False
     vw = simd_width()
-    regs = 32 if vw == 16 else 16
-    if s.nr % vw or s.mr * (s.nr // vw) + s.nr // vw + 1 > regs:
+    if s.nr % vw or not _fits(s.mr, s.nr, vw):
         return False
     if s.mc % s.mr or s.nc % s.nr:
         return False
