@@ -29,7 +29,7 @@ from .studies import Heartbeats, ask, fail_stale
 
 MAX_ASK = 40  # proposals tried per slot before the space counts as exhausted
 ASK_S = 2.0  # and the time they may take
-SAMPLING_WAIT_S = 60.0  # at most this long a proposal waits for an earlier trial of another process to get its point
+SAMPLING_WAIT_S = 2.0  # without heartbeats, at most this long a proposal waits for an earlier trial to get its point
 DEFAULT_ATTR = "luminal_default_ns"  # study attribute: the default point's median time (a process's measurement)
 CONFIG_ATTR = "config"  # trial attribute: the point as the tuning cache stores it, on every verified measurement
 
@@ -173,7 +173,7 @@ class StudyTask:
         is waited for, so that two processes never both miss each other (however slow a loaded machine samples);
         one whose process died is failed once its heartbeat is stale."""
         names = set(self.space.grid())
-        t_end = time.monotonic() + SAMPLING_WAIT_S
+        t_end = time.monotonic() + self._sampling_wait()
         t_stale = time.monotonic() + 1.0
         while True:
             sampling = False
@@ -192,6 +192,14 @@ class StudyTask:
                 fail_stale(self.study)
                 t_stale = time.monotonic() + 1.0
             time.sleep(0.02)
+
+    def _sampling_wait(self) -> float:
+        """How long an earlier trial may take to get its point: a process that holds it beats its heartbeat, and one
+        that died is failed after the grace period; a trial killed before its first beat is given up on then too."""
+        rdb = self.heartbeats.rdb if self.heartbeats is not None else None
+        if rdb is None or not rdb.heartbeat_interval:
+            return SAMPLING_WAIT_S
+        return float(rdb.grace_period or 2 * rdb.heartbeat_interval) + rdb.heartbeat_interval
 
     def _answer(self, trial: optuna.Trial, other: FrozenTrial) -> None:
         """A point another trial measured (its time), breaks (pruned), or is measuring (this trial failed)."""
