@@ -6,6 +6,7 @@ blip); one that stays away stops the run with a LuminalError."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -201,10 +202,13 @@ class Heartbeats:
     def hold(self, study: optuna.Study, trial: optuna.Trial) -> None:
         with self._lock:
             self._held[trial._trial_id] = study
+        # its first beat before anything else: a trial without one is never found stale, so a process killed
+        # while it samples would leave it running for good
+        with contextlib.suppress(Exception):  # the server is away: the thread beats once it is back
+            self.rdb.record_heartbeat(trial._trial_id)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="luminal-heartbeat", daemon=True)
             self._thread.start()
-        self._wake.set()  # its first beat now: a trial without one is never found stale
 
     def release(self, trial: optuna.Trial) -> None:
         with self._lock:
