@@ -373,3 +373,18 @@ def test_depthwise_conv_loops_over_wide_rows(stride, dil, pads, width):
     for lanes in (16, 64, 256):
         s = {**loops, "lanes": lanes}
         _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
+
+
+def test_an_output_of_short_inner_runs_tiles_the_other_way():
+    """A 2x2 stride-2 ConvTranspose writes y[n, m, i, p, j, q] with q of 2 innermost: with the weight's (m, p, q)
+    as columns every tile row would store runs of 2; the pixels (i, j) become the columns instead, read in place."""
+    from luminal.frontend_onnx.ops_nn_conv import _conv_transpose_phases
+
+    x = Tensor.input("x", (1, 8, 20, 20), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((8, 6, 2, 2)).astype(np.float32))
+    y = _conv_transpose_phases(x, wt, 1, [2, 2], [(0, 0), (0, 0)], [40, 40]).relu()
+    g = _graph([x], [y])
+    _, (c,) = _contractions(g)
+    plan = plan_contraction(c)
+    assert plan.sizes[1:] == (6 * 4, 20 * 20, 8) and plan.b_direct
+    _compare(g, {"x": RNG.standard_normal((1, 8, 20, 20)).astype(np.float32)})
