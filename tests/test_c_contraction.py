@@ -388,3 +388,20 @@ def test_an_output_of_short_inner_runs_tiles_the_other_way():
     plan = plan_contraction(c)
     assert plan.sizes[1:] == (6 * 4, 20 * 20, 8) and plan.b_direct
     _compare(g, {"x": RNG.standard_normal((1, 8, 20, 20)).astype(np.float32)})
+
+
+def test_a_matrix_vector_product_with_large_operands_runs_on_every_thread():
+    """1000x2048 times a vector is only 2M multiply-adds, but 8 MB of weight to read: its GEMM is parallel."""
+    from luminal.codegen.c.backend import source
+
+    x = Tensor.input("x", (1, 2048), DType.float32)
+    w = Tensor.const(RNG.standard_normal((1000, 2048)).astype(np.float32))
+    small = Tensor.const(RNG.standard_normal((10, 64)).astype(np.float32))
+    g = _graph([x], [x.matmul(w.permute([1, 0])), x.shrink([(0, 1), (0, 64)]).matmul(small.permute([1, 0]))])
+    _, (big, tiny) = _contractions(g)
+    be = CPUBackend()
+    assert "if(0)" not in source(big, be.default_schedule(big), 2)
+    generated = {**be.default_schedule(tiny), "impl": "generated"}
+    assert be.valid(tiny, generated)
+    assert "if(0)" in source(tiny, generated, 2)  # a small one stays on the calling thread
+    _compare(g, {"x": RNG.standard_normal((1, 2048)).astype(np.float32)})
