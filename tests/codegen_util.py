@@ -3,6 +3,9 @@ and comparisons of the cpu backend's outputs with the reference executor."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+
 import numpy as np
 
 from luminal.codegen.c.check import run_graph
@@ -48,3 +51,18 @@ def assert_outputs(g: Graph, got, want, rtol: float, atol: float, scaled: bool =
 def compare_cpu(g: Graph, feeds: dict, rtol: float, atol: float, scaled: bool = False, **run) -> None:
     """The cpu backend (``run``: decisions, schedules, kernels for ``run_graph``) against the reference."""
     assert_outputs(g, run_graph(g, feeds, **run), run_reference(g, feeds), rtol, atol, scaled)
+
+
+def random_schedules(backend, kernel, n: int, seed: int,
+                     keep: Callable[[dict, list[dict]], bool] = lambda s, picked: True) -> list[dict]:
+    """Up to ``n`` valid schedules drawn at random from ``backend``'s space for ``kernel``, each one ``keep``
+    accepts given those picked before it."""
+    rnd = random.Random(seed)
+    picked: list[dict] = []
+    for _ in range(5000):
+        if len(picked) == n:
+            break
+        s = {kn.name: rnd.choice(kn.choices) for kn in backend.space(kernel)}
+        if backend.valid(kernel, s) and keep(s, picked):
+            picked.append(s)
+    return picked

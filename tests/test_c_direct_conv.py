@@ -4,11 +4,9 @@ gathered) against the reference executor."""
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
-from codegen_util import compare_cpu
+from codegen_util import compare_cpu, random_schedules
 from codegen_util import graph as _graph
 
 from luminal.codegen.c.backend import CPUBackend
@@ -75,12 +73,12 @@ def _in_place_schedules(be, k):
 def _check_in_place(g, feeds, rtol=2e-5, atol=2e-5):
     ks, c = _the_conv(g)
     plan = plan_contraction(c)
-    assert plan is not None and plan.b_rows and not plan.b_const
+    assert plan is not None and plan.b_run_stride and not plan.b_const
     be = CPUBackend()
     for s in _in_place_schedules(be, c):
         assert be.valid(c, s), s
         src = be.source(c, s)
-        assert "lum_mkp(" in src and ("lum_mkt(" in src) == (plan.b_rows == 1)  # B in place with unit stride
+        assert "lum_mkp(" in src and ("lum_mkt(" in src) == (plan.b_run_stride == 1)  # B in place with unit stride
         compare_cpu(g, feeds, rtol, atol, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
@@ -117,7 +115,7 @@ def test_5x5_and_1x1_over_padding():
 def test_int32_conv_is_exact():
     g, feeds = _conv_graph(1, 5, 7, (6, 21), epilogue="none", dtype=DType.int32)
     ks, c = _the_conv(g)
-    assert plan_contraction(c).b_rows
+    assert plan_contraction(c).b_run_stride
     be = CPUBackend()
     want = run_reference(g, feeds)[0]
     from luminal.codegen.c.check import run_graph
@@ -134,7 +132,7 @@ def test_reversed_rows_are_packed():
     g = _graph([x], [conv(x.flip(3), wt, 1, [1, 1], [1, 1], [(1, 1), (1, 1)], [9, 40])])
     _, c = _the_conv(g)
     be = CPUBackend()
-    assert not plan_contraction(c).b_rows
+    assert not plan_contraction(c).b_run_stride
     assert not be.valid(c, {**be.default_schedule(c), "pack_b": False})
 
 
@@ -166,7 +164,7 @@ def test_32_channels_keep_pixels_as_columns():
     g, feeds = _conv_graph(1, 8, 32, (32, 32))
     _, c = _the_conv(g)
     plan = plan_contraction(c)
-    assert plan.sizes[1:3] == (32, 32 * 32) and plan.b_rows
+    assert plan.sizes[1:3] == (32, 32 * 32) and plan.b_run_stride
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True)
 
 
@@ -175,14 +173,7 @@ def test_random_points_of_a_conv_space_are_correct():
     g, feeds = _conv_graph(2, 7, 13, (9, 23), pads=((1, 2), (2, 0)), group=1, epilogue="silu")
     ks, c = _the_conv(g)
     be = CPUBackend()
-    rnd = random.Random(7)
-    picked: list[dict] = []
-    tries = 0
-    while len(picked) < 10 and tries < 5000:
-        tries += 1
-        s = {kn.name: rnd.choice(kn.choices) for kn in be.space(c)}
-        if be.valid(c, s) and (s["pack_b"] or len([p for p in picked if not p["pack_b"]]) < 6):
-            picked.append(s)
+    picked = random_schedules(be, c, 10, 7, lambda s, picked: s["pack_b"] or sum(not p["pack_b"] for p in picked) < 6)
     assert any(not s["pack_b"] and s["impl"] == "generated" for s in picked)
     for s in picked:
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)

@@ -4,11 +4,9 @@ in 8-row tiles. Against the reference executor."""
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
-from codegen_util import compare_cpu
+from codegen_util import compare_cpu, random_schedules
 from test_c_direct_conv import _conv_graph, _the_conv
 
 from luminal.codegen.c.backend import CPUBackend
@@ -117,14 +115,7 @@ def test_random_points_of_the_space():
     g, feeds = _1x1(2, 19, 27, (3, 2 * vw), "silu")
     ks, c = _the_conv(g)
     be = CPUBackend()
-    rnd = random.Random(18)
-    picked: list[dict] = []
-    tries = 0
-    while len(picked) < 10 and tries < 5000:
-        tries += 1
-        s = {kn.name: rnd.choice(kn.choices) for kn in be.space(c)}
-        if be.valid(c, s) and s["impl"] == "generated":
-            picked.append(s)
+    picked = random_schedules(be, c, 10, 18, lambda s, _: s["impl"] == "generated")
     assert any(not s["pack_b"] for s in picked) and any(s["kc"] in (0, 128) for s in picked)
     for s in picked:
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
