@@ -57,7 +57,7 @@ class Plan(Contraction):
     # B's stride along its innermost N dim where B (not a weight, not b_direct) may be read by runs of that dim,
     # whatever its masks and other strides (a conv's input windows): in place where it is 1, else gathered
     # row by row; 0 where not
-    b_rows: int = 0
+    b_run_stride: int = 0
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -76,10 +76,10 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
     a_direct = (kernel.ops[c.a].dtype in _DIRECT and not va.mask and bool(c.k)
                 and run_coeff(va.strides, c.k, c.full) == 1 and run_coeff(va.strides, c.m, c.full) is not None)
     b_const = kernel.inputs[kernel.ops[c.b].attr("buf")].constant
-    b_rows = (vb.strides[c.n[-1]] if kernel.ops[c.b].dtype in _DIRECT and not b_direct and not b_const
+    b_run_stride = (vb.strides[c.n[-1]] if kernel.ops[c.b].dtype in _DIRECT and not b_direct and not b_const
               and c.n and vb.strides[c.n[-1]] > 0 else 0)
     return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
-                b_const=b_const, b_rows=b_rows)
+                b_const=b_const, b_run_stride=b_run_stride)
 
 
 def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, int]] | None:
@@ -374,7 +374,7 @@ class _Tiling:
     direct: bool  # B read in place, not packed
     direct_a: bool  # A read in place, not packed
     once: bool  # a constant B packed once, into panels the caller keeps
-    # B read in place panel by panel within runs of its innermost N dim (``Plan.b_rows``): the run's length;
+    # B read in place panel by panel within runs of its innermost N dim (``Plan.b_run_stride``): the run's length;
     # each run then takes whole panels (N counts the columns with the runs padded to a multiple of NR). 0: not so
     run: int = 0
 
@@ -427,7 +427,7 @@ class _Tiling:
 def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     nb, M, N, K = plan.sizes
     mr, nr = sched.mr, sched.nr
-    run = kernel.full[plan.n[-1]] if plan.b_rows and not sched.pack_b else 0
+    run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b else 0
     if run:
         N = N // run * -(-run // nr) * nr
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
@@ -478,7 +478,7 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
         epi.append(f"    const int64_t i{d} = {e};")
     # runs of the innermost N dim: the outer N indices are divided out once per run, not per element
-    inner = full[plan.n[-1]] if plan.n else 1
+    inner = _run(kernel, plan)
     step = -(-inner // t.nr) * t.nr if t.run else inner  # columns per run (with ``run``: padded to whole panels)
     epi.append("    for (int64_t j0 = 0; j0 < ncur;) {")
     epi.append(f"        const int64_t q = (jc + j0) / {step}, r0 = (jc + j0) % {step};")

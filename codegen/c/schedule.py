@@ -123,7 +123,7 @@ def _rows_nr(plan: Plan, vw: int) -> int:
     beats the pack where few rows share each panel (3x3 stride 2, 3->16 at 640x640, 1.4 -> 1.0 ms) but not
     with more (7x7 stride 2, 3->64, 0.95x)."""
     m = plan.sizes[1]
-    if not plan.b_rows or (plan.b_rows > 1 and (m > 32 or plan.b_rows > 2)):
+    if not plan.b_run_stride or (plan.b_run_stride > 1 and (m > 32 or plan.b_run_stride > 2)):
         return 0
     run = plan.full[plan.n[-1]]
     for nr in (2 * vw, vw) if m <= 32 else (2 * vw,):
@@ -172,6 +172,6 @@ def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
         return False
     if s.mc % s.mr or s.nc % s.nr:
         return False
-    if not s.pack_b and not plan.b_rows and (not plan.b_direct or plan.sizes[2] % s.nr):
+    if not s.pack_b and not plan.b_run_stride and (not plan.b_direct or plan.sizes[2] % s.nr):
         return False
     return s.pack_a or plan.a_direct
