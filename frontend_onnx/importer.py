@@ -54,6 +54,12 @@ def sequence_element(name: str, i: int) -> str:
     return f"{name}::{i}"
 
 
+def element_of(name: str) -> tuple[str, int]:
+    """The sequence value and the position a ``sequence_element`` name stands for."""
+    seq, _, i = name.rpartition("::")
+    return seq, int(i)
+
+
 # ONNX element types and the IR dtype each computes in (double narrows to float32,
 # small ints widen to int32); anything else is refused
 _ELEM: dict[int, DType] = {

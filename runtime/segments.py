@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 from ..codegen.backend import Backend
 from ..errors import LuminalError
 from ..frontend_onnx.host import HostNode, Value, node_inputs
-from ..frontend_onnx.importer import sequence_element
+from ..frontend_onnx.importer import element_of, sequence_element
 from ..frontend_onnx.registry import DataDependent
 from ..ir.dtypes import as_declared
 from ..ir.graph import Graph, Op
@@ -65,16 +65,17 @@ def tensor(env: Mapping[str, Value], name: str) -> np.ndarray:
 
 
 def _element(env: Mapping[str, Value], name: str) -> np.ndarray:
-    seq, _, i = name.rpartition("::")
-    return env[seq][int(i)]
+    seq, i = element_of(name)
+    return env[seq][i]
 
 
 def gather(env: MutableMapping[str, Value], sequences: Mapping[str, int]) -> None:
     """Each sequence output of a segment, given element by element, put together again as a list."""
     for name, n in sequences.items():
-        env[name] = [tensor(env, sequence_element(name, i)) for i in range(n)]
-        for i in range(n):
-            env.pop(sequence_element(name, i), None)
+        elements = [sequence_element(name, i) for i in range(n)]
+        env[name] = [tensor(env, e) for e in elements]
+        for e in elements:
+            del env[e]
 
 
 @dataclass(frozen=True)
