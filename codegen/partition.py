@@ -40,7 +40,7 @@ Decisions = dict[Decision, bool]
 
 
 def _same_order(v: View, producer: Node) -> bool:
-    return v.is_contiguous and v.numel == producer.numel
+    return v.is_contiguous and (v.shape == producer.shape or v.numel == producer.numel)
 
 
 def _row_broadcast(v: View, producer: Node) -> bool:
@@ -56,7 +56,10 @@ def _row_broadcast(v: View, producer: Node) -> bool:
 
 def fusible_edges(graph: Graph) -> list[Edge]:
     order = graph.toposort()
-    pos = {n.id: i for i, n in enumerate(order)}
+    return _fusible_edges(order, {n.id: i for i, n in enumerate(order)})
+
+
+def _fusible_edges(order: list[Node], pos: dict[int, int]) -> list[Edge]:
     edges = []
     for n in order:
         if n.op in SOURCES:
@@ -135,6 +138,8 @@ class _Grouping:
     def reads_from(self, starts: set[int], g: _Group) -> bool:
         """Whether the groups ``starts`` read from ``g``, directly or through other groups. A group whose last
         node comes before g's first cannot, which keeps the walk short."""
+        if not starts:
+            return False
         first = self.pos[g.nodes[0].id]
         stack, seen = list(starts), set(starts)
         while stack:
@@ -182,14 +187,18 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
     """Kernels in launch order. ``decisions`` maps fusible edges to yes/no (default yes); algorithm decisions are
     ``lower``'s."""
     order = graph.toposort()
-    grouping = _Grouping({n.id: i for i, n in enumerate(order)},
-                         {e for e in fusible_edges(graph) if (decisions or {}).get(e, True)})
+    pos = {n.id: i for i, n in enumerate(order)}
+    decided = decisions or {}
+    grouping = _Grouping(pos, {e for e in _fusible_edges(order, pos) if decided.get(e, True)})
     for n in order:
         if n.op not in SOURCES:
             grouping.add(n)
     groups = grouping.groups
 
-    users = graph.consumers()
+    users: dict[int, list[Node]] = {}  # graph.consumers(), from the order at hand
+    for n in order:
+        for s, _ in n.srcs:
+            users.setdefault(s.id, []).append(n)
     outputs = {o.id for o in graph.outputs}
     kernels = [_build(g, users, outputs) for g in groups]
     return _launch_order(kernels)

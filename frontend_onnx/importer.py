@@ -416,27 +416,32 @@ class Importer:
         return outs
 
     def run_node(self, n: onnx.NodeProto, scope: ChainMap) -> None:
-        fn = registry.lookup(n.domain, n.op_type)
+        # each repeated field of the proto read once: reading one builds a new wrapper every time
+        op_type, domain, output = n.op_type, n.domain, list(n.output)
+        fn = registry.lookup(domain, op_type)
         if fn is None:
             raise LuminalError(f"{_label(n)}: unsupported op")
         inputs: list[Tensor | None] = []
         for name in n.input:
             if not name:
                 inputs.append(None)
-            elif name not in scope or scope[name] is None:
+            elif (t := scope.get(name)) is None:
                 raise LuminalError(f"{_label(n)}: input {clean(name)!r} is not defined")
             else:
-                inputs.append(scope[name])
-        dom = "" if n.domain == "ai.onnx" else n.domain
-        _check_attr_types(n, dom, self.opsets.get(dom, 1))
-        attrs = {a.name: _attr_value(a) for a in n.attribute}
-        if n.op_type == "Constant" and isinstance(attrs.get("value"), np.ndarray) and n.output:
-            self.written[n.output[0]] = attrs["value"].dtype
-        elif n.op_type == "Cast" and attrs.get("to") in _ELEM and n.output:
-            self.written[n.output[0]] = onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])
-        ctx = registry.OpContext(n, self.opsets.get(dom, 1), inputs, attrs, scope, self)
+                inputs.append(t)
+        dom = "" if domain == "ai.onnx" else domain
+        opset = self.opsets.get(dom, 1)
+        attributes = list(n.attribute)
+        if attributes:
+            _check_attr_types(n, dom, opset)
+        attrs = {a.name: _attr_value(a) for a in attributes}
+        if op_type == "Constant" and isinstance(attrs.get("value"), np.ndarray) and output:
+            self.written[output[0]] = attrs["value"].dtype
+        elif op_type == "Cast" and attrs.get("to") in _ELEM and output:
+            self.written[output[0]] = onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])
+        ctx = registry.OpContext(n, opset, inputs, attrs, scope, self)
         try:
-            with origin(n.name or (n.output[0] if n.output else ""), n.op_type):
+            with origin(n.name or (output[0] if output else ""), op_type):
                 out = fn(ctx)
         except LuminalError as e:
             msg = str(e)
@@ -448,9 +453,9 @@ class Importer:
             first = str(e).splitlines()[0] if str(e) else ""
             raise LuminalError(f"{_label(n)}: {type(e).__name__}: {first}") from None
         outs = [out] if isinstance(out, Tensor) else list(out)
-        made = {name: t for name, t in zip(n.output, outs) if name and isinstance(t, Tensor)}
-        self.guard.node(lambda: _label(n), (t for t in inputs if isinstance(t, Tensor)), made)
-        for k, name in enumerate(n.output):
+        made = {name: t for name, t in zip(output, outs) if name and isinstance(t, Tensor)}
+        self.guard.node(lambda: _label(n), [t for t in inputs if isinstance(t, Tensor)], made)
+        for k, name in enumerate(output):
             if not name:
                 continue
             if k < len(outs) and outs[k] is not None:

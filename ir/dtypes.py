@@ -22,7 +22,7 @@ class DType(enum.Enum):
 
     @property
     def np(self) -> NumpyDType:
-        return _NUMPY[self]
+        return _NUMPY_OF_VALUE[self._value_]  # by value: a str key hashes in C, a member in Python
 
     @property
     def is_float(self) -> builtins.bool:
@@ -61,6 +61,7 @@ _NUMPY = {
     DType.int32: np.dtype(np.int32),
     DType.bool: np.dtype(np.bool_),
 }
+_NUMPY_OF_VALUE = {k.value: v for k, v in _NUMPY.items()}
 
 
 def as_declared(x: np.ndarray, declared: str | None) -> np.ndarray:

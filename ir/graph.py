@@ -5,8 +5,6 @@ from __future__ import annotations
 import enum
 import itertools
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,17 +59,22 @@ Origin = tuple[str, str]
 _origin: ContextVar[Origin | None] = ContextVar("origin", default=None)
 
 
-@contextmanager
-def origin(name: str, op_type: str) -> Iterator[None]:
+class origin:  # lower case: used as a function, ``with origin(name, op_type):``
     """Primitives made inside come from the model node ``name`` of type ``op_type``."""
-    token = _origin.set((name, op_type))
-    try:
-        yield
-    finally:
-        _origin.reset(token)
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, name: str, op_type: str) -> None:
+        self._value: Origin = (name, op_type)
+
+    def __enter__(self) -> None:
+        self._token = _origin.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        _origin.reset(self._token)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """One primitive. ``srcs`` are read through views whose shape is the node's
     iteration shape: ``shape`` for elementwise ops, the pre-reduction shape for
@@ -122,25 +125,25 @@ class Graph:
 
     def toposort(self) -> list[Node]:
         order: list[Node] = []
-        seen: set[int] = set()
+        seen: set[Node] = set()  # met: a node is appended once all its sources are
         for out in self.outputs:
-            stack = [(out, False)]
+            if out in seen:
+                continue
+            seen.add(out)
+            stack = [(out, iter(out.srcs))]
             while stack:
-                n, done = stack.pop()
-                if done:
-                    if n.id not in seen:
-                        seen.add(n.id)
-                        order.append(n)
-                    continue
-                if n.id in seen:
-                    continue
-                stack.append((n, True))
-                for s, _ in reversed(n.srcs):
-                    if s.id not in seen:
-                        stack.append((s, False))
+                n, rest = stack[-1]
+                for s, _ in rest:
+                    if s not in seen:
+                        seen.add(s)
+                        stack.append((s, iter(s.srcs)))
+                        break
+                else:
+                    stack.pop()
+                    order.append(n)
         for n in self.inputs:
-            if n.id not in seen:
-                seen.add(n.id)
+            if n not in seen:
+                seen.add(n)
                 order.insert(0, n)
         return order
 

@@ -6,6 +6,7 @@ Each pass is a pure function Graph -> Graph that builds new nodes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -25,8 +26,6 @@ def _rebuild(graph: Graph, visit) -> Graph:
     alias: dict[int, Src] = {}
 
     def remap(s: Node, v: View) -> Src:
-        if s.id not in alias:
-            return new[s.id], v
         x, vx = alias[s.id]
         if vx.is_contiguous and x.shape == s.shape:
             return x, v
@@ -45,7 +44,7 @@ def _rebuild(graph: Graph, visit) -> Graph:
         return materialised[s.id]
 
     for n in graph.toposort():
-        srcs = tuple(remap(s, v) for s, v in n.srcs)
+        srcs = tuple([(new[s.id], v) if s.id not in alias else remap(s, v) for s, v in n.srcs])
         out = visit(n, srcs)
         if isinstance(out, Node) and out.origin is None:  # a rewritten node is still a piece of the same model node
             out.origin = n.origin
@@ -71,9 +70,12 @@ def _copy(n: Node, srcs) -> Node:
 
 def _folded(n: Node, srcs: tuple[Src, ...]) -> Node | None:
     """A Constant of n's value where every source is a constant (and n is small enough to store)."""
-    if n.op in (Op.Input, Op.Constant) or not srcs or n.numel > FOLD_LIMIT:
+    if not srcs or n.op in (Op.Input, Op.Constant):
         return None
-    if all(s.op is Op.Constant for s, _ in srcs):
+    for s, _ in srcs:
+        if s.op is not Op.Constant:
+            return None
+    if n.numel <= FOLD_LIMIT:
         val = eval_node(n, [read(s.attrs["value"], v) for s, v in srcs])
         return Node(Op.Constant, (), n.shape, n.dtype, {"value": np.ascontiguousarray(val).reshape(n.shape)})
     return None
@@ -133,12 +135,23 @@ def _computed_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
     (as a reduction done once is), is computed once along it too, so what follows it reads the value it was."""
     if n.op is Op.Contiguous or all(s.op in SOURCES for s, _ in srcs):
         return None
-    dims = tuple(d for d, size in enumerate(n.shape) if size > 1 and not any(reads_dim(v, d) for _, v in srcs))
+    dims = tuple(_unread_dims(n.shape, srcs))
     if not dims:
         return None
     shape = tuple(1 if d in dims else size for d, size in enumerate(n.shape))
     x = Node(n.op, tuple(_narrowed(s, dims) for s in srcs), shape, n.dtype, dict(n.attrs), origin=n.origin)
     return x, View.contiguous(shape).expand(n.shape)
+
+
+def _unread_dims(shape: tuple[int, ...], srcs: tuple[Src, ...]) -> Iterator[int]:
+    """The dims of more than one element that no source's view moves along."""
+    for d, size in enumerate(shape):
+        if size > 1:
+            for _, v in srcs:
+                if reads_dim(v, d):
+                    break
+            else:
+                yield d
 
 
 def _done_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
@@ -147,29 +160,40 @@ def _done_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
     return _computed_once(n, srcs) if n.op in ELEMENTWISE else None
 
 
+def _unit_or_combined(n: Node, srcs: tuple[Src, ...]) -> Node | Src | None:
+    """x*1 and x+0 as x; (x*a)*b and (x+a)+b with one constant a*b or a+b."""
+    unit = 1 if n.op is Op.Mul else 0
+    for i in (0, 1):
+        c = _scalar(srcs[i])
+        other = srcs[1 - i]
+        if c is not None and c == unit and other[0].dtype == n.dtype and n.dtype.is_float:
+            return other
+        if c is not None and n.dtype.is_float:
+            x, vx = other
+            if x.op is n.op and vx.is_contiguous and vx.shape == n.shape and x.shape == n.shape:
+                for j in (0, 1):
+                    c2 = _scalar(x.srcs[j])
+                    if c2 is not None and x.dtype == n.dtype:
+                        combined = c * c2 if n.op is Op.Mul else c + c2
+                        k = Node(Op.Constant, (), (), n.dtype,
+                                 {"value": np.asarray(combined).astype(n.dtype.np)})
+                        kv = View.contiguous((1,) * len(n.shape)).expand(n.shape)
+                        return Node(n.op, (x.srcs[1 - j], (k, kv)), n.shape, n.dtype, {})
+    return None
+
+
+_REWRITTEN = frozenset({Op.Mul, Op.Add, Op.Recip, Op.Log2, Op.Cast, Op.Contiguous})  # the ops _simplified rewrites
+
+
 def _simplified(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
     """x*1, x+0, Recip(Recip(x)), Log2(Exp2(x)), Cast to the same dtype, (x*a)*b, (x+a)+b; a reduction, or an
     elementwise node reading a computed value, over values repeated along a kept dim done once."""
     if (once := _done_once(n, srcs)) is not None:
         return once
-    if n.op in (Op.Mul, Op.Add) and len(srcs) == 2:
-        unit = 1 if n.op is Op.Mul else 0
-        for i in (0, 1):
-            c = _scalar(srcs[i])
-            other = srcs[1 - i]
-            if c is not None and c == unit and other[0].dtype == n.dtype and n.dtype.is_float:
-                return other
-            if c is not None and n.dtype.is_float:
-                x, vx = other
-                if x.op is n.op and vx.is_contiguous and vx.shape == n.shape and x.shape == n.shape:
-                    for j in (0, 1):
-                        c2 = _scalar(x.srcs[j])
-                        if c2 is not None and x.dtype == n.dtype:
-                            combined = c * c2 if n.op is Op.Mul else c + c2
-                            k = Node(Op.Constant, (), (), n.dtype,
-                                     {"value": np.asarray(combined).astype(n.dtype.np)})
-                            kv = View.contiguous((1,) * len(n.shape)).expand(n.shape)
-                            return Node(n.op, (x.srcs[1 - j], (k, kv)), n.shape, n.dtype, {})
+    if n.op not in _REWRITTEN:
+        return _copy(n, srcs)
+    if n.op in (Op.Mul, Op.Add) and len(srcs) == 2 and (out := _unit_or_combined(n, srcs)) is not None:
+        return out
     if n.op is Op.Recip and srcs[0][0].op is Op.Recip and srcs[0][1].is_contiguous:
         inner = srcs[0][0]
         if inner.shape == n.shape:
@@ -198,8 +222,9 @@ def _key(n: Node, srcs) -> tuple:
         return ("C", n.dtype, v.shape, hashlib.sha1(v.tobytes()).hexdigest())
     if n.op is Op.Input:
         return ("I", n.attrs["name"])
-    attrs = tuple(sorted((k, v) for k, v in n.attrs.items()))
-    return (n.op, n.dtype, n.shape, attrs, tuple((s.id, v) for s, v in srcs))
+    attrs = tuple(sorted(n.attrs.items())) if n.attrs else ()
+    # a view by its fields: a tuple of them hashes and compares in C, a View in Python
+    return (n.op, n.dtype, n.shape, attrs, tuple([(s.id, v.shape, v.strides, v.offset, v.mask) for s, v in srcs]))
 
 
 class _Cse:
@@ -210,11 +235,8 @@ class _Cse:
 
     def keep(self, n: Node, made: Node) -> Node | Src:
         """``made`` (the copy or rewrite of ``n``), or the equal node kept before it."""
-        k = _key(made, made.srcs)
-        if k in self.seen:
-            return self.seen[k], View.contiguous(n.shape)
-        self.seen[k] = made
-        return made
+        kept = self.seen.setdefault(_key(made, made.srcs), made)
+        return made if kept is made else (kept, View.contiguous(n.shape))
 
 
 def cse(graph: Graph) -> Graph:

@@ -16,7 +16,7 @@ import numpy as np
 from .dtypes import DType, promote
 from .graph import Node, Op
 from .reference import eval_node, read
-from .view import View
+from .view import View, _contiguous
 
 FOLD_LIMIT = 1 << 22
 LOG2E = 1.4426950408889634
@@ -24,7 +24,7 @@ LN2 = 0.6931471805599453
 
 
 def _node(op: Op, srcs, shape, dtype: DType, **attrs) -> Node:
-    return Node(op, tuple(srcs), tuple(int(s) for s in shape), dtype, attrs)
+    return Node(op, tuple(srcs), tuple(map(int, shape)), dtype, attrs)
 
 
 class Tensor:
@@ -32,7 +32,7 @@ class Tensor:
 
     def __init__(self, node: Node, view: View | None = None):
         self.node = node
-        self.view = view if view is not None else View.contiguous(node.shape)
+        self.view = view if view is not None else _contiguous(node.shape)  # a node's shape is a tuple of ints
 
     # -- construction ------------------------------------------------------
     @staticmethod
@@ -125,7 +125,9 @@ class Tensor:
         return Tensor(self.node, self.view.permute(order))
 
     def expand(self, shape: Sequence[int]) -> Tensor:
-        shape = tuple(int(s) for s in shape)
+        if type(shape) is tuple and shape == self.view.shape:
+            return self
+        shape = tuple(map(int, shape))
         t = self
         if len(shape) > t.ndim:
             t = t.reshape((1,) * (len(shape) - t.ndim) + t.shape)
@@ -179,13 +181,16 @@ class Tensor:
     # -- primitive compute -------------------------------------------------
     @staticmethod
     def _broadcast(*ts: Tensor) -> list[Tensor]:
+        first = ts[0].view.shape
+        if all(t.view.shape == first for t in ts):
+            return list(ts)
         shape = broadcast_shape(*(t.shape for t in ts))
         return [t.expand(shape) for t in ts]
 
     @staticmethod
     def _make(op: Op, srcs: Sequence[Tensor], shape, dtype: DType, **attrs) -> Tensor:
-        node = _node(op, [(t.node, t.view) for t in srcs], shape, dtype, **attrs)
-        if srcs and all(t.is_const for t in srcs):
+        node = Node(op, tuple([(t.node, t.view) for t in srcs]), tuple(map(int, shape)), dtype, attrs)
+        if srcs and all(t.node.op is Op.Constant for t in srcs):
             return _fold(node, srcs)
         return Tensor(node)
 

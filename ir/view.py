@@ -11,6 +11,7 @@ a ``Contiguous`` node.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -26,12 +27,20 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _contiguous(shape: tuple[int, ...]) -> View:
+    return View(shape, contiguous_strides(shape))
+
+
+_strides_of = functools.lru_cache(maxsize=1 << 12)(contiguous_strides)  # a view's shape is a tuple of ints
+
+
 def reads_dim(view: View, d: int) -> bool:
     """Whether the element a view reads depends on dim ``d`` of its index."""
     return view.strides[d] != 0 or any(c[d] for c, _, _ in view.mask)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class View:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -40,8 +49,7 @@ class View:
 
     @staticmethod
     def contiguous(shape: tuple[int, ...]) -> View:
-        shape = tuple(int(s) for s in shape)
-        return View(shape, contiguous_strides(shape))
+        return _contiguous(tuple(map(int, shape)))  # immutable: equal shapes share one
 
     @property
     def ndim(self) -> int:
@@ -53,7 +61,7 @@ class View:
 
     @property
     def is_contiguous(self) -> bool:
-        return self.offset == 0 and not self.mask and self.strides == contiguous_strides(self.shape)
+        return self.offset == 0 and not self.mask and self.strides == _strides_of(self.shape)
 
     @property
     def never_valid(self) -> bool:
