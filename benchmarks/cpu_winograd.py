@@ -20,8 +20,6 @@ if __name__ == "__main__":
 
 import numpy as np
 
-NAMES = ["3x3 64->64 56", "r50 3x3 128 28", "r50 3x3 256 14", "3x3 64->64 56 b8", "3x3 64->16 160"]
-
 
 def main() -> None:
     from cpu_convs import LAYERS, model
@@ -40,7 +38,9 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     tiles = [int(t) for t in args.tiles.split(",") if t]
-    for layer in (x for x in LAYERS if x.name in NAMES and args.only in x.name):
+    # every dense stride-1 3x3 layer of cpu_convs.py
+    square = [x for x in LAYERS if x.k == 3 and x.stride == 1 and x.group == 1 and not x.transpose]
+    for layer in (x for x in square if args.only in x.name):
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "m.onnx"
             path.write_bytes(model(layer).SerializeToString())

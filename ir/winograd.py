@@ -94,6 +94,26 @@ def eligible(graph: Graph) -> list[Node]:
     return [n for n in graph.toposort() if _match(n) is not None]
 
 
+# the fewest input and output channels at which an untuned compile takes F(2x2): the transforms move about
+# 4 (input) and 4 (output) values per pixel and channel, the products save 5/9 of the multiplies over the
+# channels. 2 threads, default schedules, F(2x2) over direct (benchmarks/cpu_winograd.py): 128 -> 128 at 28x28
+# 1.28-1.5x, at 40x40 1.03x; 256 -> 256 at 14x14 1.5-1.76x, at 56x56 1.62x; 512 -> 512 at 7x7 1.36x; 64 -> 64
+# at 56x56 0.92x (batch 8: 0.85x), 64 -> 16 at 160x160 0.46x, 32 -> 32 at 112x112 0.42x
+DEFAULT_MIN_CHANNELS = 128
+
+
+def default_tile(red: Node) -> int:
+    """The Winograd tile an untuned compile computes the convolution ending at ``red`` with: 2 where it sums over
+    and writes at least DEFAULT_MIN_CHANNELS channels, else 0 (directly). The search tries every tile either way."""
+    conv = _match(red)
+    if conv is None:
+        return 0
+    (_, vx), (_, vw) = conv.x, conv.w
+    summed = math.prod(conv.shape[k] for k in conv.channels)
+    written = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vw, k) and not reads_dim(vx, k))
+    return 2 if min(summed, written) >= DEFAULT_MIN_CHANNELS else 0
+
+
 def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],
            extra: tuple[Constraint, ...] = ()) -> View:
     """``view`` read over ``shape``: its axis j at sum(coef * new axis) for (new axis, coef) in rows[j] (0 where

@@ -65,15 +65,18 @@ def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict
     t0 = time.perf_counter()
     be = resolve_backend(backend)
     keys = None
-    graph, kernels = lower(graph, decisions)
+    imported = graph
+    graph, kernels = lower(imported, decisions)
     if cache is not None:
         from ..cache import backend_fingerprints
         from ..codegen.partition import decisions_from_config, fusion_key
 
         keys = backend_fingerprints(be)
-        tuned = cache.best(fusion_key(graph, kernels), *keys) if decisions is None else None
+        # the key names the imported graph (by its partition without algorithms, as the tuner keys it)
+        key = fusion_key(imported, kernels if graph is imported else None) if decisions is None else None
+        tuned = cache.best(key, *keys) if key is not None else None
         if tuned is not None:  # the fusion decisions a tuning run stored for this graph on this device
-            graph, kernels = lower(graph, decisions_from_config(graph, tuned.config))
+            graph, kernels = lower(imported, decisions_from_config(imported, tuned.config))
     stats = CompileStats(kernels=len(kernels), forms=dict(Counter(k.form for k in kernels)))
     chosen = choose_schedules(kernels, be, schedules, cache, keys, stats)
     inputs, outputs, constants = graph_specs(graph)

@@ -199,12 +199,14 @@ def _tile(decisions: Decisions, node: int) -> int:
 
 class FusionSpace:
     """One yes/no per fusible edge and an algorithm per convolution that has a choice (0: direct, else the
-    Winograd tile); all edges fused, every convolution direct is the default partition."""
+    Winograd tile); the default point fuses every edge and takes the ``algorithms`` given (an untuned compile's,
+    ``partition.default_algorithms``; none: every convolution direct)."""
 
-    def __init__(self, edges: list[Edge], convs: list[int] | None = None):
+    def __init__(self, edges: list[Edge], convs: list[int] | None = None, algorithms: Decisions | None = None):
         self.edges = list(edges)
         self.convs = list(convs or [])
         self.tiles = (0, *TILES)
+        self.algorithms = {p: _tile(algorithms or {}, p) for p in self.convs}
 
     @property
     def size(self) -> int:
@@ -216,7 +218,7 @@ class FusionSpace:
 
     @property
     def default(self) -> Decisions:
-        return {e: True for e in self.edges}
+        return self._point({e: True for e in self.edges}, self.algorithms)
 
     def _point(self, fused: dict[Edge, bool], tiles: dict[int, int]) -> Decisions:
         point: Decisions = {e: v for e, v in fused.items()}

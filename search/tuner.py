@@ -21,7 +21,15 @@ from ..cache.fingerprint import backend_fingerprints
 from ..cache.schema import STATUSES
 from ..codegen.backend import with_threads
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Decisions, fusible_edges, fusion_key, lower, partition, winograd_convs
+from ..codegen.partition import (
+    Decisions,
+    default_algorithms,
+    fusible_edges,
+    fusion_key,
+    lower,
+    partition,
+    winograd_convs,
+)
 from ..errors import LuminalError
 from ..ir.graph import Graph, Op
 from ..values import format_duration
@@ -134,20 +142,23 @@ class Tuner:
         self.threads = threads
         self.model_name = model_name
         self.tasks: dict[str, KernelTask] = {}
-        default = partition(graph)
-        self.fusion_key = fusion_key(graph, default)  # its tuned decisions' key in the cache
+        unrewritten = partition(graph)
+        self.fusion_key = fusion_key(graph, unrewritten)  # its tuned decisions' key in the cache
+        # what an untuned compile runs: the search starts there, and the tuned model must beat it end to end
+        self.default_decisions = default_algorithms(graph)
+        default = lower(graph, self.default_decisions)[1] if self.default_decisions else unrewritten
         edges = fusible_edges(graph) if fusion else []
         convs = winograd_convs(graph) if fusion else []
         self.fusion: FusionTask | None = None
         if edges or convs:
-            space = FusionSpace(edges, convs)
+            space = FusionSpace(edges, convs, self.default_decisions)
             smp, note = make_sampler(sampler, seed, space, "fusion")
             study = open_study(self.storage, study_name(self.fusion_key, self.device.key, self.toolchain.key),
                                smp)
             self.fusion = FusionTask(study, space, note, self.storage.heartbeats)
             if note:
                 self.report.notes.append(note)
-        self.decisions: Decisions = {}
+        self.decisions: Decisions = dict(self.default_decisions)
         self._plan_kernels(default)
         # seconds the numpy reference of the whole model may take, on top of a candidate's timeout
         self.model_prep_s = 2.0 + sum(t.kernel.flops * t.count for t in self.tasks.values()) / 2e7
@@ -257,7 +268,8 @@ class Tuner:
             # the check that guards every winner starts whenever the budget is not over (its time is kept back
             # above; where the steps before it overran, it ends within one measurement past the budget)
             if time.monotonic() < self.clock.deadline and not self.stop():
-                before, after = m.measure_model([({}, {}), (self.decisions, self.schedules())], self.model_prep_s)
+                before, after = m.measure_model([(self.default_decisions, {}), (self.decisions, self.schedules())],
+                                                self.model_prep_s)
                 self.report.e2e_default_ns = before.median_ns if before.ok else None
                 self.report.e2e_tuned_ns = after.median_ns if after.ok else None
                 if not before.ok:

@@ -18,13 +18,15 @@ from luminal.codegen.partition import (
     apply_algorithms,
     decisions_config,
     decisions_from_config,
+    default_algorithms,
     fusible_edges,
     fusion_key,
     lower,
+    partition,
     winograd_convs,
 )
 from luminal.frontend_onnx import load
-from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference
+from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference, winograd
 from luminal.runtime.compile import compile_graph
 from luminal.search.space import FusionSpace, conv_name
 from luminal.search.tuner import tune
@@ -195,3 +197,38 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
         model = compile_graph(g, backend, cache=c)
     assert len(model.kernels) >= 3 and model.stats.kernels == len(model.kernels)
     np.testing.assert_allclose(model.run(feeds)[0], run_reference(g, feeds)[0].reshape(1, 4, 6, 6), atol=1e-5)
+
+
+@pytest.mark.parametrize(("c", "m", "tile"), [(128, 128, 2), (256, 128, 2), (64, 64, 0), (128, 96, 0), (32, 256, 0)])
+def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(c, m, tile):
+    """Many channels: F(2x2) by default, in ``lower`` without decisions, in the search's default point and in an
+    untuned compile; few: directly. Either way the outputs are the reference's."""
+    model, feeds = _conv_model(1, c, m, (6, 6), seed=3)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    (red,) = winograd.eligible(g)
+    assert winograd.default_tile(red) == tile
+    assert default_algorithms(g) == ({Winograd(node, tile): True} if tile else {})
+    untuned, kernels = lower(g)
+    assert (untuned is g) == (not tile)
+    assert len(kernels) == len(lower(g, default_algorithms(g))[1])
+    assert len(kernels) > len(lower(g, {})[1]) if tile else len(kernels) == len(partition(g))
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g))
+    assert space.encode(space.default)[conv_name(node)] == tile
+    got = run_graph(g, feeds)[0]
+    want = run_reference(g, feeds)[0].reshape(got.shape)
+    assert mismatch(got, want, DType.float32, 9 * c) is None
+
+
+def test_a_tuned_direct_choice_overrides_the_default(tmp_path):
+    """A fusion winner that computes a many-channel convolution directly is what compile takes from the cache,
+    found under the key of the imported graph although the untuned lowering rewrote it."""
+    model, _ = _conv_model(1, 128, 128, (6, 6), bias_relu=False, seed=4)
+    g = load(model).graph
+    backend = helpers.FakeBackend(modes=("ok",), speeds=(1,), virtual=True)
+    assert len(compile_graph(g, backend).kernels) > 1  # untuned: Winograd
+    with TuningCache(tmp_path / "tuning.db") as c:
+        c.propose_winner(fusion_key(g), *backend_fingerprints(backend), {"unfused": []}, 100, 200)
+    with TuningCache(tmp_path / "tuning.db", readonly=True) as c:
+        model = compile_graph(g, backend, cache=c)
+    assert len(model.kernels) == 1
