@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import optuna
 from optuna.exceptions import ExperimentalWarning
@@ -148,13 +148,15 @@ class _Reconnecting(optuna.storages.RDBStorage):
         done = (m.TrialModel.state == TrialState.COMPLETE) & cond
         session = self.scoped_session()
         try:
-            rows = session.query(m.TrialModel.trial_id, m.TrialModel.study_id, m.TrialModel.number,
-                                 m.TrialModel.state).filter(cond).all()
+            # ids and numbers of stored trials are never NULL, whatever the models' column types say
+            rows = cast(list[tuple[int, int, int, TrialState]], session.query(
+                m.TrialModel.trial_id, m.TrialModel.study_id, m.TrialModel.number, m.TrialModel.state
+            ).filter(cond).all())
             values = {tid: m.TrialValueModel.stored_repr_to_value(v, vt) for tid, v, vt in session.query(
                 m.TrialValueModel.trial_id, m.TrialValueModel.value, m.TrialValueModel.value_type).join(
                 m.TrialModel, m.TrialModel.trial_id == m.TrialValueModel.trial_id).filter(
                 done, m.TrialValueModel.objective == 0)}
-            params: dict[int, dict[str, Any]] = {}
+            params: dict[int | None, dict[str, Any]] = {}
             dists: dict[str, Any] = {}
             for tid, name, value, dj in session.query(
                     m.TrialParamModel.trial_id, m.TrialParamModel.param_name, m.TrialParamModel.param_value,
