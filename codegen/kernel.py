@@ -51,6 +51,7 @@ KOpName = Op | Leaf
 FORMS = tuple(Form)
 REDUCE_OPS = (Op.SumReduce, Op.MaxReduce)  # the KOps that go from the full to the row space
 LEAF_OPS = (Leaf.Load, Leaf.Const, Op.Iota)
+_KOP_NAMES = (Op, Leaf)  # for isinstance: a tuple, where Op | Leaf would build a union on every call
 
 
 def kop_name(name: str) -> KOpName:
@@ -79,7 +80,7 @@ class KOp:
 
     def __post_init__(self) -> None:
         # names given as text (a kernel read back from JSON) become the enums every reader compares with
-        if not isinstance(self.op, Op | Leaf):
+        if not isinstance(self.op, _KOP_NAMES):
             object.__setattr__(self, "op", kop_name(self.op))
         if not isinstance(self.space, Space):
             object.__setattr__(self, "space", Space(self.space))

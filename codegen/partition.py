@@ -7,8 +7,7 @@ at the same element, or a reduction row broadcast back over its row), and
 them by default) as far as kernel forms allow without creating a cycle.
 
 Decisions may also choose an algorithm per convolution (``Winograd``): ``lower(graph, decisions)`` rewrites
-the graph for them first (``apply_algorithms``), then partitions it; without decisions it takes the untuned
-defaults (``default_algorithms``: Winograd where its cost model prefers it).
+the graph for them first (``apply_algorithms``), then partitions it.
 """
 
 from __future__ import annotations
@@ -19,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir import winograd
+from ..ir.dtypes import DType
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.nogc import gc_paused
 from ..ir.view import View, contiguous_strides, reads_dim
-from .kernel import LEAF_OPS, Buffer, Kernel, KOp, Leaf, Space, multiplies_as_matmul
+from .kernel import LEAF_OPS, Buffer, Kernel, KOp, KOpName, Leaf, Space, multiplies_as_matmul
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
 
@@ -156,20 +156,27 @@ class _Grouping:
 
     def joinable(self, n: Node, slot: int, s: Node) -> _Group | None:
         """The group of n's source ``s`` (read at ``slot``), where n may join it."""
-        pos, allowed = self.pos, self.allowed
-        g = self.group_of.get(s.id)
-        if g is None or (pos[s.id], pos[n.id], slot) not in allowed or len(g.nodes) >= MAX_KERNEL_NODES:
+        pos, allowed, group_of = self.pos, self.allowed, self.group_of
+        g = group_of.get(s.id)
+        at = pos[n.id]
+        if g is None or (pos[s.id], at, slot) not in allowed or len(g.nodes) >= MAX_KERNEL_NODES:
             return None
-        inside = [(k, s2, v2) for k, (s2, v2) in enumerate(n.srcs) if self.group_of.get(s2.id) is g]
-        if not all((pos[s2.id], pos[n.id], k) in allowed and _accepts(g, n, (s2, v2)) for k, s2, v2 in inside):
-            return None
+        others: set[int] = set()  # the groups of n's other sources
+        for k, src in enumerate(n.srcs):
+            h = group_of.get(src[0].id)
+            if h is g:  # every source inside g must be a fused edge g accepts
+                if (pos[src[0].id], at, k) not in allowed or not _accepts(g, n, src):
+                    return None
+            elif h is not None:
+                others.add(h.id)
         # joining g must not make g depend on itself through another source's group
-        others = {h.id for s2, _ in n.srcs if (h := self.group_of.get(s2.id)) is not None and h is not g}
         return None if self.reads_from(others, g) else g
 
     def add(self, n: Node) -> None:
-        target = next((g for slot, (s, _) in enumerate(n.srcs) if (g := self.joinable(n, slot, s)) is not None),
-                      None)
+        target = None
+        for slot, (s, _) in enumerate(n.srcs):
+            if (target := self.joinable(n, slot, s)) is not None:
+                break
         if target is None:
             target = _Group(len(self.groups), full=n.shape)
             self.groups.append(target)
@@ -272,17 +279,9 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
     return new, out
 
 
-def default_algorithms(graph: Graph) -> Decisions:
-    """The algorithms an untuned compile takes: Winograd for the convolutions whose cost model prefers it
-    (``winograd.default_tile``), every other one directly."""
-    pos = {n.id: i for i, n in enumerate(graph.toposort())}
-    return {Winograd(pos[n.id], t): True for n in winograd.eligible(graph) if (t := winograd.default_tile(n))}
-
-
 def lower(graph: Graph, decisions: Decisions | None = None) -> tuple[Graph, list[Kernel]]:
-    """The graph as ``decisions`` rewrite it and its kernels in launch order: what runs. Without decisions, the
-    untuned defaults: every edge fused, the ``default_algorithms``."""
-    new, edges = apply_algorithms(graph, default_algorithms(graph) if decisions is None else decisions)
+    """The graph as ``decisions`` rewrite it and its kernels in launch order: what runs."""
+    new, edges = apply_algorithms(graph, decisions)
     return new, partition(new, edges)
 
 
@@ -316,6 +315,11 @@ class _KernelBuilder:
             return Space.row
         return Space.full
 
+    def leaf(self, op: KOpName, dtype: DType, space: Space, attrs: tuple[tuple[str, Any], ...]) -> int:
+        """``add`` of a leaf KOp, made only where no equal one is there already."""
+        at = self._leaves.get((op, (), dtype, space, attrs))
+        return at if at is not None else self.add(KOp(op, (), dtype, space, attrs))
+
     def add(self, op: KOp) -> int:
         key = (op.op, op.args, op.dtype, op.space, op.attrs)
         if op.op in LEAF_OPS and key in self._leaves:
@@ -336,11 +340,11 @@ class _KernelBuilder:
         if s.id in self.members:  # the same element, or a row value broadcast over the full space
             return self.index[s.id]
         if s.is_scalar_const and not v.mask:
-            return self.add(KOp(Leaf.Const, (), s.dtype, space, (("value", s.attrs["value"].item()),)))
+            return self.leaf(Leaf.Const, s.dtype, space, (("value", s.attrs["value"].item()),))
         if s.op is Op.Iota:
-            return self.add(KOp(Op.Iota, (), s.dtype, space,
-                                (("view", _space_view(v, shape)), ("shape", s.shape), ("axis", s.attrs["axis"]))))
-        return self.add(KOp(Leaf.Load, (), s.dtype, space, (("buf", self.buf(s)), ("view", _space_view(v, shape)))))
+            return self.leaf(Op.Iota, s.dtype, space,
+                             (("view", _space_view(v, shape)), ("shape", s.shape), ("axis", s.attrs["axis"])))
+        return self.leaf(Leaf.Load, s.dtype, space, (("buf", self.buf(s)), ("view", _space_view(v, shape))))
 
     def node(self, n: Node) -> None:
         sp = self.space_of(n)

@@ -136,6 +136,9 @@ class Graph:
                 for s, _ in rest:
                     if s not in seen:
                         seen.add(s)
+                        if not s.srcs:  # a leaf is done as soon as it is met
+                            order.append(s)
+                            continue
                         stack.append((s, iter(s.srcs)))
                         break
                 else:

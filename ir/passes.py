@@ -219,7 +219,8 @@ def _key(n: Node, srcs) -> tuple:
         v = n.attrs["value"]
         if v.size > 4096:  # weights: the same array, not equal contents (hashing them all is slow)
             return ("C", n.dtype, v.shape, id(v))
-        return ("C", n.dtype, v.shape, hashlib.sha1(v.tobytes()).hexdigest())
+        data = v.tobytes()  # short: itself, else its digest
+        return ("C", n.dtype, v.shape, data if len(data) <= 64 else hashlib.sha1(data).hexdigest())
     if n.op is Op.Input:
         return ("I", n.attrs["name"])
     attrs = tuple(sorted(n.attrs.items())) if n.attrs else ()
