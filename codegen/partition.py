@@ -7,7 +7,8 @@ at the same element, or a reduction row broadcast back over its row), and
 them by default) as far as kernel forms allow without creating a cycle.
 
 Decisions may also choose an algorithm per convolution (``Winograd``): ``lower(graph, decisions)`` rewrites
-the graph for them first (``apply_algorithms``), then partitions it.
+the graph for them first (``apply_algorithms``), then partitions it; without decisions it takes the untuned
+defaults (``default_algorithms``: Winograd where its cost model prefers it).
 """
 
 from __future__ import annotations
@@ -279,9 +280,17 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
     return new, out
 
 
+def default_algorithms(graph: Graph) -> Decisions:
+    """The algorithms an untuned compile takes: Winograd for the convolutions whose cost model prefers it
+    (``winograd.default_tile``), every other one directly."""
+    pos = {n.id: i for i, n in enumerate(graph.toposort())}
+    return {Winograd(pos[n.id], t): True for n in winograd.eligible(graph) if (t := winograd.default_tile(n))}
+
+
 def lower(graph: Graph, decisions: Decisions | None = None) -> tuple[Graph, list[Kernel]]:
-    """The graph as ``decisions`` rewrite it and its kernels in launch order: what runs."""
-    new, edges = apply_algorithms(graph, decisions)
+    """The graph as ``decisions`` rewrite it and its kernels in launch order: what runs. Without decisions, the
+    untuned defaults: every edge fused, the ``default_algorithms``."""
+    new, edges = apply_algorithms(graph, default_algorithms(graph) if decisions is None else decisions)
     return new, partition(new, edges)
 
 
