@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -46,8 +47,12 @@ def plan_buffers(launches: Sequence[tuple[Sequence[int], Sequence[tuple[int, int
         for node in ins:
             if node in plan.slots:
                 plan.slots[node].last = max(plan.slots[node].last, t)
+    order = sorted(plan.slots.values(), key=lambda s: (-s.nbytes, s.first))
+    if len({s.nbytes for s in order}) == 1 and order[0].nbytes > 0:
+        plan.arena_bytes = _place_one_size(order)
+        return plan
     placed: list[Slot] = []
-    for s in sorted(plan.slots.values(), key=lambda s: (-s.nbytes, s.first)):
+    for s in order:
         busy = sorted((p.offset, p.offset + _align(p.nbytes)) for p in placed
                       if not (p.last < s.first or s.last < p.first))
         offset = 0
@@ -59,6 +64,27 @@ def plan_buffers(launches: Sequence[tuple[Sequence[int], Sequence[tuple[int, int
         placed.append(s)
         plan.arena_bytes = max(plan.arena_bytes, offset + _align(s.nbytes))
     return plan
+
+
+def _place_one_size(order: list[Slot]) -> int:
+    """First fit, as ``plan_buffers`` places slots, where every slot has one size: taken in order of their first
+    launch, the slots live at a slot's first launch are those whose last reader has not run before it, each on
+    its own multiple of the size, so the lowest free multiple is where it fits; a heap of the live slots by last
+    launch gives their offsets back as they die (linear where the general search compares every pair). Returns
+    the arena's size."""
+    size = _align(order[0].nbytes)
+    free: list[int] = []  # offsets below the top that no live slot holds
+    live: list[tuple[int, int]] = []  # (last launch, offset)
+    top = 0
+    for s in order:
+        while live and live[0][0] < s.first:
+            heapq.heappush(free, heapq.heappop(live)[1])
+        if free:
+            s.offset = heapq.heappop(free)
+        else:
+            s.offset, top = top, top + size
+        heapq.heappush(live, (s.last, s.offset))
+    return top
 
 
 def plan_kernels(kernels: list[Kernel], keep: set[int]) -> BufferPlan:
