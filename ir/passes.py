@@ -133,7 +133,14 @@ def _reduced_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
 def _computed_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
     """An elementwise node whose sources all repeat along a dim, one of them a computed value broadcast there
     (as a reduction done once is), is computed once along it too, so what follows it reads the value it was."""
-    if n.op is Op.Contiguous or all(s.op in SOURCES for s, _ in srcs):
+    if n.op is Op.Contiguous:
+        return None
+    computed = False
+    for s, v in srcs:
+        if v.is_contiguous:  # read in order: along every dim
+            return None
+        computed = computed or s.op not in SOURCES
+    if not computed:
         return None
     dims = tuple(_unread_dims(n.shape, srcs))
     if not dims:

@@ -8,6 +8,7 @@ the primitives (sub, div, exp, matmul, softmax, erf, ...) is a composition.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -53,9 +54,8 @@ class Tensor:
 
     @staticmethod
     def full(shape: Sequence[int], value, dtype: DType) -> Tensor:
-        node = _node(Op.Constant, (), (), dtype, value=np.asarray(value).astype(dtype.np))
-        shape = tuple(int(s) for s in shape)
-        return Tensor(node, View(shape, (0,) * len(shape)))  # one value read everywhere
+        node = Node(Op.Constant, (), (), dtype, {"value": np.asarray(value).astype(dtype.np)})
+        return Tensor(node, _splat(tuple(map(int, shape))))  # one value read everywhere
 
     @staticmethod
     def iota(shape: Sequence[int], axis: int, dtype: DType = DType.int64) -> Tensor:
@@ -594,6 +594,12 @@ class Tensor:
         a = a.expand((*batch, m, k)).reshape((*batch, m, 1, k)).expand((*batch, m, n, k))
         b = b.expand((*batch, k, n)).transpose(-1, -2).reshape((*batch, 1, n, k)).expand((*batch, m, n, k))
         return a.mul(b).sum((-1,))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _splat(shape: tuple[int, ...]) -> View:
+    """The view that reads one value at every index of ``shape`` (immutable: equal shapes share one)."""
+    return View(shape, (0,) * len(shape))
 
 
 def _uniform(arr: np.ndarray) -> bool:
