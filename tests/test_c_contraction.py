@@ -235,20 +235,29 @@ def test_matmul_packing_over_negative_step_padded_and_broadcast_views():
         _compare(g, feeds, schedules=scheds, kernels=ks)
 
 
+@pytest.mark.parametrize("weight", [True, False])
 @pytest.mark.parametrize("m", [1, 3, 8])
-def test_few_rows_against_weights_laid_out_n_by_k_swap_roles(m):
-    """A few rows times a transposed weight (a classifier, a conv over a 1x1 map): the weight becomes the
-    in-place A operand and the rows the packed B, including N = 1."""
+def test_few_rows_against_an_operand_laid_out_n_by_k(m, weight):
+    """A few rows times a transposed operand (a classifier, a conv over a 1x1 map). A weight stays B, packed
+    once, in tiles about as high as the rows there are; another operand becomes the
+    in-place A and the rows the packed B, including N = 1."""
     x = Tensor.input("x", (m, 40), DType.float32)
-    w = Tensor.const(RNG.standard_normal((37, 40)).astype(np.float32))
+    w = Tensor.const(RNG.standard_normal((37, 40)).astype(np.float32)) if weight else \
+        Tensor.input("w", (37, 40), DType.float32)
     bias = Tensor.const(RNG.standard_normal(37).astype(np.float32))
     y = x.matmul(w.transpose(0, 1)).add(bias.reshape((1, 37)).expand((m, 37))).relu()
-    g = _graph([x], [y])
+    g = _graph([x] if weight else [x, w], [y])
     ks, cs = _contractions(g)
     plan = plan_contraction(cs[0])
-    assert plan.sizes[1] == 37 and plan.sizes[2] == m and plan.a_direct
-    feeds = {"x": RNG.standard_normal((m, 40)).astype(np.float32)}
     be = CPUBackend()
+    if weight:
+        assert plan.sizes[1] == m and plan.sizes[2] == 37 and plan.b_const
+        assert be.default_schedule(cs[0])["mr"] == {1: 1, 3: 4, 8: 8}[m]
+    else:
+        assert plan.sizes[1] == 37 and plan.sizes[2] == m and plan.a_direct
+    feeds = {"x": RNG.standard_normal((m, 40)).astype(np.float32)}
+    if not weight:
+        feeds["w"] = RNG.standard_normal((37, 40)).astype(np.float32)
     for s in [*_schedules(be, cs[0]), {**be.default_schedule(cs[0]), "impl": "blas"}]:
         _compare(g, feeds, schedules=[s if k is cs[0] else None for k in ks], kernels=ks)
 

@@ -40,13 +40,20 @@ def _impls(c: Ctx) -> tuple[str, ...]:
     return ("generated", "blas", "loops", *stencil) if floats else ("generated", "loops")
 
 
+def _mrs(c: Ctx) -> tuple[int, ...]:
+    # one or two rows (a matrix-vector product against a weight packed once): a tile of more rows would spend
+    # its multiplies on rows that do not exist
+    plan = plan_contraction(c.kernel)
+    return (1, 2, 4, 6, 8, 12) if plan is not None and plan.sizes[1] <= 2 else (4, 6, 8, 12)
+
+
 @dataclass(frozen=True)
 class GemmSchedule:
     """A contraction: packed panels and an MR x NR register tile (``generated``), numpy's BLAS, the lanes
     reduction's loops, or a stencil over a few taps (``stencil.py``: a depthwise conv)."""
 
     impl: Literal["generated", "blas", "loops", "stencil"] = _knob(_impls)
-    mr: int = _knob(lambda c: (4, 6, 8, 12))
+    mr: int = _knob(_mrs)
     nr: int = _knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
     mc: int = _knob(lambda c: (24, 48, 72, 96, 144, 192, 288))
     nc: int = _knob(lambda c: (64, 128, 256, 512, 1024))
