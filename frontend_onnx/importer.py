@@ -541,8 +541,13 @@ def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodePro
                 if o in producer:
                     raise LuminalError(f"value {clean(o)!r} is produced by more than one node")
                 producer[o] = i
-    deps = [{producer[d] for d in _deps(n) if d in producer} for n in nodes]
-    if all(d < i for i, ds in enumerate(deps) for d in ds):
+    deps: list[set[int]] = []
+    ordered = True  # every node after the nodes it reads
+    for i, n in enumerate(nodes):
+        ds = {p for d in _deps(n) if (p := producer.get(d)) is not None}
+        deps.append(ds)
+        ordered = ordered and max(ds, default=-1) < i
+    if ordered:
         return nodes
     order, state = [], [0] * len(nodes)
     for start in range(len(nodes)):

@@ -90,7 +90,7 @@ class Node:
     shape: tuple[int, ...]
     dtype: DType
     attrs: dict[str, Any] = field(default_factory=dict)
-    id: int = field(default_factory=lambda: next(_ids))
+    id: int = field(default_factory=_ids.__next__)
     # the model node this primitive is a piece of (None: made by luminal itself); never part of its meaning
     origin: Origin | None = field(default_factory=_origin.get, repr=False)
 

@@ -46,11 +46,11 @@ def _rebuild(graph: Graph, visit) -> Graph:
     for n in graph.toposort():
         srcs = tuple([(new[s.id], v) if s.id not in alias else remap(s, v) for s, v in n.srcs])
         out = visit(n, srcs)
-        if isinstance(out, Node) and out.origin is None:  # a rewritten node is still a piece of the same model node
-            out.origin = n.origin
         if isinstance(out, tuple):
             alias[n.id] = out
         else:
+            if out.origin is None:  # a rewritten node is still a piece of the same model node
+                out.origin = n.origin
             new[n.id] = out
     outputs = []
     for o in graph.outputs:

@@ -14,6 +14,7 @@ from ..codegen.backend import Backend, Schedule, get_backend
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph, Op
+from ..ir.nogc import gc_paused
 from ..values import Shape
 from .model import CompiledModel, CompileStats, TensorSpec
 
@@ -60,6 +61,7 @@ def choose_schedules(kernels: list[Kernel], backend: Backend, schedules: dict[st
     return out
 
 
+@gc_paused()  # the lowering, planning and building walk the whole graph: see ir.nogc
 def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict[str, Schedule] | None = None,
                   decisions: Decisions | None = None, cache: TuningCache | None = None) -> CompiledModel:
     t0 = time.perf_counter()
