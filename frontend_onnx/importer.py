@@ -425,7 +425,7 @@ class Importer:
         for name in n.input:
             if not name:
                 inputs.append(None)
-            elif (t := scope.get(name)) is None:
+            elif (t := _defined(scope, name)) is None:
                 raise LuminalError(f"{_label(n)}: input {clean(name)!r} is not defined")
             else:
                 inputs.append(t)
@@ -462,6 +462,14 @@ class Importer:
                 scope[name] = outs[k]
             else:
                 scope[name] = None  # an output this op does not produce; an error only if used
+
+
+def _defined(scope: ChainMap, name: str) -> Any:
+    """``scope.get(name)`` without ChainMap's own lookups (a generator over its maps, then a second walk)."""
+    for m in scope.maps:
+        if name in m:
+            return m[name]
+    return None
 
 
 def _label(n: onnx.NodeProto) -> str:
