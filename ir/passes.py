@@ -263,6 +263,8 @@ def _optimise_once(graph: Graph) -> Graph:
     kept = _Cse()
 
     def visit(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
+        if not srcs:  # an input, constant or iota: nothing to fold or simplify
+            return kept.keep(n, _copy(n, srcs))
         out = _folded(n, srcs)
         if out is None:
             rewritten = _simplified(n, srcs)
