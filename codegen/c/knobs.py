@@ -24,8 +24,8 @@ class Ctx:
 
 
 def _knob(choices: Callable[[Ctx], tuple[KnobValue, ...]], conditional: bool = False,
-          accepts: Callable[[KnobValue], bool] | None = None) -> Any:
-    return knob(choices, conditional=conditional, accepts=accepts)
+          accepts: Callable[[KnobValue], bool] | None = None, optional: bool = False) -> Any:
+    return knob(choices, conditional=conditional, accepts=accepts, optional=optional)
 
 
 def _any_count(v: KnobValue) -> bool:
@@ -86,6 +86,11 @@ class ReductionSchedule(_Loops):
     stash: bool = _knob(lambda c: (True, False))
     # reductions that vectorise across their innermost kept dim: its block of output columns
     lanes: int | None = _knob(lambda c: (0, 16, 64, 256) if lanes_apply(c.kernel) else (), conditional=True)
+    # reductions over a few taps of one input (a pool): the loops above, or a stencil (``stencil.py``) that
+    # reads only ``threads``; left out (a schedule stored before the knob): the loops
+    impl: Literal["loops", "stencil"] | None = _knob(
+        lambda c: ("loops", "stencil") if plan_stencil(c.kernel) is not None else (), conditional=True,
+        optional=True)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from ..knobs import space as knobs_of
 from .contraction import TILE, Plan, plan_contraction
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
-from .stencil import stencil_default
+from .stencil import plan_stencil, stencil_default
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
 # 2-core VM, where softmaxes and layer norms of 0.6-1.0M operations ran 1.6-2x faster on one thread than on two,
@@ -63,8 +63,17 @@ def typed_default(kernel: Kernel, threads: int) -> CSchedule:
         return _gemm_default(plan, threads)
     if kernel.reduce_axes:
         return ReductionSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), rows_per_thread=0,
-                                 stash=True, lanes=LANES if lanes_apply(kernel) else None)
+                                 stash=True, lanes=LANES if lanes_apply(kernel) else None,
+                                 impl=_reduction_impl(kernel))
     return ElementwiseSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), block=16384)
+
+
+def _reduction_impl(kernel: Kernel) -> Literal["loops", "stencil"] | None:
+    """A pool's taps as a stencil (2 threads, 3x3 pools: max at stride 1 on 256x28x28 and stride 2 on 64x112x112,
+    average at stride 1, against the lanes loops: see ``stencil.py``)."""
+    if plan_stencil(kernel) is None:
+        return None
+    return "stencil" if stencil_default(kernel) else "loops"
 
 
 def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedule:
@@ -160,6 +169,9 @@ def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
     t = typed(kernel, sched, threads)
     if t is None:
         return False
+    if isinstance(t, ReductionSchedule) and t.impl == "stencil":  # the loops' knobs mean nothing to it
+        d = to_json(typed_default(kernel, threads))
+        return all(v == d.get(k) for k, v in to_json(t).items() if k not in ("impl", "threads"))
     if not isinstance(t, GemmSchedule):
         return not (t.vec and t.unroll > 1)  # unrolled loops are vectorised by gcc itself
     plan = plan_contraction(kernel)

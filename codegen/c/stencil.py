@@ -1,6 +1,7 @@
 """Stencil kernels: a SumReduce over a few taps of a float32 product of two loads, one of which (the input)
 walks the innermost kept dim with a constant stride while the other (the weight) does not read that dim: a
-depthwise conv (one input channel per output channel), a grouped conv with few channels per group, a 1-D conv.
+depthwise conv (one input channel per output channel), a grouped conv with few channels per group, a 1-D conv;
+or a SumReduce or MaxReduce over a few taps of the input alone (an average or max pool, stride 1 or 2).
 
 Each row of the kept space (every kept dim but the innermost, e.g. batch, channel and output row) reads its
 taps' weights into scalars once and walks the innermost dim (the output pixels) in an ``omp simd`` loop, every
@@ -11,6 +12,11 @@ a constraint that does not involve the innermost dim (a pad row above or below) 
 row, and a tap whose row fails reads a static zero row instead; the others bound an interior run of pixels
 where every tap reads inside its window, vectorised without a test, and the pixels left and right of it are
 computed one by one with the masks.
+
+A pool's max is a max over the taps in ACCS partial maxima, NaN where any tap is NaN (a flag per pixel, as the
+reduction's); a tap outside the input's window reads zero as the masked load does (a zero lane, the zero row,
+and a zero among the taps of a padding row emitted with its live taps only). A pool's planes are every kept dim
+but the rows, which then go in pairs as a conv's.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from .emit import PAR_MIN, Body, _function, affine, mask_bounds, unravel
 from .normalize import normalize
 
 if TYPE_CHECKING:
-    from .knobs import GemmSchedule
+    from .knobs import GemmSchedule, ReductionSchedule
 
 TAPS_MAX = 64  # taps a row unrolls (a 8x8 window, or 7 channels per group of a 3x3 conv)
 # the most outputs each input element feeds per tap for the stencil to be the default: a depthwise conv
@@ -44,8 +50,8 @@ class Stencil:
     """Op indices and dims of the normalised kernel (``normalize``) that the stencil reads."""
 
     x: int  # the input's load: walks ``din`` with stride ``step``
-    w: int  # the weight's load: does not read ``din``
-    red: int  # the SumReduce
+    w: int | None  # the weight's load: does not read ``din`` (None: a pool, the taps of the input alone)
+    red: int  # the SumReduce (or a pool's MaxReduce)
     din: int  # the innermost kept dim: the pixels of a row
     step: int
     reuse: int  # points of the kept dims the input does not read (a depthwise conv's channel multiplier)
@@ -67,18 +73,22 @@ def stencil_default(kernel: Kernel) -> bool:
 
 def _plan(k: Kernel) -> Stencil | None:
     reds = [i for i, o in enumerate(k.ops) if o.op in REDUCE_OPS]
-    if len(reds) != 1 or k.ops[reds[0]].op is not Op.SumReduce or 0 in k.full:
+    if len(reds) != 1 or k.ops[reds[0]].op not in (Op.SumReduce, Op.MaxReduce) or 0 in k.full:
         return None
     red = reds[0]
-    mul = k.ops[red].args[0]
-    mo = k.ops[mul]
-    if mo.op is not Op.Mul or mo.space is not Space.full or len(set(mo.args)) != 2:
+    arg = k.ops[red].args[0]
+    mo = k.ops[arg]
+    if mo.op is Leaf.Load:  # a pool
+        args, full = [arg], {arg}
+    elif mo.op is Op.Mul and k.ops[red].op is Op.SumReduce and mo.space is Space.full and len(set(mo.args)) == 2:
+        args, full = list(mo.args), {*mo.args, arg}
+    else:
         return None
-    loads = [k.ops[a] for a in mo.args]
+    loads = [k.ops[a] for a in args]
     if any(o.op is not Leaf.Load or o.dtype is not DType.float32 or o.attr("view").shape != k.full
            for o in loads) or k.ops[red].dtype is not DType.float32:
         return None
-    if {i for i, o in enumerate(k.ops) if o.space is Space.full} != {*mo.args, mul}:
+    if {i for i, o in enumerate(k.ops) if o.space is Space.full} != full:
         return None
     if any(k.ops[o].space is not Space.row for o, _ in k.outputs) or any(o.op is Op.Gather for o in k.ops):
         return None
@@ -87,14 +97,16 @@ def _plan(k: Kernel) -> Stencil | None:
     if not kept or not k.reduce_axes or taps > TAPS_MAX:
         return None
     din = kept[-1]
-    xs = [a for a, o in zip(mo.args, loads) if reads_dim(o.attr("view"), din)]
+    xs = [a for a, o in zip(args, loads) if reads_dim(o.attr("view"), din)]
     if len(xs) != 1:
         return None
     x = xs[0]
-    (w,) = [a for a in mo.args if a != x]
+    w = next((a for a in args if a != x), None)
     xv: View = k.ops[x].attr("view")
     step = xv.strides[din]
-    if step < 1 or step * k.full[din] > ZERO_MAX:
+    # a pool walks its row at its stride; a reduction whose input jumps further per output (a global pool,
+    # a row's sum) reads each row contiguously in the reduction's own loops
+    if step < 1 or step * k.full[din] > ZERO_MAX or (w is None and step > 2):
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     return Stencil(x, w, red, din, step, reuse)
@@ -116,7 +128,7 @@ class _Tap:
     pixc: tuple[tuple[str, int, int], ...]
 
 
-def emit_stencil(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
+def emit_stencil(kernel: Kernel, sched: GemmSchedule | ReductionSchedule, vw: int) -> str:
     st = plan_stencil(kernel)
     if st is None:
         raise ValueError("not a stencil kernel")
@@ -127,6 +139,7 @@ class _Emitter:
     def __init__(self, k: Kernel, st: Stencil, vw: int):
         self.k, self.st, self.vw = k, st, vw
         self.din, self.width = st.din, k.full[st.din]
+        self.max = k.ops[st.red].op is Op.MaxReduce
         kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
         self.outer = kept[:-1]
         xv: View = k.ops[st.x].attr("view")
@@ -167,11 +180,24 @@ class _Emitter:
         """Which of a vector's lanes from pixel ``start`` the tap reads inside its window (none past the row)."""
         return [start + j < self.width and self._valid(tap, start + j) for j in range(bw)]
 
+    def _term(self, t: int, x: str) -> str:
+        return x if self.st.w is None else f"w{t} * {x}"
+
+    def _fold(self, terms: list[str], vec: bool = False, name: str = "acc", dead: bool = False) -> list[str]:
+        """``name`` = the taps' ``terms`` folded (``dead``: some taps left out, which a max must see as
+        zeros: a masked load reads zero)."""
+        typ = "lum_bv" if vec else "float"
+        if not self.max:
+            return _sums(terms, typ, name)
+        return _maxes(terms, vec, name, dead or (self.active is not None and len(self.active) < len(self.taps)))
+
     def _x(self, t: int, pix: str) -> str:
         return f"p{t}[{_times(self.st.step, pix)}]"
 
     def weights(self) -> list[str]:
         """Each tap's weight ``w<t>``, read once per plane (the weight does not read the row dims)."""
+        if self.st.w is None:
+            return []
         wop = self.k.ops[self.st.w]
         lines = []
         for t, tap in enumerate(self.taps):
@@ -203,7 +229,7 @@ class _Emitter:
     def interior(self, lo: str, hi: str) -> list[str]:
         """The vector loop over the pixels [lo, hi), where every tap reads inside its window."""
         pix = f"i{self.din}"
-        sums = _sums([f"w{t} * {self._x(t, pix)}" for t, _ in self._live()])
+        sums = self._fold([self._term(t, self._x(t, pix)) for t, _ in self._live()])
         return [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {lo}; {pix} < {hi}; {pix}++) {{",
                 *_ind(sums + self.epi), "}"]
 
@@ -216,9 +242,10 @@ class _Emitter:
             if tap.pixc:
                 conds = " && ".join(f"((uint64_t)({e} + {_times(s, pix)}) < {b}ULL)" for e, s, b in tap.pixc)
                 x = f"(({conds}) ? {x} : 0.0f)"
-            terms.append(f"w{t} * {x}")
+            terms.append(self._term(t, x))
         return ["for (int seg = 0; seg < 2; seg++) {", f"    {segments}",
-                f"    for (int {pix} = e0; {pix} < e1; {pix}++) {{", *_ind(_ind(_sums(terms) + self.epi)), "    }", "}"]
+                f"    for (int {pix} = e0; {pix} < e1; {pix}++) {{", *_ind(_ind(self._fold(terms) + self.epi)),
+                "    }", "}"]
 
     def _vterm(self, t: int, tap: _Tap, start: int, bw: int, shift: int) -> str | None:
         """Tap ``t``'s product over the ``bw`` lanes from pixel ``start`` of the row ``shift`` elements past the
@@ -231,13 +258,14 @@ class _Emitter:
         x = f"lum_ld{step}(p{t} + {shift + step * start})"
         if not all(lanes):
             x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
-        return f"w{t} * {x}"
+        return self._term(t, x)
 
     def border_vector(self, start: int, bw: int) -> list[str]:
         """The ``bw`` pixels from ``start`` as one vector (static constraints; the caller checks that the loads
         stay inside the input buffer), then the epilogue over the lanes."""
-        terms = [x for t, tap in self._live() if (x := self._vterm(t, tap, start, bw, 0)) is not None]
-        sums = _sums(terms, "lum_bv", "vacc") if terms else ["lum_bv vacc = {0};"]
+        live = self._live()
+        terms = [x for t, tap in live if (x := self._vterm(t, tap, start, bw, 0)) is not None]
+        sums = self._fold(terms, True, "vacc", len(terms) < len(live)) if terms or self.max else ["lum_bv vacc = {0};"]
         return ["{", *_ind(sums + self._lanes_epilogue(start, bw, "vacc")), "}"]
 
     def _lanes_epilogue(self, start: int, bw: int, vacc: str) -> list[str]:
@@ -267,12 +295,21 @@ class _Emitter:
         shift = self.xco[dr]
         lo, hi = self.bounds()
         starts, a, b = self.runs(lo, hi, bw)
-        sums = [f"lum_bv va{r}_{i} = {{0}};" for r in range(2) for i in range(len(starts))]
-        for t, tap in self._live():
+        if self.max:
+            sums = []
             for r in range(2):
                 for i, start in enumerate(starts):
-                    if (x := self._vterm(t, tap, start, bw, r * shift)) is not None:
-                        sums.append(f"va{r}_{i} += {x};")
+                    live = self._live()
+                    terms = [x for t, tap in live if (x := self._vterm(t, tap, start, bw, r * shift)) is not None]
+                    sums += self._fold(terms, True, f"va{r}_{i}", len(terms) < len(live))
+        else:
+            # tap by tap, each weight loaded once for the accumulators of both rows
+            sums = [f"lum_bv va{r}_{i} = {{0}};" for r in range(2) for i in range(len(starts))]
+            for t, tap in self._live():
+                for r in range(2):
+                    for i, start in enumerate(starts):
+                        if (x := self._vterm(t, tap, start, bw, r * shift)) is not None:
+                            sums.append(f"va{r}_{i} += {x};")
         second = [f"const int64_t lum_r = i{dr} + 1;", "{", f"    const int64_t i{dr} = lum_r;"]
         lines = [*sums, *[x for i, start in enumerate(starts) for x in ["{", *_ind(
             self._lanes_epilogue(start, bw, f"va0_{i}")), "}"]]]
@@ -282,7 +319,8 @@ class _Emitter:
             pix = f"i{self.din}"
             rows = []
             for r in range(2):
-                terms = _sums([f"w{t} * p{t}[{r * shift} + {_times(self.st.step, pix)}]" for t, _ in self._live()])
+                terms = self._fold([self._term(t, f"p{t}[{r * shift} + {_times(self.st.step, pix)}]")
+                                    for t, _ in self._live()])
                 rows += ["{", *_ind([*([second[0], second[2].strip()] if r else []), *terms, *self.epi]), "}"]
             lines += [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {a}; {pix} < {b}; {pix}++) {{",
                       *_ind(rows), "}"]
@@ -295,7 +333,13 @@ class _Emitter:
         if width <= bw:  # one vector (its lanes past the row not stored)
             return [0], width, width
         starts = [*([0] if lo else []), *([width - bw] if hi < width else [])]
-        return starts, (bw if lo else 0), (width - bw if hi < width else width)
+        a, b = (bw if lo else 0), (width - bw if hi < width else width)
+        if b - a > bw and (b - a) % bw:
+            # the run's whole vectors, then one more over its last lanes (overlapping the previous): the loop
+            # would leave them to scalar code (a 3x3 max pool over rows of 28, 16 lanes: 12 of the 28 pixels)
+            starts.append(b - bw)
+            b = a + (b - a) // bw * bw
+        return starts, a, b
 
     def in_buffer(self, starts: list[int], bw: int, shift: int = 0) -> list[str]:
         """Conditions that the border vectors from ``starts`` read inside the input buffer: a tap's lanes outside
@@ -387,8 +431,12 @@ class _Emitter:
         k, width = self.k, self.width
         body, bw = self.body()
         # planes: the outer dims up to the last one the weight reads; rows: the others (a conv's output rows)
-        wv = k.ops[self.st.w].attr("view")
-        cut = max((i + 1 for i, d in enumerate(self.outer) if reads_dim(wv, d)), default=0)
+        # (a pool's planes: every outer dim but the rows, which then go in pairs)
+        if self.st.w is None:
+            cut = max(len(self.outer) - 1, 0)
+        else:
+            wv = k.ops[self.st.w].attr("view")
+            cut = max((i + 1 for i, d in enumerate(self.outer) if reads_dim(wv, d)), default=0)
         pdims, rdims = self.outer[:cut], self.outer[cut:]
         planes, rows = (math.prod(k.full[d] for d in ds) for ds in (pdims, rdims))
         # the weights once per plane where the planes alone keep every thread busy, else once per row
@@ -435,6 +483,8 @@ class _Emitter:
             par = "#pragma omp parallel for num_threads(nt) schedule(static)"
         src = _function(k, lines, loop, par)
         head = [f"static const float lum_zero[{self.st.step * width}];"] if any(t.rowc for t in self.taps) else []
+        if self.max:
+            head.append("static inline float lum_smax(float a, float b) { return a > b ? a : b; }")
         if bw:
             head += _vector_helpers(bw)
         return src.replace("int lum_kernel(", "\n".join([*head, "int lum_kernel("]), 1)
@@ -455,7 +505,11 @@ def _vector_helpers(bw: int) -> list[str]:
             f"    return __builtin_shuffle(a, b, (lum_bi){{{evens}}});",
             "#endif",
             "}",
-            "static inline lum_bv lum_mask(lum_bv x, lum_bi m) { return (lum_bv)((lum_bi)x & m); }"]
+            "static inline lum_bv lum_mask(lum_bv x, lum_bi m) { return (lum_bv)((lum_bi)x & m); }",
+            "static inline lum_bv lum_vmax(lum_bv a, lum_bv b) {",
+            "    lum_bi m = a > b;",
+            "    return (lum_bv)((m & (lum_bi)a) | (~m & (lum_bi)b));",
+            "}"]
 
 
 def _sums(terms: list[str], typ: str = "float", name: str = "acc") -> list[str]:
@@ -470,6 +524,30 @@ def _sums(terms: list[str], typ: str = "float", name: str = "acc") -> list[str]:
     while len(parts) > 1:
         parts = [f"({parts[i]} + {parts[i + 1]})" if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
     return [*st, f"{typ} {name} = {parts[0]};"]
+
+
+def _maxes(terms: list[str], vec: bool, name: str, dead: bool) -> list[str]:
+    """``name`` = the greatest of ``terms`` (and zero where ``dead``) in ACCS partial maxima, NaN where any term
+    is NaN (a compare's NaN is false: a flag per lane, as the reduction's), over floats or vectors ``lum_bv``."""
+    typ, zero, fmax = ("lum_bv", "(lum_bv){0}", "lum_vmax") if vec else ("float", "0.0f", "lum_smax")
+    if dead:
+        terms = [*terms, zero]
+    if not terms:
+        return [f"const {typ} {name} = {zero};"]
+    xs = [f"{name}_x{i}" for i in range(len(terms))]
+    st = [f"const {typ} {x} = {t};" for x, t in zip(xs, terms)]
+    n = min(ACCS, len(terms))
+    st += [f"{typ} {name}{a} = {xs[a]};" for a in range(n)]
+    st += [f"{name}{i % n} = {fmax}({name}{i % n}, {x});" for i, x in enumerate(xs) if i >= n]
+    parts = [f"{name}{a}" for a in range(n)]
+    while len(parts) > 1:
+        parts = [f"{fmax}({parts[i]}, {parts[i + 1]})" if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    nan = " | ".join(f"({x} != {x})" for x in xs)
+    if vec:
+        return [*st, f"const lum_bi {name}_n = {nan};",
+                f"const lum_bv {name} = (lum_bv)((lum_bi){parts[0]} | ({name}_n & 0x7fc00000));"]
+    return [*st, f"const int {name}_n = {nan};", f"const float {name} = {name}_n ? NAN : {parts[0]};"]
 
 
 def _times(c: int, e: str) -> str:

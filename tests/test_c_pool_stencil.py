@@ -1,0 +1,128 @@
+"""Pooling reductions as stencils (the taps of the input alone, read in place, padding from the view's masks):
+MaxPool and AveragePool through the ONNX frontend, by default and with the reduction's loops, against the
+reference executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from codegen_util import compare_cpu, graph
+from onnx import TensorProto, helper
+
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.c.stencil import plan_stencil
+from luminal.codegen.kernel import REDUCE_OPS
+from luminal.codegen.partition import partition
+from luminal.frontend_onnx import load
+from luminal.frontend_onnx.ops_nn_util import windows
+from luminal.ir import DType, Op, Tensor
+
+RNG = np.random.default_rng(29)
+
+
+def _model(op: str, shape: tuple[int, ...], **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs) -> None:
+    """The pool's reduction is a stencil by default, and that, on one thread, and the reduction's loops agree
+    with the reference."""
+    g = load(_model(op, shape, **attrs)).graph
+    ks = partition(g, {})
+    reds = [k for k in ks if any(o.op in REDUCE_OPS for o in k.ops)]
+    assert len(reds) == 1
+    k = reds[0]
+    assert plan_stencil(k) is not None
+    be = CPUBackend()
+    base = be.default_schedule(k)
+    assert base["impl"] == "stencil"
+    assert next(kn.choices for kn in be.space(k) if kn.name == "impl") == ("loops", "stencil")
+    feeds = {"x": RNG.standard_normal(shape).astype(np.float32) if x is None else x}
+    scheds = [base, {**base, "threads": 1}, {**base, "impl": "loops"}, {**base, "impl": "loops", "lanes": 0}]
+    for s in scheds:
+        if s.get("lanes") == 0 and "lanes" not in base:
+            continue
+        assert be.valid(k, s), s
+        compare_cpu(g, feeds, 1e-6, 1e-6, schedules=[s if kk is k else None for kk in ks], kernels=ks)
+
+
+CASES = [
+    # (shape, kernel, strides, pads, dilations, ceil_mode)
+    ((1, 16, 28, 28), 3, 1, (1, 1, 1, 1), 1, 0),        # rows wider than a vector, stride 1
+    ((1, 8, 56, 56), 3, 2, (1, 1, 1, 1), 1, 0),         # stride 2
+    ((2, 5, 9, 11), 3, 2, (1, 1, 1, 1), 1, 0),          # odd sizes, batch 2
+    ((1, 7, 13, 37), 3, 2, (0, 1, 1, 0), 1, 0),         # asymmetric pads
+    ((1, 3, 12, 21), 2, 2, (0, 0, 0, 0), 1, 0),         # 2x2 stride 2, no padding: no masks
+    ((1, 6, 10, 21), 3, 1, (2, 2, 2, 2), 2, 0),         # dilation 2
+    ((1, 3, 8, 9), 5, 1, (2, 2, 2, 2), 1, 0),           # 5x5, a row narrower than a vector
+    ((1, 20, 7, 7), 3, 1, (1, 1, 1, 1), 1, 0),          # a 7x7 map
+    ((1, 19, 14, 14), 3, 2, (0, 0, 0, 0), 1, 1),        # ceil_mode: the last window runs past the input
+    ((1, 5, 17, 40), 5, 1, (0, 2, 2, 1), 1, 1),         # 5x5, asymmetric pads, ceil_mode at stride 1
+    ((2, 3, 11, 35), 3, 2, (2, 1, 1, 2), 2, 1),         # stride 2, dilation 2, ceil_mode
+]
+
+
+def _attrs(k: int, s: int, pads, dil: int, ceil: int, nd: int = 2) -> dict:
+    attrs = {"kernel_shape": [k] * nd, "strides": [s] * nd, "pads": list(pads), "ceil_mode": ceil}
+    if dil != 1:
+        attrs["dilations"] = [dil] * nd
+    return attrs
+
+
+@pytest.mark.parametrize("shape,k,s,pads,dil,ceil", CASES)
+def test_max_pool(shape, k, s, pads, dil, ceil):
+    _check("MaxPool", shape, **_attrs(k, s, pads, dil, ceil))
+
+
+@pytest.mark.parametrize("include", [0, 1])
+@pytest.mark.parametrize("shape,k,s,pads,dil,ceil", CASES)
+def test_average_pool(shape, k, s, pads, dil, ceil, include):
+    _check("AveragePool", shape, count_include_pad=include, **_attrs(k, s, pads, dil, ceil))
+
+
+def test_max_pool_nan_and_infinities():
+    """A NaN among a window's taps gives NaN; -inf and +inf inputs take part as numbers."""
+    shape = (1, 17, 23, 40)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    idx = RNG.choice(flat.size, 300, replace=False)
+    flat[idx[:100]] = np.nan
+    flat[idx[100:200]] = -np.inf
+    flat[idx[200:]] = np.inf
+    x[0, 3] = -np.inf  # a whole plane of -inf: windows of -inf and padding
+    x[0, 4, :, :2] = np.nan  # NaN at the left border
+    x[0, 5, -1, -3:] = np.nan  # and at the bottom right corner
+    for s, pads in ((1, (1, 1, 1, 1)), (2, (1, 0, 0, 1))):
+        _check("MaxPool", shape, x, **_attrs(3, s, pads, 1, 0))
+    _check("AveragePool", shape, np.where(np.isnan(x), 1.0, x).astype(np.float32),
+           **_attrs(3, 1, (1, 1, 1, 1), 1, 0))
+
+
+def test_max_pool_negative_inputs_with_masks():
+    """A max over masked taps (the IR's masked loads read zero) sees zero where a tap lies outside the input,
+    in every part of a row: the padding rows, the border vectors, the interior."""
+    shape = (1, 4, 9, 40)
+    for k, s, pads in ((3, 1, ((1, 2), (2, 1))), (3, 2, ((1, 1), (1, 1))), (5, 1, ((3, 0), (0, 4)))):
+        x = Tensor.input("x", shape, DType.float32)
+        outs = [(n + p[0] + p[1] - k) // s + 1 for n, p in zip(shape[2:], pads)]
+        xw = windows(x, 2, pads, outs, (k, k), (s, s), (1, 1)).permute((0, 1, 2, 4, 3, 5))
+        g = graph([x], [xw.max((4, 5))])
+        ks = partition(g, {})
+        (kern,) = [kk for kk in ks if plan_stencil(kk) is not None]
+        st = plan_stencil(kern)
+        assert st is not None and kern.ops[st.red].op is Op.MaxReduce
+        feeds = {"x": (-np.abs(RNG.standard_normal(shape)) - 1).astype(np.float32)}
+        be = CPUBackend()
+        base = be.default_schedule(kern)
+        assert base["impl"] == "stencil"
+        for sc in (base, {**base, "impl": "loops"}):
+            compare_cpu(g, feeds, 1e-6, 1e-6, schedules=[sc if kk is kern else None for kk in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_1d(op):
+    _check(op, (2, 6, 50), **_attrs(3, 2, (1, 1), 1, 0, nd=1))
+    _check(op, (1, 3, 31), **_attrs(5, 1, (2, 1), 1, 1, nd=1))
