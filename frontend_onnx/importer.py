@@ -431,10 +431,10 @@ class Importer:
                 inputs.append(t)
         dom = "" if domain == "ai.onnx" else domain
         opset = self.opsets.get(dom, 1)
-        attributes = list(n.attribute)
-        if attributes:
+        attrs: dict[str, Any] = {}
+        if len(n.attribute):  # most nodes have none: len is cheap, a walk over the field is not
             _check_attr_types(n, dom, opset)
-        attrs = {a.name: _attr_value(a) for a in attributes}
+            attrs = {a.name: _attr_value(a) for a in n.attribute}
         if op_type == "Constant" and isinstance(attrs.get("value"), np.ndarray) and output:
             self.written[output[0]] = attrs["value"].dtype
         elif op_type == "Cast" and attrs.get("to") in _ELEM and output:
