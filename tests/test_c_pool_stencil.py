@@ -95,6 +95,8 @@ def test_max_pool_nan_and_infinities():
     x[0, 3] = -np.inf  # a whole plane of -inf: windows of -inf and padding
     x[0, 4, :, :2] = np.nan  # NaN at the left border
     x[0, 5, -1, -3:] = np.nan  # and at the bottom right corner
+    x[0, 6, ::2, ::2] = np.inf  # windows holding both infinities (whose sum is NaN) and no NaN
+    x[0, 6, 1::2, 1::2] = -np.inf
     for s, pads in ((1, (1, 1, 1, 1)), (2, (1, 0, 0, 1))):
         _check("MaxPool", shape, x, **_attrs(3, s, pads, 1, 0))
     _check("AveragePool", shape, np.where(np.isnan(x), 1.0, x).astype(np.float32),
