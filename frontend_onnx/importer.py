@@ -6,7 +6,7 @@ import functools
 import math
 import os
 from collections import ChainMap, Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, SupportsInt, cast
@@ -23,7 +23,7 @@ from ..ir.nogc import gc_paused
 from ..ir.tensor import FOLD_LIMIT
 from . import dims, registry
 from .limits import MemoryGuard
-from .structure import check_graph, clean
+from .structure import NodeFields, check_graph, clean, read_nodes
 from .weights import external_view, map_model
 
 Shapes = Mapping[str, "int | tuple[int, ...]"]
@@ -205,6 +205,8 @@ def all_graphs(g: onnx.GraphProto):
     """``g`` and every subgraph nested in its nodes' attributes, at any depth."""
     yield g
     for n in g.node:
+        if not len(n.attribute):  # most nodes have none: len is cheap, a walk over the field is not
+            continue
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
                 yield from all_graphs(a.g)
@@ -384,10 +386,12 @@ class Importer:
         return self.written.get(name)
 
     def run_graph(self, g: onnx.GraphProto, scope: ChainMap, inputs: list | None = None,
-                  weights: Mapping[str, np.ndarray] | None = None) -> list[Tensor | None]:
+                  weights: Mapping[str, np.ndarray] | None = None,
+                  nodes: list[NodeFields] | None = None) -> list[Tensor | None]:
         """Import the nodes of ``g`` into ``scope``; returns the tensors of its outputs.
         ``inputs`` bind a subgraph's declared inputs (a Loop body's) by position; ``weights``
-        are initializers of ``g`` read elsewhere (the mapped file's), by name."""
+        are initializers of ``g`` read elsewhere (the mapped file's), by name; ``nodes``: ``read_nodes(g)``
+        where the caller has them."""
         if inputs is not None:
             self.unrolled += len(g.node) + 1
             if self.unrolled > MAX_UNROLLED:
@@ -406,7 +410,7 @@ class Importer:
             size = onnx_dtype(sp.values.data_type).np.itemsize * math.prod(sp.dims)
             self.guard.allocation(f"sparse initializer {clean(sp.values.name)!r}", size)
             scope[sp.values.name] = const_tensor(sparse_value(sp))
-        for n in _toposort(g, scope):
+        for n in _ordered(read_nodes(g) if nodes is None else nodes):
             self.run_node(n, scope)
         outs = []
         for o in g.output:
@@ -415,14 +419,13 @@ class Importer:
             outs.append(scope[o.name])
         return outs
 
-    def run_node(self, n: onnx.NodeProto, scope: ChainMap) -> None:
-        # each repeated field of the proto read once: reading one builds a new wrapper every time
-        op_type, domain, output = n.op_type, n.domain, list(n.output)
+    def run_node(self, fields: NodeFields, scope: ChainMap) -> None:
+        n, op_type, domain, output = fields.proto, fields.op_type, fields.domain, fields.outputs
         fn = registry.lookup(domain, op_type)
         if fn is None:
             raise LuminalError(f"{_label(n)}: unsupported op")
         inputs: list[Tensor | None] = []
-        for name in n.input:
+        for name in fields.inputs:
             if not name:
                 inputs.append(None)
             elif (t := _defined(scope, name)) is None:
@@ -432,7 +435,7 @@ class Importer:
         dom = "" if domain == "ai.onnx" else domain
         opset = self.opsets.get(dom, 1)
         attrs: dict[str, Any] = {}
-        if len(n.attribute):  # most nodes have none: len is cheap, a walk over the field is not
+        if fields.attributes:
             _check_attr_types(n, dom, opset)
             attrs = {a.name: _attr_value(a) for a in n.attribute}
         if op_type == "Constant" and isinstance(attrs.get("value"), np.ndarray) and output:
@@ -531,8 +534,13 @@ def _free_names(g: onnx.GraphProto) -> set[str]:
 
 
 def _deps(n: onnx.NodeProto) -> set[str]:
-    deps = {i for i in n.input if i}
-    for a in n.attribute:
+    return _reads(n.input, n.attribute)
+
+
+def _reads(inputs: Iterable[str], attributes: Iterable[onnx.AttributeProto]) -> set[str]:
+    """The names a node reads: its inputs and its subgraphs' free names."""
+    deps = {i for i in inputs if i}
+    for a in attributes:
         subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
         for sub in subs:
             deps |= _free_names(sub)
@@ -541,10 +549,14 @@ def _deps(n: onnx.NodeProto) -> set[str]:
 
 def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodeProto]:
     """The nodes in an order where each one's inputs exist; keeps the file's order when it is valid."""
-    nodes = list(g.node)
+    return [n.proto for n in _ordered(read_nodes(g))]
+
+
+def _ordered(nodes: list[NodeFields]) -> list[NodeFields]:
+    """``_toposort`` of nodes read out of their protos."""
     producer: dict[str, int] = {}
     for i, n in enumerate(nodes):
-        for o in n.output:
+        for o in n.outputs:
             if o:
                 if o in producer:
                     raise LuminalError(f"value {clean(o)!r} is produced by more than one node")
@@ -552,7 +564,8 @@ def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodePro
     deps: list[set[int]] = []
     ordered = True  # every node after the nodes it reads
     for i, n in enumerate(nodes):
-        ds = {p for d in _deps(n) if (p := producer.get(d)) is not None}
+        reads = _reads(n.inputs, n.proto.attribute if n.attributes else ())
+        ds = {p for d in reads if (p := producer.get(d)) is not None}
         deps.append(ds)
         ordered = ordered and max(ds, default=-1) < i
     if ordered:
@@ -635,7 +648,8 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
     opset = _default_opset(opsets, warnings, proto.graph)
 
     g = proto.graph
-    check_graph(g)
+    nodes = read_nodes(g)
+    check_graph(g, nodes)
     resolved, bound = _bind_inputs(g, shapes, warnings)
     unbound = bound.unbound
 
@@ -655,7 +669,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         if elem in _ELEM:
             imp.written[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
     try:
-        outs = imp.run_graph(g, scope, weights=weights)
+        outs = imp.run_graph(g, scope, weights=weights, nodes=nodes)
     except LuminalError as e:
         if not unbound:
             raise

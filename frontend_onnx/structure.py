@@ -4,7 +4,8 @@ every edge from a value that exists, at least one output."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import onnx
 
@@ -25,8 +26,23 @@ def _unique(kind: str, names: Iterable[str]) -> None:
                            + (f" ({len(twice)} names are)" if len(twice) > 1 else ""))
 
 
-def check_graph(g: onnx.GraphProto) -> None:
-    """Refuse, in one line, a main graph whose names or edges are malformed."""
+class NodeFields(NamedTuple):
+    """A node's fields read out of its proto once (each read of a repeated field builds new wrappers)."""
+
+    proto: onnx.NodeProto
+    op_type: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: int  # how many: most nodes have none, and a walk over none still costs
+
+
+def read_nodes(g: onnx.GraphProto) -> list[NodeFields]:
+    return [NodeFields(n, n.op_type, n.domain, list(n.input), list(n.output), len(n.attribute)) for n in g.node]
+
+
+def check_graph(g: onnx.GraphProto, nodes: Sequence[NodeFields]) -> None:
+    """Refuse, in one line, a main graph whose names or edges are malformed; ``nodes``: ``read_nodes(g)``."""
     if not g.output:
         raise LuminalError("the graph has no outputs")
     _unique("graph input", (vi.name for vi in g.input))
@@ -35,17 +51,17 @@ def check_graph(g: onnx.GraphProto) -> None:
     _unique("initializer", inits)
     given = {vi.name for vi in g.input} | set(inits)
     produced = set(given)
-    for n in g.node:
-        for o in n.output:
+    for n in nodes:
+        for o in n.outputs:
             if not o:
                 continue
             if o in given:
                 raise LuminalError(f"value {clean(o)!r} is both a graph input or initializer and a node's output")
             produced.add(o)  # a value two nodes produce is refused where the nodes are ordered
-    for n in g.node:
-        for i in n.input:
+    for n in nodes:
+        for i in n.inputs:
             if i and i not in produced:
-                label = clean(n.name or (n.output[0] if n.output else "")) or "?"
+                label = clean(n.proto.name or (n.outputs[0] if n.outputs else "")) or "?"
                 raise LuminalError(f"node {label!r} ({clean(n.op_type)}) reads {clean(i)!r}, which no graph input, "
                                    f"initializer or node defines")
     for o in g.output:

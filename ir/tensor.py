@@ -456,7 +456,8 @@ class Tensor:
         return b.lt(a).where(b, a) if not a.dtype.is_float else (b.lt(a) | b.isnan()).where(b, a)
 
     def relu(self) -> Tensor:
-        return self.lt(0).where(Tensor.full(self.shape, 0, self.dtype), self)
+        zero = Tensor.full(self.shape, 0, self.dtype)  # one node both read (CSE would merge two)
+        return self.lt(zero).where(zero, self)
 
     def abs(self) -> Tensor:
         return self.lt(0).where(self.neg(), self)
