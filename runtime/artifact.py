@@ -15,6 +15,7 @@ from .. import __version__
 from ..codegen.backend import Backend
 from ..errors import LuminalError
 from ..ir.dtypes import DType
+from ..ir.nogc import gc_paused
 from .compile import resolve_backend
 from .model import CompiledModel, TensorSpec
 from .serialize import kernel_from_json, kernel_to_json
@@ -39,6 +40,7 @@ def _fingerprints(backend: Backend) -> dict[str, Any]:
         return {"error": f"{type(e).__name__}"}
 
 
+@gc_paused()  # thousands of kernels' JSON and sources: young collections would each walk the whole model
 def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | Path | None = None,
                    shapes: dict | None = None) -> Path:
     out = Path(out_dir)
@@ -73,7 +75,8 @@ def write_artifact(model: CompiledModel, out_dir: str | Path, model_path: str | 
     }
     if model.backend.name == "cpu":
         manifest["build"] = _write_libraries(model, out)
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
+    # compact: the C encoder writes it (indent takes the pure-Python one, seconds for thousands of kernels)
+    (out / MANIFEST).write_text(json.dumps(manifest, separators=(",", ":"), default=str))
     return out
 
 
