@@ -193,12 +193,17 @@ _REWRITTEN = frozenset({Op.Mul, Op.Add, Op.Recip, Op.Log2, Op.Cast, Op.Contiguou
 
 
 def _simplified(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
+    out = _rewritten(n, srcs)
+    return _copy(n, srcs) if out is None else out
+
+
+def _rewritten(n: Node, srcs: tuple[Src, ...]) -> Node | Src | None:
     """x*1, x+0, Recip(Recip(x)), Log2(Exp2(x)), Cast to the same dtype, (x*a)*b, (x+a)+b; a reduction, or an
-    elementwise node reading a computed value, over values repeated along a kept dim done once."""
+    elementwise node reading a computed value, over values repeated along a kept dim done once. None: n as it is."""
     if (once := _done_once(n, srcs)) is not None:
         return once
     if n.op not in _REWRITTEN:
-        return _copy(n, srcs)
+        return None
     if n.op in (Op.Mul, Op.Add) and len(srcs) == 2 and (out := _unit_or_combined(n, srcs)) is not None:
         return out
     if n.op is Op.Recip and srcs[0][0].op is Op.Recip and srcs[0][1].is_contiguous:
@@ -213,7 +218,7 @@ def _simplified(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
         return srcs[0]
     if n.op is Op.Contiguous and srcs[0][1].is_contiguous and srcs[0][0].shape == n.shape:
         return srcs[0]
-    return _copy(n, srcs)
+    return None
 
 
 def simplify(graph: Graph) -> Graph:
@@ -257,29 +262,39 @@ def dce(graph: Graph) -> Graph:
     return _rebuild(graph, _copy)
 
 
-def _optimise_once(graph: Graph) -> Graph:
+def _optimise_once(graph: Graph) -> tuple[Graph, bool]:
     """fold_constants, simplify and cse in one walk: each node is folded, else simplified, then kept once; its
-    sources were already through all three (and unreachable nodes vanish, as in every rebuild)."""
+    sources were already through all three (and unreachable nodes vanish, as in every rebuild). Also whether
+    some node was rewritten (simplified): without a rewrite, the graph is one the walk leaves as it is."""
     kept = _Cse()
+    rewrote = False
 
     def visit(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
+        nonlocal rewrote
         if not srcs:  # an input, constant or iota: nothing to fold or simplify
             return kept.keep(n, _copy(n, srcs))
         out = _folded(n, srcs)
         if out is None:
-            rewritten = _simplified(n, srcs)
-            if isinstance(rewritten, tuple):
-                return rewritten
-            out = rewritten
+            rewritten = _rewritten(n, srcs)
+            if rewritten is None:
+                out = _copy(n, srcs)
+            else:
+                rewrote = True
+                if isinstance(rewritten, tuple):
+                    return rewritten
+                out = rewritten
         return kept.keep(n, out)
 
-    return _rebuild(graph, visit)
+    return _rebuild(graph, visit), rewrote
 
 
 @gc_paused()
 def optimize(graph: Graph) -> Graph:
-    # twice: merging equal nodes can make a rewrite possible that the first walk did not see
-    return _optimise_once(_optimise_once(graph))
+    """Folded, simplified and merged. A second walk where the first rewrote something: the nodes a rewrite makes
+    (and the views it leaves to materialise) are merged and simplified only then. Without a rewrite the first
+    walk's graph is its own fixed point: its nodes are copies and folds whose keys all differ."""
+    once, rewrote = _optimise_once(graph)
+    return _optimise_once(once)[0] if rewrote else once
 
 
 __all__ = ["ELEMENTWISE", "REDUCE", "cse", "dce", "fold_constants", "optimize", "simplify"]
