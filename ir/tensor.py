@@ -182,17 +182,19 @@ class Tensor:
     @staticmethod
     def _broadcast(*ts: Tensor) -> list[Tensor]:
         first = ts[0].view.shape
-        if all(t.view.shape == first for t in ts):
-            return list(ts)
-        shape = broadcast_shape(*(t.shape for t in ts))
-        return [t.expand(shape) for t in ts]
+        for t in ts:  # a loop, not all() over a generator: this runs for every op made
+            if t.view.shape != first:
+                shape = broadcast_shape(*(t.shape for t in ts))
+                return [t.expand(shape) for t in ts]
+        return list(ts)
 
     @staticmethod
     def _make(op: Op, srcs: Sequence[Tensor], shape, dtype: DType, **attrs) -> Tensor:
         node = Node(op, tuple([(t.node, t.view) for t in srcs]), tuple(map(int, shape)), dtype, attrs)
-        if srcs and all(t.node.op is Op.Constant for t in srcs):
-            return _fold(node, srcs)
-        return Tensor(node)
+        for t in srcs:
+            if t.node.op is not Op.Constant:
+                return Tensor(node)
+        return _fold(node, srcs) if srcs else Tensor(node)
 
     def _elementwise(self, op: Op, *others: Tensor, dtype: DType | None = None) -> Tensor:
         ts = Tensor._broadcast(self, *others)
