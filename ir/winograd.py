@@ -94,24 +94,31 @@ def eligible(graph: Graph) -> list[Node]:
     return [n for n in graph.toposort() if _match(n) is not None]
 
 
-# the fewest input and output channels at which an untuned compile takes F(2x2): the transforms move about
-# 4 (input) and 4 (output) values per pixel and channel, the products save 5/9 of the multiplies over the
-# channels. 2 threads, default schedules, F(2x2) over direct (benchmarks/cpu_winograd.py): 128 -> 128 at 28x28
-# 1.28-1.5x, at 40x40 1.03x; 256 -> 256 at 14x14 1.5-1.76x, at 56x56 1.62x; 512 -> 512 at 7x7 1.36x; 64 -> 64
-# at 56x56 0.92x (batch 8: 0.85x), 64 -> 16 at 160x160 0.46x, 32 -> 32 at 112x112 0.42x
-DEFAULT_MIN_CHANNELS = 128
+# where an untuned compile takes F(2x2): the transforms move about 4 (input) and 4 (output) values per pixel and
+# channel, the products save 5/9 of the multiplies over the channels, and on small maps the direct contraction
+# pads its rows of pixels to whole vectors. 2 threads, default schedules, F(2x2) over direct
+# (benchmarks/cpu_winograd.py): 128 -> 128 at 28x28 0.87-1.75x, at 40x40 1.03x; 256 -> 256 at 14x14 1.5-1.76x,
+# at 56x56 1.62x; 512 -> 512 at 7x7 1.36x; at 14x14 and below: 32 -> 32 1.50x, 48 -> 64 1.46x, 96 -> 96 1.53x,
+# 128 -> 96 1.37-1.73x, 64 -> 64 at 7x7 1.62x; 96 -> 96 at 28x28 1.06x, 96 -> 128 0.74-1.15x; 64 -> 64 at 56x56
+# 0.92x (batch 8: 0.85x), 64 -> 192 at 56x56 0.81x, 80 -> 80 at 80x80 0.69x, 64 -> 16 at 160x160 0.46x
+DEFAULT_MIN_CHANNELS = 128  # on any map
+SMALL_MAP = 14 * 14  # output pixels per image up to which fewer channels take it too
+SMALL_MAP_MIN_CHANNELS = 32
 
 
 def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with: 2 where it sums over
-    and writes at least DEFAULT_MIN_CHANNELS channels, else 0 (directly). The search tries every tile either way."""
+    and writes at least DEFAULT_MIN_CHANNELS channels, or SMALL_MAP_MIN_CHANNELS on an output map of at most
+    SMALL_MAP pixels; else 0 (directly). The search tries every tile either way."""
     conv = _match(red)
     if conv is None:
         return 0
     (_, vx), (_, vw) = conv.x, conv.w
     summed = math.prod(conv.shape[k] for k in conv.channels)
     written = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vw, k) and not reads_dim(vx, k))
-    return 2 if min(summed, written) >= DEFAULT_MIN_CHANNELS else 0
+    pixels = math.prod(conv.shape[o] for o, _ in conv.spatial)
+    least = SMALL_MAP_MIN_CHANNELS if pixels <= SMALL_MAP else DEFAULT_MIN_CHANNELS
+    return 2 if min(summed, written) >= least else 0
 
 
 def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],

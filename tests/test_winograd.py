@@ -199,11 +199,15 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
     np.testing.assert_allclose(model.run(feeds)[0], run_reference(g, feeds)[0].reshape(1, 4, 6, 6), atol=1e-5)
 
 
-@pytest.mark.parametrize(("c", "m", "tile"), [(128, 128, 2), (256, 128, 2), (64, 64, 0), (128, 96, 0), (32, 256, 0)])
-def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(c, m, tile):
-    """Many channels: F(2x2) by default, in ``lower`` without decisions, in the search's default point and in an
-    untuned compile; few: directly. Either way the outputs are the reference's."""
-    model, feeds = _conv_model(1, c, m, (6, 6), seed=3)
+@pytest.mark.parametrize(("c", "m", "hw", "tile"), [
+    (128, 128, 16, 2), (256, 128, 6, 2),  # many channels
+    (64, 64, 6, 2), (32, 48, 14, 2),  # fewer, on a small map
+    (64, 64, 16, 0), (128, 96, 16, 0), (32, 256, 16, 0), (16, 16, 6, 0),  # fewer on a larger map; few
+])
+def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(c, m, hw, tile):
+    """Many channels, or fewer on a small output map: F(2x2) by default, in ``lower`` without decisions, in the
+    search's default point and in an untuned compile; else directly. Either way the outputs are the reference's."""
+    model, feeds = _conv_model(1, c, m, (hw, hw), seed=3)
     g = load(model).graph
     (node,) = winograd_convs(g)
     (red,) = winograd.eligible(g)
