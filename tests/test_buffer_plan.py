@@ -1,0 +1,57 @@
+"""The buffer plan: slots whose lifetimes overlap never share bytes, and where every intermediate has one size
+(a long chain of one shape, placed in n log n) the arena holds exactly as many slots as are ever live at once."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from luminal.runtime.plan import ALIGN, plan_buffers
+
+
+def _launches(rnd: random.Random, n: int, sizes: list[int]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """n kernels, kernel t writing node t and reading up to three earlier nodes (some far back)."""
+    return [([rnd.randrange(t) for _ in range(rnd.randint(0, min(3, t)))], [(t, rnd.choice(sizes))])
+            for t in range(n)]
+
+
+def _overlaps(plan) -> list[tuple[int, int]]:
+    slots = list(plan.slots.values())
+    bad = []
+    for i, a in enumerate(slots):
+        for b in slots[i + 1:]:
+            live = not (a.last < b.first or b.last < a.first)
+            apart = a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset
+            if live and not apart:
+                bad.append((a.node, b.node))
+    return bad
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_size_slots_never_overlap_and_fill_the_arena_tightly(seed):
+    rnd = random.Random(seed)
+    n, size = rnd.randint(1, 80), rnd.choice([4, 100, ALIGN, 3 * ALIGN + 8])
+    launches = _launches(rnd, n, [size])
+    keep = {n - 1} | {rnd.randrange(n) for _ in range(rnd.randint(0, 2))}
+    plan = plan_buffers(launches, keep)
+    assert not _overlaps(plan)
+    assert all(s.offset % ALIGN == 0 for s in plan.slots.values())
+    # the most slots live at one launch, each in its own aligned place
+    most = max((sum(s.first <= t <= s.last for s in plan.slots.values()) for t in range(n)), default=0)
+    assert plan.arena_bytes == most * -(-size // ALIGN) * ALIGN
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mixed_sizes_never_overlap(seed):
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 60)
+    plan = plan_buffers(_launches(rnd, n, [4, 300, 1024, 5000]), {n - 1})
+    assert not _overlaps(plan)
+    assert plan.arena_bytes >= max((s.offset + s.nbytes for s in plan.slots.values()), default=0)
+
+
+def test_a_long_chain_of_one_size_plans_in_two_slots():
+    n = 20000
+    plan = plan_buffers([([t - 1] if t else [], [(t, 4096)]) for t in range(n)], {n - 1})
+    assert plan.arena_bytes == 2 * 4096 and len(plan.slots) == n - 1
