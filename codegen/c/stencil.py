@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -535,23 +536,29 @@ def _vector_helpers(bw: int) -> list[str]:
             "}"]
 
 
-def _sums(terms: list[str], typ: str = "float", name: str = "acc") -> list[str]:
-    """``typ name`` = the sum of ``terms`` in ACCS partial sums: a chain of 25 dependent FMAs (a 5x5 window)
-    waits on each one's latency where a row has too few pixels for the loop's iterations to overlap."""
+def _tree(terms: list[str], typ: str, name: str, join: Callable[[str, str], str]) -> list[str]:
+    """``typ name`` = the (non-empty) ``terms`` combined by ``join`` (two C expressions -> one) in ACCS partial
+    results: a chain of 25 dependent FMAs (a 5x5 window) waits on each one's latency where a row has too few
+    pixels for the loop's iterations to overlap."""
     n = min(ACCS, len(terms))
-    if n == 0:
-        return [f"{typ} {name} = 0.0f;"]
     st = [f"{typ} {name}{a} = {terms[a]};" for a in range(n)]
-    st += [f"{name}{i % n} += {x};" for i, x in enumerate(terms) if i >= n]
+    st += [f"{name}{i % n} = {join(f'{name}{i % n}', x)};" for i, x in enumerate(terms) if i >= n]
     parts = [f"{name}{a}" for a in range(n)]
     while len(parts) > 1:
-        parts = [f"({parts[i]} + {parts[i + 1]})" if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+        parts = [join(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
     return [*st, f"{typ} {name} = {parts[0]};"]
 
 
+def _sums(terms: list[str], typ: str = "float", name: str = "acc") -> list[str]:
+    """``typ name`` = the sum of ``terms`` (see ``_tree``)."""
+    if not terms:
+        return [f"{typ} {name} = 0.0f;"]
+    return _tree(terms, typ, name, lambda a, b: f"({a} + {b})")
+
+
 def _maxes(terms: list[str], vec: bool, name: str, dead: bool, screen: bool = False) -> list[str]:
-    """``name`` = the greatest of ``terms`` (and zero where ``dead``) in ACCS partial maxima, NaN where any term
-    is NaN (a compare's NaN is false: a flag per lane, as the reduction's), over floats or vectors ``lum_bv``.
+    """``name`` = the greatest of ``terms`` (and zero where ``dead``; see ``_tree``), NaN where any term is NaN
+    (a compare's NaN is false: a flag per lane, as the reduction's), over floats or vectors ``lum_bv``.
     ``screen`` (vectors): the flags only where the sum of the terms is NaN in some lane (a NaN term, or
     infinities of both signs), one add per term instead of a compare and an or (a 3x3 max pool 1.4x faster)."""
     typ, zero, fmax = ("lum_bv", "(lum_bv){0}", "lum_vmax") if vec else ("float", "0.0f", "lum_smax")
@@ -561,23 +568,16 @@ def _maxes(terms: list[str], vec: bool, name: str, dead: bool, screen: bool = Fa
         return [f"const {typ} {name} = {zero};"]
     xs = [f"{name}_x{i}" for i in range(len(terms))]
     st = [f"const {typ} {x} = {t};" for x, t in zip(xs, terms)]
-    n = min(ACCS, len(terms))
-    st += [f"{typ} {name}{a} = {xs[a]};" for a in range(n)]
-    st += [f"{name}{i % n} = {fmax}({name}{i % n}, {x});" for i, x in enumerate(xs) if i >= n]
-    parts = [f"{name}{a}" for a in range(n)]
-    while len(parts) > 1:
-        parts = [f"{fmax}({parts[i]}, {parts[i + 1]})" if i + 1 < len(parts) else parts[i]
-                 for i in range(0, len(parts), 2)]
+    st += _tree(xs, typ, f"{name}_m", lambda a, b: f"{fmax}({a}, {b})")
     nan = " | ".join(f"({x} != {x})" for x in xs)
     if vec and screen:
-        total = _sums(xs, "lum_bv", f"{name}_s")
-        return [*st, *total, f"lum_bv {name} = {parts[0]};", f"if (lum_any({name}_s != {name}_s)) {{",
-                f"    const lum_bi {name}_n = {nan};",
+        return [*st, *_sums(xs, "lum_bv", f"{name}_s"), f"lum_bv {name} = {name}_m;",
+                f"if (lum_any({name}_s != {name}_s)) {{", f"    const lum_bi {name}_n = {nan};",
                 f"    {name} = (lum_bv)((lum_bi){name} | ({name}_n & 0x7fc00000));", "}"]
     if vec:
         return [*st, f"const lum_bi {name}_n = {nan};",
-                f"const lum_bv {name} = (lum_bv)((lum_bi){parts[0]} | ({name}_n & 0x7fc00000));"]
-    return [*st, f"const int {name}_n = {nan};", f"const float {name} = {name}_n ? NAN : {parts[0]};"]
+                f"const lum_bv {name} = (lum_bv)((lum_bi){name}_m | ({name}_n & 0x7fc00000));"]
+    return [*st, f"const int {name}_n = {nan};", f"const float {name} = {name}_n ? NAN : {name}_m;"]
 
 
 def _times(c: int, e: str) -> str:
