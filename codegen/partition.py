@@ -204,19 +204,16 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
             grouping.add(n)
     groups = grouping.groups
 
-    users: dict[int, list[Node]] = {}  # graph.consumers(), from the order at hand
-    for n in order:
-        for s, _ in n.srcs:
-            users.setdefault(s.id, []).append(n)
+    users = graph.consumers(order)
     outputs = {o.id for o in graph.outputs}
     kernels = [_build(g, users, outputs) for g in groups]
     return _launch_order(kernels)
 
 
 def graph_signature(graph: Graph, default_kernels: list[Kernel] | None = None) -> str:
-    """Identifies a graph by the canonical text of its default kernels (no names, no weights);
-    pass them when already partitioned."""
-    kernels = default_kernels if default_kernels is not None else partition(graph)
+    """Identifies a graph by the canonical text of its default kernels, an untuned compile's (``lower`` without
+    decisions; no names, no weights); pass them when already lowered."""
+    kernels = default_kernels if default_kernels is not None else lower(graph)[1]
     text = "\n".join(k.canonical() for k in kernels)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -283,8 +280,7 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
 def default_algorithms(graph: Graph) -> Decisions:
     """The algorithms an untuned compile takes: Winograd for the convolutions whose cost model prefers it
     (``winograd.default_tile``), every other one directly."""
-    pos = {n.id: i for i, n in enumerate(graph.toposort())}
-    return {Winograd(pos[n.id], t): True for n in winograd.eligible(graph) if (t := winograd.default_tile(n))}
+    return {Winograd(i, t): True for i, n in enumerate(graph.toposort()) if (t := winograd.default_tile(n))}
 
 
 def lower(graph: Graph, decisions: Decisions | None = None) -> tuple[Graph, list[Kernel]]:

@@ -150,9 +150,10 @@ class Graph:
                 order.insert(0, n)
         return order
 
-    def consumers(self) -> dict[int, list[Node]]:
+    def consumers(self, order: list[Node] | None = None) -> dict[int, list[Node]]:
+        """Each node's readers by id (``order``: this graph's toposort, where the caller has it)."""
         users: dict[int, list[Node]] = {}
-        for n in self.toposort():
+        for n in order if order is not None else self.toposort():
             for s, _ in n.srcs:
                 users.setdefault(s.id, []).append(n)
         return users

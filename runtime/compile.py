@@ -74,9 +74,7 @@ def compile_graph(graph: Graph, backend: str | Backend = "auto", schedules: dict
         from ..codegen.partition import decisions_from_config, fusion_key
 
         keys = backend_fingerprints(be)
-        # the key names the imported graph (by its partition without algorithms, as the tuner keys it)
-        key = fusion_key(imported, kernels if graph is imported else None) if decisions is None else None
-        tuned = cache.best(key, *keys) if key is not None else None
+        tuned = cache.best(fusion_key(imported, kernels), *keys) if decisions is None else None
         if tuned is not None:  # the fusion decisions a tuning run stored for this graph on this device
             graph, kernels = lower(imported, decisions_from_config(imported, tuned.config))
     stats = CompileStats(kernels=len(kernels), forms=dict(Counter(k.form for k in kernels)))

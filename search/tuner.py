@@ -27,7 +27,6 @@ from ..codegen.partition import (
     fusible_edges,
     fusion_key,
     lower,
-    partition,
     winograd_convs,
 )
 from ..errors import LuminalError
@@ -142,11 +141,10 @@ class Tuner:
         self.threads = threads
         self.model_name = model_name
         self.tasks: dict[str, KernelTask] = {}
-        unrewritten = partition(graph)
-        self.fusion_key = fusion_key(graph, unrewritten)  # its tuned decisions' key in the cache
         # what an untuned compile runs: the search starts there, and the tuned model must beat it end to end
         self.default_decisions = default_algorithms(graph)
-        default = lower(graph, self.default_decisions)[1] if self.default_decisions else unrewritten
+        default = lower(graph, self.default_decisions)[1]
+        self.fusion_key = fusion_key(graph, default)  # its tuned decisions' key in the cache
         edges = fusible_edges(graph) if fusion else []
         convs = winograd_convs(graph) if fusion else []
         self.fusion: FusionTask | None = None
