@@ -170,8 +170,7 @@ def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
     if t is None:
         return False
     if isinstance(t, ReductionSchedule) and t.impl == "stencil":  # the loops' knobs mean nothing to it
-        d = to_json(typed_default(kernel, threads))
-        return all(v == d.get(k) for k, v in to_json(t).items() if k not in ("impl", "threads"))
+        return _as_default(t, typed_default(kernel, threads), ("impl", "threads"))
     if not isinstance(t, GemmSchedule):
         return not (t.vec and t.unroll > 1)  # unrolled loops are vectorised by gcc itself
     plan = plan_contraction(kernel)
@@ -179,11 +178,17 @@ def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
     return _gemm_valid(plan, t, threads)
 
 
+def _as_default(s: CSchedule, default: CSchedule, free: tuple[str, ...]) -> bool:
+    """Whether every knob of ``s`` but the ``free`` ones is at its ``default`` value: an implementation that
+    reads only those knobs has one point in the others."""
+    d = to_json(default)
+    return all(v == d.get(k) for k, v in to_json(s).items() if k not in free)
+
+
 def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
     if s.impl != "generated":  # the GEMM's knobs mean nothing to a library call or loops
-        d = to_json(_gemm_default(plan, threads))
         free = ("impl", "threads", "lanes") if s.impl == "loops" else ("impl", "threads")  # blas, stencil
-        return all(getattr(s, k) == d[k] for k in d if k not in free)
+        return _as_default(s, _gemm_default(plan, threads), free)
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False
     vw = simd_width()
