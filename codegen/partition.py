@@ -23,7 +23,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.nogc import gc_paused
 from ..ir.view import View, contiguous_strides, reads_dim
-from .kernel import LEAF_OPS, Buffer, Kernel, KOp, KOpName, Leaf, Space, multiplies_as_matmul
+from .kernel import Buffer, Kernel, KOp, KOpName, Leaf, Space, multiplies_as_matmul
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
 
@@ -321,17 +321,15 @@ class _KernelBuilder:
         return Space.full
 
     def leaf(self, op: KOpName, dtype: DType, space: Space, attrs: tuple[tuple[str, Any], ...]) -> int:
-        """``add`` of a leaf KOp, made only where no equal one is there already."""
-        at = self._leaves.get((op, (), dtype, space, attrs))
-        return at if at is not None else self.add(KOp(op, (), dtype, space, attrs))
+        """A leaf KOp (a load, a constant, an iota), made only where no equal one is there already."""
+        key = (op, dtype, space, attrs)
+        at = self._leaves.get(key)
+        if at is None:
+            at = self._leaves[key] = self.add(KOp(op, (), dtype, space, attrs))
+        return at
 
     def add(self, op: KOp) -> int:
-        key = (op.op, op.args, op.dtype, op.space, op.attrs)
-        if op.op in LEAF_OPS and key in self._leaves:
-            return self._leaves[key]
         self.ops.append(op)
-        if op.op in LEAF_OPS:
-            self._leaves[key] = len(self.ops) - 1
         return len(self.ops) - 1
 
     def buf(self, s: Node) -> int:
