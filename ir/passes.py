@@ -189,9 +189,6 @@ def _unit_or_combined(n: Node, srcs: tuple[Src, ...]) -> Node | Src | None:
     return None
 
 
-_REWRITTEN = frozenset({Op.Mul, Op.Add, Op.Recip, Op.Log2, Op.Cast, Op.Contiguous})  # the ops _simplified rewrites
-
-
 def _simplified(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
     out = _rewritten(n, srcs)
     return _copy(n, srcs) if out is None else out
@@ -202,8 +199,6 @@ def _rewritten(n: Node, srcs: tuple[Src, ...]) -> Node | Src | None:
     elementwise node reading a computed value, over values repeated along a kept dim done once. None: n as it is."""
     if (once := _done_once(n, srcs)) is not None:
         return once
-    if n.op not in _REWRITTEN:
-        return None
     if n.op in (Op.Mul, Op.Add) and len(srcs) == 2 and (out := _unit_or_combined(n, srcs)) is not None:
         return out
     if n.op is Op.Recip and srcs[0][0].op is Op.Recip and srcs[0][1].is_contiguous:
