@@ -428,7 +428,7 @@ class Importer:
         for name in fields.inputs:
             if not name:
                 inputs.append(None)
-            elif (t := _defined(scope, name)) is None:
+            elif (t := scope.get(name)) is None:
                 raise LuminalError(f"{_label(n)}: input {clean(name)!r} is not defined")
             else:
                 inputs.append(t)
@@ -465,14 +465,6 @@ class Importer:
                 scope[name] = outs[k]
             else:
                 scope[name] = None  # an output this op does not produce; an error only if used
-
-
-def _defined(scope: ChainMap, name: str) -> Any:
-    """``scope.get(name)`` without ChainMap's own lookups (a generator over its maps, then a second walk)."""
-    for m in scope.maps:
-        if name in m:
-            return m[name]
-    return None
 
 
 def _label(n: onnx.NodeProto) -> str:
@@ -547,7 +539,7 @@ def _reads(inputs: Iterable[str], attributes: Iterable[onnx.AttributeProto]) -> 
     return deps
 
 
-def _toposort(g: onnx.GraphProto, scope: Mapping[str, Any]) -> list[onnx.NodeProto]:
+def _toposort(g: onnx.GraphProto) -> list[onnx.NodeProto]:
     """The nodes in an order where each one's inputs exist; keeps the file's order when it is valid."""
     return [n.proto for n in _ordered(read_nodes(g))]
 

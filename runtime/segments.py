@@ -116,7 +116,7 @@ class Source:
         g = proto.graph
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
         self.ir_version = proto.ir_version
-        self.nodes = _toposort(g, {})
+        self.nodes = _toposort(g)
         self.tensors = {t.name: t for t in g.initializer if t.name not in weights}
         self.weights = dict(weights)  # initializers read from the file, by name
         self.initializers: dict[str, np.ndarray] = {}  # filled as host steps read them
