@@ -139,12 +139,12 @@ def test_reversed_rows_are_packed():
 def test_default_reads_in_place_where_rows_take_whole_panels():
     """The default reads a conv's input in place where its output rows fill NR-wide panels with less padding
     than the pack would cost (rows of 40: 48 or 64 columns, packed), in 8-row tiles where they pad M no more
-    than 6-row ones."""
+    than 6-row ones; a row within one panel, cut by the padding on both sides, only against few rows."""
     be = CPUBackend()
     vw = host_simd_width()
     # rows of 7 vectors pad 14% in panels of two: worth it against 16 rows, not 64 (the pack splits few panels)
     for cout, width, nr in ((16, 4 * vw, 2 * vw), (64, 4 * vw - 3, 2 * vw), (20, 5 * vw // 2, 0),
-                            (16, 7 * vw, 2 * vw), (64, 7 * vw, 0)):
+                            (16, 7 * vw, 2 * vw), (64, 7 * vw, 0), (16, 2 * vw - 2, 2 * vw), (64, 2 * vw - 2, 0)):
         g, _ = _conv_graph(1, 8, cout, (12, width))
         _, c = _the_conv(g)
         s = be.default_schedule(c)

@@ -137,12 +137,17 @@ def _rows_nr(plan: Plan, vw: int) -> int:
     128->128 at 56x56 0.94x, 64->64 at 112x112 0.95x (one vector wide 0.93x), 128->128 at 112x112 0.87x,
     512->512 at 28x28 0.94x; missed: 256->256 at 56x56 1.07x. A strided conv's rows are gathered, which
     beats the pack where few rows share each panel (3x3 stride 2, 3->16 at 640x640, 1.4 -> 1.0 ms) but not
-    with more (7x7 stride 2, 3->64, 0.95x)."""
+    with more (7x7 stride 2, 3->64, 0.95x). A row no longer than the panel lies in one panel that the padding
+    cuts on both sides, most of its K rows copied: with 32 rows or more the pack wins (2 threads, AMD Zen 5,
+    rows of 28 against packed: 64->96 0.56 -> 0.83x onnxruntime, 96->96 0.52 -> 0.64x, 64->64 0.51 -> 0.61x,
+    32->32 0.43 -> 0.59x in panels of one vector; 16->16 and 24->24 at 28x28 and 30x30 lose 15%)."""
     m = plan.sizes[1]
     if not plan.b_run_stride or (plan.b_run_stride > 1 and (m > 32 or plan.b_run_stride > 2)):
         return 0
     run = plan.full[plan.n[-1]]
     for nr in (2 * vw, vw) if m <= 32 else (2 * vw,):
+        if run <= nr and m >= 32:  # one panel per row, cut by the padding on both sides (see above)
+            continue
         panels = math.lcm(run, nr) // nr  # the pack's panels repeat their split every lcm columns
         split = sum(q * nr // run != (q * nr + nr - 1) // run for q in range(panels)) / panels
         if -(-run // nr) * nr <= min(1.15, 1 + (5 + 20 * split) / m) * run:
