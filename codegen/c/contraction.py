@@ -33,6 +33,7 @@ from ..index import run_coeff, view_exprs, view_masks
 from ..kernel import Contraction, Kernel, Space
 from . import ctypes_map as ct
 from .emit import _indent, copy_between, mask_bounds
+from .halo import Halo, emit_halo_copy, halo_size, plan_halo
 from .normalize import normalize
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ _DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element typ
 SWAP_MAX_M = 8  # see plan_contraction
 WASTE = 1.1  # see plan_contraction
 TILE = (6, 2)  # the default micro-tile: MR rows by this many vectors (schedule.default_schedule)
+HALO_MIN_N = 32  # output channels from which a conv's pixels are the rows, read from a padded copy (halo.py)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class Plan(Contraction):
     # whatever its masks and other strides (a conv's input windows): in place where it is 1, else gathered
     # row by row; 0 where not
     b_run_stride: int = 0
+    # A (a conv's input, not a weight) read in place from a copy with its padding made real, over wide rows of
+    # output pixels (``halo.py``); None where its view does not allow it
+    a_halo: Halo | None = None
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -78,8 +83,10 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
     b_const = kernel.inputs[kernel.ops[c.b].attr("buf")].constant
     b_run_stride = (vb.strides[c.n[-1]] if kernel.ops[c.b].dtype in _DIRECT and not b_direct and not b_const
               and c.n and vb.strides[c.n[-1]] > 0 else 0)
+    a_halo = (plan_halo(kernel, c.a, c.m, c.k, c.batch) if kernel.ops[c.a].dtype in _DIRECT and not a_direct
+              and not kernel.inputs[kernel.ops[c.a].attr("buf")].constant else None)
     return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
-                b_const=b_const, b_run_stride=b_run_stride)
+                b_const=b_const, b_run_stride=b_run_stride, a_halo=a_halo)
 
 
 def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, int]] | None:
@@ -109,6 +116,11 @@ def _plan_contraction(kernel: Kernel) -> Plan | None:
     if kept and kept[-1] in c.m:  # the innermost output dim on the N side: tiles store contiguous rows
         c = _swap(c)
     plan = _plan(kernel, c)
+    # a conv's output pixels as rows, its input read in place from a padded copy against a weight packed once
+    # (``halo.py``), where the weight gives whole vectors of output channels
+    halo = _plan(kernel, _swap(plan))
+    if halo.a_halo is not None and halo.b_const and halo.size("n") >= HALO_MIN_N:
+        return halo
     if plan.size("m") <= SWAP_MAX_M and not plan.b_direct and not plan.b_const:
         # a few rows against a B that must be packed on every call (an operand laid out N x K that is not a
         # weight): with the roles swapped B's rows are read in place as A and only the few rows are packed
@@ -247,6 +259,33 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     return L
 
 
+def _halo_micro_kernel(mr: int, nr: int, vw: int, table: bool) -> list[str]:
+    """C[MR x NR] (+)= A * B over kc K rows: A row k is the MR consecutive values at a + ak[k] (a table) or at
+    a + k*astep, each broadcast against the NR-wide row k of B's packed panel bp."""
+    nv = nr // vw
+    L = ["static inline void lum_mkh(int64_t kc, const lum_t *restrict a, const int64_t *restrict ak, int64_t astep,",
+         "                           const lum_t *restrict bp, lum_t *restrict c, int64_t ldc, int first) {",
+         "    (void)ak; (void)astep;"]
+    for i in range(mr):
+        for v in range(nv):
+            L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
+    L += ["    for (int64_t k = 0; k < kc; k++) {",
+          "        const lum_t *restrict ar = " + ("a + ak[k];" if table else "a + k*astep;")]
+    for v in range(nv):
+        L.append(f"        lum_v b{v} = *(const lum_v *)(bp + k*{nr} + {v * vw});")
+    for i in range(mr):
+        L.append(f"        {{ const lum_t ai = ar[{i}];")
+        for v in range(nv):
+            L.append(f"          c{i}_{v} += ai * b{v};")
+        L.append("        }")
+    L.append("    }")
+    for i in range(mr):
+        for v in range(nv):
+            L.append(f"    *(lum_vu *)(c + {i}*ldc + {v * vw}) = c{i}_{v};")
+    L.append("}")
+    return L
+
+
 def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, dt: DType, nr: int) -> list[str]:
     """Statements packing rows k0..k1-1 of B panel ``q`` (batch ``ib``) to ``dst`` (NR floats per row), row
     segment by row segment: within a run of the innermost N dim every index and mask expression is affine, so
@@ -301,7 +340,10 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
     va, vb = oa.attr("view"), ob.attr("view")
     groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
-    fill_a, names_a, len_a = _tables("ta", va, groups, kernel.full)
+    if t.halo:  # A's K terms into the padded copy; its rows are the copy's addresses themselves
+        fill_a, names_a, len_a = _tables("ta", t.halo.view, {"batch": plan.batch, "k": plan.k}, kernel.full)
+    else:
+        fill_a, names_a, len_a = _tables("ta", va, groups, kernel.full)
     # read by runs (``t.run``), B's N terms are found per panel from its run and column, not from tables
     fill_b, names_b, len_b = _tables("tb", vb, {g: ds for g, ds in groups.items() if g != "n" or not t.run},
                                      kernel.full)
@@ -317,6 +359,8 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
             L += _micro_kernel(t.mr, t.nr, vw, True, names_b.get((0, "k"), ("lin", 0))[0] == "tab", t.direct_a,
                                name="lum_mkt")
         L += _micro_kernel(t.mr, t.nr, vw, True, False, t.direct_a, name="lum_mkp", rows=True)
+    elif t.halo:
+        L += _halo_micro_kernel(t.mr, t.nr, vw, names_a.get((0, "k"), ("lin", 0))[0] == "tab")
     else:
         L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
     L += _epilogue_function(kernel, plan, t)
@@ -328,17 +372,21 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     par = " if(0)" if small else ""
     L.append(f"    #pragma omp parallel num_threads(nt){par}")
     L.append("    {")
-    if not t.direct_a:
+    if t.halo:
+        L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a), 8)
+    elif not t.direct_a:
         L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
     pack_b = [] if t.run else _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr)
     if t.size_b or t.once:
         L += _pack_b_all(pack_b, t)
-    aptr = _a_source(oa.attr("buf"), va, names_a, t)
     if t.run:
-        panel = _rows_panel(kernel, plan, vb, names_b, t, aptr)
+        panel = _rows_panel(kernel, plan, vb, names_b, t, _a_source(oa.attr("buf"), va, names_a, t))
+    elif t.halo:
+        b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
+        panel = b_stmts + _indent(_halo_loop(t.halo, names_a, bptr, t), 20)
     else:
         b_stmts, bptr, bkp = _b_source(ob.attr("buf"), vb, names_b, t)
-        panel = b_stmts + _indent(_mk_loop("lum_mk", aptr, bptr, bkp, t), 20)
+        panel = b_stmts + _indent(_mk_loop("lum_mk", _a_source(oa.attr("buf"), va, names_a, t), bptr, bkp, t), 20)
     L += _tile_loop(t, sched.order, pack_b, panel)
     L.append("    }")
     if t.once:
@@ -379,6 +427,8 @@ class _Tiling:
     # B read in place panel by panel within runs of its innermost N dim (``Plan.b_run_stride``): the run's length;
     # each run then takes whole panels (N counts the columns with the runs padded to a multiple of NR). 0: not so
     run: int = 0
+    # A read in place from its padded copy (``Plan.a_halo``): M counts the wide rows' pixels. None: not so
+    halo: Halo | None = None
 
     @property
     def pm(self) -> int:  # MR panels of A per batch
@@ -410,6 +460,8 @@ class _Tiling:
 
     @property
     def size_a(self) -> int:
+        if self.halo:
+            return -(-halo_size(self.halo, self.mr) // 16) * 16
         return 0 if self.direct_a else -(-self.nb * self.pm * self.K * self.mr // 16) * 16  # B panels 64-byte aligned
 
     @property
@@ -432,10 +484,14 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b else 0
     if run:
         N = N // run * -(-run // nr) * nr
+    halo = plan.a_halo if not sched.pack_a else None
+    if halo:
+        M = halo.wide
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
     mc, nc = min(sched.mc, -(-M // mr) * mr), min(sched.nc, -(-N // nr) * nr)
     return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
-                   direct_a=not sched.pack_a, once=packed_b(kernel, sched) is not None, run=run)
+                   direct_a=not sched.pack_a and not halo, once=packed_b(kernel, sched) is not None, run=run,
+                   halo=halo)
 
 
 def _header(elem: str, vw: int) -> list[str]:
@@ -466,7 +522,7 @@ def _epilogue_function(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
 
 
 def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
-    from .emit import Body, unravel
+    from .emit import unravel
 
     full, nc = kernel.full, t.nc
     epi: list[str] = []
@@ -475,6 +531,8 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     for d, s in enumerate(full):
         if s == 1 and d not in kernel.reduce_axes:
             epi.append(f"const int64_t i{d} = 0;")
+    if t.halo:
+        return epi + _halo_epilogue(kernel, plan, t)
     epi.append("for (int64_t i = 0; i < mcur; i++) {")
     epi.append("    const int64_t m = ic + i; (void)m;")
     for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
@@ -494,16 +552,45 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     epi.append("            const int64_t n = jc + j; (void)n;")
     if plan.n:
         epi.append(f"            const int64_t i{plan.n[-1]} = r0 + (j - j0);")
+    return epi + _indent(_epilogue_stmts(kernel, plan, f"ct[i * {nc} + j]"), 12) + \
+        ["        }", "        j0 += len;", "    }", "}"]
+
+
+def _epilogue_stmts(kernel: Kernel, plan: Plan, acc: str) -> list[str]:
+    """The row-space ops on the accumulated value ``acc`` and the outputs' stores, every index variable set."""
+    from .emit import Body
+
     body = Body(kernel)
     red = kernel.ops[plan.red]
-    stmts = [f"{ct.COMPUTE[red.dtype]} v{plan.red} = {ct.round_to(red.dtype, f'ct[i * {nc} + j]')};"]
+    stmts = [f"{ct.COMPUTE[red.dtype]} v{plan.red} = {ct.round_to(red.dtype, acc)};"]
     for n, op in enumerate(kernel.ops):
         if op.space is Space.row and n != plan.red:
             stmts += body.value(n)
     lin = body.linear(Space.row)
     for j, (o, b) in enumerate(kernel.outputs):
         stmts.append(f"out{j}[{lin}] = {ct.store(b.dtype, f'v{o}')};")
-    return epi + _indent(stmts, 12) + ["        }", "        j0 += len;", "    }", "}"]
+    return stmts
+
+
+def _halo_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
+    """The epilogue of a tile whose rows are wide rows of output pixels (``Plan.a_halo``): per output channel
+    (column), the pixels of each wide row up to its output row's end, stored contiguously along the row."""
+    from .emit import unravel
+
+    h, full = t.halo, kernel.full
+    assert h is not None
+    outer, inner = plan.m[:-1], plan.m[-1]
+    L = ["for (int64_t j = 0; j < ncur; j++) {", "    const int64_t n = jc + j; (void)n;"]
+    L += [f"    const int64_t i{d} = {e};" for d, e in zip(plan.n, unravel("n", tuple(full[x] for x in plan.n)))]
+    L += ["    for (int64_t r = ic; r < ic + mcur;) {",
+          f"        const int64_t q = r / {h.pitch}, c0 = r % {h.pitch}; (void)q;",
+          f"        const int64_t len = lum_min64({h.pitch} - c0, ic + mcur - r);",
+          f"        const int64_t end = lum_min64(len, {h.width} - c0);"]
+    L += [f"        const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer)))]
+    L += ["        #pragma omp simd", "        for (int64_t i = 0; i < end; i++) {",
+          f"            const int64_t i{inner} = c0 + i;"]
+    L += _indent(_epilogue_stmts(kernel, plan, f"ct[(r - ic + i) * {t.nc} + j]"), 12)
+    return [*L, "        }", "        r += len;", "    }", "}"]
 
 
 def _entry(kernel: Kernel, t: _Tiling, fill: list[str], ntab: int) -> list[str]:
@@ -586,6 +673,19 @@ def _mk_loop(fn: str, aptr: str, bptr: str, bkp: str, t: _Tiling) -> list[str]:
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
             f"    {fn}(kcur, {aptr},",
             f"           {bptr}, {bkp}, ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0);",
+            "}"]
+
+
+def _halo_loop(h: Halo, names_a: dict, bptr: str, t: _Tiling) -> list[str]:
+    """The halo micro-kernel over the row panels of the tile (MR wide-row pixels each, consecutive in the copy),
+    against B panel ``jr``."""
+    boff = _term(names_a, 0, "batch", "ib")
+    base = f"ap + {h.view.offset}" + (f" + {boff}" if boff else "") + f" + ic + ir * {t.mr}"
+    kind, kv = names_a.get((0, "k"), ("lin", 0))
+    ak = f"{kv} + pc, 0" if kind == "tab" else f"0, {kv}"
+    abase = base if kind == "tab" else f"{base} + pc * {kv}"
+    return ["for (int64_t ir = 0; ir < mp; ir++) {",
+            f"    lum_mkh(kcur, {abase}, {ak}, {bptr}, ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0);",
             "}"]
 
 

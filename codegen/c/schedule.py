@@ -96,7 +96,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
             mc = max(c for c in (24, 48, 72) if c < mc)
     # A rows read in place with unit stride measured faster than packed panels on every shape tried
     # (convs 1.0-1.45x, 1024^3 1.1x, 128x768x3072 1.45x): the MR row streams prefetch well
-    direct_a = plan.a_direct
+    direct_a = plan.a_direct or plan.a_halo is not None
     # N within one vector (a few rows with swapped roles): a 12 x VW tile wastes half the lanes of 6 x 2VW
     mr, nr = (12, vw) if n <= vw and not direct else (TILE[0], TILE[1] * vw)
     # a conv's input read in place where the output rows take whole panels with little padding
@@ -111,6 +111,10 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # 3x3 256->256 at 14x14 1.02x, 256x768x768 and 384x1024x512 matmuls 1.05x and 1.01x
     if mr == TILE[0] and -(-m // 8) * 8 <= -(-m // mr) * mr and _fits(8, nr, vw):
         mr = 8
+    # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
+    # the registers hold
+    if plan.a_halo is not None and _fits(12, nr, vw):
+        mr = 12
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
@@ -203,4 +207,4 @@ def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
         return False
     if not s.pack_b and not plan.b_run_stride and (not plan.b_direct or plan.sizes[2] % s.nr):
         return False
-    return s.pack_a or plan.a_direct
+    return s.pack_a or plan.a_direct or plan.a_halo is not None

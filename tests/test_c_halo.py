@@ -1,0 +1,105 @@
+"""Convolutions whose output pixels are the GEMM's rows, the input read in place from a copy with its padding made
+real (``codegen/c/halo.py``), against the reference executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from codegen_util import compare_cpu, random_schedules
+from codegen_util import graph as _graph
+from test_c_direct_conv import _conv_graph, _out, _the_conv
+
+from luminal.codegen.c.backend import CPUBackend
+from luminal.codegen.c.contraction import HALO_MIN_N, plan_contraction
+from luminal.codegen.c.halo import halo_size
+from luminal.frontend_onnx.ops_nn_conv import conv
+from luminal.ir import DType, Tensor, run_reference
+
+RNG = np.random.default_rng(23)
+
+
+def _halo_schedules(be, c) -> list[dict]:
+    """The default (which reads A from the padded copy) and random points of the space that do too."""
+    default = be.default_schedule(c)
+    assert not default["pack_a"] and default["impl"] == "generated"
+    picked = random_schedules(be, c, 6, 11, lambda s, _: s["impl"] == "generated" and not s["pack_a"])
+    assert len(picked) >= 3
+    return [default, *picked]
+
+
+def _check_halo(g, feeds, rtol=2e-5, atol=2e-5):
+    ks, c = _the_conv(g)
+    plan = plan_contraction(c)
+    assert plan is not None and plan.a_halo is not None and plan.b_const
+    be = CPUBackend()
+    for s in _halo_schedules(be, c):
+        assert "lum_mkh(" in be.source(c, s)
+        compare_cpu(g, feeds, rtol, atol, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("cin,cout,hw,k,dil,pads,group", [
+    (5, 40, (9, 37), 3, 1, ((1, 1), (1, 1)), 1),       # output channels past the last whole panel
+    (4, 32, (13, 45), 3, 2, ((2, 2), (2, 2)), 1),      # dilation 2
+    (8, 64, (7, 33), 3, 1, ((1, 1), (1, 1)), 2),       # two groups: a batch dim of the GEMM
+    (3, 33, (10, 50), 3, 1, ((0, 2), (3, 1)), 1),      # asymmetric pads
+    (3, 36, (6, 41), 3, 1, ((0, 0), (0, 0)), 1),       # no padding: no mask, wide rows are the input's
+    (6, 48, (12, 20), 5, 1, ((2, 2), (2, 2)), 1),      # 5x5
+    (7, 32, (9, 23), 3, 1, ((3, 3), (3, 3)), 1),       # pads wider than the window's reach
+])
+def test_conv_input_read_from_padded_copy(cin, cout, hw, k, dil, pads, group):
+    g, feeds = _conv_graph(1, cin, cout, hw, k=k, dil=dil, pads=pads, group=group)
+    _check_halo(g, feeds)
+
+
+@pytest.mark.parametrize("epilogue", ["silu", "residual", "none"])
+def test_fused_epilogues_skip_the_wide_columns(epilogue):
+    """Wide-row columns past each output row hold no output: the epilogue (bias, activation, residual) skips
+    them and stores the rest along the rows."""
+    g, feeds = _conv_graph(1, 9, HALO_MIN_N + 3, (8, 29), epilogue=epilogue)
+    _check_halo(g, feeds)
+
+
+def test_1d_conv_rows_are_its_pixels():
+    x = Tensor.input("x", (1, 6, 45), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 6, 5)).astype(np.float32))
+    g = _graph([x], [conv(x, wt, 1, [1], [1], [(2, 1)], [_out(45, 5, 1, 1, (2, 1))]).relu()])
+    _, c = _the_conv(g)
+    h = plan_contraction(c).a_halo
+    assert h is not None and (h.rows, h.pitch, h.width) == (1, 44, 44)
+    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+
+
+def test_int32_conv_is_exact():
+    from luminal.codegen.c.check import run_graph
+
+    g, feeds = _conv_graph(1, 5, HALO_MIN_N, (6, 21), epilogue="none", dtype=DType.int32)
+    ks, c = _the_conv(g)
+    assert plan_contraction(c).a_halo is not None
+    want = run_reference(g, feeds)[0]
+    for s in _halo_schedules(CPUBackend(), c):
+        got = run_graph(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)[0]
+        assert np.array_equal(got, want.reshape(got.shape))
+
+
+def test_geometry_of_the_copy():
+    """A 3x3 conv with pads 1 over 28x28: the copy is 30x30 per channel, wide rows of 30 for output rows of 28,
+    and the copy holds what the last tile's rows read past the padded input."""
+    g, _ = _conv_graph(1, 16, HALO_MIN_N, (28, 28))
+    _, c = _the_conv(g)
+    h = plan_contraction(c).a_halo
+    assert h is not None
+    assert (h.shape, h.before, h.pitch, h.width, h.rows) == ((1, 16, 30, 30), (0, 0, 1, 1), 30, 28, 28)
+    assert h.view.offset == 0 and not h.view.mask
+    reach = 15 * 900 + 2 * 30 + 2 + 1  # the last channel's window corner, pixel 0
+    assert halo_size(h, 12) == max(16 * 900, reach + -(-28 * 30 // 12) * 12 - 1)
+
+
+@pytest.mark.parametrize("n,stride,cout", [(2, (1, 1), HALO_MIN_N), (1, (2, 2), HALO_MIN_N), (1, (1, 1), 8)])
+def test_other_convs_keep_their_reads(n, stride, cout):
+    """A batch of images (pixels of two images are no wide rows), a stride along the rows (half the wide row would
+    be waste) and fewer output channels than HALO_MIN_N read the input through its view; they stay correct."""
+    g, feeds = _conv_graph(n, 6, cout, (10, 30), stride=stride)
+    ks, c = _the_conv(g)
+    plan = plan_contraction(c)
+    assert plan.a_halo is None and "lum_mkh(" not in CPUBackend().source(c, CPUBackend().default_schedule(c))
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)
