@@ -17,8 +17,10 @@ from .stencil import plan_stencil, stencil_default
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
 # 2-core VM, where softmaxes and layer norms of 0.6-1.0M operations ran 1.6-2x faster on one thread than on two,
-# and an elementwise chain of 4.7M on two
-GRAIN = 1 << 20
+# and an elementwise chain of 4.7M on two. With the team spinning briefly between kernels (build.py) a quarter
+# of that: 2 threads, a MobileNetV3 1.20 -> 1.34x onnxruntime (its pools, squeeze-excitations and hardswishes),
+# the CNN group, BERT-base, GPT-2 and ViT-B at par or better
+GRAIN = 1 << 18
 
 
 def _thread_choices(n: int) -> tuple[int, ...]:
