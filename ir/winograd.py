@@ -100,15 +100,20 @@ def eligible(graph: Graph) -> list[Node]:
 # (benchmarks/cpu_winograd.py): 128 -> 128 at 28x28 0.87-1.75x, at 40x40 1.03x; 256 -> 256 at 14x14 1.5-1.76x,
 # at 56x56 1.62x; 512 -> 512 at 7x7 1.36x; at 14x14 and below: 32 -> 32 1.50x, 48 -> 64 1.46x, 96 -> 96 1.53x,
 # 128 -> 96 1.37-1.73x, 64 -> 64 at 7x7 1.62x; 96 -> 96 at 28x28 1.06x, 96 -> 128 0.74-1.15x; 64 -> 64 at 56x56
-# 0.92x (batch 8: 0.85x), 64 -> 192 at 56x56 0.81x, 80 -> 80 at 80x80 0.69x, 64 -> 16 at 160x160 0.46x
-DEFAULT_MIN_CHANNELS = 128  # on any map
-SMALL_MAP = 14 * 14  # output pixels per image up to which fewer channels take it too
-SMALL_MAP_MIN_CHANNELS = 32
+# 0.92x (batch 8: 0.85x), 64 -> 192 at 56x56 0.81x, 80 -> 80 at 80x80 0.69x, 64 -> 16 at 160x160 0.46x.
+# Since the direct contraction reads pixels as rows from a padded copy (codegen/c/halo.py, no padding of rows to
+# vectors), small maps need more channels (AMD Zen 5, against onnxruntime, direct and F(2x2)): at 14x14 32 -> 32
+# 1.21x and 0.73x, 96 -> 96 0.96x and 0.74x, 128 -> 128 1.00x and 0.83x; at 7x7 128 -> 128 1.17x and 0.90x,
+# 256 -> 256 0.82x and 1.11x, 512 -> 512 0.70x and 0.95x; larger maps kept theirs: 128 -> 128 at 40x40 0.94x
+# and 1.15x, 256 -> 256 at 56x56 0.94x and 1.16x
+DEFAULT_MIN_CHANNELS = 128  # on maps larger than SMALL_MAP
+SMALL_MAP = 14 * 14  # output pixels per image up to which it takes more channels
+SMALL_MAP_MIN_CHANNELS = 256
 
 
 def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with: 2 where it sums over
-    and writes at least DEFAULT_MIN_CHANNELS channels, or SMALL_MAP_MIN_CHANNELS on an output map of at most
+    and writes at least DEFAULT_MIN_CHANNELS channels, SMALL_MAP_MIN_CHANNELS on an output map of at most
     SMALL_MAP pixels; else 0 (directly). The search tries every tile either way."""
     conv = _match(red)
     if conv is None:

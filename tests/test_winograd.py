@@ -200,12 +200,12 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
 
 
 @pytest.mark.parametrize(("c", "m", "hw", "tile"), [
-    (128, 128, 16, 2), (256, 128, 6, 2),  # many channels
-    (64, 64, 6, 2), (32, 48, 14, 2),  # fewer, on a small map
+    (128, 128, 16, 2), (256, 256, 6, 2),  # many channels; more on a small map
+    (128, 128, 14, 0), (64, 64, 6, 0), (32, 48, 14, 0),  # fewer on a small map
     (64, 64, 16, 0), (128, 96, 16, 0), (32, 256, 16, 0), (16, 16, 6, 0),  # fewer on a larger map; few
 ])
 def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(c, m, hw, tile):
-    """Many channels, or fewer on a small output map: F(2x2) by default, in ``lower`` without decisions, in the
+    """Many channels, more on a small output map: F(2x2) by default, in ``lower`` without decisions, in the
     search's default point and in an untuned compile; else directly. Either way the outputs are the reference's."""
     model, feeds = _conv_model(1, c, m, (hw, hw), seed=3)
     g = load(model).graph
@@ -227,7 +227,7 @@ def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(c, m, hw
 def test_a_tuned_direct_choice_overrides_the_default(tmp_path):
     """A fusion winner that computes a many-channel convolution directly is what compile takes from the cache,
     found under the key of the imported graph although the untuned lowering rewrote it."""
-    model, _ = _conv_model(1, 128, 128, (6, 6), bias_relu=False, seed=4)
+    model, _ = _conv_model(1, 128, 128, (16, 16), bias_relu=False, seed=4)
     g = load(model).graph
     backend = helpers.FakeBackend(modes=("ok",), speeds=(1,), virtual=True)
     assert len(compile_graph(g, backend).kernels) > 1  # untuned: Winograd
