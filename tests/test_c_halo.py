@@ -11,7 +11,7 @@ from test_c_direct_conv import _conv_graph, _out, _the_conv
 
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import HALO_MIN_N, plan_contraction
-from luminal.codegen.c.halo import halo_size
+from luminal.codegen.c.halo import halo_size, reach
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
 
@@ -82,23 +82,37 @@ def test_int32_conv_is_exact():
 
 
 def test_geometry_of_the_copy():
-    """A 3x3 conv with pads 1 over 28x28: the copy is 30x30 per channel, wide rows of 30 for output rows of 28,
-    and the copy holds what the last tile's rows read past the padded input."""
-    g, _ = _conv_graph(1, 16, HALO_MIN_N, (28, 28))
-    _, c = _the_conv(g)
-    h = plan_contraction(c).a_halo
-    assert h is not None
-    assert (h.shape, h.before, h.pitch, h.width, h.rows) == ((1, 16, 30, 30), (0, 0, 1, 1), 30, 28, 28)
-    assert h.view.offset == 0 and not h.view.mask
-    reach = 15 * 900 + 2 * 30 + 2 + 1  # the last channel's window corner, pixel 0
-    assert halo_size(h, 12) == max(16 * 900, reach + -(-28 * 30 // 12) * 12 - 1)
+    """A 3x3 conv with pads 1 over 28x28: the copy is 30x30 per channel, wide rows of 30 for output rows of 28. With
+    steps of 2 each pixel axis splits into 2 phases of 15 positions: wide rows of 15 for output rows of 14. The copy
+    holds what the last tile's rows read past it."""
+    for stride, layout, pitch, width in (
+            ((1, 1), ((0, "a", 1), (1, "a", 16), (2, "p", 1), (3, "p", 1), (2, "q", 30), (3, "q", 30)), 30, 28),
+            ((2, 2), ((0, "a", 1), (1, "a", 16), (2, "p", 2), (3, "p", 2), (2, "q", 15), (3, "q", 15)), 15, 14)):
+        g, _ = _conv_graph(1, 16, HALO_MIN_N, (28, 28), stride=stride)
+        _, c = _the_conv(g)
+        h = plan_contraction(c).a_halo
+        assert h is not None
+        assert (h.layout, h.pitch, h.width, h.rows, h.before) == (layout, pitch, width, width, (0, 0, 1, 1))
+        assert h.numel == 16 * 30 * 30 and halo_size(h, c.full, 12) >= h.numel
+        assert halo_size(h, c.full, 12) >= reach(h, c.full) + -(-width * pitch // 12) * 12 - 1
 
 
-@pytest.mark.parametrize("n,stride,cout", [(2, (1, 1), HALO_MIN_N), (1, (2, 2), HALO_MIN_N), (1, (1, 1), 8)])
-def test_other_convs_keep_their_reads(n, stride, cout):
-    """A batch of images (pixels of two images are no wide rows), a stride along the rows (half the wide row would
-    be waste) and fewer output channels than HALO_MIN_N read the input through its view; they stay correct."""
-    g, feeds = _conv_graph(n, 6, cout, (10, 30), stride=stride)
+@pytest.mark.parametrize("stride,dil,pads", [
+    ((2, 2), 1, ((1, 1), (1, 1))),   # a downsampling conv: two phases per pixel axis
+    ((2, 1), 1, ((1, 1), (1, 1))),   # phases along the outer pixel axis only
+    ((1, 2), 2, ((2, 1), (0, 2))),   # along the rows, with dilation 2 and asymmetric pads
+    ((3, 3), 1, ((1, 1), (1, 1))),   # three phases
+])
+def test_strided_convs_read_the_copy_by_phase(stride, dil, pads):
+    g, feeds = _conv_graph(1, 5, HALO_MIN_N + 8, (17, 35), stride=stride, dil=dil, pads=pads)
+    _check_halo(g, feeds)
+
+
+@pytest.mark.parametrize("n,cout", [(2, HALO_MIN_N), (1, 8)])
+def test_other_convs_keep_their_reads(n, cout):
+    """A batch of images (pixels of two images are no wide rows) and fewer output channels than HALO_MIN_N read
+    the input through its view; they stay correct."""
+    g, feeds = _conv_graph(n, 6, cout, (10, 30))
     ks, c = _the_conv(g)
     plan = plan_contraction(c)
     assert plan.a_halo is None and "lum_mkh(" not in CPUBackend().source(c, CPUBackend().default_schedule(c))

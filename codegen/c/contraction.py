@@ -33,7 +33,7 @@ from ..index import run_coeff, view_exprs, view_masks
 from ..kernel import Contraction, Kernel, Space
 from . import ctypes_map as ct
 from .emit import _indent, copy_between, mask_bounds
-from .halo import Halo, emit_halo_copy, halo_size, plan_halo
+from .halo import Halo, batch_term, emit_halo_copy, emit_halo_table, halo_size, plan_halo
 from .normalize import normalize
 
 if TYPE_CHECKING:
@@ -259,18 +259,17 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     return L
 
 
-def _halo_micro_kernel(mr: int, nr: int, vw: int, table: bool) -> list[str]:
-    """C[MR x NR] (+)= A * B over kc K rows: A row k is the MR consecutive values at a + ak[k] (a table) or at
-    a + k*astep, each broadcast against the NR-wide row k of B's packed panel bp."""
+def _halo_micro_kernel(mr: int, nr: int, vw: int) -> list[str]:
+    """C[MR x NR] (+)= A * B over kc K rows: A row k is the MR consecutive values at a + ak[k], each broadcast
+    against the NR-wide row k of B's packed panel bp."""
     nv = nr // vw
-    L = ["static inline void lum_mkh(int64_t kc, const lum_t *restrict a, const int64_t *restrict ak, int64_t astep,",
-         "                           const lum_t *restrict bp, lum_t *restrict c, int64_t ldc, int first) {",
-         "    (void)ak; (void)astep;"]
+    L = ["static inline void lum_mkh(int64_t kc, const lum_t *restrict a, const int64_t *restrict ak,",
+         "                           const lum_t *restrict bp, lum_t *restrict c, int64_t ldc, int first) {"]
     for i in range(mr):
         for v in range(nv):
             L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
     L += ["    for (int64_t k = 0; k < kc; k++) {",
-          "        const lum_t *restrict ar = " + ("a + ak[k];" if table else "a + k*astep;")]
+          "        const lum_t *restrict ar = a + ak[k];"]
     for v in range(nv):
         L.append(f"        lum_v b{v} = *(const lum_v *)(bp + k*{nr} + {v * vw});")
     for i in range(mr):
@@ -340,8 +339,9 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
     va, vb = oa.attr("view"), ob.attr("view")
     groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
+    names_a: dict = {}
     if t.halo:  # A's K terms into the padded copy; its rows are the copy's addresses themselves
-        fill_a, names_a, len_a = _tables("ta", t.halo.view, {"batch": plan.batch, "k": plan.k}, kernel.full)
+        fill_a, len_a = emit_halo_table(t.halo, kernel.full, plan.k, "ta_k")
     else:
         fill_a, names_a, len_a = _tables("ta", va, groups, kernel.full)
     # read by runs (``t.run``), B's N terms are found per panel from its run and column, not from tables
@@ -360,7 +360,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
                                name="lum_mkt")
         L += _micro_kernel(t.mr, t.nr, vw, True, False, t.direct_a, name="lum_mkp", rows=True)
     elif t.halo:
-        L += _halo_micro_kernel(t.mr, t.nr, vw, names_a.get((0, "k"), ("lin", 0))[0] == "tab")
+        L += _halo_micro_kernel(t.mr, t.nr, vw)
     else:
         L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
     L += _epilogue_function(kernel, plan, t)
@@ -383,7 +383,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         panel = _rows_panel(kernel, plan, vb, names_b, t, _a_source(oa.attr("buf"), va, names_a, t))
     elif t.halo:
         b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
-        panel = b_stmts + _indent(_halo_loop(t.halo, names_a, bptr, t), 20)
+        panel = b_stmts + _indent(_halo_loop(batch_term(t.halo, plan.batch, kernel.full, "ib"), bptr, t), 20)
     else:
         b_stmts, bptr, bkp = _b_source(ob.attr("buf"), vb, names_b, t)
         panel = b_stmts + _indent(_mk_loop("lum_mk", _a_source(oa.attr("buf"), va, names_a, t), bptr, bkp, t), 20)
@@ -429,6 +429,7 @@ class _Tiling:
     run: int = 0
     # A read in place from its padded copy (``Plan.a_halo``): M counts the wide rows' pixels. None: not so
     halo: Halo | None = None
+    halo_size: int = 0  # floats of that copy
 
     @property
     def pm(self) -> int:  # MR panels of A per batch
@@ -461,7 +462,7 @@ class _Tiling:
     @property
     def size_a(self) -> int:
         if self.halo:
-            return -(-halo_size(self.halo, self.mr) // 16) * 16
+            return -(-self.halo_size // 16) * 16
         return 0 if self.direct_a else -(-self.nb * self.pm * self.K * self.mr // 16) * 16  # B panels 64-byte aligned
 
     @property
@@ -491,7 +492,7 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     mc, nc = min(sched.mc, -(-M // mr) * mr), min(sched.nc, -(-N // nr) * nr)
     return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
                    direct_a=not sched.pack_a and not halo, once=packed_b(kernel, sched) is not None, run=run,
-                   halo=halo)
+                   halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0)
 
 
 def _header(elem: str, vw: int) -> list[str]:
@@ -676,16 +677,12 @@ def _mk_loop(fn: str, aptr: str, bptr: str, bkp: str, t: _Tiling) -> list[str]:
             "}"]
 
 
-def _halo_loop(h: Halo, names_a: dict, bptr: str, t: _Tiling) -> list[str]:
-    """The halo micro-kernel over the row panels of the tile (MR wide-row pixels each, consecutive in the copy),
-    against B panel ``jr``."""
-    boff = _term(names_a, 0, "batch", "ib")
-    base = f"ap + {h.view.offset}" + (f" + {boff}" if boff else "") + f" + ic + ir * {t.mr}"
-    kind, kv = names_a.get((0, "k"), ("lin", 0))
-    ak = f"{kv} + pc, 0" if kind == "tab" else f"0, {kv}"
-    abase = base if kind == "tab" else f"{base} + pc * {kv}"
+def _halo_loop(boff: str, bptr: str, t: _Tiling) -> list[str]:
+    """The halo micro-kernel over the row panels of the tile (MR wide-row pixels each, consecutive in the copy,
+    batch offset ``boff``), against B panel ``jr``."""
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
-            f"    lum_mkh(kcur, {abase}, {ak}, {bptr}, ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0);",
+            f"    lum_mkh(kcur, ap + {boff} + ic + ir * {t.mr}, ta_k + pc, {bptr}, ct + ir * {t.mr * t.nc} + "
+            f"jr * {t.nr}, {t.nc}, pc == 0);",
             "}"]
 
 

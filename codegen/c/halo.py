@@ -1,14 +1,16 @@
-"""A conv's input read in place from a copy with its padding made real (a halo), by a GEMM whose rows are its
-output pixels.
+"""A conv's input read in place from a copy with its padding made real (a halo) and its strides split into phases,
+by a GEMM whose rows are its output pixels.
 
 A convolution's A operand, read through windows over a padded input, is an affine view with mask constraints
 (the padding). Copied once per call into a buffer that holds the zeros of the padding (the input's masked axes
-widened), the same view has no mask: every window row is a plain offset. With unit stride along the innermost
-output dim, output pixel (oh, ow) reads ``oh * R + ow`` plus a K term, R the copy's row pitch; over a "wide"
-row space of R columns per output row (the R - OW columns past the row land in tile rows the epilogue skips)
-the GEMM's rows are consecutive addresses. The micro-kernel then broadcasts MR neighbouring input values per K
-row, against vectors of a weight packed once: no im2col, and rows of any length share tiles (as onnxruntime's
-NCHWc and XNNPACK's direct convolutions, on the plain layout).
+widened), the view has no mask. The copy also splits each pixel axis by the step the output walks it with
+(``space to depth``: input row ``ih = s * q + p`` lies at phase p, position q), its phases outside and its
+positions innermost: output pixel (oh, ow) then reads ``oh * R + ow`` plus a term of its window tap and channel
+alone, R the copy's row pitch, whatever the strides. Over "wide" rows of R pixels (the R - OW past each output
+row land in tile rows the epilogue skips) the GEMM's rows are consecutive addresses, and the micro-kernel
+broadcasts MR neighbouring values per K row against vectors of a weight packed once: no im2col, and rows of any
+length share tiles (as onnxruntime's NCHWc and XNNPACK's direct convolutions, on the plain layout). The copy is
+the input's size (plus padding); im2col writes it K / channels times.
 """
 
 from __future__ import annotations
@@ -16,88 +18,47 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...ir.view import View
 from ..kernel import Kernel
 
-MAX_WASTE = 1.3  # wide rows at most this much longer than the output rows (a stride-1 conv: (W + pads) / W)
+MAX_WASTE = 1.3  # wide rows at most this much longer than the output rows (a 3x3 conv with pads 1: (W + 2) / W)
 
 
 @dataclass(frozen=True)
 class Halo:
-    """The padded copy of A's input and A's view into it."""
+    """The copy of A's input, padded and split by phase, and how A's K and batch dims address it."""
 
     source: tuple[int, ...]  # the input's shape
-    shape: tuple[int, ...]  # the copy's shape: the input's, each masked axis widened by its padding
+    padded: tuple[int, ...]  # per axis, the input's extent with the padding's zeros
     before: tuple[int, ...]  # per axis, the zeros before the input's first element
-    view: View  # A over the kernel's dims, into the copy: no mask
-    pitch: int  # R: the copy's stride along the outer output-pixel dim (the wide row), or the row itself
+    split: tuple[int, ...]  # per axis, the step the output pixels walk it with (1: not a pixel axis)
+    pixels: tuple[int, ...]  # the pixel axes, outer first (one or two)
+    walks: tuple[tuple[int, int, int], ...]  # per moving K or batch dim: (dim, axis, coefficient)
+    offset: tuple[int, ...]  # per axis, the index of pixel 0 at K index 0, padding included
+    pitch: int  # R: the copy's stride along the outer pixel axis (the wide row), or the row itself
     width: int  # the output row's length (OW): columns of a wide row that are outputs
     rows: int  # output rows (OH; 1 where the pixels are one dim)
-    reach: int  # one past the farthest element a K row of pixel 0 reads, batch terms included
 
     @property
     def wide(self) -> int:
         """The GEMM's rows: ``rows`` wide rows of ``pitch`` columns."""
         return self.rows * self.pitch
 
+    @property
+    def layout(self) -> tuple[tuple[int, str, int], ...]:
+        """The copy's dims, outer first, as (axis, kind, extent): every axis whole ("a") or, for a pixel axis,
+        its phases ("p") in place and its positions ("q") innermost, in the pixel axes' order."""
+        outer = [(x, "p" if x in self.pixels else "a", self.split[x] if x in self.pixels else self.padded[x])
+                 for x in range(len(self.source))]
+        return (*outer, *((x, "q", -(-self.padded[x] // self.split[x])) for x in self.pixels))
 
-def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], batch: tuple[int, ...]) -> Halo | None:
-    """The padded copy A (op ``a``) can be read in place from, with rows ``m`` as wide rows, or None: every dim
-    that moves A walks one axis of its (contiguous) input with a positive step, each mask bounds one axis by its
-    extent (the padding), the innermost row dim has unit step in the copy and some K dim walks its axis (a
-    window), and the wide rows are at most MAX_WASTE times the output rows."""
-    op = kernel.ops[a]
-    view, full = op.attr("view"), kernel.full
-    source = kernel.inputs[op.attr("buf")].shape
-    alpha = _row_major(source)
-    moving = [d for d in range(len(full)) if full[d] != 1 and view.strides[d]]
-    walked = _walks(view.strides, moving, source)
-    if walked is None:
-        return None
-    axis, coef = walked
-    off = [0] * len(source)
-    masked: dict[int, tuple[int, ...]] = {}  # axis: the coefficients of its mask
-    for co, lo, hi in view.mask:
-        dims = [d for d in range(len(full)) if co[d]]
-        axes = {axis.get(d) for d in dims}
-        if len(axes) != 1 or None in axes or any(co[d] != coef[d] for d in dims):
-            return None
-        (x,) = axes
-        if x is None or x in masked or hi - lo != source[x]:
-            return None
-        masked[x], off[x] = co, -lo
-    if any(axis[d] in masked and not masked[axis[d]][d] for d in moving):
-        return None  # a dim walks a padded axis outside its mask
-    rest = view.offset - sum(off[x] * alpha[x] for x in masked)
-    for x in range(len(source)):  # the other axes' offsets, coarsest first
-        if x not in masked:
-            off[x], rest = divmod(rest, alpha[x])
-    if rest:
-        return None
-    before, shape = [0] * len(source), list(source)
-    for x in range(len(source)):
-        lo_i = off[x]
-        hi_i = off[x] + sum(coef[d] * (full[d] - 1) for d in moving if axis[d] == x)
-        if x in masked:
-            before[x] = max(0, -lo_i)
-            shape[x] = source[x] + before[x] + max(0, hi_i - (source[x] - 1))
-        elif lo_i < 0 or hi_i >= source[x]:
-            return None
-    beta = _row_major(tuple(shape))
-    strides = tuple(coef[d] * beta[axis[d]] if d in axis else 0 for d in range(len(full)))
-    offset = sum((off[x] + before[x]) * beta[x] for x in range(len(source)))
-    rows_dims = [d for d in m if full[d] != 1]
-    if not rows_dims or len(rows_dims) > 2 or strides[rows_dims[-1]] != 1:
-        return None
-    inner = rows_dims[-1]
-    if not any(d in axis and axis[d] == axis[inner] for d in k):
-        return None  # no window along the pixels (a 1x1 conv): nothing to share
-    width = full[inner]
-    pitch, rows = (strides[rows_dims[0]], full[rows_dims[0]]) if len(rows_dims) == 2 else (width, 1)
-    if pitch < width or pitch > MAX_WASTE * width:
-        return None
-    reach = offset + sum(strides[d] * (full[d] - 1) for d in (*k, *batch)) + 1
-    return Halo(source, tuple(shape), tuple(before), View(full, strides, offset), pitch, width, rows, reach)
+    @property
+    def strides(self) -> dict[tuple[int, str], int]:
+        dims = self.layout
+        return {(x, kind): math.prod(e for _, _, e in dims[i + 1:]) for i, (x, kind, _) in enumerate(dims)}
+
+    @property
+    def numel(self) -> int:
+        return math.prod(e for _, _, e in self.layout)
 
 
 def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -120,32 +81,166 @@ def _walks(strides: tuple[int, ...], moving: list[int], source: tuple[int, ...]
     return axis, coef
 
 
-def halo_size(h: Halo, mr: int) -> int:
-    """Floats of the copy: the padded input, and zeros past it up to what the last tile's rows read."""
-    return max(math.prod(h.shape), h.reach + -(-h.wide // mr) * mr - 1)
+def _offsets(view, full: tuple[int, ...], source: tuple[int, ...], axis: dict[int, int], coef: dict[int, int],
+             moving: list[int]) -> tuple[list[int], dict[int, tuple[int, ...]]] | None:
+    """Per axis the index at dims 0 (the view's offset split over the axes), and the masked axes' coefficients:
+    each mask must bound one axis by its extent, with every dim walking that axis in it."""
+    alpha = _row_major(source)
+    off = [0] * len(source)
+    masked: dict[int, tuple[int, ...]] = {}
+    for co, lo, hi in view.mask:
+        dims = [d for d in range(len(full)) if co[d]]
+        axes = {axis.get(d) for d in dims}
+        if len(axes) != 1 or None in axes or any(co[d] != coef[d] for d in dims):
+            return None
+        (x,) = axes
+        if x is None or x in masked or hi - lo != source[x]:
+            return None
+        masked[x], off[x] = co, -lo
+    if any(axis[d] in masked and not masked[axis[d]][d] for d in moving):
+        return None  # a dim walks a padded axis outside its mask
+    rest = view.offset - sum(off[x] * alpha[x] for x in masked)
+    for x in range(len(source)):  # the other axes' offsets, coarsest first
+        if x not in masked:
+            off[x], rest = divmod(rest, alpha[x])
+    return (off, masked) if not rest else None
+
+
+def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], batch: tuple[int, ...]) -> Halo | None:
+    """The copy A (op ``a``) can be read in place from, with rows ``m`` as wide rows, or None: every dim that moves
+    A walks one axis of its (contiguous) input with a positive step, each mask bounds one axis by its extent (the
+    padding), each row dim walks an axis of its own, batch dims walk no pixel axis, some K dim walks the
+    innermost row dim's axis (a window), and the wide rows are at most MAX_WASTE times the output rows."""
+    op = kernel.ops[a]
+    view, full = op.attr("view"), kernel.full
+    source = kernel.inputs[op.attr("buf")].shape
+    moving = [d for d in range(len(full)) if full[d] != 1 and view.strides[d]]
+    walked = _walks(view.strides, moving, source)
+    if walked is None:
+        return None
+    axis, coef = walked
+    found = _offsets(view, full, source, axis, coef, moving)
+    if found is None:
+        return None
+    off, masked = found
+    rows_dims = [d for d in m if full[d] != 1]
+    if not rows_dims or len(rows_dims) > 2 or any(d not in axis for d in rows_dims):
+        return None
+    pixels = tuple(axis[d] for d in rows_dims)
+    if len(set(pixels)) != len(pixels) or list(pixels) != sorted(pixels):
+        return None
+    inner = rows_dims[-1]
+    if not any(d in axis and axis[d] == pixels[-1] for d in k) or any(axis.get(d) in pixels for d in batch):
+        return None
+    before, padded = [0] * len(source), list(source)
+    for x in range(len(source)):
+        hi_i = off[x] + sum(coef[d] * (full[d] - 1) for d in moving if axis[d] == x)
+        if x in masked:
+            before[x] = max(0, -off[x])
+            padded[x] = source[x] + before[x] + max(0, hi_i - (source[x] - 1))
+        elif off[x] < 0 or hi_i >= source[x]:
+            return None
+    split = [1] * len(source)
+    for d in rows_dims:
+        split[axis[d]] = coef[d]
+    width = full[inner]
+    h = Halo(source, tuple(padded), tuple(before), tuple(split), pixels,
+             tuple((d, axis[d], coef[d]) for d in (*k, *batch) if d in axis),
+             tuple(o + b for o, b in zip(off, before)), 0, width, full[rows_dims[0]] if len(rows_dims) == 2 else 1)
+    pitch = h.strides[(pixels[0], "q")] if len(pixels) == 2 else width
+    if pitch < width or pitch > MAX_WASTE * width:
+        return None
+    return Halo(h.source, h.padded, h.before, h.split, h.pixels, h.walks, h.offset, pitch, h.width, h.rows)
+
+
+def address(h: Halo, index: dict[int, str]) -> str:
+    """C expression of the copy's element that pixel 0 reads at the K and batch indices ``index`` (dim: C
+    expression; absent dims at 0)."""
+    strides = h.strides
+    parts = []
+    for x in range(len(h.source)):
+        v = " + ".join([str(h.offset[x]), *(f"{c}*{index[d]}" for d, ax, c in h.walks if ax == x and d in index)])
+        if x in h.pixels:
+            s = h.split[x]
+            parts += [f"(({v}) % {s})*{strides[(x, 'p')]}", f"(({v}) / {s})*{strides[(x, 'q')]}"] if s > 1 \
+                else [f"({v})*{strides[(x, 'q')]}"]
+        else:
+            parts.append(f"({v})*{strides[(x, 'a')]}")
+    return " + ".join(parts)
+
+
+def reach(h: Halo, full: tuple[int, ...]) -> int:
+    """One past the farthest element a K row of pixel 0 reads (every index at its largest)."""
+    strides, far = h.strides, 0
+    for x in range(len(h.source)):
+        v = h.offset[x] + sum(c * (full[d] - 1) for d, ax, c in h.walks if ax == x)
+        if x in h.pixels:
+            s = h.split[x]
+            far += (s - 1) * strides[(x, "p")] * (s > 1) + v // s * strides[(x, "q")]
+        else:
+            far += v * strides[(x, "a")]
+    return far + 1
+
+
+def halo_size(h: Halo, full: tuple[int, ...], mr: int) -> int:
+    """Floats of the copy: the padded, split input, and zeros past it up to what the last tile's rows read."""
+    return max(h.numel, reach(h, full) + -(-h.wide // mr) * mr - 1)
 
 
 def emit_halo_copy(h: Halo, buf: int, dst: str, size: int) -> list[str]:
     """Statements (inside a parallel region) filling ``dst`` with input ``buf`` between the zeros of its padding,
-    then zeros up to ``size``; each loop ends in a barrier."""
-    shape, before, source = h.shape, h.before, h.source
-    alpha = _row_major(source)
-    last = len(shape) - 1
+    split by phase, then zeros up to ``size``; each loop ends in a barrier."""
+    dims = h.layout
+    alpha = _row_major(h.source)
+    *outer, (wx, _, wq) = dims
     L = ["#pragma omp for schedule(static)",
-         f"for (int64_t r = 0; r < {math.prod(shape[:last])}LL; r++) {{",
-         f"    lum_t *restrict d = {dst} + r * {shape[last]};",
-         "    int64_t s = 0, q = r; int ok = 1; (void)q;"]
-    for x in reversed(range(last)):
-        L.append(f"    {{ const int64_t u = q % {shape[x]} - {before[x]}; q /= {shape[x]}; "
-                 f"ok &= (uint64_t)u < {source[x]}ULL; s += u * {alpha[x]}; }}")
-    b, n = before[last], source[last]
-    L += [f"    if (!ok) {{ for (int64_t w = 0; w < {shape[last]}; w++) d[w] = 0; continue; }}",
-          f"    const lum_t *restrict x = in{buf} + s;",
-          f"    for (int64_t w = 0; w < {b}; w++) d[w] = 0;",
+         f"for (int64_t r = 0; r < {math.prod(e for _, _, e in outer)}LL; r++) {{",
+         f"    lum_t *restrict d = {dst} + r * {wq};",
+         "    int64_t q = r; int ok = 1; (void)q;"]
+    ix = {}
+    for x, kind, e in reversed(outer):
+        L.append(f"    const int64_t {kind}{x} = q % {e}; q /= {e};")
+        ix[(x, kind)] = f"{kind}{x}"
+    src = []
+    for x in range(len(h.source)):
+        if x == wx:
+            continue
+        v = f"a{x}" if (x, "a") in ix else f"(p{x} + {h.split[x]} * q{x})" if h.split[x] > 1 else f"q{x}"
+        L.append(f"    {{ const int64_t u = {v} - {h.before[x]}; ok &= (uint64_t)u < {h.source[x]}ULL; }}")
+        src.append(f"({v} - {h.before[x]}) * {alpha[x]}")
+    s, b, n = h.split[wx], h.before[wx], h.source[wx]
+    phase = f"p{wx}" if s > 1 else "0"
+    # positions w of this row hold input column phase + s*w - before, where that lies in [0, n)
+    L += [f"    if (!ok) {{ for (int64_t w = 0; w < {wq}; w++) d[w] = 0; continue; }}",
+          f"    const lum_t *restrict x = in{buf} + {' + '.join(src) or '0'};",
+          f"    const int64_t lo = lum_max64(0, ({b} - {phase} + {s - 1}) / {s});",
+          f"    const int64_t hi = lum_min64({wq}, ({n} + {b} - {phase} + {s - 1}) / {s});",
+          "    for (int64_t w = 0; w < lo; w++) d[w] = 0;",
           "    #pragma omp simd",
-          f"    for (int64_t w = 0; w < {n}; w++) d[{b} + w] = x[w];",
-          f"    for (int64_t w = {b + n}; w < {shape[last]}; w++) d[w] = 0;",
+          f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{phase} + {s} * w - {b}];",
+          f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;",
           "}",
           "#pragma omp for schedule(static)",
-          f"for (int64_t w = {math.prod(shape)}; w < {size}; w++) {dst}[w] = 0;"]
+          f"for (int64_t w = {h.numel}; w < {size}; w++) {dst}[w] = 0;"]
     return L
+
+
+def emit_halo_table(h: Halo, full: tuple[int, ...], k: tuple[int, ...], name: str) -> tuple[list[str], int]:
+    """Fill statements of ``name``: per flattened K index, the copy's element pixel 0 reads (batch dims at 0);
+    and the table's length."""
+    from .emit import unravel
+
+    size = math.prod(full[d] for d in k)
+    idx = dict(zip(k, unravel("x", tuple(full[d] for d in k))))
+    return [f"int64_t *{name} = lum_ti; lum_ti += {size};",
+            f"for (int64_t x = 0; x < {size}; x++) {name}[x] = {address(h, idx)};"], size
+
+
+def batch_term(h: Halo, batch: tuple[int, ...], full: tuple[int, ...], ib: str) -> str:
+    """C expression of the copy's offset for batch index ``ib`` (batch dims walk no pixel axis: linear)."""
+    from .emit import unravel
+
+    strides = h.strides
+    parts = [f"{c * strides[(ax, 'a')]}*({e})" for d, e in zip(batch, unravel(ib, tuple(full[x] for x in batch)))
+             for dd, ax, c in h.walks if dd == d]
+    return " + ".join(parts) or "0"
