@@ -10,8 +10,8 @@ from codegen_util import graph as _graph
 from test_c_direct_conv import _conv_graph, _out, _the_conv
 
 from luminal.codegen.c.backend import CPUBackend
-from luminal.codegen.c.contraction import HALO_MIN_N, plan_contraction
-from luminal.codegen.c.halo import halo_size, reach
+from luminal.codegen.c.contraction import HALO_MIN_N, halo_default, plan_contraction
+from luminal.codegen.c.halo import halo_size, plan_halo, reach
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
 
@@ -38,13 +38,13 @@ def _check_halo(g, feeds, rtol=2e-5, atol=2e-5):
 
 
 @pytest.mark.parametrize("cin,cout,hw,k,dil,pads,group", [
-    (5, 40, (9, 37), 3, 1, ((1, 1), (1, 1)), 1),       # output channels past the last whole panel
-    (4, 32, (13, 45), 3, 2, ((2, 2), (2, 2)), 1),      # dilation 2
-    (8, 64, (7, 33), 3, 1, ((1, 1), (1, 1)), 2),       # two groups: a batch dim of the GEMM
-    (3, 33, (10, 50), 3, 1, ((0, 2), (3, 1)), 1),      # asymmetric pads
-    (3, 36, (6, 41), 3, 1, ((0, 0), (0, 0)), 1),       # no padding: no mask, wide rows are the input's
+    (16, 40, (9, 37), 3, 1, ((1, 1), (1, 1)), 1),      # output channels past the last whole panel
+    (16, 32, (13, 45), 3, 2, ((2, 2), (2, 2)), 1),     # dilation 2
+    (32, 64, (7, 33), 3, 1, ((1, 1), (1, 1)), 2),      # two groups: a batch dim of the GEMM
+    (15, 33, (10, 50), 3, 1, ((0, 2), (3, 1)), 1),     # asymmetric pads
+    (15, 36, (6, 41), 3, 1, ((0, 0), (0, 0)), 1),      # no padding: no mask, wide rows are the input's
     (6, 48, (12, 20), 5, 1, ((2, 2), (2, 2)), 1),      # 5x5
-    (7, 32, (9, 23), 3, 1, ((3, 3), (3, 3)), 1),       # pads wider than the window's reach
+    (15, 32, (9, 23), 3, 1, ((3, 3), (3, 3)), 1),      # pads wider than the window's reach
 ])
 def test_conv_input_read_from_padded_copy(cin, cout, hw, k, dil, pads, group):
     g, feeds = _conv_graph(1, cin, cout, hw, k=k, dil=dil, pads=pads, group=group)
@@ -55,13 +55,13 @@ def test_conv_input_read_from_padded_copy(cin, cout, hw, k, dil, pads, group):
 def test_fused_epilogues_skip_the_wide_columns(epilogue):
     """Wide-row columns past each output row hold no output: the epilogue (bias, activation, residual) skips
     them and stores the rest along the rows."""
-    g, feeds = _conv_graph(1, 9, HALO_MIN_N + 3, (8, 29), epilogue=epilogue)
+    g, feeds = _conv_graph(1, 15, HALO_MIN_N + 3, (8, 29), epilogue=epilogue)
     _check_halo(g, feeds)
 
 
 def test_1d_conv_rows_are_its_pixels():
-    x = Tensor.input("x", (1, 6, 45), DType.float32)
-    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 6, 5)).astype(np.float32))
+    x = Tensor.input("x", (1, 26, 45), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 26, 5)).astype(np.float32))
     g = _graph([x], [conv(x, wt, 1, [1], [1], [(2, 1)], [_out(45, 5, 1, 1, (2, 1))]).relu()])
     _, c = _the_conv(g)
     h = plan_contraction(c).a_halo
@@ -72,7 +72,7 @@ def test_1d_conv_rows_are_its_pixels():
 def test_int32_conv_is_exact():
     from luminal.codegen.c.check import run_graph
 
-    g, feeds = _conv_graph(1, 5, HALO_MIN_N, (6, 21), epilogue="none", dtype=DType.int32)
+    g, feeds = _conv_graph(1, 15, HALO_MIN_N, (6, 21), epilogue="none", dtype=DType.int32)
     ks, c = _the_conv(g)
     assert plan_contraction(c).a_halo is not None
     want = run_reference(g, feeds)[0]
@@ -86,14 +86,16 @@ def test_geometry_of_the_copy():
     steps of 2 each pixel axis splits into 2 phases of 15 positions: wide rows of 15 for output rows of 14. The copy
     holds what the last tile's rows read past it."""
     for stride, layout, pitch, width in (
-            ((1, 1), ((0, "a", 1), (1, "a", 16), (2, "p", 1), (3, "p", 1), (2, "q", 30), (3, "q", 30)), 30, 28),
-            ((2, 2), ((0, "a", 1), (1, "a", 16), (2, "p", 2), (3, "p", 2), (2, "q", 15), (3, "q", 15)), 15, 14)):
-        g, _ = _conv_graph(1, 16, HALO_MIN_N, (28, 28), stride=stride)
+            ((1, 1), ((0, "a", 1), (1, "a", 32), (2, "p", 1), (3, "p", 1), (2, "q", 30), (3, "q", 30)), 30, 28),
+            ((2, 2), ((0, "a", 1), (1, "a", 32), (2, "p", 2), (3, "p", 2), (2, "q", 15), (3, "q", 15)), 15, 14)):
+        g, _ = _conv_graph(1, 32, HALO_MIN_N, (28, 28), stride=stride)
         _, c = _the_conv(g)
-        h = plan_contraction(c).a_halo
+        gemm = c.contraction
+        x = gemm.a if not c.inputs[c.ops[gemm.a].attr("buf")].constant else gemm.b  # the input's load
+        h = plan_halo(c, x, gemm.m if x == gemm.a else gemm.n, gemm.k, gemm.batch)
         assert h is not None
         assert (h.layout, h.pitch, h.width, h.rows, h.before) == (layout, pitch, width, width, (0, 0, 1, 1))
-        assert h.numel == 16 * 30 * 30 and halo_size(h, c.full, 12) >= h.numel
+        assert h.numel == 32 * 30 * 30 and halo_size(h, c.full, 12) >= h.numel
         assert halo_size(h, c.full, 12) >= reach(h, c.full) + -(-width * pitch // 12) * 12 - 1
 
 
@@ -104,16 +106,17 @@ def test_geometry_of_the_copy():
     ((3, 3), 1, ((1, 1), (1, 1))),   # three phases
 ])
 def test_strided_convs_read_the_copy_by_phase(stride, dil, pads):
-    g, feeds = _conv_graph(1, 5, HALO_MIN_N + 8, (17, 35), stride=stride, dil=dil, pads=pads)
+    g, feeds = _conv_graph(1, 114, HALO_MIN_N + 8, (17, 35), stride=stride, dil=dil, pads=pads)
     _check_halo(g, feeds)
 
 
-@pytest.mark.parametrize("n,cout", [(2, HALO_MIN_N), (1, 8)])
-def test_other_convs_keep_their_reads(n, cout):
-    """A batch of images (pixels of two images are no wide rows) and fewer output channels than HALO_MIN_N read
-    the input through its view; they stay correct."""
-    g, feeds = _conv_graph(n, 6, cout, (10, 30))
+@pytest.mark.parametrize("n,cin,cout,stride", [(2, 16, HALO_MIN_N, (1, 1)), (1, 16, 8, (1, 1)),
+                                                (1, 3, HALO_MIN_N, (1, 1)), (1, 16, HALO_MIN_N, (2, 2))])
+def test_other_convs_keep_their_reads(n, cin, cout, stride):
+    """A batch of images (pixels of two images are no wide rows), fewer output channels than HALO_MIN_N, fewer K
+    rows than HALO_MIN_K (per step) read the input through its view; they stay correct."""
+    g, feeds = _conv_graph(n, cin, cout, (10, 30), stride=stride)
     ks, c = _the_conv(g)
     plan = plan_contraction(c)
-    assert plan.a_halo is None and "lum_mkh(" not in CPUBackend().source(c, CPUBackend().default_schedule(c))
+    assert not halo_default(plan) and "lum_mkh(" not in CPUBackend().source(c, CPUBackend().default_schedule(c))
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)

@@ -10,7 +10,7 @@ from ...target import host_simd_width as simd_width
 from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
-from .contraction import TILE, Plan, plan_contraction
+from .contraction import TILE, Plan, halo_default, plan_contraction
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
 from .stencil import plan_stencil, stencil_default
@@ -98,7 +98,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
             mc = max(c for c in (24, 48, 72) if c < mc)
     # A rows read in place with unit stride measured faster than packed panels on every shape tried
     # (convs 1.0-1.45x, 1024^3 1.1x, 128x768x3072 1.45x): the MR row streams prefetch well
-    direct_a = plan.a_direct or plan.a_halo is not None
+    direct_a = plan.a_direct or halo_default(plan)
     # N within one vector (a few rows with swapped roles): a 12 x VW tile wastes half the lanes of 6 x 2VW
     mr, nr = (12, vw) if n <= vw and not direct else (TILE[0], TILE[1] * vw)
     # a conv's input read in place where the output rows take whole panels with little padding
@@ -115,7 +115,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         mr = 8
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
     # the registers hold
-    if plan.a_halo is not None and _fits(12, nr, vw):
+    if halo_default(plan) and _fits(12, nr, vw):
         mr = 12
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
