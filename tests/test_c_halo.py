@@ -120,3 +120,11 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
     plan = plan_contraction(c)
     assert not halo_default(plan) and "lum_mkh(" not in CPUBackend().source(c, CPUBackend().default_schedule(c))
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)
+
+
+def test_1x3_conv_with_a_tap_dim_of_one():
+    """A window one row high, padded along the rows only, reads the copy as a 3x3 one does."""
+    x = Tensor.input("x", (1, 43, 9, 30), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 43, 1, 3)).astype(np.float32))
+    g = _graph([x], [conv(x, wt, 1, [1, 1], [1, 1], [(0, 0), (1, 1)], [9, 30]).relu()])
+    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})

@@ -89,7 +89,7 @@ def _offsets(view, full: tuple[int, ...], source: tuple[int, ...], axis: dict[in
     off = [0] * len(source)
     masked: dict[int, tuple[int, ...]] = {}
     for co, lo, hi in view.mask:
-        dims = [d for d in range(len(full)) if co[d]]
+        dims = [d for d in range(len(full)) if co[d] and full[d] != 1]
         axes = {axis.get(d) for d in dims}
         if len(axes) != 1 or None in axes or any(co[d] != coef[d] for d in dims):
             return None
