@@ -110,11 +110,11 @@ def test_strided_convs_read_the_copy_by_phase(stride, dil, pads):
     _check_halo(g, feeds)
 
 
-@pytest.mark.parametrize("n,cin,cout,stride", [(2, 16, HALO_MIN_N, (1, 1)), (1, 16, 8, (1, 1)),
-                                                (1, 3, HALO_MIN_N, (1, 1)), (1, 16, HALO_MIN_N, (2, 2))])
+@pytest.mark.parametrize("n,cin,cout,stride", [(1, 16, 8, (1, 1)), (1, 3, HALO_MIN_N, (1, 1)),
+                                                (1, 16, HALO_MIN_N, (2, 2))])
 def test_other_convs_keep_their_reads(n, cin, cout, stride):
-    """A batch of images (pixels of two images are no wide rows), fewer output channels than HALO_MIN_N, fewer K
-    rows than HALO_MIN_K (per step) read the input through its view; they stay correct."""
+    """Fewer output channels than HALO_MIN_N, fewer K rows than HALO_MIN_K (HALO_STRIDED_MIN_K with a stride)
+    read the input through its view; they stay correct."""
     g, feeds = _conv_graph(n, cin, cout, (10, 30), stride=stride)
     ks, c = _the_conv(g)
     plan = plan_contraction(c)
@@ -127,4 +127,25 @@ def test_1x3_conv_with_a_tap_dim_of_one():
     x = Tensor.input("x", (1, 43, 9, 30), DType.float32)
     wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 43, 1, 3)).astype(np.float32))
     g = _graph([x], [conv(x, wt, 1, [1, 1], [1, 1], [(0, 0), (1, 1)], [9, 30]).relu()])
+    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+
+
+@pytest.mark.parametrize("n,stride,pads", [(3, (1, 1), ((1, 1), (1, 1))), (2, (1, 1), ((0, 2), (1, 0)))])
+def test_a_batch_of_images_as_rows(n, stride, pads):
+    """Images of a batch are rows too: moved next to the pixels in the copy, each image's wide rows after the last
+    one's (its rows past the output rows skipped)."""
+    g, feeds = _conv_graph(n, 16, HALO_MIN_N, (9, 23), stride=stride, pads=pads)
+    _, c = _the_conv(g)
+    h = plan_contraction(c).a_halo
+    assert h is not None and h.images == n and h.span * h.pitch * n == h.wide
+    _check_halo(g, feeds)
+
+
+def test_a_batch_of_1d_signals_as_rows():
+    x = Tensor.input("x", (3, 26, 45), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 26, 5)).astype(np.float32))
+    g = _graph([x], [conv(x, wt, 1, [1], [1], [(2, 1)], [_out(45, 5, 1, 1, (2, 1))]).relu()])
+    _, c = _the_conv(g)
+    h = plan_contraction(c).a_halo
+    assert h is not None and (h.images, h.span, h.pitch, h.width) == (3, 1, 48, 44)
     _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})

@@ -598,9 +598,14 @@ def _halo_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     L += [f"    const int64_t i{d} = {e};" for d, e in zip(plan.n, unravel("n", tuple(full[x] for x in plan.n)))]
     L += ["    for (int64_t r = ic; r < ic + mcur;) {",
           f"        const int64_t q = r / {h.pitch}, c0 = r % {h.pitch}; (void)q;",
-          f"        const int64_t len = lum_min64({h.pitch} - c0, ic + mcur - r);",
-          f"        const int64_t end = lum_min64(len, {h.width} - c0);"]
-    L += [f"        const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer)))]
+          f"        const int64_t len = lum_min64({h.pitch} - c0, ic + mcur - r);"]
+    if h.image >= 0:  # images ``span`` wide rows apart, the rows past each image's output rows skipped
+        L += [f"        const int64_t i{outer[0]} = q / {h.span};",
+              *([f"        const int64_t i{outer[1]} = q % {h.span};"] if len(outer) == 2 else []),
+              f"        const int64_t end = q % {h.span} < {h.rows} ? lum_min64(len, {h.width} - c0) : 0;"]
+    else:
+        L += [f"        const int64_t end = lum_min64(len, {h.width} - c0);"]
+        L += [f"        const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer)))]
     L += ["        #pragma omp simd", "        for (int64_t i = 0; i < end; i++) {",
           f"            const int64_t i{inner} = c0 + i;"]
     L += _indent(_epilogue_stmts(kernel, plan, f"ct[(r - ic + i) * {t.nc} + j]"), 12)

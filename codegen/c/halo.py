@@ -37,19 +37,25 @@ class Halo:
     pitch: int  # R: the copy's stride along the outer pixel axis (the wide row), or the row itself
     width: int  # the output row's length (OW): columns of a wide row that are outputs
     rows: int  # output rows (OH; 1 where the pixels are one dim)
+    # a batch of images as rows too: the axis their dim walks (moved next to the pixels in the copy, each image
+    # ``span`` wide rows apart: the outer pixel axis's positions) and their count; -1 and 1 without
+    image: int = -1
+    images: int = 1
+    span: int = 0
 
     @property
     def wide(self) -> int:
-        """The GEMM's rows: ``rows`` wide rows of ``pitch`` columns."""
-        return self.rows * self.pitch
+        """The GEMM's rows: ``rows`` wide rows of ``pitch`` columns (per image ``span`` of them)."""
+        return self.images * self.span * self.pitch if self.image >= 0 else self.rows * self.pitch
 
     @property
     def layout(self) -> tuple[tuple[int, str, int], ...]:
         """The copy's dims, outer first, as (axis, kind, extent): every axis whole ("a") or, for a pixel axis,
         its phases ("p") in place and its positions ("q") innermost, in the pixel axes' order."""
         outer = [(x, "p" if x in self.pixels else "a", self.split[x] if x in self.pixels else self.padded[x])
-                 for x in range(len(self.source))]
-        return (*outer, *((x, "q", -(-self.padded[x] // self.split[x])) for x in self.pixels))
+                 for x in range(len(self.source)) if x != self.image]
+        image = [(self.image, "a", self.padded[self.image])] if self.image >= 0 else []
+        return (*outer, *image, *((x, "q", -(-self.padded[x] // self.split[x])) for x in self.pixels))
 
     @property
     def strides(self) -> dict[tuple[int, str], int]:
@@ -124,13 +130,23 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
         return None
     off, masked = found
     rows_dims = [d for d in m if full[d] != 1]
-    if not rows_dims or len(rows_dims) > 2 or any(d not in axis for d in rows_dims):
+    if not rows_dims or len(rows_dims) > 3 or any(d not in axis for d in rows_dims):
+        return None
+    # a leading row dim no other dim walks the axis of, with unit steps and no padding: images of a batch
+    image_dim = rows_dims[0] if len(rows_dims) > 1 and coef[rows_dims[0]] == 1 and axis[rows_dims[0]] not in masked \
+        and not any(axis[d] == axis[rows_dims[0]] for d in moving if d != rows_dims[0]) else None
+    if image_dim is not None:
+        rows_dims = rows_dims[1:]
+    if len(rows_dims) > 2:
         return None
     pixels = tuple(axis[d] for d in rows_dims)
     if len(set(pixels)) != len(pixels) or list(pixels) != sorted(pixels):
         return None
     inner = rows_dims[-1]
     if not any(d in axis and axis[d] == pixels[-1] for d in k) or any(axis.get(d) in pixels for d in batch):
+        return None
+    image = axis[image_dim] if image_dim is not None else -1
+    if image >= 0 and image > pixels[0]:
         return None
     before, padded = [0] * len(source), list(source)
     for x in range(len(source)):
@@ -144,13 +160,20 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     for d in rows_dims:
         split[axis[d]] = coef[d]
     width = full[inner]
+    rows = full[rows_dims[0]] if len(rows_dims) == 2 else 1
+    images = full[image_dim] if image_dim is not None else 1
     h = Halo(source, tuple(padded), tuple(before), tuple(split), pixels,
              tuple((d, axis[d], coef[d]) for d in (*k, *batch) if d in axis),
-             tuple(o + b for o, b in zip(off, before)), 0, width, full[rows_dims[0]] if len(rows_dims) == 2 else 1)
-    pitch = h.strides[(pixels[0], "q")] if len(pixels) == 2 else width
-    if pitch < width or pitch > MAX_WASTE * width:
+             tuple(o + b for o, b in zip(off, before)), 0, width, rows, image, images)
+    strides = h.strides
+    pitch = strides[(pixels[0], "q")] if len(pixels) == 2 else width
+    span = strides[(image, "a")] // pitch if image >= 0 else 0  # wide rows per image: the copy's positions
+    if image >= 0 and len(pixels) == 1:  # one wide row per image, the copy's positions
+        pitch, span = strides[(image, "a")], 1
+    if pitch < width or pitch > MAX_WASTE * width or (image >= 0 and span > MAX_WASTE * rows):
         return None
-    return Halo(h.source, h.padded, h.before, h.split, h.pixels, h.walks, h.offset, pitch, h.width, h.rows)
+    return Halo(h.source, h.padded, h.before, h.split, h.pixels, h.walks, h.offset, pitch, h.width, h.rows,
+                image, images, span)
 
 
 def address(h: Halo, index: dict[int, str]) -> str:
