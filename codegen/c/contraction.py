@@ -272,6 +272,39 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     return L
 
 
+def _transpose(vw: int) -> list[str]:
+    """lum_tr: d[j*ld + i] = s[i*ls + j] for i < rows, j < cols, by VW x VW blocks: each stage swaps the
+    off-diagonal sub-blocks of pairs of rows (two-vector shuffles), whole blocks in log2(VW) stages."""
+    stages = []
+    st = vw // 2
+    while st >= 1:
+        lo = [x if not x & st else vw + x - st for x in range(vw)]
+        hi = [x + st if not x & st else vw + x for x in range(vw)]
+        stages.append((st, lo, hi))
+        st //= 2
+    L = [f"typedef int32_t lum_sv __attribute__((vector_size({vw * 4})));",
+         "static inline void lum_tr(const lum_t *restrict s, int64_t ls, int64_t rows, int64_t cols,",
+         "                          lum_t *restrict d, int64_t ld) {",
+         "    int64_t i0 = 0;",
+         f"    for (; i0 + {vw} <= rows; i0 += {vw}) {{",
+         "        int64_t j0 = 0;",
+         f"        for (; j0 + {vw} <= cols; j0 += {vw}) {{"]
+    L += [f"            lum_v r{i} = *(const lum_vu *)(s + (i0 + {i}) * ls + j0);" for i in range(vw)]
+    for st, lo, hi in stages:
+        L.append(f"            {{ const lum_sv lo = {{{', '.join(map(str, lo))}}}, hi = {{{', '.join(map(str, hi))}}};")
+        L += [f"              {{ lum_v a = r{i}, b = r{i + st}; r{i} = __builtin_shuffle(a, b, lo); "
+              f"r{i + st} = __builtin_shuffle(a, b, hi); }}" for i in range(vw) if not i & st]
+        L.append("            }")
+    L += [f"            *(lum_vu *)(d + (j0 + {i}) * ld + i0) = r{i};" for i in range(vw)]
+    L.append("        }")
+    L += ["        for (int64_t j = j0; j < cols; j++)",
+          f"            for (int64_t i = i0; i < i0 + {vw}; i++) d[j * ld + i] = s[i * ls + j];",
+          "    }",
+          "    for (int64_t i = i0; i < rows; i++) for (int64_t j = 0; j < cols; j++) d[j * ld + i] = s[i * ls + j];",
+          "}"]
+    return L
+
+
 def _halo_micro_kernel(mr: int, nr: int, vw: int) -> list[str]:
     """C[MR x NR] (+)= A * B over kc K rows: A row k is the MR consecutive values at a + ak[k], each broadcast
     against the NR-wide row k of B's packed panel bp."""
@@ -373,7 +406,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
                                name="lum_mkt")
         L += _micro_kernel(t.mr, t.nr, vw, True, False, t.direct_a, name="lum_mkp", rows=True)
     elif t.halo:
-        L += _halo_micro_kernel(t.mr, t.nr, vw)
+        L += _halo_micro_kernel(t.mr, t.nr, vw) + _transpose(vw)
     else:
         L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
     L += _epilogue_function(kernel, plan, t)
@@ -445,6 +478,10 @@ class _Tiling:
     halo_size: int = 0  # floats of that copy
 
     @property
+    def mt_pad(self) -> int:  # a transposed tile's column stride: its rows, 16-float aligned
+        return -(-self.mc // 16) * 16
+
+    @property
     def pm(self) -> int:  # MR panels of A per batch
         return -(-self.M // self.mr)
 
@@ -486,7 +523,10 @@ class _Tiling:
 
     @property
     def size_bt(self) -> int:
-        """Per thread: a block of B panels, or with ``run`` the panel's copied rows and a pointer per row."""
+        """Per thread: a block of B panels, or with ``run`` the panel's copied rows and a pointer per row, or with
+        ``halo`` the tile transposed (columns of ``mt_pad`` rows)."""
+        if self.halo:
+            return self.nc * self.mt_pad
         if self.run:  # kept a multiple of 16 floats: the next thread's tile stays 64-byte aligned
             return -(-(self.nr + 2) * self.kc // 16) * 16
         return self.nc * self.kc if self.tile_b else 0
@@ -608,7 +648,7 @@ def _halo_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
         L += [f"        const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer)))]
     L += ["        #pragma omp simd", "        for (int64_t i = 0; i < end; i++) {",
           f"            const int64_t i{inner} = c0 + i;"]
-    L += _indent(_epilogue_stmts(kernel, plan, f"ct[(r - ic + i) * {t.nc} + j]"), 12)
+    L += _indent(_epilogue_stmts(kernel, plan, f"ct[j * {t.mt_pad} + (r - ic + i)]"), 12)
     return [*L, "        }", "        r += len;", "    }", "}"]
 
 
@@ -816,11 +856,17 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
         L += [*_indent(pack_b, 20), "                }"]
     L.append("                for (int64_t jr = 0; jr < np_; jr++) {")
     L += panel
+    # a halo tile's rows are pixels: transposed first, so that its epilogue stores along output rows
+    tile = "bt" if t.halo else "ct"
     if t.epi_panel:  # each panel finished in one K step: its epilogue while the panel is in L1
-        return [*L, f"                    lum_epilogue(b, ct + jr * {nr}, ib, ic, jc + jr * {nr}, mcur, "
-                    f"lum_min64({nr}, ncur - jr * {nr}));", "                }", "            }", "        }"]
+        tr = [f"                    lum_tr(ct + jr * {nr}, {nc}, mcur, lum_min64({nr}, ncur - jr * {nr}), bt, "
+              f"{t.mt_pad});"] if t.halo else []
+        return [*L, *tr, f"                    lum_epilogue(b, {'bt' if t.halo else f'ct + jr * {nr}'}, ib, ic, "
+                    f"jc + jr * {nr}, mcur, lum_min64({nr}, ncur - jr * {nr}));", "                }", "            }",
+                "        }"]
     L += ["                }",
           "            }",
-          "            lum_epilogue(b, ct, ib, ic, jc, mcur, ncur);",
+          *([f"            lum_tr(ct, {nc}, mcur, ncur, bt, {t.mt_pad});"] if t.halo else []),
+          f"            lum_epilogue(b, {tile}, ib, ic, jc, mcur, ncur);",
           "        }"]
     return L

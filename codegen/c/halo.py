@@ -222,7 +222,7 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int) -> list[str]:
          "    int64_t q = r; int ok = 1; (void)q;"]
     ix = {}
     for x, kind, e in reversed(outer):
-        L.append(f"    const int64_t {kind}{x} = q % {e}; q /= {e};")
+        L.append(f"    const int64_t {kind}{x} = q % {e}; q /= {e}; (void){kind}{x};")
         ix[(x, kind)] = f"{kind}{x}"
     src = []
     for x in range(len(h.source)):
