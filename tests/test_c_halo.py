@@ -149,3 +149,17 @@ def test_a_batch_of_1d_signals_as_rows():
     h = plan_contraction(c).a_halo
     assert h is not None and (h.images, h.span, h.pitch, h.width) == (3, 1, 48, 44)
     _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+
+
+def test_avx2_vectors(monkeypatch):
+    """On 8-lane vectors (AVX2) the same code: 8 x 8 transposes, tiles that fit 16 registers."""
+    import luminal.codegen.c.schedule as sched
+
+    monkeypatch.setattr(sched, "simd_width", lambda: 8)
+    g, feeds = _conv_graph(1, 16, HALO_MIN_N + 4, (11, 27))
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    src = be.source(c, s)
+    assert not s["pack_a"] and s["nr"] == 16 and "vector_size(32)" in src and "lum_mkh(" in src
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
