@@ -46,7 +46,7 @@ SWAP_MAX_M = 8  # see plan_contraction
 WASTE = 1.1  # see plan_contraction
 TILE = (6, 2)  # the default micro-tile: MR rows by this many vectors (schedule.default_schedule)
 HALO_MIN_N = 32  # output channels from which a conv's pixels are the rows, read from a padded copy (halo.py)
-HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; with a stride, STRIDED_MIN_K
+HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; HALO_STRIDED_MIN_K with a stride
 HALO_STRIDED_MIN_K = 1024
 
 

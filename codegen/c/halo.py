@@ -9,8 +9,9 @@ positions innermost: output pixel (oh, ow) then reads ``oh * R + ow`` plus a ter
 alone, R the copy's row pitch, whatever the strides. Over "wide" rows of R pixels (the R - OW past each output
 row land in tile rows the epilogue skips) the GEMM's rows are consecutive addresses, and the micro-kernel
 broadcasts MR neighbouring values per K row against vectors of a weight packed once: no im2col, and rows of any
-length share tiles (as onnxruntime's NCHWc and XNNPACK's direct convolutions, on the plain layout). The copy is
-the input's size (plus padding); im2col writes it K / channels times.
+length share tiles (as onnxruntime's NCHWc and XNNPACK's direct convolutions, on the plain layout). A batch's
+images are rows too: the copy holds their axis next to the pixels, each image's wide rows after the last one's.
+The copy is the input's size (plus padding); im2col writes it K / channels times.
 """
 
 from __future__ import annotations
