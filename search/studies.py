@@ -86,14 +86,22 @@ def shown_url(url: str) -> str:
 
 
 def _lost_connection(e: BaseException) -> bool:
-    """Whether ``e`` (maybe wrapped by Optuna) says the server could not be reached or the connection dropped."""
+    """Whether ``e`` or an error it was raised from (Optuna wraps SQLAlchemy's, which wraps the driver's) says the
+    server could not be reached or the connection dropped: a commit cut by a restarting server surfaces as a
+    rollback SQLAlchemy still owes the dead connection, or as a closed connection."""
     from sqlalchemy import exc
 
-    cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) else e
-    if isinstance(cause, exc.DisconnectionError):
-        return True
-    return isinstance(cause, exc.DBAPIError) and (
-        cause.connection_invalidated or isinstance(cause, exc.OperationalError | exc.InterfaceError))
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, exc.DisconnectionError | exc.PendingRollbackError | exc.ResourceClosedError):
+            return True
+        if isinstance(cause, exc.DBAPIError) and (
+                cause.connection_invalidated or isinstance(cause, exc.OperationalError | exc.InterfaceError)):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _one_line(e: BaseException) -> str:

@@ -397,3 +397,35 @@ def test_two_processes_exploring_one_study_never_time_the_same_point(monkeypatch
     ((_, pb),) = b.ask(1)
     assert a.key(pa) != b.key(pb) and a.key(pa) != a.key(stuck)
     assert a.key(pa) in b.elsewhere
+
+
+def test_a_commit_cut_by_a_restarting_server_counts_as_a_lost_connection():
+    """What a storage call raises when the server goes away mid-commit is retried; other database errors are not.
+    Optuna wraps SQLAlchemy's error, which may be the rollback owed to the dead connection, raised while handling
+    the driver's own."""
+    from sqlalchemy import exc
+
+    from luminal.search.studies import _lost_connection
+
+    def wrapped(cause: BaseException) -> optuna.exceptions.StorageInternalError:
+        try:
+            try:
+                raise cause
+            except BaseException as e:
+                raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+        except optuna.exceptions.StorageInternalError as outer:
+            return outer
+
+    dropped = exc.OperationalError("COMMIT", {}, ConnectionError("server closed the connection unexpectedly"))
+    assert _lost_connection(wrapped(dropped))
+    owed = exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
+    assert _lost_connection(wrapped(owed))
+    try:
+        try:
+            raise dropped
+        except exc.OperationalError:
+            raise exc.ResourceClosedError("This Connection is closed")  # noqa: B904
+    except exc.ResourceClosedError as e:
+        assert _lost_connection(wrapped(e))
+    assert not _lost_connection(wrapped(exc.IntegrityError("INSERT", {}, ValueError("duplicate key"))))
+    assert not _lost_connection(ValueError("not a database error"))
