@@ -59,14 +59,19 @@ def test_fused_epilogues_skip_the_wide_columns(epilogue):
     _check_halo(g, feeds)
 
 
-def test_1d_conv_rows_are_its_pixels():
-    x = Tensor.input("x", (1, 26, 45), DType.float32)
+def _conv1d(n: int):
+    """A 5-tap 1-D conv over 45 samples of 26 channels, pads (2, 1), batch ``n``: its graph, feeds and halo."""
+    x = Tensor.input("x", (n, 26, 45), DType.float32)
     wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 26, 5)).astype(np.float32))
     g = _graph([x], [conv(x, wt, 1, [1], [1], [(2, 1)], [_out(45, 5, 1, 1, (2, 1))]).relu()])
     _, c = _the_conv(g)
-    h = plan_contraction(c).a_halo
+    return g, {"x": RNG.standard_normal(x.shape).astype(np.float32)}, plan_contraction(c).a_halo
+
+
+def test_1d_conv_rows_are_its_pixels():
+    g, feeds, h = _conv1d(1)
     assert h is not None and (h.rows, h.pitch, h.width) == (1, 44, 44)
-    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+    _check_halo(g, feeds)
 
 
 def test_int32_conv_is_exact():
@@ -142,13 +147,9 @@ def test_a_batch_of_images_as_rows(n, stride, pads):
 
 
 def test_a_batch_of_1d_signals_as_rows():
-    x = Tensor.input("x", (3, 26, 45), DType.float32)
-    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 26, 5)).astype(np.float32))
-    g = _graph([x], [conv(x, wt, 1, [1], [1], [(2, 1)], [_out(45, 5, 1, 1, (2, 1))]).relu()])
-    _, c = _the_conv(g)
-    h = plan_contraction(c).a_halo
+    g, feeds, h = _conv1d(3)
     assert h is not None and (h.images, h.span, h.pitch, h.width) == (3, 1, 48, 44)
-    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+    _check_halo(g, feeds)
 
 
 def test_avx2_vectors(monkeypatch):

@@ -23,6 +23,7 @@ over K in KC steps in a per-thread buffer, then the row-space epilogue
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -117,31 +118,27 @@ def _plan_contraction(kernel: Kernel) -> Plan | None:
     kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
     if kept and kept[-1] in c.m:  # the innermost output dim on the N side: tiles store contiguous rows
         c = _swap(c)
-    plan = _plan(kernel, c)
+    plan, swapped = _plan(kernel, c), _plan(kernel, _swap(c))
     # a conv's output pixels as rows, its input read in place from a padded copy against a weight packed once
     # (``halo.py``), where the weight gives whole vectors of output channels and K rows enough to amortise the
     # copy: kernel alone on 2 threads, 3x3 3 -> 32 at 112x112 0.10 -> 0.14 ms, 16 -> 64 at 55x55 0.196 -> 0.176.
     # A strided conv's copy (its input, 4x its output) costs more: inside a YOLO-style detector on 2 threads,
     # 3x3 stride 2, 32 -> 64 at 160x160 0.82 -> 1.68 ms, 64 -> 128 at 80x80 0.77 -> 1.19, 64 -> 64 at 40x40
     # 0.52 -> 0.54, 128 -> 128 at 20x20 0.45 -> 0.42, 128 -> 256 at 40x40 0.87 -> 0.78
-    halo = _plan(kernel, _swap(plan))
-    if halo_default(halo):
-        return halo
-    if plan.size("m") <= SWAP_MAX_M and not plan.b_direct and not plan.b_const:
-        # a few rows against a B that must be packed on every call (an operand laid out N x K that is not a
-        # weight): with the roles swapped B's rows are read in place as A and only the few rows are packed
-        # (1000x512 at M=1: the pack was most of its time). A weight is packed once and then streams through
-        # whole vectors; swapped, each of its rows would meet one column on a vector's lanes (2 threads,
-        # 1x1280 times a 1000x1280 weight: 0.46 ms swapped, 0.089 ms not; onnxruntime 0.073)
-        swapped = _plan(kernel, _swap(c))
-        if swapped.a_direct:
-            return swapped
+    if halo_default(swapped):
+        return swapped
+    # a few rows against a B that must be packed on every call (an operand laid out N x K that is not a
+    # weight): with the roles swapped B's rows are read in place as A and only the few rows are packed
+    # (1000x512 at M=1: the pack was most of its time). A weight is packed once and then streams through
+    # whole vectors; swapped, each of its rows would meet one column on a vector's lanes (2 threads,
+    # 1x1280 times a 1000x1280 weight: 0.46 ms swapped, 0.089 ms not; onnxruntime 0.073)
+    if plan.size("m") <= SWAP_MAX_M and not plan.b_direct and not plan.b_const and swapped.a_direct:
+        return swapped
     # fewer output columns than a few tiles' NR (a conv over a 7x7 map: 49 pixels in 64 lanes) leave lanes idle:
     # the roles swap where the other orientation's default tiles pad WASTE less, unless that would give up a
     # weight packed once (ResNet-18's 7x7 convs: 2.7 -> 2.4 ms, the model 41.5 -> 38.6 ms on 2 threads). Only
     # then: rows padded to MR alone (32 output channels in 6-row tiles) are not worth the pixels packed per
     # call as A (3x3 32->32 at 112x112, 1 thread: 4.3 ms swapped, 1.9 ms not)
-    swapped = _plan(kernel, _swap(plan))
     # an output whose innermost dim is shorter than a vector and whose next dim is the other operand's (a
     # ConvTranspose's phases: y[.., i, p] with p of 2) has the epilogue store runs that short, one element at a
     # time; the other orientation stores runs of its own innermost dim, strided (convT 2x2 s2 64->32 at 80x80,
@@ -250,26 +247,24 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     if direct_a:
         for i in range(mr):
             L.append(f"    const lum_t *restrict a{i} = a + ({i} < arows ? {i} : arows - 1) * lda;")
+    brow = "bq[k]" if rows else "bp + bk[k]" if table else "bp + k*ldb"
+    aval = (lambda i: f"a{i}[k]") if direct_a else (lambda i: f"a[k*{mr} + {i}]")
+    return L + _mk_loop_body(mr, nv, vw, [f"const lum_t *br = {brow};"], "lum_vu" if direct else "lum_v", aval)
+
+
+def _mk_loop_body(mr: int, nv: int, vw: int, rows: list[str], bvec: str, aval: Callable[[int], str]) -> list[str]:
+    """A micro-kernel's accumulators, its K loop (``rows``: statements setting the row pointers, then B's row
+    ``br`` read as ``bvec`` vectors, A's value for tile row i ``aval(i)``) and the stores that end it."""
+    L = [f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});"
+         for i in range(mr) for v in range(nv)]
+    L += ["    for (int64_t k = 0; k < kc; k++) {", *(f"        {r}" for r in rows)]
+    L += [f"        lum_v b{v} = *(const {bvec} *)(br + {v * vw});" for v in range(nv)]
     for i in range(mr):
-        for v in range(nv):
-            L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
-    L.append("    for (int64_t k = 0; k < kc; k++) {")
-    L.append("        const lum_t *br = " + ("bq[k];" if rows else "bp + bk[k];" if table else "bp + k*ldb;"))
-    vt = "lum_vu" if direct else "lum_v"
-    for v in range(nv):
-        L.append(f"        lum_v b{v} = *(const {vt} *)(br + {v * vw});")
-    for i in range(mr):
-        aval = f"a{i}[k]" if direct_a else f"a[k*{mr} + {i}]"
-        L.append(f"        {{ const lum_t ai = {aval};")
-        for v in range(nv):
-            L.append(f"          c{i}_{v} += ai * b{v};")
-        L.append("        }")
+        L += [f"        {{ const lum_t ai = {aval(i)};", *(f"          c{i}_{v} += ai * b{v};" for v in range(nv)),
+              "        }"]
     L.append("    }")
-    for i in range(mr):
-        for v in range(nv):
-            L.append(f"    *(lum_vu *)(c + {i}*ldc + {v * vw}) = c{i}_{v};")
-    L.append("}")
-    return L
+    L += [f"    *(lum_vu *)(c + {i}*ldc + {v * vw}) = c{i}_{v};" for i in range(mr) for v in range(nv)]
+    return [*L, "}"]
 
 
 def _transpose(vw: int) -> list[str]:
@@ -308,27 +303,10 @@ def _transpose(vw: int) -> list[str]:
 def _halo_micro_kernel(mr: int, nr: int, vw: int) -> list[str]:
     """C[MR x NR] (+)= A * B over kc K rows: A row k is the MR consecutive values at a + ak[k], each broadcast
     against the NR-wide row k of B's packed panel bp."""
-    nv = nr // vw
     L = ["static inline void lum_mkh(int64_t kc, const lum_t *restrict a, const int64_t *restrict ak,",
          "                           const lum_t *restrict bp, lum_t *restrict c, int64_t ldc, int first) {"]
-    for i in range(mr):
-        for v in range(nv):
-            L.append(f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});")
-    L += ["    for (int64_t k = 0; k < kc; k++) {",
-          "        const lum_t *restrict ar = a + ak[k];"]
-    for v in range(nv):
-        L.append(f"        lum_v b{v} = *(const lum_v *)(bp + k*{nr} + {v * vw});")
-    for i in range(mr):
-        L.append(f"        {{ const lum_t ai = ar[{i}];")
-        for v in range(nv):
-            L.append(f"          c{i}_{v} += ai * b{v};")
-        L.append("        }")
-    L.append("    }")
-    for i in range(mr):
-        for v in range(nv):
-            L.append(f"    *(lum_vu *)(c + {i}*ldc + {v * vw}) = c{i}_{v};")
-    L.append("}")
-    return L
+    rows = ["const lum_t *restrict ar = a + ak[k];", f"const lum_t *br = bp + k*{nr};"]
+    return L + _mk_loop_body(mr, nr // vw, vw, rows, "lum_v", lambda i: f"ar[{i}]")
 
 
 def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, dt: DType, nr: int) -> list[str]:

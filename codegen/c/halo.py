@@ -17,7 +17,8 @@ The copy is the input's size (plus padding); im2col writes it K / channels times
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from ..kernel import Kernel
 
@@ -49,7 +50,7 @@ class Halo:
         """The GEMM's rows: ``rows`` wide rows of ``pitch`` columns (per image ``span`` of them)."""
         return self.images * self.span * self.pitch if self.image >= 0 else self.rows * self.pitch
 
-    @property
+    @cached_property
     def layout(self) -> tuple[tuple[int, str, int], ...]:
         """The copy's dims, outer first, as (axis, kind, extent): every axis whole ("a") or, for a pixel axis,
         its phases ("p") in place and its positions ("q") innermost, in the pixel axes' order."""
@@ -58,7 +59,7 @@ class Halo:
         image = [(self.image, "a", self.padded[self.image])] if self.image >= 0 else []
         return (*outer, *image, *((x, "q", -(-self.padded[x] // self.split[x])) for x in self.pixels))
 
-    @property
+    @cached_property
     def strides(self) -> dict[tuple[int, str], int]:
         dims = self.layout
         return {(x, kind): math.prod(e for _, _, e in dims[i + 1:]) for i, (x, kind, _) in enumerate(dims)}
@@ -165,7 +166,7 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     images = full[image_dim] if image_dim is not None else 1
     h = Halo(source, tuple(padded), tuple(before), tuple(split), pixels,
              tuple((d, axis[d], coef[d]) for d in (*k, *batch) if d in axis),
-             tuple(o + b for o, b in zip(off, before)), 0, width, rows, image, images)
+             tuple(o + b for o, b in zip(off, before)), 0, width, rows, image, images)  # pitch, span: from its strides
     strides = h.strides
     pitch = strides[(pixels[0], "q")] if len(pixels) == 2 else width
     span = strides[(image, "a")] // pitch if image >= 0 else 0  # wide rows per image: the copy's positions
@@ -173,8 +174,7 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
         pitch, span = strides[(image, "a")], 1
     if pitch < width or pitch > MAX_WASTE * width or (image >= 0 and span > MAX_WASTE * rows):
         return None
-    return Halo(h.source, h.padded, h.before, h.split, h.pixels, h.walks, h.offset, pitch, h.width, h.rows,
-                image, images, span)
+    return replace(h, pitch=pitch, span=span)
 
 
 def address(h: Halo, index: dict[int, str]) -> str:
