@@ -6,13 +6,13 @@ blip); one that stays away stops the run with a LuminalError."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import json
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,11 +211,7 @@ class Heartbeats:
 
     def hold(self, study: optuna.Study, trial: optuna.Trial) -> None:
         with self._lock:
-            self._held[trial._trial_id] = study
-        # its first beat before anything else: a trial without one is never found stale, so a process killed
-        # while it samples would leave it running for good
-        with contextlib.suppress(Exception):  # the server is away: the thread beats once it is back
-            self.rdb.record_heartbeat(trial._trial_id)
+            self._held[trial._trial_id] = study  # its first beat came with it (_first_beat)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="luminal-heartbeat", daemon=True)
             self._thread.start()
@@ -323,9 +319,38 @@ def open_storage(url: str, liveness: Liveness | None = None) -> StudyStorage:
                 continue
             raise LuminalError(f"cannot open the study storage {shown_url(url)}: {_one_line(e)}") from None
     rdb.reconnect_s = liveness.reconnect_s
+    _BEATING.add(rdb.engine)
+    _listen_first_beats()
     if url.startswith("sqlite:"):
         _fast_sqlite(rdb)
     return StudyStorage(url, rdb, liveness)
+
+
+_BEATING: weakref.WeakSet[Any] = weakref.WeakSet()  # the engines of storages opened here
+
+
+def _first_beat(_mapper: Any, connection: Any, trial: Any) -> None:
+    """A trial created running, or popped from waiting, gets its first heartbeat in the same transaction: a process
+    killed between the two commits would leave a running trial no heartbeat check can ever find stale."""
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    if trial.state != TrialState.RUNNING or connection.engine not in _BEATING:
+        return
+    if not sqlalchemy.inspect(trial).attrs.state.history.has_changes():
+        return
+    beats = models.TrialHeartbeatModel.__table__
+    connection.execute(beats.delete().where(beats.c.trial_id == trial.trial_id))
+    connection.execute(beats.insert().values(trial_id=trial.trial_id))
+
+
+def _listen_first_beats() -> None:
+    from optuna.storages._rdb import models
+    from sqlalchemy import event
+
+    for when in ("after_insert", "after_update"):
+        if not event.contains(models.TrialModel, when, _first_beat):
+            event.listen(models.TrialModel, when, _first_beat)
 
 
 def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:

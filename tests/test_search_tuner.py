@@ -429,3 +429,32 @@ def test_a_commit_cut_by_a_restarting_server_counts_as_a_lost_connection():
         assert _lost_connection(wrapped(e))
     assert not _lost_connection(wrapped(exc.IntegrityError("INSERT", {}, ValueError("duplicate key"))))
     assert not _lost_connection(ValueError("not a database error"))
+
+
+def test_a_trial_gets_its_first_heartbeat_as_it_is_created(tmp_path):
+    """A process killed right after it asked a trial, before its heartbeat thread ran, leaves no trial running for
+    good: the trial's first beat is written with it (created, or popped from waiting), so the next process fails
+    it once the grace period is past."""
+    from optuna.storages._rdb import models
+
+    from luminal.search.studies import fail_stale, open_storage, open_study
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}", Liveness(heartbeat_s=1, grace_s=1))
+    try:
+        study = open_study(storage, "luminal-beats", optuna.samplers.RandomSampler(seed=0))
+        created = storage.rdb.create_new_trial(study._study_id)
+        study.enqueue_trial({"x": 1})
+        popped = study.ask()._trial_id  # the waiting trial, set running
+        session = storage.rdb.scoped_session()
+        beating = {b.trial_id for b in session.query(models.TrialHeartbeatModel)}
+        session.close()
+        assert beating == {created, popped}
+        time.sleep(2.5)  # nothing beats for them: the grace period passes
+        assert set(storage.rdb._get_stale_trial_ids(study._study_id)) == {created, popped}
+        fail_stale(study)
+        states = {t._trial_id: t.state for t in study.get_trials()}
+        assert states[created] is TrialState.FAIL and states[popped] is TrialState.FAIL
+        # each was asked again, as a waiting trial
+        assert sum(t.state is TrialState.WAITING for t in study.get_trials()) == 2
+    finally:
+        storage.close()
