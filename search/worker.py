@@ -136,9 +136,12 @@ class Worker:
                                            ctx.threads)
         context = mp.get_context("fork") if method == "fork" else mp.get_context("spawn")
         parent, child = context.Pipe()
-        self.proc = context.Process(target=_serve, args=(child, ctx), daemon=True)
-        self.proc.start()
-        child.close()
+        proc = context.Process(target=_serve, args=(child, ctx), daemon=True)
+        try:
+            proc.start()
+        finally:
+            child.close()
+        self.proc = proc  # only a started one: kill() joins it
         self.conn = parent
 
     @property
