@@ -22,7 +22,8 @@ def _halo_schedules(be, c) -> list[dict]:
     """The default (which reads A from the padded copy) and random points of the space that do too."""
     default = be.default_schedule(c)
     assert not default["pack_a"] and default["impl"] == "generated"
-    picked = random_schedules(be, c, 6, 11, lambda s, _: s["impl"] == "generated" and not s["pack_a"])
+    picked = random_schedules(be, c, 6, 11,
+                              lambda s, _: s["impl"] == "generated" and not s["pack_a"] and not s.get("swap"))
     assert len(picked) >= 3
     return [default, *picked]
 
@@ -125,6 +126,32 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
     plan = plan_contraction(c)
     assert not halo_default(plan) and "lum_mkh(" not in CPUBackend().source(c, CPUBackend().default_schedule(c))
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)
+
+
+@pytest.mark.parametrize("n,cin,cout,stride", [(1, 3, HALO_MIN_N, (2, 2)), (2, 114, HALO_MIN_N + 8, (1, 1))])
+def test_the_search_takes_either_orientation(n, cin, cout, stride):
+    """The ``swap`` knob: a conv whose default keeps its pixels as columns (few K rows, a stride) reaches the
+    padded copy with the roles swapped, and one whose default reads the copy reaches the packed orientation;
+    either way the outputs are the reference's. A matmul keeps its rules' orientation."""
+    g, feeds = _conv_graph(n, cin, cout, (20, 60), stride=stride)
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    default = be.default_schedule(c)
+    assert default["swap"] is False and {kn.name: kn.choices for kn in be.space(c)}["swap"] == (False, True)
+    assert ("lum_mkh(" in be.source(c, default)) == halo_default(plan_contraction(c))
+    picked = random_schedules(be, c, 6, 5, lambda s, p: s["impl"] == "generated" and s["swap"] != len(p) % 2)
+    assert len(picked) == 6
+    halo = []
+    for s in picked:
+        plan = plan_contraction(c, s["swap"])
+        halo.append("lum_mkh(" in be.source(c, s))
+        assert halo[-1] == (plan.a_halo is not None and not s["pack_a"])
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+    assert any(halo) and not all(halo)
+    mm = _graph([x := Tensor.input("x", (48, 64), DType.float32)],
+                [x.matmul(Tensor.const(RNG.standard_normal((64, 80)).astype(np.float32)))])
+    _, k = _the_conv(mm)
+    assert "swap" not in {kn.name for kn in be.space(k)} and "swap" not in be.default_schedule(k)
 
 
 def test_1x3_conv_with_a_tap_dim_of_one():

@@ -188,7 +188,7 @@ def _typed(kernel: Kernel, sched: Schedule, threads: int) -> CSchedule:
 
 def typed_source(kernel: Kernel, sched: CSchedule, threads: int) -> str:
     if isinstance(sched, GemmSchedule):
-        plan = plan_contraction(kernel)
+        plan = plan_contraction(kernel, bool(sched.swap))
         assert plan is not None
         if sched.impl == "blas":
             return BlasKernel.epilogue_source(kernel, plan, threads)
@@ -260,8 +260,8 @@ class CPUBackend:
             blas = gemm is not None and gemm.impl == "blas"
             ck: CKernel | BlasKernel = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads,
                                                packed_b(k, gemm) if gemm is not None else None)
-            if blas:
-                plan = plan_contraction(k)
+            if gemm is not None and blas:
+                plan = plan_contraction(k, bool(gemm.swap))
                 assert plan is not None
                 ck = BlasKernel(k, plan, ck)
             out.append(ck)

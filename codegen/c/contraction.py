@@ -47,8 +47,9 @@ SWAP_MAX_M = 8  # see plan_contraction
 WASTE = 1.1  # see plan_contraction
 TILE = (6, 2)  # the default micro-tile: MR rows by this many vectors (schedule.default_schedule)
 HALO_MIN_N = 32  # output channels from which a conv's pixels are the rows, read from a padded copy (halo.py)
-HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; HALO_STRIDED_MIN_K with a stride
-HALO_STRIDED_MIN_K = 1024
+HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; with a stride, HALO_STRIDED_MIN_K
+HALO_STRIDED_MIN_K = 1024  # or HALO_STRIDED_MIN_REUSE multiply-adds per element of the copy
+HALO_STRIDED_MIN_REUSE = 512
 
 
 @dataclass(frozen=True)
@@ -95,26 +96,39 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
 def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, int]] | None:
     """(input index of B, floats of its panels, their layout) when the kernel packs a constant B once: the
     caller then passes two more buffers, the panels and an int that is 0 until they are filled."""
-    plan = plan_contraction(kernel)
-    if plan is None or not plan.b_const or not sched.pack_b or sched.impl != "generated":
+    plan = plan_contraction(kernel, bool(sched.swap))
+    if plan is None or not _packs_b_once(plan, sched):
         return None
     nb, _, n, k = plan.sizes
     nr = sched.nr
     return kernel.ops[plan.b].attr("buf"), nb * -(-n // nr) * k * nr, (kernel.signature, nr)
 
 
-def plan_contraction(kernel: Kernel) -> Plan | None:
-    """The GEMM view of a contraction kernel, or None when it needs the generic reduction code. Computed once
-    per kernel and kept on it, as its ``contraction`` is: schedules, validity and sources all ask for it."""
-    if "_c_plan" not in kernel.__dict__:
-        kernel.__dict__["_c_plan"] = _plan_contraction(kernel)
-    return kernel.__dict__["_c_plan"]
+def _packs_b_once(plan: Plan, sched: GemmSchedule) -> bool:
+    return plan.b_const and sched.pack_b and sched.impl == "generated"
 
 
-def _plan_contraction(kernel: Kernel) -> Plan | None:
+def plan_contraction(kernel: Kernel, swap: bool = False) -> Plan | None:
+    """The GEMM view of a contraction kernel, or None when it needs the generic reduction code; ``swap``: the
+    other orientation (A and B's roles exchanged), where a schedule's ``swap`` knob takes it. Computed once per
+    kernel and kept on it, as its ``contraction`` is: schedules, validity and sources all ask for it."""
+    if "_c_plans" not in kernel.__dict__:
+        kernel.__dict__["_c_plans"] = _plan_contraction(kernel)
+    return kernel.__dict__["_c_plans"][swap]
+
+
+def swappable(kernel: Kernel) -> bool:
+    """Whether the search may take the other orientation: a conv, whose output pixels can be the rows (read from
+    the padded copy, ``halo.py``) or the columns. A matmul keeps the orientation its rules give."""
+    plans = [plan_contraction(kernel), plan_contraction(kernel, True)]
+    return plans[1] is not None and any(p is not None and p.a_halo is not None for p in plans)
+
+
+def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
+    """(the plan the rules below choose, the other orientation's)."""
     c = kernel.contraction
     if c is None or 0 in kernel.full:
-        return None
+        return None, None
     kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
     if kept and kept[-1] in c.m:  # the innermost output dim on the N side: tiles store contiguous rows
         c = _swap(c)
@@ -124,16 +138,17 @@ def _plan_contraction(kernel: Kernel) -> Plan | None:
     # copy: kernel alone on 2 threads, 3x3 3 -> 32 at 112x112 0.10 -> 0.14 ms, 16 -> 64 at 55x55 0.196 -> 0.176.
     # A strided conv's copy (its input, 4x its output) costs more: inside a YOLO-style detector on 2 threads,
     # 3x3 stride 2, 32 -> 64 at 160x160 0.82 -> 1.68 ms, 64 -> 128 at 80x80 0.77 -> 1.19, 64 -> 64 at 40x40
-    # 0.52 -> 0.54, 128 -> 128 at 20x20 0.45 -> 0.42, 128 -> 256 at 40x40 0.87 -> 0.78
+    # 0.52 -> 0.54, 128 -> 128 at 20x20 0.45 -> 0.42, 128 -> 256 at 40x40 0.87 -> 0.78; it pays where each copied
+    # element meets many multiply-adds (a stem's 7x7 taps over 3 channels: 3 -> 64 at 224x224, 0.84 -> 0.67 ms)
     if halo_default(swapped):
-        return swapped
+        return swapped, plan
     # a few rows against a B that must be packed on every call (an operand laid out N x K that is not a
     # weight): with the roles swapped B's rows are read in place as A and only the few rows are packed
     # (1000x512 at M=1: the pack was most of its time). A weight is packed once and then streams through
     # whole vectors; swapped, each of its rows would meet one column on a vector's lanes (2 threads,
     # 1x1280 times a 1000x1280 weight: 0.46 ms swapped, 0.089 ms not; onnxruntime 0.073)
     if plan.size("m") <= SWAP_MAX_M and not plan.b_direct and not plan.b_const and swapped.a_direct:
-        return swapped
+        return swapped, plan
     # fewer output columns than a few tiles' NR (a conv over a 7x7 map: 49 pixels in 64 lanes) leave lanes idle:
     # the roles swap where the other orientation's default tiles pad WASTE less, unless that would give up a
     # weight packed once (ResNet-18's 7x7 convs: 2.7 -> 2.4 ms, the model 41.5 -> 38.6 ms on 2 threads). Only
@@ -144,18 +159,23 @@ def _plan_contraction(kernel: Kernel) -> Plan | None:
     # time; the other orientation stores runs of its own innermost dim, strided (convT 2x2 s2 64->32 at 80x80,
     # 2 threads: 1.42 -> 0.77 ms, onnxruntime 0.91)
     if _short_runs(kernel, plan, kept) and _run(kernel, swapped) >= host_simd_width():
-        return swapped
+        return swapped, plan
     if (swapped.b_const or not plan.b_const) and _padded(plan, cols=True) >= WASTE \
             and _padded(swapped) < _padded(plan) / WASTE:
-        plan = swapped
-    return plan
+        return swapped, plan
+    return plan, swapped
 
 
 def halo_default(plan: Plan) -> bool:
     """Whether the untuned default reads A from its padded copy (``Plan.a_halo``): against a weight of at least
     HALO_MIN_N output channels, with at least HALO_MIN_K K rows (HALO_STRIDED_MIN_K for a strided conv)."""
-    return plan.a_halo is not None and plan.b_const and plan.size("n") >= HALO_MIN_N \
-        and plan.size("k") >= (HALO_MIN_K if max(plan.a_halo.split) == 1 else HALO_STRIDED_MIN_K)
+    h = plan.a_halo
+    if h is None or not plan.b_const or plan.size("n") < HALO_MIN_N or plan.size("k") < HALO_MIN_K:
+        return False
+    if max(h.split) == 1:
+        return True
+    reuse = math.prod(plan.sizes) / math.prod(h.source)  # the output channels times the taps per phase
+    return plan.size("k") >= HALO_STRIDED_MIN_K or reuse >= HALO_STRIDED_MIN_REUSE
 
 
 def _run(kernel: Kernel, plan: Plan) -> int:
@@ -358,7 +378,7 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
 
 
 def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
-    kernel, plan = _merged(kernel)
+    kernel, plan = _merged(kernel, bool(sched.swap))
     t = _tiling(kernel, plan, sched)
     oa, ob = kernel.ops[plan.a], kernel.ops[plan.b]
     va, vb = oa.attr("view"), ob.attr("view")
@@ -419,16 +439,16 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def _merged(kernel: Kernel) -> tuple[Kernel, Plan]:
+def _merged(kernel: Kernel, swap: bool) -> tuple[Kernel, Plan]:
     """As every C emitter, the kernel with the dims every view walks as one merged (a 1x1 conv's rows and
     columns: its epilogue then finds the output index without a division per element), unless that changes
     how the GEMM reads it, against which the schedule was checked."""
-    plan = plan_contraction(kernel)
+    plan = plan_contraction(kernel, swap)
     assert plan is not None
     merged = normalize(kernel)
-    mplan = plan_contraction(merged)
-    if mplan is not None and (mplan.sizes, mplan.a, mplan.b) == (plan.sizes, plan.a, plan.b):
-        return merged, mplan
+    for mplan in (plan_contraction(merged), plan_contraction(merged, True)):
+        if mplan is not None and (mplan.sizes, mplan.a, mplan.b) == (plan.sizes, plan.a, plan.b):
+            return merged, mplan
     return kernel, plan
 
 
@@ -522,7 +542,7 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such
     mc, nc = min(sched.mc, -(-M // mr) * mr), min(sched.nc, -(-N // nr) * nr)
     return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
-                   direct_a=not sched.pack_a and not halo, once=packed_b(kernel, sched) is not None, run=run,
+                   direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0)
 
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from ..kernel import Kernel
 from ..knobs import KnobValue, knob
-from .contraction import plan_contraction
+from .contraction import plan_contraction, swappable
 from .emit import lanes_apply
 from .stencil import plan_stencil
 
@@ -43,8 +43,8 @@ def _impls(c: Ctx) -> tuple[str, ...]:
 def _mrs(c: Ctx) -> tuple[int, ...]:
     # one or two rows (a matrix-vector product against a weight packed once): a tile of more rows would spend
     # its multiplies on rows that do not exist
-    plan = plan_contraction(c.kernel)
-    return (1, 2, 4, 6, 8, 12) if plan is not None and plan.sizes[1] <= 2 else (4, 6, 8, 12)
+    plans = [p for p in (plan_contraction(c.kernel), plan_contraction(c.kernel, True)) if p is not None]
+    return (1, 2, 4, 6, 8, 12) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 8, 12)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,10 @@ class GemmSchedule:
     pack_a: bool = _knob(lambda c: (True, False))
     lanes: int = _knob(lambda c: (16, 64, 256))
     threads: int = _knob(lambda c: c.threads, accepts=_any_count)
+    # a conv: A and B's roles exchanged (its output pixels the rows where they were the columns, or back), the
+    # orientation the default's rules did not take; left out (a schedule stored before the knob): theirs
+    swap: bool | None = _knob(lambda c: (False, True) if swappable(c.kernel) else (), conditional=True,
+                              optional=True)
 
     def loops(self) -> ReductionSchedule:
         """The schedule the lanes reduction's loops run ``impl == "loops"`` with: this block of output

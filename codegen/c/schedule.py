@@ -10,7 +10,7 @@ from ...target import host_simd_width as simd_width
 from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
-from .contraction import TILE, Plan, halo_default, plan_contraction
+from .contraction import TILE, Plan, halo_default, plan_contraction, swappable
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
 from .stencil import plan_stencil, stencil_default
@@ -60,9 +60,10 @@ def default_schedule(kernel: Kernel, threads: int) -> Schedule:
 def typed_default(kernel: Kernel, threads: int) -> CSchedule:
     plan = plan_contraction(kernel)
     if plan is not None:
+        swap = False if swappable(kernel) else None
         if stencil_default(kernel):  # loops over rows, as a reduction's: a thread per GRAIN operations
-            return replace(_gemm_default(plan, threads, True), threads=threads_for(kernel, threads))
-        return _gemm_default(plan, threads)
+            return replace(_gemm_default(plan, threads, True), threads=threads_for(kernel, threads), swap=swap)
+        return replace(_gemm_default(plan, threads), swap=swap)
     if kernel.reduce_axes:
         return ReductionSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), rows_per_thread=0,
                                  stash=True, lanes=LANES if lanes_apply(kernel) else None,
@@ -184,7 +185,9 @@ def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
         return _as_default(t, typed_default(kernel, threads), ("impl", "threads"))
     if not isinstance(t, GemmSchedule):
         return not (t.vec and t.unroll > 1)  # unrolled loops are vectorised by gcc itself
-    plan = plan_contraction(kernel)
+    if t.swap and not swappable(kernel):
+        return False
+    plan = plan_contraction(kernel, bool(t.swap))
     assert plan is not None
     return _gemm_valid(plan, t, threads)
 
@@ -197,9 +200,9 @@ def _as_default(s: CSchedule, default: CSchedule, free: tuple[str, ...]) -> bool
 
 
 def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
-    if s.impl != "generated":  # the GEMM's knobs mean nothing to a library call or loops
+    if s.impl != "generated":  # the GEMM's knobs mean nothing to a library call or loops, in the rules' orientation
         free = ("impl", "threads", "lanes") if s.impl == "loops" else ("impl", "threads")  # blas, stencil
-        return _as_default(s, _gemm_default(plan, threads), free)
+        return not s.swap and _as_default(s, replace(_gemm_default(plan, threads), swap=s.swap), free)
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False
     vw = simd_width()
