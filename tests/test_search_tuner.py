@@ -458,3 +458,21 @@ def test_a_trial_gets_its_first_heartbeat_as_it_is_created(tmp_path):
         assert sum(t.state is TrialState.WAITING for t in study.get_trials()) == 2
     finally:
         storage.close()
+
+
+def test_a_worker_that_failed_to_start_closes_quietly(monkeypatch):
+    """A worker process that could not start (a spawn refused, no memory to fork) raises its own error, and the
+    worker then closes without joining a process that never ran."""
+    import multiprocessing.context
+
+    from luminal.search.worker import Worker, WorkerContext
+
+    def refuse(self):
+        raise OSError("cannot start a process")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", refuse)
+    w = Worker(WorkerContext("cpu"))
+    with pytest.raises(OSError, match="cannot start"):
+        w.submit("job")
+    assert w.proc is None
+    w.close()
