@@ -168,7 +168,8 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
 
 def halo_default(plan: Plan) -> bool:
     """Whether the untuned default reads A from its padded copy (``Plan.a_halo``): against a weight of at least
-    HALO_MIN_N output channels, with at least HALO_MIN_K K rows (HALO_STRIDED_MIN_K for a strided conv)."""
+    HALO_MIN_N output channels, with at least HALO_MIN_K K rows; a strided conv with HALO_STRIDED_MIN_K of them or
+    HALO_STRIDED_MIN_REUSE multiply-adds per copied element."""
     h = plan.a_halo
     if h is None or not plan.b_const or plan.size("n") < HALO_MIN_N or plan.size("k") < HALO_MIN_K:
         return False
