@@ -335,13 +335,13 @@ def _first_beat(_mapper: Any, connection: Any, trial: Any) -> None:
     import sqlalchemy
     from optuna.storages._rdb import models
 
-    if trial.state != TrialState.RUNNING or connection.engine not in _BEATING:
-        return
-    if not sqlalchemy.inspect(trial).attrs.state.history.has_changes():
-        return
-    beats = models.TrialHeartbeatModel.__table__
-    connection.execute(beats.delete().where(beats.c.trial_id == trial.trial_id))
-    connection.execute(beats.insert().values(trial_id=trial.trial_id))
+    if trial.state == TrialState.RUNNING and connection.engine in _BEATING \
+            and sqlalchemy.inspect(trial).attrs.state.history.has_changes():
+        beats = models.TrialHeartbeatModel.__table__
+        # an enqueued trial is inserted running, then set waiting (Optuna's _create_new_trial): its beat from
+        # then is replaced when it is popped
+        connection.execute(beats.delete().where(beats.c.trial_id == trial.trial_id))
+        connection.execute(beats.insert().values(trial_id=trial.trial_id))
 
 
 def _listen_first_beats() -> None:

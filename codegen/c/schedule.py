@@ -60,10 +60,10 @@ def default_schedule(kernel: Kernel, threads: int) -> Schedule:
 def typed_default(kernel: Kernel, threads: int) -> CSchedule:
     plan = plan_contraction(kernel)
     if plan is not None:
-        swap = False if swappable(kernel) else None
-        if stencil_default(kernel):  # loops over rows, as a reduction's: a thread per GRAIN operations
-            return replace(_gemm_default(plan, threads, True), threads=threads_for(kernel, threads), swap=swap)
-        return replace(_gemm_default(plan, threads), swap=swap)
+        # a stencil: loops over rows, as a reduction's, a thread per GRAIN operations
+        stencil = stencil_default(kernel)
+        return replace(_gemm_default(plan, threads, stencil), swap=False if swappable(kernel) else None,
+                       threads=threads_for(kernel, threads) if stencil else threads)
     if kernel.reduce_axes:
         return ReductionSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), rows_per_thread=0,
                                  stash=True, lanes=LANES if lanes_apply(kernel) else None,
@@ -202,7 +202,7 @@ def _as_default(s: CSchedule, default: CSchedule, free: tuple[str, ...]) -> bool
 def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
     if s.impl != "generated":  # the GEMM's knobs mean nothing to a library call or loops, in the rules' orientation
         free = ("impl", "threads", "lanes") if s.impl == "loops" else ("impl", "threads")  # blas, stencil
-        return not s.swap and _as_default(s, replace(_gemm_default(plan, threads), swap=s.swap), free)
+        return not s.swap and _as_default(s, _gemm_default(plan, threads), (*free, "swap"))
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False
     vw = simd_width()
