@@ -147,10 +147,10 @@ def profile_kernels(compiled: Any, feeds: dict[str, np.ndarray], model: str = "m
         return []
     runs = spans(feeds, repeats)
     if trace is not None:
-        trace.add(model, compiled.kernels, runs)
+        trace.add(model, compiled.launched, runs)
     return [{"name": f"#{i} {kernel_title(k)}", "signature": k.signature, "form": str(k.form),
              "nodes": [list(s) for s in k.sources], "seconds": float(np.median([run[i][1] for run in runs])) / 1e9}
-            for i, k in enumerate(compiled.kernels)]
+            for i, k in enumerate(compiled.launched)]
 
 
 def onnxruntime_runner(model: Job, feeds: dict[str, np.ndarray], settings: Settings,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -174,9 +175,9 @@ def concat(xs: list[Tensor], axis: int) -> Tensor:
         shape = list(xs[0].shape)
         shape[axis] = 0
         return Tensor.full(shape, 0, dtype)
-    while len(parts) > 1:  # a balanced sum: its depth grows with log(len(xs)), not len(xs)
-        parts = [a.add(b) for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) // 2 * 2:]
-    return parts[0]
+    # a chain of sums, which the partition fuses into one kernel (a balanced tree's two halves were two kernels,
+    # one writing a whole output of mostly zeros), and which the runtime can elide (runtime/alias.py)
+    return functools.reduce(Tensor.add, parts)
 
 
 def stack(xs: list[Tensor], axis: int) -> Tensor:

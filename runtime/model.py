@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from ..codegen.backend import Backend, Schedule
-from ..codegen.kernel import Kernel
+from ..codegen.kernel import Buffer, Kernel
 from ..errors import LuminalError
 from ..ir.dtypes import DType, as_declared
+from .alias import elide_concats
 from .hostio import Bound, HostIO, Rebinding
 from .plan import plan_kernels
 
@@ -59,11 +60,17 @@ class CompiledModel:
         self.outputs = outputs
         self.constants = constants
         self.stats = stats or CompileStats(kernels=len(kernels))
-        self.plan = plan_kernels(kernels, {o.node for o in outputs})
-        read = {n for k in kernels for n in k.input_nodes}
-        if read - {n for k in kernels for n in k.output_nodes} - constants.keys() - {i.node for i in inputs}:
+        keep = {o.node for o in outputs}
+        self.elision = elide_concats(kernels, keep)
+        # what runs: the kernels but the concatenations their parts' producers write in place
+        self.launched = [kernels[t] for t in self.elision.launched]
+        self.plan = plan_kernels(kernels, keep, self.elision)
+        place = self.elision.place
+        read = {place(n)[0] for k in self.launched for n in k.input_nodes}
+        written = {place(n)[0] for k in self.launched for n in k.output_nodes}
+        if read - written - constants.keys() - {i.node for i in inputs}:
             raise LuminalError("launch plan reads a value that nothing provides")
-        self.compiled = backend.compile(list(zip(kernels, schedules)))
+        self.compiled = backend.compile([(kernels[t], schedules[t]) for t in self.elision.launched])
         # weights go to the device once; graph outputs that are constants are ready on the host
         self._weights = {n: backend.from_numpy(v) for n, v in constants.items() if n in read}
         self._const_outputs = {o.node: np.broadcast_to(constants[o.node], o.shape).astype(o.dtype.np)
@@ -72,7 +79,7 @@ class CompiledModel:
         values = {**self._weights, **{i.node: backend.empty(i.shape, i.dtype.np) for i in inputs}, **buffers}
         # every buffer by graph node: weights, inputs (written each run where not read in place), outputs
         self._values = values
-        self._args = [[values[n] for n in (*k.input_nodes, *k.output_nodes)] for k in kernels]
+        self._args = [[values[n] for n in (*k.input_nodes, *k.output_nodes)] for k in self.launched]
         self._launch = backend.launcher(self.compiled, self._args)
         self._host = self._host_io()
 
@@ -81,20 +88,28 @@ class CompiledModel:
         return [self.backend.source(k, s) for k, s in zip(self.kernels, self.schedules)]
 
     def _allocate(self) -> dict[int, Any]:
-        """A buffer per kernel output: a typed view into one byte arena where the plan gives it a slot."""
+        """A buffer per kernel output: a typed view into one byte arena where the plan gives it a slot; the part
+        of a concatenation a view into the concatenation's."""
         be = self.backend
         arena = be.empty((self.plan.arena_bytes,), np.dtype(np.uint8)) if self.plan.slots else None
         native: dict[DType, Any] = {}  # the backend's own dtype object (what .view() of its buffers takes)
         buffers = {}
-        for k in self.kernels:
-            for n, (_, b) in zip(k.output_nodes, k.outputs):
-                slot = self.plan.slots.get(n)
-                if slot is None or arena is None:
-                    buffers[n] = be.empty(b.shape, b.dtype.np)
-                    continue
-                if b.dtype not in native:
-                    native[b.dtype] = be.empty((0,), b.dtype.np).dtype
-                buffers[n] = arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
+
+        def buffer(n: int, b: Buffer) -> Any:
+            slot = self.plan.slots.get(n)
+            if slot is None or arena is None:
+                return be.empty(b.shape, b.dtype.np)
+            if b.dtype not in native:
+                native[b.dtype] = be.empty((0,), b.dtype.np).dtype
+            return arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
+
+        written = {n: b for k in self.launched for n, (_, b) in zip(k.output_nodes, k.outputs)}
+        for n, b in {**written, **self.elision.roots}.items():  # the concatenations read whole, parts themselves
+            root, off = self.elision.place(n)
+            if root not in buffers:
+                buffers[root] = buffer(root, self.elision.roots.get(root, b))
+            if root != n:
+                buffers[n] = buffers[root].reshape(-1)[off:off + b.numel].reshape(b.shape)
         return buffers
 
     def _host_io(self) -> HostIO | None:
@@ -103,7 +118,7 @@ class CompiledModel:
         launch = self._launch
         if not isinstance(launch, Rebinding):
             return None
-        writers = Counter(n for k in self.kernels for n in k.output_nodes)
+        writers = Counter(n for k in self.launched for n in k.output_nodes)
         fed = {s.node for s in self.inputs}
         passed = {o.node for o in self.outputs}
         v = self._values

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..codegen.kernel import Kernel
+from .alias import Elision
 
 ALIGN = 256
 
@@ -36,12 +37,13 @@ def _align(n: int) -> int:
 
 
 def plan_buffers(launches: Sequence[tuple[Sequence[int], Sequence[tuple[int, int]]]], keep: set[int]) -> BufferPlan:
-    """``launches``: per kernel (input node ids, [(output node id, nbytes)]). Nodes in ``keep``
-    (graph outputs) get no slot: they must outlive the run."""
+    """``launches``: per kernel (input node ids, [(output node id, nbytes)]); a node written by several (the
+    parts of a concatenation) lives from the first. Nodes in ``keep`` (graph outputs) get no slot: they must
+    outlive the run."""
     plan = BufferPlan()
     for t, (_, outs) in enumerate(launches):
         for node, nbytes in outs:
-            if node not in keep:
+            if node not in keep and node not in plan.slots:
                 plan.slots[node] = Slot(node, nbytes, t, t)
     for t, (ins, _) in enumerate(launches):
         for node in ins:
@@ -87,7 +89,16 @@ def _place_one_size(order: list[Slot]) -> int:
     return top
 
 
-def plan_kernels(kernels: list[Kernel], keep: set[int]) -> BufferPlan:
-    """The plan for kernels in launch order: all their outputs but those in ``keep``."""
-    return plan_buffers([(k.input_nodes, [(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)])
-                         for k in kernels], keep)
+def plan_kernels(kernels: list[Kernel], keep: set[int], elision: Elision | None = None) -> BufferPlan:
+    """The plan for kernels in launch order: all their outputs but those in ``keep``; with ``elision``, the
+    kernels it launches, each part of a concatenation in the concatenation's slot."""
+    if elision is None:
+        elision = Elision(tuple(range(len(kernels))))
+
+    def out(node: int, nbytes: int) -> tuple[int, int]:
+        root = elision.place(node)[0]
+        return root, elision.roots[root].nbytes if root in elision.roots else nbytes
+
+    launched = [kernels[t] for t in elision.launched]
+    return plan_buffers([([elision.place(n)[0] for n in k.input_nodes],
+                          [out(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)]) for k in launched], keep)

@@ -10,6 +10,7 @@ import numpy as np
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph, Op
+from ..runtime.alias import elide_concats
 
 if TYPE_CHECKING:
     from ..codegen.backend import Backend
@@ -21,9 +22,11 @@ class ModelRunner:
 
     def __init__(self, graph: Graph, backend: Backend, decisions: Decisions,
                  schedules: dict[str, dict[str, Any]], compile_one: Callable[[Kernel, dict], Any] | None = None):
-        self.graph, self.kernels = lower(graph, decisions)
+        self.graph, lowered = lower(graph, decisions)
         graph = self.graph
         self.backend = backend
+        elision = elide_concats(lowered, {n.id for n in graph.outputs})
+        self.kernels = [lowered[t] for t in elision.launched]  # what a compiled model launches
         items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
         self.bufs: dict[int, Any] = {}
@@ -34,8 +37,14 @@ class ModelRunner:
                 if n.op is Op.Constant and nid not in self.bufs:
                     value = np.broadcast_to(n.attrs["value"], n.shape)
                     self.bufs[nid] = backend.from_numpy(np.ascontiguousarray(value))
-            for nid, (_, b) in zip(k.output_nodes, k.outputs):
-                self.bufs[nid] = backend.empty(b.shape, b.dtype.np)
+        written = {n: b for k in self.kernels for n, (_, b) in zip(k.output_nodes, k.outputs)}
+        for nid, b in {**written, **elision.roots}.items():  # parts of a concatenation are views into it
+            root, off = elision.place(nid)
+            if root not in self.bufs:
+                rb = elision.roots.get(root, b)
+                self.bufs[root] = backend.empty(rb.shape, rb.dtype.np)
+            if root != nid:
+                self.bufs[nid] = self.bufs[root].reshape(-1)[off:off + b.numel].reshape(b.shape)
         self.launch: Callable[[], None] | None = None
 
     def feed(self, arrays: Sequence[np.ndarray]) -> None:

@@ -31,6 +31,7 @@ from ..codegen.partition import (
 )
 from ..errors import LuminalError
 from ..ir.graph import Graph, Op
+from ..runtime.alias import elide_concats
 from ..values import format_duration
 from .measure import Measurement, Measurer, refuse_untimed
 from .pool import pull_winners
@@ -143,7 +144,7 @@ class Tuner:
         self.tasks: dict[str, KernelTask] = {}
         # what an untuned compile runs: the search starts there, and the tuned model must beat it end to end
         self.default_decisions = default_algorithms(graph)
-        default = lower(graph, self.default_decisions)[1]
+        lowered, default = lower(graph, self.default_decisions)
         self.fusion_key = fusion_key(graph, default)  # its tuned decisions' key in the cache
         edges = fusible_edges(graph) if fusion else []
         convs = winograd_convs(graph) if fusion else []
@@ -157,16 +158,18 @@ class Tuner:
             if note:
                 self.report.notes.append(note)
         self.decisions: Decisions = dict(self.default_decisions)
-        self._plan_kernels(default)
+        self._plan_kernels(lowered, default)
         # seconds the numpy reference of the whole model may take, on top of a candidate's timeout
         self.model_prep_s = 2.0 + sum(t.kernel.flops * t.count for t in self.tasks.values()) / 2e7
 
     # -- tasks ----------------------------------------------------------------
-    def _plan_kernels(self, partitioned: list[Kernel]) -> None:
-        """Kernel tasks for the graph's partition under the current decisions: weights are occurrence counts."""
+    def _plan_kernels(self, graph: Graph, partitioned: list[Kernel]) -> None:
+        """Kernel tasks for the graph's partition under the current decisions: weights are occurrence counts (of
+        the kernels a compiled model launches: not the concatenations written in place)."""
         counts: dict[str, int] = {}
         kernels: dict[str, Kernel] = {}
-        for k in partitioned:
+        elision = elide_concats(partitioned, {n.id for n in graph.outputs})
+        for k in (partitioned[t] for t in elision.launched):
             sig = k.signature
             counts[sig] = counts.get(sig, 0) + 1
             kernels.setdefault(sig, k)
@@ -247,7 +250,7 @@ class Tuner:
                 task.set_default(r)
             if task.consider(dec, r, compare) and task.incumbent is not None:
                 self.decisions = dict(task.incumbent)
-                self._plan_kernels(lower(self.graph, self.decisions)[1])
+                self._plan_kernels(*lower(self.graph, self.decisions))
         task.state.record(task.best_ns, time.monotonic() - t0, len(pending))
 
     def _finish(self, m: Measurer) -> None:

@@ -1,0 +1,98 @@
+"""Concatenations written in place: the parts of a concatenation written by their producers into its buffer.
+
+A Concat is imported as a sum of its parts, each zero-padded along the axis (``ops_shape.concat``), and runs as
+an elementwise kernel copying every part. Where each part is a slice of the output that is one contiguous range
+(every dim outside the axis is 1: channels of one image), the part's producer can write its output there in
+the first place, as the kernels write whole contiguous buffers: the copy is not launched and the part's buffer is
+a view into the concatenation's. A concatenation of concatenations (a DenseNet block) becomes one buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..codegen.kernel import Buffer, Form, Kernel, Leaf
+from ..ir.graph import Op
+from ..ir.view import View
+
+
+@dataclass(frozen=True)
+class Elision:
+    """The kernels to launch (indices into the lowered list) and where the elided copies' parts live."""
+
+    launched: tuple[int, ...]
+    # part node -> (the node whose buffer holds it, its first element there); roots are concatenations kept
+    aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
+    roots: dict[int, Buffer] = field(default_factory=dict)  # every concatenation that holds parts: its buffer
+
+    def place(self, node: int) -> tuple[int, int]:
+        """(the buffer's node, first element) where ``node``'s values live: itself at 0 unless a part."""
+        off = 0
+        while node in self.aliases:
+            node, o = self.aliases[node]
+            off += o
+        return node, off
+
+
+def _parts(k: Kernel) -> list[tuple[int, int]] | None:
+    """(input position, first element in the output) per part, where ``k`` is a concatenation of contiguous
+    ranges of its output: one output, a sum of loads each reading its whole input zero-padded along one axis
+    outside which the output's dims are 1, the ranges tiling the output."""
+    if k.form is not Form.elementwise or len(k.outputs) != 1:
+        return None
+    (root, out), full = k.outputs[0], k.full
+    loads: list[int] = []
+    stack = [root]
+    while stack:
+        i = stack.pop()
+        op = k.ops[i]
+        if op.op is Op.Add and op.dtype == out.dtype:
+            stack += op.args
+        elif op.op is Leaf.Load:
+            loads.append(i)
+        else:
+            return None
+    parts = []
+    for i in loads:
+        op = k.ops[i]
+        buf, view = op.attr("buf"), op.attr("view")
+        shape = k.inputs[buf].shape
+        axes = [d for d in range(len(full)) if shape[d] != full[d]] if len(shape) == len(full) else None
+        if k.inputs[buf].constant or k.inputs[buf].dtype != out.dtype or not axes or len(axes) != 1:
+            return None
+        (a,) = axes
+        if math.prod(full[:a]) != 1:
+            return None
+        before = next((lo for c, lo, _ in view.mask if c == tuple(int(d == a) for d in range(len(full)))), 0)
+        pads = tuple((before, full[a] - before - shape[a]) if d == a else (0, 0) for d in range(len(full)))
+        if before < 0 or pads[a][1] < 0 or view != View.contiguous(shape).pad(pads):
+            return None
+        parts.append((buf, before * math.prod(full[a + 1:])))
+    ranges = sorted((off, off + k.inputs[b].numel) for b, off in parts)
+    if len(parts) < 2 or [r[0] for r in ranges] != [0, *(r[1] for r in ranges[:-1])] or ranges[-1][1] != out.numel:
+        return None
+    return parts
+
+
+def elide_concats(kernels: Sequence[Kernel], keep: set[int]) -> Elision:
+    """Which concatenations' copies need not run: those whose parts are each written by one earlier kernel
+    (not a model input, a weight or an output in ``keep``) and placed in no other concatenation, and whose own
+    output is not in ``keep``."""
+    writer = {n: t for t, k in enumerate(kernels) for n in k.output_nodes}
+    aliases: dict[int, tuple[int, int]] = {}
+    roots: dict[int, Buffer] = {}
+    skipped: list[int] = []
+    for t, k in enumerate(kernels):
+        parts = _parts(k)
+        if parts is None or k.output_nodes[0] in keep:
+            continue
+        nodes = [k.input_nodes[b] for b, _ in parts]
+        if len(set(nodes)) != len(nodes) or any(n in keep or n in aliases or writer.get(n, t) >= t for n in nodes):
+            continue
+        node = k.output_nodes[0]
+        aliases.update({n: (node, off) for n, (_, off) in zip(nodes, parts)})
+        roots[node] = k.outputs[0][1]
+        skipped.append(t)
+    return Elision(tuple(t for t in range(len(kernels)) if t not in set(skipped)), aliases, roots)
