@@ -234,12 +234,25 @@ def _pool_windows(ctx: OpContext, x: Tensor, value):
 def max_pool_op(ctx: OpContext) -> list[Tensor | None]:
     x = need(ctx, 0)
     lowest = -np.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
-    xw, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, lowest)
+    # over values of at least 0 the padding may be 0, which a view reads without a padded copy, where every
+    # window holds a value of the input (and no index of a maximum is asked for: it could land on the padding)
+    pad = 0 if x.nonnegative() and not wants(ctx, 1) and _windows_meet_input(ctx, x) else lowest
+    xw, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, pad)
     nd = len(kernel)
     red = tuple(range(2 + nd, 2 + 2 * nd))
     y = xw.max(red, keepdim=True)
     idx = _max_indices(ctx, x, xw, y, kernel, strides, dilations, pads, outs) if wants(ctx, 1) else None
     return [y.reshape(y.shape[:2 + nd]), idx]
+
+
+def _windows_meet_input(ctx: OpContext, x: Tensor) -> bool:
+    """Whether every pooling window holds at least one element of the input."""
+    kernel = list(ctx.attr("kernel_shape") or [])
+    if len(kernel) != x.ndim - 2:
+        return False
+    strides, dilations, pads, outs = _geometry(ctx, x, kernel, bool(ctx.attr("ceil_mode", 0)))
+    return all(any(0 <= o * s - p[0] + j * dl < n for j in range(k)) for n, k, s, dl, p, out
+               in zip(x.shape[2:], kernel, strides, dilations, pads, outs) for o in range(out))
 
 
 def _max_indices(ctx, x, xw, y, kernel, strides, dilations, pads, outs) -> Tensor:

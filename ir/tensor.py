@@ -457,6 +457,11 @@ class Tensor:
         a, b = Tensor._broadcast(self, other)
         return b.lt(a).where(b, a) if not a.dtype.is_float else (b.lt(a) | b.isnan()).where(b, a)
 
+    def nonnegative(self, depth: int = 8) -> bool:
+        """Whether every value is at least 0 (or NaN), as the nodes that make it show within ``depth`` steps
+        (a view reads its node's values or 0)."""
+        return _nonnegative(self.node, depth)
+
     def relu(self) -> Tensor:
         zero = Tensor.full(self.shape, 0, self.dtype)  # one node both read (CSE would merge two)
         return self.lt(zero).where(zero, self)
@@ -633,3 +638,31 @@ def _fold(node: Node, srcs: Sequence[Tensor]) -> Tensor:
         return Tensor(node)
     vals = [read(t.node.attrs["value"], t.view) for t in srcs]
     return Tensor.const(np.ascontiguousarray(eval_node(node, vals)).reshape(node.shape), node.dtype)
+
+
+def _nonnegative(n: Node, depth: int) -> bool:
+    if n.op is Op.Constant:
+        return not np.any(np.asarray(n.attrs["value"]) < 0)
+    if depth == 0:
+        return False
+    if n.op in (Op.Exp2, Op.Sqrt):
+        return True
+    if n.op in (Op.Add, Op.Mul, Op.Div, Op.Recip, Op.MaxReduce, Op.SumReduce, Op.Contiguous):
+        return all(_nonnegative(s, depth - 1) for s, _ in n.srcs)
+    if n.op is not Op.Where:
+        return False
+    (c, cv), (a, _), (b, bv) = n.srcs
+    if not _nonnegative(a, depth - 1):
+        return False
+    # Where(x < lo, a, x) with lo and a at least 0 (a ReLU, a Clip's lower bound, a maximum): x where not below lo
+    return _nonnegative(b, depth - 1) or _true_below(c, cv, (b, bv))
+
+
+def _true_below(c: Node, cv: View, x: tuple[Node, View]) -> bool:
+    """Whether the condition ``c`` read through ``cv`` holds wherever ``x`` is below some value of at least 0:
+    it is x < lo, or an or (a sum of bools) of that and more."""
+    if not cv.is_contiguous:
+        return False
+    if c.op is Op.LessThan:
+        return c.srcs[0] == x and _nonnegative(c.srcs[1][0], 0)
+    return c.op is Op.Add and c.dtype is DType.bool and any(_true_below(s, v, x) for s, v in c.srcs)

@@ -128,3 +128,55 @@ def test_max_pool_negative_inputs_with_masks():
 def test_pool_1d(op):
     _check(op, (2, 6, 50), **_attrs(3, 2, (1, 1), 1, 0, nd=1))
     _check(op, (1, 3, 31), **_attrs(5, 1, (2, 1), 1, 1, nd=1))
+
+
+def _pooled(pre: list, shape: tuple[int, ...], outputs: tuple[str, ...] = ("y",), **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
+    nodes = [*pre, helper.make_node("MaxPool", ["r"], list(outputs), **attrs)]
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT if o == "y" else TensorProto.INT64, None)
+            for o in outputs]
+    g = helper.make_graph(nodes, "pool", [x], outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("pre,copies", [
+    ([helper.make_node("Relu", ["x"], ["r"])], 0),
+    ([helper.make_node("Clip", ["x", "lo"], ["r"])], 0),  # a lower bound of 0.5
+    ([helper.make_node("Relu", ["x"], ["q"]), helper.make_node("Concat", ["q", "q"], ["r"], axis=1)], 0),
+    ([helper.make_node("LeakyRelu", ["x"], ["r"], alpha=0.1)], 1),  # below 0: padded with the lowest value
+    ([helper.make_node("Clip", ["x", "neg"], ["r"])], 1),
+])
+def test_a_max_pool_over_values_of_at_least_0_reads_its_padding_as_0(pre, copies):
+    """Over a ReLU's (or a Clip's at 0.5, or a concatenation of them) the padding may be 0, read by the view
+    without a padded copy; below 0 it is the lowest value, in a copy of its own. Against onnxruntime."""
+    import onnxruntime as ort
+
+    shape = (1, 3, 9, 11)
+    m = _pooled(pre, shape, kernel_shape=[3, 3], pads=[1, 2, 1, 0], strides=[2, 2])
+    m.graph.initializer.extend([helper.make_tensor("lo", TensorProto.FLOAT, [], [0.5]),
+                                helper.make_tensor("neg", TensorProto.FLOAT, [], [-0.5])])
+    x = (RNG.standard_normal(shape) - 1).astype(np.float32)  # most values below 0
+    g = load(m).graph
+    ks = partition(g, {})
+    padded = [k for k in ks if any(o.op is Op.Where for o in k.ops) and k.full[-1] > shape[-1]]
+    assert len(padded) == copies
+    from luminal.runtime.compile import compile_graph
+
+    (got,) = compile_graph(g, "cpu").run({"x": x})
+    (want,) = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_max_pool_asked_for_indices_keeps_the_lowest_padding():
+    """An index of a maximum of 0 could land on padding read as 0: with Indices the padding stays the lowest."""
+    import onnxruntime as ort
+
+    m = _pooled([helper.make_node("Relu", ["x"], ["r"])], (1, 2, 5, 5), ("y", "i"), kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1])
+    x = -np.abs(RNG.standard_normal((1, 2, 5, 5))).astype(np.float32)  # every ReLU value 0
+    from luminal.runtime.compile import compile_graph
+
+    got = compile_graph(load(m).graph, "cpu").run({"x": x})
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
