@@ -94,27 +94,28 @@ def eligible(graph: Graph) -> list[Node]:
     return [n for n in graph.toposort() if _match(n) is not None]
 
 
-# where an untuned compile takes F(2x2): the transforms move about 4 (input) and 4 (output) values per pixel and
-# channel, the products save 5/9 of the multiplies over the channels, and on small maps the direct contraction
-# pads its rows of pixels to whole vectors. 2 threads, default schedules, F(2x2) over direct
-# (benchmarks/cpu_winograd.py): 128 -> 128 at 28x28 0.87-1.75x, at 40x40 1.03x; 256 -> 256 at 14x14 1.5-1.76x,
-# at 56x56 1.62x; 512 -> 512 at 7x7 1.36x; at 14x14 and below: 32 -> 32 1.50x, 48 -> 64 1.46x, 96 -> 96 1.53x,
-# 128 -> 96 1.37-1.73x, 64 -> 64 at 7x7 1.62x; 96 -> 96 at 28x28 1.06x, 96 -> 128 0.74-1.15x; 64 -> 64 at 56x56
-# 0.92x (batch 8: 0.85x), 64 -> 192 at 56x56 0.81x, 80 -> 80 at 80x80 0.69x, 64 -> 16 at 160x160 0.46x.
-# Since the direct contraction reads pixels as rows from a padded copy (codegen/c/halo.py, no padding of rows to
-# vectors), small maps need more channels (AMD Zen 5, against onnxruntime, direct and F(2x2)): at 14x14 32 -> 32
-# 1.21x and 0.73x, 96 -> 96 0.96x and 0.74x, 128 -> 128 1.00x and 0.83x; at 7x7 128 -> 128 1.17x and 0.90x,
-# 256 -> 256 0.82x and 1.11x, 512 -> 512 0.70x and 0.95x; larger maps kept theirs: 128 -> 128 at 40x40 0.94x
-# and 1.15x, 256 -> 256 at 56x56 0.94x and 1.16x
-DEFAULT_MIN_CHANNELS = 128  # on maps larger than SMALL_MAP
+# which tile an untuned compile takes: F(4x4) multiplies 4x fewer times over the channels than the direct
+# contraction (F(2x2): 2.25x) and its transforms move 2.25 values per pixel and channel (F(2x2): 4), where they run
+# as stencils of a 6 x 6 weight (codegen/c/stencil.py). A 3x3 conv with bias and ReLU, whole, 2 threads, AMD Zen 5,
+# direct / F(2x2) / F(4x4) in ms, in rounds: at 56x56 64 -> 64 0.60 / 0.63 / 0.68, 96 1.36 / 1.37 / 1.19,
+# 128 2.26 / 1.96 / 1.75, 192 5.93 / 6.44 / 4.89, 256 9.09 / 7.37 / 6.15; 64 -> 192 1.91 / 2.90 / 2.14; at 80x80 64
+# 1.25 / 2.28 / 1.24, 128 4.56 / 5.86 / 2.92; at 40x40 96 0.69 / 0.64 / 0.58, 128 1.24 / 1.06 / 0.93; at 28x28
+# 64 0.16 / 0.24 / 0.19, 96 0.40 / 0.50 / 0.41, 128 0.63 / 0.62 / 0.48, 256 2.38 / 1.78 / 1.26; at 20x20 128
+# 0.34 / 0.34 / 0.21; at 14x14 (the tiles cover fewer pixels, whole tiles past the map's edge) 64 0.06 / 0.10 /
+# 0.10, 128 0.19 / 0.22 / 0.20, 160 0.26 / 0.25 / 0.20, 192 0.39 / 0.37 / 0.33, 256 0.72 / 0.58 / 0.61; at 7x7 128
+# 0.074 / 0.078 / 0.088, 192 0.146 / 0.117 / 0.127, 256 0.24 / 0.20 / 0.26
+F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than SMALL_MAP
 SMALL_MAP = 14 * 14  # output pixels per image up to which it takes more channels
-SMALL_MAP_MIN_CHANNELS = 256
+SMALL_F4_MIN_CHANNELS = 160  # F(4x4) on maps of at most SMALL_MAP pixels but more than TINY_MAP
+TINY_MAP = 7 * 7
+SMALL_MAP_MIN_CHANNELS = 192  # F(2x2) on the small maps F(4x4) does not take
 
 
 def default_tile(red: Node) -> int:
-    """The Winograd tile an untuned compile computes the convolution ending at ``red`` with: 2 where it sums over
-    and writes at least DEFAULT_MIN_CHANNELS channels, SMALL_MAP_MIN_CHANNELS on an output map of at most
-    SMALL_MAP pixels; else 0 (directly). The search tries every tile either way."""
+    """The Winograd tile an untuned compile computes the convolution ending at ``red`` with, by the channels it
+    sums over and writes (the fewer of the two) and its output map: 4 from F4_MIN_CHANNELS on maps larger than
+    SMALL_MAP, from SMALL_F4_MIN_CHANNELS on those larger than TINY_MAP; else 2 from SMALL_MAP_MIN_CHANNELS; else
+    0 (directly). The search tries every tile either way."""
     conv = _match(red)
     if conv is None:
         return 0
@@ -122,8 +123,12 @@ def default_tile(red: Node) -> int:
     summed = math.prod(conv.shape[k] for k in conv.channels)
     written = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vw, k) and not reads_dim(vx, k))
     pixels = math.prod(conv.shape[o] for o, _ in conv.spatial)
-    least = SMALL_MAP_MIN_CHANNELS if pixels <= SMALL_MAP else DEFAULT_MIN_CHANNELS
-    return 2 if min(summed, written) >= least else 0
+    channels = min(summed, written)
+    if pixels > SMALL_MAP:
+        return 4 if channels >= F4_MIN_CHANNELS else 0
+    if pixels > TINY_MAP and channels >= SMALL_F4_MIN_CHANNELS:
+        return 4
+    return 2 if channels >= SMALL_MAP_MIN_CHANNELS else 0
 
 
 def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],

@@ -25,9 +25,10 @@ def _1x1(n: int, cin: int, cout: int, hw: tuple[int, int], epilogue: str = "relu
 
 
 def _schedules(be: CPUBackend, c) -> list[dict]:
-    """The default, and tiles, blocks and K steps around it (K in one step or several)."""
+    """The default GEMM, and tiles, blocks and K steps around it (K in one step or several); a conv with a weight
+    this small defaults to the stencil (``stencil.WEIGHT_MAX``)."""
     vw = host_simd_width()
-    base = be.default_schedule(c)
+    base = {**be.default_schedule(c), "impl": "generated"}
     out = [base]
     for over in ({"mr": 6}, {"mr": 4, "nr": vw, "mc": 24, "nc": 64}, {"mr": 12, "nr": vw, "mc": 48, "order": "mn"},
                  {"kc": 128}, {"pack_b": True}, {"pack_a": True, "mr": 8, "nc": 512},

@@ -44,6 +44,12 @@ TAPS_MAX = 64  # taps a row unrolls (a 8x8 window, or 7 channels per group of a 
 # the most outputs each input element feeds per tap for the stencil to be the default: a depthwise conv
 # (1) or one with a channel multiplier; a conv whose input feeds many output channels reuses it in a GEMM tile
 REUSE_MAX = 4
+# or where the weight is small (taps times outputs per input element): the GEMM's tiles then meet too few K
+# rows to pay for themselves. Kernel alone on 2 threads, GEMM against stencil: 3x3 convs at 112x112, 1 -> 8
+# channels 0.034 -> 0.011 ms, 1 -> 16 0.067 -> 0.021, 2 -> 8 0.037 -> 0.018, a 1x1 4 -> 32 0.058 -> 0.029, the
+# input transforms of a Winograd F(4x4) (6 x 6) 0.27 -> 0.07 and 0.52 -> 0.13; at par or behind past it: 2 -> 16
+# (288) 0.067 and 0.068, 3 -> 8 (216) 0.027 and 0.033, 1x1 8 -> 32 (256) 0.042 and 0.047
+WEIGHT_MAX = 160
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
 
 
@@ -68,9 +74,11 @@ def plan_stencil(kernel: Kernel) -> Stencil | None:
 
 def stencil_default(kernel: Kernel) -> bool:
     """Whether the stencil is the kernel's default: the input feeds few outputs per tap, which no GEMM tile
-    could reuse (a depthwise conv ran 2.5-5x faster than as loops over blocks of output columns)."""
+    could reuse (a depthwise conv ran 2.5-5x faster than as loops over blocks of output columns), or the weight is
+    small."""
     st = plan_stencil(kernel)
-    return st is not None and st.reuse <= REUSE_MAX
+    taps = math.prod(kernel.full[d] for d in kernel.reduce_axes)
+    return st is not None and (st.reuse <= REUSE_MAX or (st.w is not None and st.reuse * taps <= WEIGHT_MAX))
 
 
 def _plan(k: Kernel) -> Stencil | None:
