@@ -22,7 +22,7 @@ from ..ir import winograd
 from ..ir.dtypes import DType
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.nogc import gc_paused
-from ..ir.view import View, contiguous_strides, reads_dim
+from ..ir.view import View, contiguous_strides, part_offset, reads_dim
 from .kernel import Buffer, Kernel, KOp, KOpName, Leaf, Space, multiplies_as_matmul
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
@@ -63,13 +63,21 @@ def fusible_edges(graph: Graph) -> list[Edge]:
 
 def _fusible_edges(order: list[Node], pos: dict[int, int]) -> list[Edge]:
     edges = []
+    sums: set[int] = set()  # the sums of the concatenations runtime/alias.py may write in place
     for n in order:
         if n.op in SOURCES:
             continue
+        if n.op is Op.Add and all((s.id in sums and _same_order(v, s))
+                                  or (s.op not in SOURCES and part_offset(v, s.numel) is not None) for s, v in n.srcs):
+            sums.add(n.id)
         for slot, (s, v) in enumerate(n.srcs):
             if s.op in SOURCES:
                 continue
             if n.op is Op.Gather and slot == 0:
+                continue
+            # what reads a concatenation starts a kernel of its own: the copy is then elided, and the reader
+            # reads the parts where their producers wrote them (DenseNet's batch norms after each concatenation)
+            if s.id in sums and n.id not in sums:
                 continue
             if _same_order(v, s) or _row_broadcast(v, s):
                 edges.append((pos[s.id], pos[n.id], slot))

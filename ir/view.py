@@ -223,3 +223,21 @@ class View:
         if valid is not None:
             valid = np.broadcast_to(valid, self.shape)
         return idx, valid
+
+
+def part_offset(view: View, numel: int) -> int | None:
+    """The first element, in the space ``view`` reads into, of a contiguous buffer of ``numel`` elements, where
+    ``view`` is that buffer (in any shape) zero-padded along one axis outside which every dim is 1 (a part of a
+    concatenation that is one contiguous range of it); else None."""
+    full = view.shape
+    if len(view.mask) != 1:
+        return None
+    (c, before, end), = view.mask
+    if sorted(c) != [0] * (len(c) - 1) + [1]:
+        return None
+    a = c.index(1)
+    part = (*full[:a], end - before, *full[a + 1:])
+    if math.prod(full[:a]) != 1 or math.prod(part) != numel or before < 0 or end > full[a]:
+        return None
+    pads = tuple((before, full[a] - end) if d == a else (0, 0) for d in range(len(full)))
+    return before * math.prod(full[a + 1:]) if view == View.contiguous(part).pad(pads) else None

@@ -9,13 +9,12 @@ a view into the concatenation's. A concatenation of concatenations (a DenseNet b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..codegen.kernel import Buffer, Form, Kernel, Leaf
 from ..ir.graph import Op
-from ..ir.view import View
+from ..ir.view import part_offset
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ def _parts(k: Kernel) -> list[tuple[int, int]] | None:
     outside which the output's dims are 1, the ranges tiling the output."""
     if k.form is not Form.elementwise or len(k.outputs) != 1:
         return None
-    (root, out), full = k.outputs[0], k.full
+    root, out = k.outputs[0]
     loads: list[int] = []
     stack = [root]
     while stack:
@@ -56,20 +55,12 @@ def _parts(k: Kernel) -> list[tuple[int, int]] | None:
             return None
     parts = []
     for i in loads:
-        op = k.ops[i]
-        buf, view = op.attr("buf"), op.attr("view")
-        shape = k.inputs[buf].shape
-        axes = [d for d in range(len(full)) if shape[d] != full[d]] if len(shape) == len(full) else None
-        if k.inputs[buf].constant or k.inputs[buf].dtype != out.dtype or not axes or len(axes) != 1:
+        buf = k.ops[i].attr("buf")
+        b = k.inputs[buf]
+        off = part_offset(k.ops[i].attr("view"), b.numel)
+        if b.constant or b.dtype != out.dtype or off is None:
             return None
-        (a,) = axes
-        if math.prod(full[:a]) != 1:
-            return None
-        before = next((lo for c, lo, _ in view.mask if c == tuple(int(d == a) for d in range(len(full)))), 0)
-        pads = tuple((before, full[a] - before - shape[a]) if d == a else (0, 0) for d in range(len(full)))
-        if before < 0 or pads[a][1] < 0 or view != View.contiguous(shape).pad(pads):
-            return None
-        parts.append((buf, before * math.prod(full[a + 1:])))
+        parts.append((buf, off))
     ranges = sorted((off, off + k.inputs[b].numel) for b, off in parts)
     if len(parts) < 2 or [r[0] for r in ranges] != [0, *(r[1] for r in ranges[:-1])] or ranges[-1][1] != out.numel:
         return None

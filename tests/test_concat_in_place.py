@@ -43,6 +43,12 @@ def _model(case: str, batch: int = 1):
         n += _conv("d", "a", 3, 2, inits) + _concat("c", ["b", "a", "d"]) + _conv("e", "c", 10, 2, inits)
         n += [helper.make_node("Add", ["e", "d"], ["y"])]
         elided = 1
+    elif case == "dense":  # a DenseNet layer: a scale and a ReLU read the concatenation, in a kernel of their own
+        inits["s"] = RNG.standard_normal((1, 8, 1, 1)).astype(np.float32)
+        n += [*_concat("c", ["a", "b"]), helper.make_node("Mul", ["c", "s"], ["cs"])]
+        n += [helper.make_node("Relu", ["cs"], ["r"]), *_conv("d", "r", 8, 4, inits)]
+        n += [*_concat("c2", ["c", "d"]), helper.make_node("Mul", ["c2", "c2"], ["y"])]
+        outputs, elided = ["y"], 2
     elif case == "input":  # a part is the model's input
         n += _concat("c", ["x", "a"]) + _conv("y", "c", 7, 2, inits)
         elided = 0
@@ -67,7 +73,7 @@ def _model(case: str, batch: int = 1):
     return make_model(n, {"x": x}, inits, outputs=outputs), {"x": x}, elided
 
 
-CASES = ["two", "nested", "three", "input", "output", "whole", "twice", "shared", "rows"]
+CASES = ["two", "nested", "three", "dense", "input", "output", "whole", "twice", "shared", "rows"]
 
 
 @pytest.mark.parametrize("case", CASES)
