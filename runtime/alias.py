@@ -9,8 +9,9 @@ a view into the concatenation's. A concatenation of concatenations (a DenseNet b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..codegen.kernel import Buffer, Form, Kernel, Leaf
 from ..ir.graph import Op
@@ -22,8 +23,7 @@ class Elision:
     """The kernels to launch (indices into the lowered list) and where the elided copies' parts live."""
 
     launched: tuple[int, ...]
-    # part node -> (the node whose buffer holds it, its first element there); roots are concatenations kept
-    aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
+    aliases: dict[int, tuple[int, int]] = field(default_factory=dict)  # part -> (its concatenation, first element)
     roots: dict[int, Buffer] = field(default_factory=dict)  # every concatenation that holds parts: its buffer
 
     def place(self, node: int) -> tuple[int, int]:
@@ -33,6 +33,18 @@ class Elision:
             node, o = self.aliases[node]
             off += o
         return node, off
+
+    def buffers(self, written: dict[int, Buffer], make: Callable[[int, Buffer], Any]) -> dict[int, Any]:
+        """A buffer per node the launched kernels write (``written``) and per concatenation: ``make(node, its
+        Buffer)`` for each that is no part, a view into its concatenation's for each part."""
+        out: dict[int, Any] = {}
+        for n, b in {**written, **self.roots}.items():
+            root, off = self.place(n)
+            if root not in out:
+                out[root] = make(root, self.roots.get(root, b))
+            if root != n:
+                out[n] = out[root].reshape(-1)[off:off + b.numel].reshape(b.shape)
+        return out
 
 
 def _parts(k: Kernel) -> list[tuple[int, int]] | None:
@@ -74,7 +86,7 @@ def elide_concats(kernels: Sequence[Kernel], keep: set[int]) -> Elision:
     writer = {n: t for t, k in enumerate(kernels) for n in k.output_nodes}
     aliases: dict[int, tuple[int, int]] = {}
     roots: dict[int, Buffer] = {}
-    skipped: list[int] = []
+    skipped: set[int] = set()
     for t, k in enumerate(kernels):
         parts = _parts(k)
         if parts is None or k.output_nodes[0] in keep:
@@ -85,5 +97,5 @@ def elide_concats(kernels: Sequence[Kernel], keep: set[int]) -> Elision:
         node = k.output_nodes[0]
         aliases.update({n: (node, off) for n, (_, off) in zip(nodes, parts)})
         roots[node] = k.outputs[0][1]
-        skipped.append(t)
-    return Elision(tuple(t for t in range(len(kernels)) if t not in set(skipped)), aliases, roots)
+        skipped.add(t)
+    return Elision(tuple(t for t in range(len(kernels)) if t not in skipped), aliases, roots)

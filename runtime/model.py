@@ -93,7 +93,6 @@ class CompiledModel:
         be = self.backend
         arena = be.empty((self.plan.arena_bytes,), np.dtype(np.uint8)) if self.plan.slots else None
         native: dict[DType, Any] = {}  # the backend's own dtype object (what .view() of its buffers takes)
-        buffers = {}
 
         def buffer(n: int, b: Buffer) -> Any:
             slot = self.plan.slots.get(n)
@@ -103,14 +102,8 @@ class CompiledModel:
                 native[b.dtype] = be.empty((0,), b.dtype.np).dtype
             return arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
 
-        written = {n: b for k in self.launched for n, (_, b) in zip(k.output_nodes, k.outputs)}
-        for n, b in {**written, **self.elision.roots}.items():  # the concatenations read whole, parts themselves
-            root, off = self.elision.place(n)
-            if root not in buffers:
-                buffers[root] = buffer(root, self.elision.roots.get(root, b))
-            if root != n:
-                buffers[n] = buffers[root].reshape(-1)[off:off + b.numel].reshape(b.shape)
-        return buffers
+        return self.elision.buffers({n: b for k in self.launched for n, (_, b) in zip(k.output_nodes, k.outputs)},
+                                    buffer)
 
     def _host_io(self) -> HostIO | None:
         """Where the launcher can rebind host buffers: the inputs no output passes through, and the outputs that one

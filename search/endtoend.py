@@ -38,13 +38,7 @@ class ModelRunner:
                     value = np.broadcast_to(n.attrs["value"], n.shape)
                     self.bufs[nid] = backend.from_numpy(np.ascontiguousarray(value))
         written = {n: b for k in self.kernels for n, (_, b) in zip(k.output_nodes, k.outputs)}
-        for nid, b in {**written, **elision.roots}.items():  # parts of a concatenation are views into it
-            root, off = elision.place(nid)
-            if root not in self.bufs:
-                rb = elision.roots.get(root, b)
-                self.bufs[root] = backend.empty(rb.shape, rb.dtype.np)
-            if root != nid:
-                self.bufs[nid] = self.bufs[root].reshape(-1)[off:off + b.numel].reshape(b.shape)
+        self.bufs |= elision.buffers(written, lambda _, b: backend.empty(b.shape, b.dtype.np))
         self.launch: Callable[[], None] | None = None
 
     def feed(self, arrays: Sequence[np.ndarray]) -> None:
