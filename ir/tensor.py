@@ -647,7 +647,7 @@ def _nonnegative(n: Node, depth: int) -> bool:
         return False
     if n.op in (Op.Exp2, Op.Sqrt):
         return True
-    if n.op in (Op.Add, Op.Mul, Op.Div, Op.Recip, Op.MaxReduce, Op.SumReduce, Op.Contiguous):
+    if n.op in (Op.Add, Op.Mul, Op.MaxReduce, Op.SumReduce, Op.Contiguous):  # not a quotient: 1 / -0.0 < 0
         return all(_nonnegative(s, depth - 1) for s, _ in n.srcs)
     if n.op is not Op.Where:
         return False
