@@ -216,28 +216,33 @@ def _conv_signed_pads(x: Tensor, w: Tensor, group: int, dilations, pads, outs) -
 
 # -- pooling -----------------------------------------------------------------
 
-def _pool_windows(ctx: OpContext, x: Tensor, value):
+def _pool_geometry(ctx: OpContext, x: Tensor):
+    """(kernel, strides, dilations, pads, outs) of a pooling node over ``x``."""
     if x.ndim < 3:
         raise fail(ctx, f"input rank {x.ndim} has no spatial dims")
     kernel = list(ctx.attr("kernel_shape") or [])
     if len(kernel) != x.ndim - 2:
         raise fail(ctx, "kernel_shape is required and must match the spatial dims")
-    ceil_mode = bool(ctx.attr("ceil_mode", 0))
-    strides, dilations, pads, outs = _geometry(ctx, x, kernel, ceil_mode)
+    return kernel, *_geometry(ctx, x, kernel, bool(ctx.attr("ceil_mode", 0)))
+
+
+def _pool_windows(ctx: OpContext, x: Tensor, value, geometry=None):
+    kernel, strides, dilations, pads, outs = geometry = geometry or _pool_geometry(ctx, x)
     xw = windows(x, 2, pads, outs, kernel, strides, dilations, value=value)
     nd = len(kernel)
     order = [0, 1] + [2 + 2 * d for d in range(nd)] + [3 + 2 * d for d in range(nd)]
-    return xw.permute(order), (kernel, strides, dilations, pads, outs)
+    return xw.permute(order), geometry
 
 
 @op("MaxPool")
 def max_pool_op(ctx: OpContext) -> list[Tensor | None]:
     x = need(ctx, 0)
+    geometry = _pool_geometry(ctx, x)
     lowest = -np.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
     # over values of at least 0 the padding may be 0, which a view reads without a padded copy, where every
     # window holds a value of the input (and no index of a maximum is asked for: it could land on the padding)
-    pad = 0 if x.nonnegative() and not wants(ctx, 1) and _windows_meet_input(ctx, x) else lowest
-    xw, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, pad)
+    pad = 0 if x.nonnegative() and not wants(ctx, 1) and _windows_meet_input(x, geometry) else lowest
+    xw, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, pad, geometry)
     nd = len(kernel)
     red = tuple(range(2 + nd, 2 + 2 * nd))
     y = xw.max(red, keepdim=True)
@@ -245,12 +250,9 @@ def max_pool_op(ctx: OpContext) -> list[Tensor | None]:
     return [y.reshape(y.shape[:2 + nd]), idx]
 
 
-def _windows_meet_input(ctx: OpContext, x: Tensor) -> bool:
+def _windows_meet_input(x: Tensor, geometry) -> bool:
     """Whether every pooling window holds at least one element of the input."""
-    kernel = list(ctx.attr("kernel_shape") or [])
-    if len(kernel) != x.ndim - 2:
-        return False
-    strides, dilations, pads, outs = _geometry(ctx, x, kernel, bool(ctx.attr("ceil_mode", 0)))
+    kernel, strides, dilations, pads, outs = geometry
     return all(any(0 <= o * s - p[0] + j * dl < n for j in range(k)) for n, k, s, dl, p, out
                in zip(x.shape[2:], kernel, strides, dilations, pads, outs) for o in range(out))
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..codegen.kernel import Buffer, Form, Kernel, Leaf
 from ..ir.graph import Op
 from ..ir.view import part_offset
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,10 @@ class Elision:
             node, o = self.aliases[node]
             off += o
         return node, off
+
+    def pick(self, items: Sequence[T]) -> list[T]:
+        """The items (kernels, their schedules) of the launched kernels, in launch order."""
+        return [items[t] for t in self.launched]
 
     def buffers(self, written: dict[int, Buffer], make: Callable[[int, Buffer], Any]) -> dict[int, Any]:
         """A buffer per node the launched kernels write (``written``) and per concatenation: ``make(node, its

@@ -63,14 +63,14 @@ class CompiledModel:
         keep = {o.node for o in outputs}
         self.elision = elide_concats(kernels, keep)
         # what runs: the kernels but the concatenations their parts' producers write in place
-        self.launched = [kernels[t] for t in self.elision.launched]
+        self.launched = self.elision.pick(kernels)
         self.plan = plan_kernels(kernels, keep, self.elision)
         place = self.elision.place
         read = {place(n)[0] for k in self.launched for n in k.input_nodes}
         written = {place(n)[0] for k in self.launched for n in k.output_nodes}
         if read - written - constants.keys() - {i.node for i in inputs}:
             raise LuminalError("launch plan reads a value that nothing provides")
-        self.compiled = backend.compile([(kernels[t], schedules[t]) for t in self.elision.launched])
+        self.compiled = backend.compile(list(zip(self.launched, self.elision.pick(schedules))))
         # weights go to the device once; graph outputs that are constants are ready on the host
         self._weights = {n: backend.from_numpy(v) for n, v in constants.items() if n in read}
         self._const_outputs = {o.node: np.broadcast_to(constants[o.node], o.shape).astype(o.dtype.np)

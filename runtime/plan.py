@@ -99,6 +99,6 @@ def plan_kernels(kernels: list[Kernel], keep: set[int], elision: Elision | None 
         root = elision.place(node)[0]
         return root, elision.roots[root].nbytes if root in elision.roots else nbytes
 
-    launched = [kernels[t] for t in elision.launched]
     return plan_buffers([([elision.place(n)[0] for n in k.input_nodes],
-                          [out(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)]) for k in launched], keep)
+                          [out(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)])
+                         for k in elision.pick(kernels)], keep)

@@ -26,7 +26,7 @@ class ModelRunner:
         graph = self.graph
         self.backend = backend
         elision = elide_concats(lowered, {n.id for n in graph.outputs})
-        self.kernels = [lowered[t] for t in elision.launched]  # what a compiled model launches
+        self.kernels = elision.pick(lowered)  # what a compiled model launches
         items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
         self.bufs: dict[int, Any] = {}

@@ -169,7 +169,7 @@ class Tuner:
         counts: dict[str, int] = {}
         kernels: dict[str, Kernel] = {}
         elision = elide_concats(partitioned, {n.id for n in graph.outputs})
-        for k in (partitioned[t] for t in elision.launched):
+        for k in elision.pick(partitioned):
             sig = k.signature
             counts[sig] = counts.get(sig, 0) + 1
             kernels.setdefault(sig, k)
