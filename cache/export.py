@@ -167,11 +167,14 @@ def _int_lists(value: object, n: int) -> bool:
 
 def _fusion_config(config: dict) -> None:
     """A fusion winner's config is {"unfused": [[producer, consumer, slot], ...]}, with the convolutions it
-    computes by Winograd where any ("winograd": [[node, tile], ...])."""
-    if not {"unfused"} <= set(config) <= {"unfused", "winograd"} or not _int_lists(config["unfused"], 3) \
-            or not _int_lists(config.get("winograd", []), 2):
+    computes by Winograd where any ("winograd": [[node, tile], ...]) and those it stores channels-last where any
+    ("channels_last": [node, ...])."""
+    last = config.get("channels_last", [])
+    if not {"unfused"} <= set(config) <= {"unfused", "winograd", "channels_last"} \
+            or not _int_lists(config["unfused"], 3) or not _int_lists(config.get("winograd", []), 2) \
+            or not isinstance(last, list) or not all(type(x) is int for x in last):
         raise Bad("field 'config' of a fusion winner must be {\"unfused\": [[producer, consumer, slot], ...]} "
-                  "(and \"winograd\": [[node, tile], ...])")
+                  "(and \"winograd\": [[node, tile], ...], \"channels_last\": [node, ...])")
 
 
 def _winner(rec: dict) -> dict:

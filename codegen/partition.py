@@ -6,9 +6,10 @@ at the same element, or a reduction row broadcast back over its row), and
 ``partition(graph, decisions)`` fuses the edges whose decision is True (all of
 them by default) as far as kernel forms allow without creating a cycle.
 
-Decisions may also choose an algorithm per convolution (``Winograd``): ``lower(graph, decisions)`` rewrites
-the graph for them first (``apply_algorithms``), then partitions it; without decisions it takes the untuned
-defaults (``default_algorithms``: Winograd where its cost model prefers it).
+Decisions may also choose an algorithm per convolution (``Winograd``) and the order its output is stored in
+(``ChannelsLast``): ``lower(graph, decisions)`` rewrites the graph for them first (``apply_algorithms``), then
+partitions it; without decisions it takes the untuned defaults (``default_algorithms``: Winograd where its cost
+model prefers it, channels-last where ``layout.default`` does).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import winograd
+from ..ir import layout, winograd
 from ..ir.dtypes import DType
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.nogc import gc_paused
@@ -37,7 +38,15 @@ class Winograd:
     tile: int  # one of ir.winograd.TILES
 
 
-Decision = Edge | Winograd
+@dataclass(frozen=True)
+class ChannelsLast:
+    """Store the output of the convolution whose SumReduce is node ``node`` of the toposort with its channels
+    innermost (``ir.layout``); a convolution computed by Winograd keeps the Winograd output's order."""
+
+    node: int
+
+
+Decision = Edge | Winograd | ChannelsLast
 Decisions = dict[Decision, bool]
 
 
@@ -233,25 +242,32 @@ def fusion_key(graph: Graph, default_kernels: list[Kernel] | None = None) -> str
 
 def decisions_from_config(graph: Graph, config: dict[str, Any]) -> Decisions:
     """Decode a fusion winner's config ({"unfused": [[producer, consumer, slot], ...], "winograd": [[node, tile],
-    ...]}; a record without "winograd" computes every convolution directly)."""
+    ...], "channels_last": [node, ...]}; a record without "winograd" computes every convolution directly, one
+    without "channels_last" stores every output in its logical order)."""
     edges = set(fusible_edges(graph))
     out: Decisions = {e: False for e in (tuple(x) for x in config.get("unfused", [])) if e in edges}
     chosen = config.get("winograd")
-    if not isinstance(chosen, list) or not chosen:  # most records choose none: the graph need not be matched
-        return out
-    convs = set(winograd_convs(graph))
-    for item in chosen:
-        if isinstance(item, list) and len(item) == 2 and all(type(x) is int for x in item) \
-                and item[0] in convs and item[1] in winograd.TILES:
-            out[Winograd(item[0], item[1])] = True
+    if isinstance(chosen, list) and chosen:  # most records choose none: the graph need not be matched
+        convs = set(winograd_convs(graph))
+        for item in chosen:
+            if isinstance(item, list) and len(item) == 2 and all(type(x) is int for x in item) \
+                    and item[0] in convs and item[1] in winograd.TILES:
+                out[Winograd(item[0], item[1])] = True
+    last = config.get("channels_last")
+    if isinstance(last, list) and last:
+        convs = set(layout_convs(graph))
+        out |= {ChannelsLast(p): True for p in last if type(p) is int and p in convs}
     return out
 
 
-def decisions_config(decisions: Decisions) -> dict[str, list[list[int]]]:
-    """A fusion winner's config: the edges left unfused, and the convolutions computed by Winograd (where any)."""
-    config = {"unfused": sorted([list(e) for e, v in decisions.items() if not isinstance(e, Winograd) and not v])}
+def decisions_config(decisions: Decisions) -> dict[str, list[Any]]:
+    """A fusion winner's config: the edges left unfused, the convolutions computed by Winograd and those stored
+    channels-last (where any)."""
+    config: dict[str, list[Any]] = {
+        "unfused": sorted([list(e) for e, v in decisions.items() if isinstance(e, tuple) and not v])}
     chosen = sorted([[w.node, w.tile] for w, v in decisions.items() if isinstance(w, Winograd) and v])
-    return config | {"winograd": chosen} if chosen else config
+    last = sorted([c.node for c, v in decisions.items() if isinstance(c, ChannelsLast) and v])
+    return config | ({"winograd": chosen} if chosen else {}) | ({"channels_last": last} if last else {})
 
 
 def winograd_convs(graph: Graph) -> list[int]:
@@ -260,21 +276,32 @@ def winograd_convs(graph: Graph) -> list[int]:
     return [pos[n.id] for n in winograd.eligible(graph)]
 
 
+def layout_convs(graph: Graph) -> list[int]:
+    """The toposort positions of the convolutions a ``ChannelsLast`` decision may take."""
+    pos = {n.id: i for i, n in enumerate(graph.toposort())}
+    return [pos[n.id] for n in layout.eligible(graph)]
+
+
 def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, dict[Edge, bool]]:
-    """The graph with the algorithms ``decisions`` choose, and their edge decisions on its nodes (an edge to or
-    from a rewritten convolution holds for its new last node; edges of the new nodes take the default)."""
-    edges = {e: v for e, v in (decisions or {}).items() if not isinstance(e, Winograd)}
+    """The graph with the algorithms and layouts ``decisions`` choose, and their edge decisions on its nodes (an
+    edge to or from a rewritten node holds for what it became; edges of the new nodes take the default)."""
+    edges = {e: v for e, v in (decisions or {}).items() if isinstance(e, tuple)}
     algorithms = [w for w, v in (decisions or {}).items() if isinstance(w, Winograd) and v]
-    if not algorithms:  # what every untuned compile takes: no toposort
+    last = [c.node for c, v in (decisions or {}).items() if isinstance(c, ChannelsLast) and v]
+    if not algorithms and not last:  # what most untuned compiles take: no toposort
         return graph, edges
     order = graph.toposort()
     chosen: dict[int, int] = {}
     for w in algorithms:
         if w.node < len(order):
             chosen[order[w.node].id] = max(w.tile, chosen.get(order[w.node].id, 0))
-    if not chosen:
+    stored = {order[p].id for p in last if p < len(order) and order[p].id not in chosen}
+    if not chosen and not stored:
         return graph, edges
-    new, moved = winograd.rewrite(graph, chosen)
+    new, moved = winograd.rewrite(graph, chosen) if chosen else (graph, {n.id: n for n in order})
+    if stored:
+        new, again = layout.rewrite(new, {m.id for i in stored if (m := moved.get(i)) is not None})
+        moved = {k: m for k, v in moved.items() if (m := again.get(v.id)) is not None}
     pos = {n.id: i for i, n in enumerate(new.toposort())}
     at = [pos[m.id] if (m := moved.get(n.id)) is not None else None for n in order]
     out: dict[Edge, bool] = {}
@@ -287,8 +314,10 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
 
 def default_algorithms(graph: Graph) -> Decisions:
     """The algorithms an untuned compile takes: Winograd for the convolutions whose cost model prefers it
-    (``winograd.default_tile``), every other one directly."""
-    return {Winograd(i, t): True for i, n in enumerate(graph.toposort()) if (t := winograd.default_tile(n))}
+    (``winograd.default_tile``), every other one directly; channels-last where ``layout.default`` prefers it."""
+    order = graph.toposort()
+    tiles: Decisions = {Winograd(i, t): True for i, n in enumerate(order) if (t := winograd.default_tile(n))}
+    return tiles | {ChannelsLast(i): True for i, n in enumerate(order) if layout.default(n)}
 
 
 def lower(graph: Graph, decisions: Decisions | None = None) -> tuple[Graph, list[Kernel]]:

@@ -241,3 +241,39 @@ def part_offset(view: View, numel: int) -> int | None:
         return None
     pads = tuple((before, full[a] - end) if d == a else (0, 0) for d in range(len(full)))
     return before * math.prod(full[a + 1:]) if view == View.contiguous(part).pad(pads) else None
+
+
+def _extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
+    """The least and greatest value of ``coef . index`` over the view's valid indices, as far as its box and a mask
+    constraint on exactly that combination bound it."""
+    lo = sum(min(0, c * (s - 1)) for c, s in zip(coef, view.shape))
+    hi = sum(max(0, c * (s - 1)) for c, s in zip(coef, view.shape))
+    for c, a, b in view.mask:
+        if c == coef:
+            lo, hi = max(lo, a), min(hi, b - 1)
+    return lo, hi
+
+
+def rebase(view: View, shape: tuple[int, ...], onto: View) -> View | None:
+    """``view``, which reads a contiguous tensor of ``shape``, reading instead what ``onto`` (a view of that shape)
+    reads; None where ``view`` does not walk whole dims of ``shape`` (a reshape that merged or split them), which
+    only a copy in ``shape``'s order serves."""
+    strides = contiguous_strides(shape)
+    rows = [[0] * view.ndim for _ in shape]
+    for k, (size, st) in enumerate(zip(view.shape, view.strides)):
+        if st == 0 or size == 1:
+            continue
+        d = next((d for d in reversed(range(len(shape)))
+                  if shape[d] > 1 and st % strides[d] == 0 and abs(st // strides[d]) < shape[d]), None)
+        if d is None:
+            return None
+        rows[d][k] = st // strides[d]
+    base = [0] * len(shape)
+    rem = view.offset
+    for d in reversed(range(len(shape))):
+        lo, hi = _extent(view, tuple(rows[d]))
+        base[d] = rem if d == 0 else (rem + lo) % shape[d] - lo
+        rem = (rem - base[d]) // shape[d] if d else 0
+        if base[d] + lo < 0 or base[d] + hi >= shape[d]:
+            return None
+    return onto._affine(view.shape, [tuple(r) for r in rows], base, view.mask)

@@ -36,6 +36,8 @@ class FusionReport:
     unfused: list[list[int]] = field(default_factory=list)  # edges the best plan leaves unfused
     convs: int = 0  # convolutions with an algorithm to choose
     winograd: list[list[int]] = field(default_factory=list)  # [node, tile] of those the best plan computes by Winograd
+    layouts: int = 0  # convolutions that may store their output channels-last
+    channels_last: list[int] = field(default_factory=list)  # those the best plan stores so
 
 
 @dataclass

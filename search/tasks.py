@@ -336,14 +336,14 @@ class FusionTask(StudyTask):
     def key(self, point: Decisions) -> str:
         return decisions_key(point)
 
-    def config(self, point: Decisions) -> dict[str, list[list[int]]]:
+    def config(self, point: Decisions) -> dict[str, list[Any]]:
         return decisions_config(point)
 
     def report(self) -> FusionReport:
         best = self.config(self.incumbent or {})
         return FusionReport(len(self.space.edges), self.trials, dict(self.statuses), self.default_ns,
                             self.inc.median_ns if self.inc else None, best["unfused"], len(self.space.convs),
-                            best.get("winograd", []))
+                            best.get("winograd", []), len(self.space.layouts), best.get("channels_last", []))
 
 
 def _plain(key: str, value: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ..codegen.partition import (
     default_algorithms,
     fusible_edges,
     fusion_key,
+    layout_convs,
     lower,
     winograd_convs,
 )
@@ -148,9 +149,10 @@ class Tuner:
         self.fusion_key = fusion_key(graph, default)  # its tuned decisions' key in the cache
         edges = fusible_edges(graph) if fusion else []
         convs = winograd_convs(graph) if fusion else []
+        layouts = layout_convs(graph) if fusion else []
         self.fusion: FusionTask | None = None
-        if edges or convs:
-            space = FusionSpace(edges, convs, self.default_decisions)
+        if edges or convs or layouts:
+            space = FusionSpace(edges, convs, self.default_decisions, layouts)
             smp, note = make_sampler(sampler, seed, space, "fusion")
             study = open_study(self.storage, study_name(self.fusion_key, self.device.key, self.toolchain.key),
                                smp)

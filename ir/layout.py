@@ -1,0 +1,132 @@
+"""Channels-last: a convolution's output written with its channels innermost, as a rewrite of the graph.
+
+A convolution is a SumReduce over a Mul of an activation and a constant weight; the order of the Mul's axes is
+the order its output is stored in (the batch, the output channels, then the pixels, as the frontend builds it).
+``rewrite`` builds the chosen ones with the axes the weight reads (the output channels) after those it does not
+(the pixels), so the contraction writes pixel rows of channels and its micro-kernel runs along the channels: a
+7x7 map is 49 pixels, half-filled vectors in the one order and 512 full channels in the other.
+
+The stored order then follows the value where it can (an elementwise node whose first full-size operand is
+stored channels-last is computed in that order, so a bias, an activation and a residual add stay fused into the
+contraction); every other reader reads the value in place through the view ``view.rebase`` gives (the next
+convolution's windows, a pool's, a global average), and a reader whose view merges the channels with the pixels
+(a flatten) reads a copy in the logical order, made once: the conversions at a region's border are kernels like
+any other, and the search times them with the rest.
+"""
+
+from __future__ import annotations
+
+from .graph import ELEMENTWISE, Graph, Node, Op
+from .view import View, reads_dim, rebase
+
+Src = tuple[Node, View]
+
+
+def _order(red: Node) -> tuple[int, ...] | None:
+    """The Mul's axes with the kept ones the weight reads last (the reduced ones after them), where the
+    SumReduce ``red`` is a contraction of an activation with a constant weight and that order is a new one."""
+    if red.op is not Op.SumReduce:
+        return None
+    mul, mv = red.srcs[0]
+    if mul.op is not Op.Mul or not mv.is_contiguous or mv.shape != mul.shape:
+        return None
+    (a, va), (b, vb) = mul.srcs
+    if (a.op is Op.Constant) == (b.op is Op.Constant):
+        return None
+    vw = va if a.op is Op.Constant else vb
+    axes = set(red.attrs["axes"])
+    kept = [k for k in range(len(mul.shape)) if k not in axes]
+    order = (*[k for k in kept if not reads_dim(vw, k)], *[k for k in kept if reads_dim(vw, k)], *sorted(axes))
+    moved = [k for k in order if mul.shape[k] > 1]
+    return order if moved != sorted(moved) else None
+
+
+def eligible(graph: Graph) -> list[Node]:
+    """The SumReduce nodes of the contractions a channels-last rewrite changes, in topological order."""
+    return [n for n in graph.toposort() if _order(n) is not None]
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(order.index(k) for k in range(len(order)))
+
+
+def _stored(node: Node, order: tuple[int, ...]) -> Src:
+    """A node computed in ``order`` as read in its logical order."""
+    return node, View.contiguous(node.shape).permute(_inverse(order))
+
+
+def _storage_order(v: View) -> tuple[int, ...] | None:
+    """The order of ``v``'s dims that reads it contiguously (outermost first), where there is one."""
+    units = [k for k in range(v.ndim) if v.shape[k] == 1]
+    order = (*units, *sorted((k for k in range(v.ndim) if v.shape[k] > 1), key=lambda k: (-v.strides[k], k)))
+    return order if v.permute(order).is_contiguous else None
+
+
+def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
+    """``graph`` with the contractions whose SumReduce node ids are in ``chosen`` (and ``_order`` has one for)
+    computed channels-last; also the node each old node id became (nodes only they read are gone)."""
+    order = graph.toposort()
+    new: dict[int, Node] = {}
+    stored: dict[int, Src] = {}  # old id -> (new node, the view that reads it in the old node's logical order)
+    copies: dict[int, Node] = {}
+
+    def read(s: Node, v: View) -> Src:
+        if s.id not in stored:
+            return new[s.id], v
+        x, vx = stored[s.id]
+        moved = rebase(v, s.shape, vx)
+        if moved is not None:
+            return x, moved
+        if s.id not in copies:
+            copies[s.id] = Node(Op.Contiguous, ((x, vx),), s.shape, s.dtype, {}, origin=s.origin)
+        return copies[s.id], v
+
+    for n in order:
+        srcs = tuple(read(s, v) for s, v in n.srcs)
+        perm = _order(n) if n.id in chosen else None
+        if perm is not None:
+            mul, _ = n.srcs[0]
+            (a, va), (b, vb) = (read(s, v) for s, v in mul.srcs)
+            shape = tuple(mul.shape[k] for k in perm)
+            made = Node(Op.Mul, ((a, va.permute(perm)), (b, vb.permute(perm))), shape, mul.dtype, {},
+                        origin=mul.origin)
+            axes = tuple(sorted(perm.index(k) for k in n.attrs["axes"]))
+            red = Node(Op.SumReduce, ((made, View.contiguous(shape)),), tuple(n.shape[k] for k in perm), n.dtype,
+                       {**n.attrs, "axes": axes}, origin=n.origin)
+            new[n.id], stored[n.id] = red, _stored(red, perm)
+            continue
+        follow = _follows(n, srcs, [s.id in stored for s, _ in n.srcs])
+        if follow is not None:
+            shape = tuple(n.shape[k] for k in follow)
+            made = Node(n.op, tuple((x, v.permute(follow)) for x, v in srcs), shape, n.dtype, dict(n.attrs),
+                        origin=n.origin)
+            new[n.id], stored[n.id] = made, _stored(made, follow)
+            continue
+        same = all(x is s and v is w for (x, v), (s, w) in zip(srcs, n.srcs))
+        new[n.id] = n if same else Node(n.op, srcs, n.shape, n.dtype, dict(n.attrs), origin=n.origin)
+    outputs = [read(o, View.contiguous(o.shape)) for o in graph.outputs]
+    outs = [x if v.is_contiguous and x.shape == o.shape else Node(Op.Contiguous, ((x, v),), o.shape, o.dtype, {})
+            for (x, v), o in zip(outputs, graph.outputs)]
+    out = Graph(graph.inputs, outs, graph.output_names, graph.bindings, graph.declared)
+    alive = {n.id for n in out.toposort()}
+    return out, {k: v for k, v in new.items() if v.id in alive}
+
+
+def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool]) -> tuple[int, ...] | None:
+    """The order an elementwise node is computed in to follow its first full-size operand that the rewrite stores
+    in another order than the logical one (None: its logical order). A Contiguous node is a copy into the logical
+    order, which the rewrite keeps."""
+    if n.op not in ELEMENTWISE or n.op is Op.Contiguous:
+        return None
+    for (_, v), m in zip(srcs, moved):
+        if not m or v.mask or any(st == 0 and size > 1 for st, size in zip(v.strides, v.shape)):
+            continue
+        found = _storage_order(v)
+        if found is not None and list(found) != sorted(found):
+            return found
+    return None
+
+
+def default(red: Node) -> bool:
+    """Whether an untuned compile stores the convolution ending at ``red`` channels-last."""
+    return False

@@ -1,0 +1,263 @@
+"""Channels-last as a per-convolution decision (``ir.layout``): views moved onto a permuted storage against numpy,
+random layout assignments (with random fusion and Winograd decisions) over a small CNN against onnxruntime on
+the C backend, the decision through the search space, a tune with a fake backend, the tuning cache and compile,
+and a convolution over a channels-last model input (a transposed read of its rows)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import search_util as helpers
+from frontend_util import make_model, run_ort
+from onnx import helper
+
+from luminal.cache import TuningCache, backend_fingerprints
+from luminal.cache.export import _fusion_config
+from luminal.codegen.c.check import run_graph
+from luminal.codegen.partition import (
+    ChannelsLast,
+    apply_algorithms,
+    decisions_config,
+    decisions_from_config,
+    default_algorithms,
+    fusible_edges,
+    fusion_key,
+    layout_convs,
+    lower,
+    winograd_convs,
+)
+from luminal.frontend_onnx import load
+from luminal.ir import layout, run_reference
+from luminal.ir.view import View, rebase
+from luminal.runtime.compile import compile_graph
+from luminal.search.space import FusionSpace, layout_name
+from luminal.search.tuner import tune
+
+
+def _moved(rng: random.Random, shape: tuple[int, ...]) -> View:
+    """A random chain of movements (pads, slices with negative steps, permutes, windows, broadcasts, flattens)."""
+    v = View.contiguous(shape)
+    for _ in range(rng.randint(1, 4)):
+        op = rng.choice(["pad", "slice", "permute", "window", "expand", "reshape"])
+        if op == "pad":
+            v = v.pad(tuple((rng.randint(-1, 3), rng.randint(-1, 3)) if s > 2 else (rng.randint(0, 2), 0)
+                            for s in v.shape))
+        elif op == "slice":
+            starts, steps, sizes = [], [], []
+            for s in v.shape:
+                step = rng.choice([1, 1, 2, -1])
+                size = rng.randint(1, max(1, (s + abs(step) - 1) // abs(step)))
+                starts.append(rng.randint(0, s - 1 - (size - 1) * step) if step > 0
+                              else rng.randint((size - 1) * -step, s - 1))
+                steps.append(step)
+                sizes.append(size)
+            v = v.slice(tuple(starts), tuple(steps), tuple(sizes))
+        elif op == "permute":
+            v = v.permute(tuple(rng.sample(range(v.ndim), v.ndim)))
+        elif op == "window":
+            d = rng.randrange(v.ndim)
+            k, st = rng.randint(1, v.shape[d]), rng.randint(1, 2)
+            v = v.window(d, (v.shape[d] - k) // st + 1, k, st)
+        elif op == "expand" and (r := v.reshape((*v.shape, 1))) is not None:
+            v = r.expand((*v.shape, 3))
+        elif op == "reshape" and (r := v.reshape((v.numel,))) is not None:
+            v = r
+    return v
+
+
+def test_rebase_reads_the_same_elements_from_a_permuted_storage():
+    rng = random.Random(0)
+    checked = moved = 0
+    while checked < 600:
+        shape = tuple(rng.randint(1, 6) for _ in range(rng.randint(2, 4)))
+        order = tuple(rng.sample(range(len(shape)), len(shape)))
+        v = _moved(rng, shape)
+        if v.numel == 0 or v.numel > 20000:
+            continue
+        checked += 1
+        data = np.arange(int(np.prod(shape))).reshape(shape)
+        onto = View.contiguous(tuple(shape[k] for k in order)).permute(tuple(order.index(k) for k in range(len(order))))
+        r = rebase(v, shape, onto)
+        if r is None:
+            continue
+        moved += 1
+        idx, valid = v.index_arrays()
+        idx2, valid2 = r.index_arrays()
+        ok = np.ones(v.shape, bool) if valid is None else valid
+        assert (ok == (np.ones(v.shape, bool) if valid2 is None else valid2)).all()
+        want = data.ravel()[np.clip(idx, 0, data.size - 1)]
+        got = data.transpose(order).ravel()[np.clip(idx2, 0, data.size - 1)]
+        assert (got[ok] == want[ok]).all(), (v, r)
+    assert moved > 450  # most chains walk whole dims; a flatten does not and gets None
+
+
+def test_rebase_refuses_a_view_that_merges_dims():
+    onto = View.contiguous((2, 5, 7, 6)).permute((0, 3, 1, 2))
+    assert rebase(View.contiguous((2, 6, 35)), (2, 6, 5, 7), onto) is None
+    assert rebase(View.contiguous((2, 6, 5, 7)), (2, 6, 5, 7), onto) == onto
+
+
+def _cnn(seed: int = 0):
+    """A small CNN of odd sizes, batch 2: convs with strides 1 and 2, asymmetric pads, dilation 2, groups 2,
+    depthwise (multiplier 1 and 2), 1x1, bias with ReLU / SiLU / HardSwish, a residual add, max and average
+    pools, a concatenation, a ConvTranspose, a nearest Resize, a global average pool, a flatten and a Gemm."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape):
+        fan = int(np.prod(shape[1:]))
+        return (rng.standard_normal(shape) / np.sqrt(fan)).astype(np.float32)
+
+    inits = {"w1": w(24, 5, 3, 3), "b1": w(24, 1)[:, 0], "w2": w(12, 24, 3, 3), "b2": w(12, 1)[:, 0],
+             "w3": w(12, 1, 3, 3), "w4": w(12, 12, 1, 1), "b4": w(12, 1)[:, 0], "w5": w(48, 6, 3, 3),
+             "w6": w(96, 1, 3, 3), "w7": w(96, 8, 2, 2), "wf": w(10, 96).T.copy(), "bf": w(10, 1)[:, 0],
+             "w8": w(32, 24, 3, 3), "scales": np.array([1, 1, 2, 2], np.float32)}
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        n("Relu", ["c1"], ["a"]),
+        n("Conv", ["a", "w8"], ["z"], pads=[1, 1, 1, 1]),
+        n("Conv", ["a", "w2", "b2"], ["c2"], pads=[1, 0, 0, 1], strides=[2, 2]),
+        n("Sigmoid", ["c2"], ["s2"]),
+        n("Mul", ["c2", "s2"], ["b"]),
+        n("Conv", ["b", "w3"], ["c3"], pads=[1, 1, 1, 1], group=12),
+        n("HardSwish", ["c3"], ["c"]),
+        n("Conv", ["c", "w4", "b4"], ["d"]),
+        n("Add", ["d", "b"], ["r"]),
+        n("Relu", ["r"], ["e"]),
+        n("Conv", ["e", "w5"], ["f"], pads=[2, 2, 2, 2], dilations=[2, 2], group=2),
+        n("Conv", ["f", "w6"], ["g"], pads=[1, 1, 1, 1], group=48),
+        n("MaxPool", ["g"], ["h"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("AveragePool", ["f"], ["i"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0),
+        n("Concat", ["f", "i"], ["j"], axis=1),
+        n("ConvTranspose", ["j", "w7"], ["k"], strides=[2, 2]),
+        n("Resize", ["h", "", "scales"], ["up"], mode="nearest"),
+        n("GlobalAveragePool", ["g"], ["l"]),
+        n("Flatten", ["l"], ["fl"]),
+        n("Gemm", ["fl", "wf", "bf"], ["m"]),
+    ]
+    x = rng.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    model = make_model(nodes, {"x": x}, inits, outputs=["m", "k", "up", "e", "z"])
+    return model, {"x": x}
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model, feeds = _cnn()
+    return load(model).graph, feeds, run_ort(model, feeds)
+
+
+def _close(got, want):
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.reshape(b.shape), b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+
+
+def test_every_convolution_may_be_stored_channels_last(cnn):
+    g, feeds, want = cnn
+    convs = layout_convs(g)
+    assert len(convs) == 8  # the ConvTranspose's contraction too; not the Gemm (its weight-read axis is last)
+    everything = {ChannelsLast(p): True for p in convs}
+    new, _ = apply_algorithms(g, everything)
+    assert not layout.eligible(new)  # each rewritten: the weight-read axes are innermost now
+    _close(run_reference(new, feeds), want)
+    _close(run_graph(g, feeds, decisions=everything), want)
+    # the first alone: the next two convs (one of them stride 1, computed by a GEMM over a padded copy of its
+    # input) read its channels-last output in place
+    _close(run_graph(g, feeds, decisions={ChannelsLast(convs[0]): True}), want)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_layout_assignments_give_onnxruntime_s_outputs(cnn, seed):
+    """Random channels-last choices, with random fusion edges and Winograd tiles, on the C backend."""
+    g, feeds, want = cnn
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), layout_convs(g))
+    point = space.random(random.Random(seed))
+    assert 0 < sum(isinstance(d, ChannelsLast) for d in point) < len(space.layouts)
+    _close(run_graph(g, feeds, decisions=point), want)
+
+
+def test_the_value_follows_its_layout_into_the_epilogue(cnn):
+    """A bias, an activation and a residual add after a channels-last conv stay fused into it, the next conv
+    reads it in place, and a graph output made from it is copied back to the logical order (the one kernel more)."""
+    g, _, _ = cnn
+    order = g.toposort()
+    named = {order[p].origin[0]: p for p in layout_convs(g) if order[p].origin}
+    first, one_by_one = named["c1"], named["d"]
+    base = lower(g, {})[1]
+    kernels = lower(g, {ChannelsLast(first): True})[1]
+    assert len(kernels) == len(base)  # ReLU fused, the stride-2 conv reads it in place
+    assert kernels[0].outputs[0][1].shape[-1] == 24 and base[0].outputs[0][1].shape[-1] != 24
+    kernels = lower(g, {ChannelsLast(one_by_one): True})[1]
+    assert len(kernels) == len(base) + 1
+    (conv,) = [k for k in kernels if ("r", "Add") in k.sources]
+    assert conv.contraction is not None and ("e", "Relu") in conv.sources and conv.outputs[0][1].shape[-1] == 12
+    def copies(ks):
+        return [k for k in ks if k.contraction is None and k.outputs[0][1].shape == (2, 12, 6, 5)]
+
+    assert len(copies(kernels)) == 1 and not copies(base)
+
+
+def test_the_fusion_space_offers_the_decision(cnn):
+    g, _, _ = cnn
+    convs = layout_convs(g)
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), convs)
+    assert all(layout_name(p) in space.grid() for p in convs)
+    assert not any(isinstance(d, ChannelsLast) for d in space.default)  # untuned: the logical order
+    point = space.decode({layout_name(convs[1]): True})
+    assert point[ChannelsLast(convs[1])] is True and space.decode(space.encode(point)) == point
+    config = decisions_config(point)
+    assert config == {"unfused": [], "channels_last": [convs[1]]}
+    assert decisions_from_config(g, config) == {ChannelsLast(convs[1]): True}
+    assert decisions_from_config(g, {"unfused": [], "channels_last": [10 ** 6]}) == {}
+    _fusion_config(config)
+
+
+class _ChannelsFirstIsSlow(helpers.FakeBackend):
+    """A kernel summing the conv's products whose output does not end in its channels takes 40 units; every other
+    kernel its speed."""
+
+    channels = 6
+
+    def compile(self, items):
+        out = super().compile(items)
+        for f, (k, _) in zip(out, items):
+            kept = [s for s in k.outputs[0][1].shape if s != 1]
+            if k.reduce_axes and kept[-1] != self.channels:
+                f.schedule = {**f.schedule, "speed": 40}
+        return out
+
+
+def test_tune_picks_channels_last_and_compile_applies_it_from_the_cache(tmp_path):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 5, 7)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": x},
+                       {"w": rng.standard_normal((6, 4, 1, 1)).astype(np.float32)})
+    g = load(model).graph
+    (node,) = layout_convs(g)
+    backend = _ChannelsFirstIsSlow(modes=("ok",), speeds=(1, 2), virtual=True)
+    report = tune(g, backend, 20, sampler="grid", cache=tmp_path / "tuning.db", timeout_s=2.0, plan=helpers.PLAN,
+                  storage=f"sqlite:///{tmp_path / 'studies.db'}", workers=1)
+    assert report.fusion is not None and report.fusion.layouts == 1
+    assert report.fusion.channels_last == [node]
+    with TuningCache(tmp_path / "tuning.db", readonly=True) as c:
+        w = c.best(fusion_key(g), *backend_fingerprints(backend))
+        assert w is not None and w.config["channels_last"] == [node]
+        compiled = compile_graph(g, backend, cache=c)
+    assert len(compiled.kernels) == 2  # the conv, then the output's copy back to the logical order
+    np.testing.assert_allclose(compiled.run({"x": x})[0], run_reference(g, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("stride", "pads"), [(1, (1, 1, 1, 1)), (2, (1, 0, 1, 1)), (1, (0, 0, 0, 0))])
+def test_a_conv_over_a_channels_last_input(stride, pads):
+    """An NHWC model input transposed to NCHW (as tf2onnx exports): the conv reads its rows at the channel count's
+    stride; the default direct contraction's padded copy of the input must read them so."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 19, 17, 24)).astype(np.float32)
+    inits = {"w": (rng.standard_normal((32, 24, 3, 3)) / 15).astype(np.float32)}
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["t", "w"], ["y"], pads=list(pads), strides=[stride, stride])]
+    model = make_model(nodes, {"x": x}, inits)
+    (want,) = run_ort(model, {"x": x})
+    (got,) = run_graph(load(model).graph, {"x": x})
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
