@@ -9,7 +9,7 @@ them by default) as far as kernel forms allow without creating a cycle.
 Decisions may also choose an algorithm per convolution (``Winograd``) and the order its output is stored in
 (``ChannelsLast``): ``lower(graph, decisions)`` rewrites the graph for them first (``apply_algorithms``), then
 partitions it; without decisions it takes the untuned defaults (``default_algorithms``: Winograd where its cost
-model prefers it, channels-last where ``layout.default`` does).
+model prefers it, channels-last where ``layout.defaults`` does).
 """
 
 from __future__ import annotations
@@ -314,10 +314,11 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
 
 def default_algorithms(graph: Graph) -> Decisions:
     """The algorithms an untuned compile takes: Winograd for the convolutions whose cost model prefers it
-    (``winograd.default_tile``), every other one directly; channels-last where ``layout.default`` prefers it."""
+    (``winograd.default_tile``), every other one directly; channels-last where ``layout.defaults`` prefers it."""
     order = graph.toposort()
     tiles: Decisions = {Winograd(i, t): True for i, n in enumerate(order) if (t := winograd.default_tile(n))}
-    return tiles | {ChannelsLast(i): True for i, n in enumerate(order) if layout.default(n)}
+    last = {n.id for n in layout.defaults(graph)}
+    return tiles | {ChannelsLast(i): True for i, n in enumerate(order) if n.id in last}
 
 
 def lower(graph: Graph, decisions: Decisions | None = None) -> tuple[Graph, list[Kernel]]:

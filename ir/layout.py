@@ -16,6 +16,8 @@ any other, and the search times them with the rest.
 
 from __future__ import annotations
 
+import math
+
 from .graph import ELEMENTWISE, Graph, Node, Op
 from .view import View, reads_dim, rebase
 
@@ -30,10 +32,10 @@ def _order(red: Node) -> tuple[int, ...] | None:
     mul, mv = red.srcs[0]
     if mul.op is not Op.Mul or not mv.is_contiguous or mv.shape != mul.shape:
         return None
-    (a, va), (b, vb) = mul.srcs
+    (a, _), (b, _) = mul.srcs
     if (a.op is Op.Constant) == (b.op is Op.Constant):
         return None
-    vw = va if a.op is Op.Constant else vb
+    _, vw = _weight(red)
     axes = set(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
     order = (*[k for k in kept if not reads_dim(vw, k)], *[k for k in kept if reads_dim(vw, k)], *sorted(axes))
@@ -66,6 +68,7 @@ def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
     """``graph`` with the contractions whose SumReduce node ids are in ``chosen`` (and ``_order`` has one for)
     computed channels-last; also the node each old node id became (nodes only they read are gone)."""
     order = graph.toposort()
+    users = graph.consumers(order)
     new: dict[int, Node] = {}
     stored: dict[int, Src] = {}  # old id -> (new node, the view that reads it in the old node's logical order)
     copies: dict[int, Node] = {}
@@ -95,7 +98,8 @@ def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
                        {**n.attrs, "axes": axes}, origin=n.origin)
             new[n.id], stored[n.id] = red, _stored(red, perm)
             continue
-        follow = _follows(n, srcs, [s.id in stored for s, _ in n.srcs])
+        product = any(u.op is Op.SumReduce for u in users.get(n.id, []))  # keeps its contraction's order
+        follow = None if product else _follows(n, srcs, [s.id in stored for s, _ in n.srcs])
         if follow is not None:
             shape = tuple(n.shape[k] for k in follow)
             made = Node(n.op, tuple((x, v.permute(follow)) for x, v in srcs), shape, n.dtype, dict(n.attrs),
@@ -127,6 +131,53 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool]) -> tuple[int, ..
     return None
 
 
-def default(red: Node) -> bool:
-    """Whether an untuned compile stores the convolution ending at ``red`` channels-last."""
-    return False
+# which contractions an untuned compile stores channels-last: 1x1 convolutions on short pixel rows whose readers
+# are all 1x1 convolutions (a sum over channels alone), which then read a value's channels contiguously (the
+# GEMM's K innermost). The conv kernel alone, 2 threads, AMD Zen 5, its input and output in the logical order / both
+# channels-last / input channels-last only, in ms: 1x1 2048 -> 512 at 7x7 0.42 / 0.31 / 0.32, 1024 -> 256 at 14x14
+# 0.37 / 0.25 / 0.26, 512 -> 2048 at 7x7 0.29 / 0.26 / 0.28, 512 -> 128 at 28x28 0.25 / 0.23 / 0.38, 256 -> 64 at 56x56
+# 0.25 / 0.24 / 0.36; a 3x3 reading a channels-last input is as fast computed directly (0.61 / 0.71 / 0.63 at 14x14
+# 256 channels) and 1.5-2x slower by Winograd (whose input transforms then walk the pixels at the channels' stride)
+SHORT_ROWS = 14 * 14  # the contraction's rows: the product of the kept axes the weight does not read
+
+
+def _one_by_one(red: Node) -> bool:
+    """A contraction summing one axis (a 1x1 convolution's channels) that ``_order`` moves."""
+    return _order(red) is not None and sum(red.srcs[0][0].shape[k] > 1 for k in red.attrs["axes"]) == 1
+
+
+def defaults(graph: Graph) -> list[Node]:
+    """The SumReduce nodes an untuned compile stores channels-last, in topological order: 1x1 convolutions of
+    at most SHORT_ROWS rows whose value (through elementwise nodes of its size) is read only by 1x1 convolutions
+    and not by a graph output."""
+    order = graph.toposort()
+    users = graph.consumers(order)
+    outputs = {o.id for o in graph.outputs}
+    known: dict[int, bool] = {}
+
+    def only_gemms(n: Node, numel: int) -> bool:
+        if n.id not in known:
+            known[n.id] = n.id not in outputs and all(read_by_gemm(u, numel) for u in users.get(n.id, []))
+        return known[n.id]
+
+    def read_by_gemm(u: Node, numel: int) -> bool:
+        sums = [r for r in users.get(u.id, []) if r.op is Op.SumReduce and r.srcs[0][0] is u]
+        if u.op is Op.Mul and sums and all(_one_by_one(r) for r in sums):
+            return True
+        return u.op in ELEMENTWISE and u.op is not Op.Contiguous and u.numel == numel and only_gemms(u, numel)
+
+    chosen = []
+    for n in order:
+        if not _one_by_one(n):
+            continue
+        mul, (_, vw) = n.srcs[0][0], _weight(n)
+        rows = math.prod(mul.shape[k] for k in range(len(mul.shape))
+                         if k not in n.attrs["axes"] and not reads_dim(vw, k))
+        if rows <= SHORT_ROWS and only_gemms(n, n.numel):
+            chosen.append(n)
+    return chosen
+
+
+def _weight(red: Node) -> Src:
+    (a, va), (b, vb) = red.srcs[0][0].srcs
+    return (a, va) if a.op is Op.Constant else (b, vb)

@@ -261,3 +261,41 @@ def test_a_conv_over_a_channels_last_input(stride, pads):
     (want,) = run_ort(model, {"x": x})
     (got,) = run_graph(load(model).graph, {"x": x})
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def _chain(hw: int, then: str, out_too: bool = False):
+    """1x1 conv (A) -> ReLU, read by ``then`` ("1x1" or "3x3" conv B) and by an add of B's output, which a 1x1
+    conv reads; ``out_too``: A's value is a graph output as well."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 48, hw, hw)).astype(np.float32)
+    k = 1 if then == "1x1" else 3
+    inits = {"wa": (rng.standard_normal((64, 48, 1, 1)) / 7).astype(np.float32),
+             "ba": rng.standard_normal(64).astype(np.float32),
+             "wb": (rng.standard_normal((64, 64, k, k)) / 8 / k).astype(np.float32),
+             "wc": (rng.standard_normal((16, 64, 1, 1)) / 8).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "wa", "ba"], ["a"]), n("Relu", ["a"], ["r"]),
+             n("Conv", ["r", "wb"], ["b"], pads=[k // 2] * 4), n("Add", ["b", "r"], ["s"]),
+             n("Conv", ["s", "wc"], ["y"])]
+    model = make_model(nodes, {"x": x}, inits, outputs=["y", "r"] if out_too else ["y"])
+    return model, {"x": x}
+
+
+@pytest.mark.parametrize(("hw", "then", "out_too", "stored"), [
+    (7, "1x1", False, True),    # short rows read by a 1x1 conv (and an add that follows the layout)
+    (14, "1x1", False, True),
+    (28, "1x1", False, False),  # long rows: the logical order's vectors are full
+    (7, "3x3", False, False),   # a 3x3 reads it
+    (7, "1x1", True, False),    # a graph output
+])
+def test_untuned_compiles_store_channels_last_where_the_cost_model_prefers_it(hw, then, out_too, stored):
+    model, feeds = _chain(hw, then, out_too)
+    g = load(model).graph
+    first = g.toposort().index(layout.eligible(g)[0])
+    assert (ChannelsLast(first) in default_algorithms(g)) == stored
+    names = [n.origin[0] for n in layout.defaults(g)]
+    assert ("a" in names) == stored and ("b" in names) == (then == "1x1" and hw <= 14)  # B: 1x1 read by a 1x1
+    want = run_ort(model, feeds)
+    _close(run_graph(g, feeds), want)
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), layout_convs(g))
+    assert space.encode(space.default)[layout_name(first)] == stored
