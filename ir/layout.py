@@ -9,8 +9,9 @@ the order its output is stored in (the batch, the output channels, then the pixe
 The stored order then follows the value where it can (an elementwise node whose first full-size operand is
 stored channels-last is computed in that order, so a bias, an activation and a residual add stay fused into the
 contraction); every other reader reads the value in place through the view ``view.rebase`` gives (the next
-convolution's windows, a pool's, a global average), and a reader whose view merges the channels with the pixels
-(a flatten) reads a copy in the logical order, made once: the conversions at a region's border are kernels like
+convolution's windows, a pool's, a global average) or, for a reshape, the stored view reshaped (a grouped
+convolution's groups and channels merged), and a reader whose view merges the channels with the pixels (a
+flatten) reads a copy in the logical order, made once: the conversions at a region's border are kernels like
 any other, and the search times them with the rest.
 """
 
@@ -23,21 +24,29 @@ from .view import View, reads_dim, rebase
 
 Src = tuple[Node, View]
 
+# the fewest outputs per input group for which the rewrite is offered: innermost, they are what the contraction's
+# vectors run along (one 16-float vector); a depthwise convolution has one, and channels-last ran 5-50x slower
+# for such convolutions (3x3, one or two outputs per group: 0.07 -> 3.8 ms at 56x56, 144 channels)
+MIN_CHANNELS = 16
+
 
 def _order(red: Node) -> tuple[int, ...] | None:
     """The Mul's axes with the kept ones the weight reads last (the reduced ones after them), where the
-    SumReduce ``red`` is a contraction of an activation with a constant weight and that order is a new one."""
+    SumReduce ``red`` is a contraction of an activation with a constant weight that writes at least MIN_CHANNELS
+    outputs per input group and that order is a new one."""
     if red.op is not Op.SumReduce:
         return None
     mul, mv = red.srcs[0]
     if mul.op is not Op.Mul or not mv.is_contiguous or mv.shape != mul.shape:
         return None
-    (a, _), (b, _) = mul.srcs
+    (a, va), (b, vb) = mul.srcs
     if (a.op is Op.Constant) == (b.op is Op.Constant):
         return None
-    _, vw = _weight(red)
+    vw, vx = (va, vb) if a.op is Op.Constant else (vb, va)
     axes = set(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
+    if math.prod(mul.shape[k] for k in kept if reads_dim(vw, k) and not reads_dim(vx, k)) < MIN_CHANNELS:
+        return None
     order = (*[k for k in kept if not reads_dim(vw, k)], *[k for k in kept if reads_dim(vw, k)], *sorted(axes))
     moved = [k for k in order if mul.shape[k] > 1]
     return order if moved != sorted(moved) else None
@@ -67,17 +76,26 @@ def _storage_order(v: View) -> tuple[int, ...] | None:
 def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
     """``graph`` with the contractions whose SumReduce node ids are in ``chosen`` (and ``_order`` has one for)
     computed channels-last; also the node each old node id became (nodes only they read are gone)."""
+    out, moved, _ = _rewrite(graph, chosen)
+    return out, moved
+
+
+def _rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node], set[int]]:
+    """``rewrite``, and the chosen ids whose values some reader (or a graph output) reads from a copy in the
+    logical order."""
     order = graph.toposort()
     users = graph.consumers(order)
     new: dict[int, Node] = {}
     stored: dict[int, Src] = {}  # old id -> (new node, the view that reads it in the old node's logical order)
+    root: dict[int, int] = {}  # old id -> the chosen contraction whose order it has
     copies: dict[int, Node] = {}
 
     def read(s: Node, v: View) -> Src:
         if s.id not in stored:
             return new[s.id], v
         x, vx = stored[s.id]
-        moved = rebase(v, s.shape, vx)
+        merged = vx.reshape(v.shape) if v.is_contiguous and v.numel == s.numel else None
+        moved = merged if merged is not None else rebase(v, s.shape, vx)
         if moved is not None:
             return x, moved
         if s.id not in copies:
@@ -96,15 +114,16 @@ def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
             axes = tuple(sorted(perm.index(k) for k in n.attrs["axes"]))
             red = Node(Op.SumReduce, ((made, View.contiguous(shape)),), tuple(n.shape[k] for k in perm), n.dtype,
                        {**n.attrs, "axes": axes}, origin=n.origin)
-            new[n.id], stored[n.id] = red, _stored(red, perm)
+            new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), n.id
             continue
         product = any(u.op is Op.SumReduce for u in users.get(n.id, []))  # keeps its contraction's order
         follow = None if product else _follows(n, srcs, [s.id in stored for s, _ in n.srcs])
         if follow is not None:
-            shape = tuple(n.shape[k] for k in follow)
-            made = Node(n.op, tuple((x, v.permute(follow)) for x, v in srcs), shape, n.dtype, dict(n.attrs),
+            slot, follow_order = follow
+            shape = tuple(n.shape[k] for k in follow_order)
+            made = Node(n.op, tuple((x, v.permute(follow_order)) for x, v in srcs), shape, n.dtype, dict(n.attrs),
                         origin=n.origin)
-            new[n.id], stored[n.id] = made, _stored(made, follow)
+            new[n.id], stored[n.id], root[n.id] = made, _stored(made, follow_order), root[n.srcs[slot][0].id]
             continue
         same = all(x is s and v is w for (x, v), (s, w) in zip(srcs, n.srcs))
         new[n.id] = n if same else Node(n.op, srcs, n.shape, n.dtype, dict(n.attrs), origin=n.origin)
@@ -113,31 +132,33 @@ def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
             for (x, v), o in zip(outputs, graph.outputs)]
     out = Graph(graph.inputs, outs, graph.output_names, graph.bindings, graph.declared)
     alive = {n.id for n in out.toposort()}
-    return out, {k: v for k, v in new.items() if v.id in alive}
+    copied = {root[i] for i in copies} | {root[o.id] for o in graph.outputs if o.id in stored}
+    return out, {k: v for k, v in new.items() if v.id in alive}, copied
 
 
-def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool]) -> tuple[int, ...] | None:
-    """The order an elementwise node is computed in to follow its first full-size operand that the rewrite stores
-    in another order than the logical one (None: its logical order). A Contiguous node is a copy into the logical
-    order, which the rewrite keeps."""
+def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool]) -> tuple[int, tuple[int, ...]] | None:
+    """The slot of an elementwise node's first full-size operand that the rewrite stores in another order than
+    the logical one, and the order the node is computed in to follow it (None: its logical order). A Contiguous
+    node is a copy into the logical order, which the rewrite keeps."""
     if n.op not in ELEMENTWISE or n.op is Op.Contiguous:
         return None
-    for (_, v), m in zip(srcs, moved):
+    for slot, ((_, v), m) in enumerate(zip(srcs, moved)):
         if not m or v.mask or any(st == 0 and size > 1 for st, size in zip(v.strides, v.shape)):
             continue
         found = _storage_order(v)
         if found is not None and list(found) != sorted(found):
-            return found
+            return slot, found
     return None
 
 
 # which contractions an untuned compile stores channels-last: 1x1 convolutions on short pixel rows whose readers
-# are all 1x1 convolutions (a sum over channels alone), which then read a value's channels contiguously (the
-# GEMM's K innermost). The conv kernel alone, 2 threads, AMD Zen 5, its input and output in the logical order / both
-# channels-last / input channels-last only, in ms: 1x1 2048 -> 512 at 7x7 0.42 / 0.31 / 0.32, 1024 -> 256 at 14x14
-# 0.37 / 0.25 / 0.26, 512 -> 2048 at 7x7 0.29 / 0.26 / 0.28, 512 -> 128 at 28x28 0.25 / 0.23 / 0.38, 256 -> 64 at 56x56
-# 0.25 / 0.24 / 0.36; a 3x3 reading a channels-last input is as fast computed directly (0.61 / 0.71 / 0.63 at 14x14
-# 256 channels) and 1.5-2x slower by Winograd (whose input transforms then walk the pixels at the channels' stride)
+# are all 1x1 convolutions (a sum over channels alone, which then reads the channels contiguously: the GEMM's K
+# innermost) or global pools. The conv kernel alone, 2 threads, AMD Zen 5, its input and output in the logical
+# order / both channels-last / input channels-last only, in ms: 1x1 2048 -> 512 at 7x7 0.42 / 0.31 / 0.32,
+# 1024 -> 256 at 14x14 0.37 / 0.25 / 0.26, 512 -> 2048 at 7x7 0.29 / 0.26 / 0.28, 512 -> 128 at 28x28
+# 0.25 / 0.23 / 0.38, 256 -> 64 at 56x56 0.25 / 0.24 / 0.36; a 3x3 reading a channels-last input is as fast
+# computed directly (0.61 / 0.71 / 0.63 at 14x14, 256 channels) and 1.5-2x slower by Winograd (whose input
+# transforms then walk the pixels at the channels' stride)
 SHORT_ROWS = 14 * 14  # the contraction's rows: the product of the kept axes the weight does not read
 
 
@@ -147,35 +168,47 @@ def _one_by_one(red: Node) -> bool:
 
 
 def defaults(graph: Graph) -> list[Node]:
-    """The SumReduce nodes an untuned compile stores channels-last, in topological order: 1x1 convolutions of
-    at most SHORT_ROWS rows whose value (through elementwise nodes of its size) is read only by 1x1 convolutions
-    and not by a graph output."""
+    """The SumReduce nodes an untuned compile stores channels-last, in topological order: 1x1 convolutions
+    without groups (ShuffleNet's grouped ones ran 1-4% slower so) of at most SHORT_ROWS rows whose value
+    (through elementwise nodes of its size) some 1x1 convolution reads and nothing else but 1x1 convolutions
+    and global pools, each in place (not through a channel shuffle, which reads a copy), and is not a graph
+    output."""
     order = graph.toposort()
     users = graph.consumers(order)
     outputs = {o.id for o in graph.outputs}
-    known: dict[int, bool] = {}
+    known: dict[tuple[int, int], tuple[bool, bool]] = {}
 
-    def only_gemms(n: Node, numel: int) -> bool:
-        if n.id not in known:
-            known[n.id] = n.id not in outputs and all(read_by_gemm(u, numel) for u in users.get(n.id, []))
-        return known[n.id]
+    def readers(n: Node, numel: int, rows: int) -> tuple[bool, bool]:
+        """Whether every reader of ``n`` gains from or is indifferent to its channels innermost, and whether
+        some 1x1 convolution reads it."""
+        if (n.id, rows) not in known:
+            found = [read_by(u, numel, rows) for u in users.get(n.id, [])]
+            known[(n.id, rows)] = (n.id not in outputs and all(ok for ok, _ in found), any(g for _, g in found))
+        return known[(n.id, rows)]
 
-    def read_by_gemm(u: Node, numel: int) -> bool:
+    def read_by(u: Node, numel: int, rows: int) -> tuple[bool, bool]:
         sums = [r for r in users.get(u.id, []) if r.op is Op.SumReduce and r.srcs[0][0] is u]
         if u.op is Op.Mul and sums and all(_one_by_one(r) for r in sums):
-            return True
-        return u.op in ELEMENTWISE and u.op is not Op.Contiguous and u.numel == numel and only_gemms(u, numel)
+            return True, True
+        if u.op in (Op.SumReduce, Op.MaxReduce):  # a global pool: each value read once, all the rows summed
+            return all(not v.mask and v.numel == numel for _, v in u.srcs) and u.numel * rows <= numel, False
+        if u.op in ELEMENTWISE and u.op is not Op.Contiguous and u.numel == numel:
+            return readers(u, numel, rows)
+        return False, False
 
     chosen = []
     for n in order:
         if not _one_by_one(n):
             continue
         mul, (_, vw) = n.srcs[0][0], _weight(n)
-        rows = math.prod(mul.shape[k] for k in range(len(mul.shape))
-                         if k not in n.attrs["axes"] and not reads_dim(vw, k))
-        if rows <= SHORT_ROWS and only_gemms(n, n.numel):
+        kept = [k for k in range(len(mul.shape)) if k not in n.attrs["axes"] and mul.shape[k] > 1]
+        rows = math.prod(mul.shape[k] for k in kept if not reads_dim(vw, k))
+        _, vx = next((s, v) for s, v in mul.srcs if s.op is not Op.Constant)
+        grouped = any(reads_dim(vw, k) and reads_dim(vx, k) for k in kept)
+        if rows <= SHORT_ROWS and not grouped and readers(n, n.numel, rows) == (True, True):
             chosen.append(n)
-    return chosen
+    _, _, copied = _rewrite(graph, {n.id for n in chosen})
+    return [n for n in chosen if n.id not in copied]
 
 
 def _weight(red: Node) -> Src:

@@ -109,9 +109,9 @@ def _cnn(seed: int = 0):
         fan = int(np.prod(shape[1:]))
         return (rng.standard_normal(shape) / np.sqrt(fan)).astype(np.float32)
 
-    inits = {"w1": w(24, 5, 3, 3), "b1": w(24, 1)[:, 0], "w2": w(12, 24, 3, 3), "b2": w(12, 1)[:, 0],
-             "w3": w(12, 1, 3, 3), "w4": w(12, 12, 1, 1), "b4": w(12, 1)[:, 0], "w5": w(48, 6, 3, 3),
-             "w6": w(96, 1, 3, 3), "w7": w(96, 8, 2, 2), "wf": w(10, 96).T.copy(), "bf": w(10, 1)[:, 0],
+    inits = {"w1": w(24, 5, 3, 3), "b1": w(24, 1)[:, 0], "w2": w(16, 24, 3, 3), "b2": w(16, 1)[:, 0],
+             "w3": w(16, 1, 3, 3), "w4": w(16, 16, 1, 1), "b4": w(16, 1)[:, 0], "w5": w(48, 8, 3, 3),
+             "w6": w(96, 1, 3, 3), "w7": w(96, 16, 2, 2), "wf": w(10, 96).T.copy(), "bf": w(10, 1)[:, 0],
              "w8": w(32, 24, 3, 3), "scales": np.array([1, 1, 2, 2], np.float32)}
     n = helper.make_node
     nodes = [
@@ -121,7 +121,7 @@ def _cnn(seed: int = 0):
         n("Conv", ["a", "w2", "b2"], ["c2"], pads=[1, 0, 0, 1], strides=[2, 2]),
         n("Sigmoid", ["c2"], ["s2"]),
         n("Mul", ["c2", "s2"], ["b"]),
-        n("Conv", ["b", "w3"], ["c3"], pads=[1, 1, 1, 1], group=12),
+        n("Conv", ["b", "w3"], ["c3"], pads=[1, 1, 1, 1], group=16),
         n("HardSwish", ["c3"], ["c"]),
         n("Conv", ["c", "w4", "b4"], ["d"]),
         n("Add", ["d", "b"], ["r"]),
@@ -156,7 +156,9 @@ def _close(got, want):
 def test_every_convolution_may_be_stored_channels_last(cnn):
     g, feeds, want = cnn
     convs = layout_convs(g)
-    assert len(convs) == 8  # the ConvTranspose's contraction too; not the Gemm (its weight-read axis is last)
+    # the ConvTranspose's contraction too; not the depthwise convs (one and two outputs per input: fewer than
+    # MIN_CHANNELS) nor the Gemm (its weight-read axis is last already)
+    assert len(convs) == 6
     everything = {ChannelsLast(p): True for p in convs}
     new, _ = apply_algorithms(g, everything)
     assert not layout.eligible(new)  # each rewritten: the weight-read axes are innermost now
@@ -172,8 +174,9 @@ def test_random_layout_assignments_give_onnxruntime_s_outputs(cnn, seed):
     """Random channels-last choices, with random fusion edges and Winograd tiles, on the C backend."""
     g, feeds, want = cnn
     space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), layout_convs(g))
-    point = space.random(random.Random(seed))
-    assert 0 < sum(isinstance(d, ChannelsLast) for d in point) < len(space.layouts)
+    rng = random.Random(seed)
+    point = next(p for p in iter(lambda: space.random(rng), None)
+                 if 0 < sum(isinstance(d, ChannelsLast) for d in p) < len(space.layouts))
     _close(run_graph(g, feeds, decisions=point), want)
 
 
@@ -191,9 +194,9 @@ def test_the_value_follows_its_layout_into_the_epilogue(cnn):
     kernels = lower(g, {ChannelsLast(one_by_one): True})[1]
     assert len(kernels) == len(base) + 1
     (conv,) = [k for k in kernels if ("r", "Add") in k.sources]
-    assert conv.contraction is not None and ("e", "Relu") in conv.sources and conv.outputs[0][1].shape[-1] == 12
+    assert conv.contraction is not None and ("e", "Relu") in conv.sources and conv.outputs[0][1].shape[-1] == 16
     def copies(ks):
-        return [k for k in ks if k.contraction is None and k.outputs[0][1].shape == (2, 12, 6, 5)]
+        return [k for k in ks if k.contraction is None and k.outputs[0][1].shape == (2, 16, 6, 5)]
 
     assert len(copies(kernels)) == 1 and not copies(base)
 
@@ -217,7 +220,7 @@ class _ChannelsFirstIsSlow(helpers.FakeBackend):
     """A kernel summing the conv's products whose output does not end in its channels takes 40 units; every other
     kernel its speed."""
 
-    channels = 6
+    channels = 16
 
     def compile(self, items):
         out = super().compile(items)
@@ -232,7 +235,7 @@ def test_tune_picks_channels_last_and_compile_applies_it_from_the_cache(tmp_path
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 4, 5, 7)).astype(np.float32)
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": x},
-                       {"w": rng.standard_normal((6, 4, 1, 1)).astype(np.float32)})
+                       {"w": rng.standard_normal((16, 4, 1, 1)).astype(np.float32)})
     g = load(model).graph
     (node,) = layout_convs(g)
     backend = _ChannelsFirstIsSlow(modes=("ok",), speeds=(1, 2), virtual=True)
@@ -299,3 +302,56 @@ def test_untuned_compiles_store_channels_last_where_the_cost_model_prefers_it(hw
     _close(run_graph(g, feeds), want)
     space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), layout_convs(g))
     assert space.encode(space.default)[layout_name(first)] == stored
+
+
+def _readers(kind: str):
+    """1x1 conv A (64 channels at 7x7) -> ReLU, then ``kind``: "gap" a 1x1 conv and a global average pool read
+    it, "pool" a 1x1 conv and a 2x2 average pool, "shuffle" a 1x1 conv through a channel shuffle, "gap only" the
+    global pool alone."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 32, 7, 7)).astype(np.float32)
+    inits = {"wa": (rng.standard_normal((64, 32, 1, 1)) / 6).astype(np.float32),
+             "wb": (rng.standard_normal((16, 64, 1, 1)) / 8).astype(np.float32),
+             "split": np.array([1, 4, 16, 7, 7], np.int64), "whole": np.array([1, 64, 7, 7], np.int64)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "wa"], ["a"]), n("Relu", ["a"], ["r"])]
+    outputs = ["y"]
+    if kind == "shuffle":
+        nodes += [n("Reshape", ["r", "split"], ["r5"]), n("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+                  n("Reshape", ["t5", "whole"], ["s"]), n("Conv", ["s", "wb"], ["y"])]
+    else:
+        nodes += [] if kind == "gap only" else [n("Conv", ["r", "wb"], ["y"])]
+        pool = n("AveragePool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]) if kind == "pool" \
+            else n("GlobalAveragePool", ["r"], ["p"])
+        nodes.append(pool)
+        outputs = ["p"] if kind == "gap only" else ["y", "p"]
+    return make_model(nodes, {"x": x}, inits, outputs=outputs), {"x": x}
+
+
+@pytest.mark.parametrize(("kind", "stored"), [("gap", True), ("pool", False), ("shuffle", False),
+                                              ("gap only", False)])
+def test_the_default_needs_a_1x1_reader_and_no_copy(kind, stored):
+    """A global pool reads a channels-last value as well as any order; a 2x2 pool does not; a channel shuffle
+    would read a copy; and without a 1x1 conv reading it there is nothing to gain."""
+    model, feeds = _readers(kind)
+    g = load(model).graph
+    assert bool(layout.defaults(g)) == stored
+    kernels = lower(g)[1]
+    assert len(kernels) == len(lower(g, {})[1])  # no copy either way
+    _close(run_graph(g, feeds), run_ort(model, feeds))
+
+
+def test_a_grouped_convolution_s_groups_merge_in_place():
+    """A grouped conv's output is its (group, channel) axes merged: stored channels-last, the merge is the
+    stored view reshaped, so the ReLU after it fuses into the contraction; not the default (grouped)."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 32, 7, 7)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], group=2), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": x}, {"w": (rng.standard_normal((64, 16, 1, 1)) / 4).astype(np.float32)})
+    g = load(model).graph
+    (node,) = layout_convs(g)
+    assert not layout.defaults(g)
+    kernels = lower(g, {ChannelsLast(node): True})[1]
+    (conv,) = [k for k in kernels if k.contraction is not None]
+    assert ("y", "Relu") in conv.sources and conv.outputs[0][1].shape[-1] == 64
+    _close(run_graph(g, {"x": x}, decisions={ChannelsLast(node): True}), run_ort(model, {"x": x}))
