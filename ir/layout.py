@@ -88,6 +88,7 @@ def _rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node], se
     new: dict[int, Node] = {}
     stored: dict[int, Src] = {}  # old id -> (new node, the view that reads it in the old node's logical order)
     root: dict[int, int] = {}  # old id -> the chosen contraction whose order it has
+    near: dict[int, int] = {}  # contractions and the elementwise nodes computed from them: old id -> toposort place
     copies: dict[int, Node] = {}
 
     def read(s: Node, v: View) -> Src:
@@ -102,8 +103,11 @@ def _rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node], se
             copies[s.id] = Node(Op.Contiguous, ((x, vx),), s.shape, s.dtype, {}, origin=s.origin)
         return copies[s.id], v
 
-    for n in order:
+    for place, n in enumerate(order):
         srcs = tuple(read(s, v) for s, v in n.srcs)
+        if (n.op is Op.SumReduce and n.srcs[0][0].op is Op.Mul) or (
+                n.op in ELEMENTWISE and any(s.id in near and _full_size(v) for s, v in n.srcs)):
+            near[n.id] = place
         perm = _order(n) if n.id in chosen else None
         if perm is not None:
             mul, _ = n.srcs[0]
@@ -117,7 +121,8 @@ def _rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node], se
             new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), n.id
             continue
         product = any(u.op is Op.SumReduce for u in users.get(n.id, []))  # keeps its contraction's order
-        follow = None if product else _follows(n, srcs, [s.id in stored for s, _ in n.srcs])
+        follow = None if product else _follows(n, srcs, [s.id in stored for s, _ in n.srcs],
+                                               [near.get(s.id, -1) for s, _ in n.srcs])
         if follow is not None:
             slot, follow_order = follow
             shape = tuple(n.shape[k] for k in follow_order)
@@ -136,19 +141,29 @@ def _rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node], se
     return out, {k: v for k, v in new.items() if v.id in alive}, copied
 
 
-def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool]) -> tuple[int, tuple[int, ...]] | None:
-    """The slot of an elementwise node's first full-size operand that the rewrite stores in another order than
-    the logical one, and the order the node is computed in to follow it (None: its logical order). A Contiguous
-    node is a copy into the logical order, which the rewrite keeps."""
+def _full_size(v: View) -> bool:
+    return not v.mask and not any(st == 0 and size > 1 for st, size in zip(v.strides, v.shape))
+
+
+def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int]) -> tuple[int, tuple[int, ...]] | None:
+    """The slot of an elementwise node's full-size operand stored in another order than the logical one that it
+    follows, and the order it is then computed in (None: its logical order, reading stored operands through
+    their views). Of the operands computed from a contraction (``near``: their place in the toposort, -1 for
+    others) it follows the latest, the one whose kernel it may fuse into (a residual add into the convolution
+    before it, not into the one its other operand skipped from), where that one is stored; without any, it
+    follows where every full-size operand is stored. A Contiguous node is a copy into the logical order, which
+    the rewrite keeps."""
     if n.op not in ELEMENTWISE or n.op is Op.Contiguous:
         return None
-    for slot, ((_, v), m) in enumerate(zip(srcs, moved)):
-        if not m or v.mask or any(st == 0 and size > 1 for st, size in zip(v.strides, v.shape)):
-            continue
-        found = _storage_order(v)
-        if found is not None and list(found) != sorted(found):
-            return slot, found
-    return None
+    full = [slot for slot, (_, v) in enumerate(srcs) if _full_size(v)]
+    if not full:
+        return None
+    latest = max(full, key=lambda slot: near[slot])
+    slot = latest if near[latest] >= 0 else full[0]
+    if not moved[slot] or (near[latest] < 0 and not all(moved[k] for k in full)):
+        return None
+    found = _storage_order(srcs[slot][1])
+    return (slot, found) if found is not None and list(found) != sorted(found) else None
 
 
 # which contractions an untuned compile stores channels-last: 1x1 convolutions on short pixel rows whose readers

@@ -355,3 +355,23 @@ def test_a_grouped_convolution_s_groups_merge_in_place():
     (conv,) = [k for k in kernels if k.contraction is not None]
     assert ("y", "Relu") in conv.sources and conv.outputs[0][1].shape[-1] == 64
     _close(run_graph(g, {"x": x}, decisions={ChannelsLast(node): True}), run_ort(model, {"x": x}))
+
+
+def test_a_residual_add_fuses_into_the_convolution_before_it():
+    """conv B (logical order) + the channels-last value it skipped from: the add follows B, the latest of its
+    operands, and fuses into B's kernel reading the stored value through its view (no kernel more)."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 32, 7, 7)).astype(np.float32)
+    inits = {"wa": (rng.standard_normal((64, 32, 1, 1)) / 6).astype(np.float32),
+             "wb": (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "wa"], ["a"]), n("Relu", ["a"], ["r"]), n("Conv", ["r", "wb"], ["b"], pads=[1] * 4),
+             n("Add", ["b", "r"], ["s"]), n("GlobalAveragePool", ["s"], ["y"])]
+    model = make_model(nodes, {"x": x}, inits)
+    g = load(model).graph
+    first = layout_convs(g)[0]
+    kernels = lower(g, {ChannelsLast(first): True})[1]
+    assert len(kernels) == len(lower(g, {})[1])
+    (conv,) = [k for k in kernels if ("b", "Conv") in k.sources]
+    assert ("s", "Add") in conv.sources and conv.outputs[0][1].shape[1] == 64  # logical order: channels second
+    _close(run_graph(g, {"x": x}, decisions={ChannelsLast(first): True}), run_ort(model, {"x": x}))
