@@ -234,7 +234,8 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int) -> list[str]:
         src.append(f"({v} - {h.before[x]}) * {alpha[x]}")
     s, b, n = h.split[wx], h.before[wx], h.source[wx]
     phase = f"p{wx}" if s > 1 else "0"
-    step = f" * {alpha[wx]}" if alpha[wx] != 1 else ""  # the input's row axis is not its innermost (channels-last)
+    at = f"{phase} + {s} * w - {b}"
+    at = f"({at}) * {alpha[wx]}" if alpha[wx] != 1 else at  # the input's row axis is not its innermost (channels-last)
     # positions w of this row hold input column phase + s*w - before, where that lies in [0, n)
     L += [f"    if (!ok) {{ for (int64_t w = 0; w < {wq}; w++) d[w] = 0; continue; }}",
           f"    const lum_t *restrict x = in{buf} + {' + '.join(src) or '0'};",
@@ -242,7 +243,7 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int) -> list[str]:
           f"    const int64_t hi = lum_min64({wq}, ({n} + {b} - {phase} + {s - 1}) / {s});",
           "    for (int64_t w = 0; w < lo; w++) d[w] = 0;",
           "    #pragma omp simd",
-          f"    for (int64_t w = lo; w < hi; w++) d[w] = x[({phase} + {s} * w - {b}){step}];",
+          f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{at}];",
           f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;",
           "}",
           "#pragma omp for schedule(static)",
