@@ -6,13 +6,14 @@ the order its output is stored in (the batch, the output channels, then the pixe
 (the pixels), so the contraction writes pixel rows of channels and its micro-kernel runs along the channels: a
 7x7 map is 49 pixels, half-filled vectors in the one order and 512 full channels in the other.
 
-The stored order then follows the value where it can (an elementwise node whose first full-size operand is
-stored channels-last is computed in that order, so a bias, an activation and a residual add stay fused into the
-contraction); every other reader reads the value in place through the view ``view.rebase`` gives (the next
-convolution's windows, a pool's, a global average) or, for a reshape, the stored view reshaped (a grouped
-convolution's groups and channels merged), and a reader whose view merges the channels with the pixels (a
-flatten) reads a copy in the logical order, made once: the conversions at a region's border are kernels like
-any other, and the search times them with the rest.
+The stored order then follows the value where it can (an elementwise node is computed in the stored order of
+the latest of its operands computed from a contraction, so a bias, an activation and a residual add stay fused
+into that contraction: ``_follows``); every other reader reads the value in place through the view
+``view.rebase`` gives (the next convolution's windows, a pool's, a global average) or, for a reshape, the stored
+view reshaped (a grouped convolution's groups and channels merged), and a reader whose view merges the channels
+with the pixels (a flatten) reads a copy in the logical order, made once: the conversions at a region's border
+are kernels like any other, and the search times them with the rest. ``defaults`` is the untuned compile's
+choice.
 """
 
 from __future__ import annotations
