@@ -202,10 +202,10 @@ def test_a_tuner_killed_mid_trial_has_it_failed_by_another_after_the_grace_perio
     assert dead.state is TrialState.FAIL  # failed by the survivor once its heartbeat was stale
     (again,) = [t for t in trials if t.system_attrs.get("failed_trial") == number]
     assert again.params == dead.params and again.state is TrialState.COMPLETE
-    # the point was asked again and timed, by the retried trial or (where the survivor drew the same point first)
-    # by the survivor's own trial, whose time the retried one took
-    (timed,) = [t for t in trials if t.params == dead.params and t.user_attrs.get("status") == "ok"]
-    assert again.value == timed.value
+    # the point was asked again and timed, by the retried trial or (where the survivor drew the same point first,
+    # maybe with other values of knobs that do not change its code) by the survivor's own trial, whose time the
+    # retried one took
+    assert [t for t in trials if t.user_attrs.get("status") == "ok" and t.value == again.value]
     assert not [t for t in trials if t.state is TrialState.RUNNING]
     assert Counter(json.dumps(t.params, sort_keys=True) for t in _measured(trials)).most_common(1)[0][1] == 1
 
