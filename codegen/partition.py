@@ -272,14 +272,12 @@ def decisions_config(decisions: Decisions) -> dict[str, list[Any]]:
 
 def winograd_convs(graph: Graph) -> list[int]:
     """The toposort positions of the convolutions a ``Winograd`` decision may take (3 x 3, unit steps)."""
-    pos = {n.id: i for i, n in enumerate(graph.toposort())}
-    return [pos[n.id] for n in winograd.eligible(graph)]
+    return [i for i, n in enumerate(graph.toposort()) if winograd.eligible(n)]
 
 
 def layout_convs(graph: Graph) -> list[int]:
     """The toposort positions of the convolutions a ``ChannelsLast`` decision may take."""
-    pos = {n.id: i for i, n in enumerate(graph.toposort())}
-    return [pos[n.id] for n in layout.eligible(graph)]
+    return [i for i, n in enumerate(graph.toposort()) if layout.eligible(n)]
 
 
 def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, dict[Edge, bool]]:
@@ -317,7 +315,7 @@ def default_algorithms(graph: Graph) -> Decisions:
     (``winograd.default_tile``), every other one directly; channels-last where ``layout.defaults`` prefers it."""
     order = graph.toposort()
     tiles: Decisions = {Winograd(i, t): True for i, n in enumerate(order) if (t := winograd.default_tile(n))}
-    last = {n.id for n in layout.defaults(graph)}
+    last = {n.id for n in layout.defaults(graph, order)}
     return tiles | {ChannelsLast(i): True for i, n in enumerate(order) if n.id in last}
 
 

@@ -165,6 +165,23 @@ class Graph:
         return dict(sorted(counts.items()))
 
 
+Src = tuple[Node, View]
+
+
+def weighted_sum(red: Node) -> tuple[Node, Src, Src] | None:
+    """(the product, the activation read, the weight read) where ``red`` is a SumReduce over the whole of a Mul of
+    an activation by a constant weight (a convolution's or a matmul's contraction)."""
+    if red.op is not Op.SumReduce:
+        return None
+    mul, mv = red.srcs[0]
+    if mul.op is not Op.Mul or not mv.is_contiguous or mv.shape != mul.shape:
+        return None
+    a, b = mul.srcs
+    if (a[0].op is Op.Constant) == (b[0].op is Op.Constant):
+        return None
+    return (mul, b, a) if a[0].op is Op.Constant else (mul, a, b)
+
+
 def const_value(node: Node) -> np.ndarray:
     assert node.op is Op.Constant
     return node.attrs["value"]

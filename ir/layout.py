@@ -9,8 +9,8 @@ the order its output is stored in (the batch, the output channels, then the pixe
 The stored order then follows the value where it can (an elementwise node is computed in the stored order of
 the latest of its operands computed from a contraction, so a bias, an activation and a residual add stay fused
 into that contraction: ``_follows``); every other reader reads the value in place through the view
-``view.rebase`` gives (the next convolution's windows, a pool's, a global average) or, for a reshape, the stored
-view reshaped (a grouped convolution's groups and channels merged), and a reader whose view merges the channels
+``view.rebase`` gives (the next convolution's windows, a pool's, a global average, a reshape that merges a
+grouped convolution's groups and channels), and a reader whose view merges the channels
 with the pixels (a flatten) reads a copy in the logical order, made once: the conversions at a region's border
 are kernels like any other, and the search times them with the rest. ``defaults`` is the untuned compile's
 choice.
@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import math
 
-from .graph import ELEMENTWISE, Graph, Node, Op
+from .graph import ELEMENTWISE, Graph, Node, Op, Src, weighted_sum
 from .view import View, reads_dim, rebase
-
-Src = tuple[Node, View]
 
 # the fewest outputs per input group for which the rewrite is offered: innermost, they are what the contraction's
 # vectors run along (one 16-float vector); a depthwise convolution has one, and channels-last ran 5-50x slower
@@ -35,15 +33,10 @@ def _order(red: Node) -> tuple[int, ...] | None:
     """The Mul's axes with the kept ones the weight reads last (the reduced ones after them), where the
     SumReduce ``red`` is a contraction of an activation with a constant weight that writes at least MIN_CHANNELS
     outputs per input group and that order is a new one."""
-    if red.op is not Op.SumReduce:
+    found = weighted_sum(red)
+    if found is None:
         return None
-    mul, mv = red.srcs[0]
-    if mul.op is not Op.Mul or not mv.is_contiguous or mv.shape != mul.shape:
-        return None
-    (a, va), (b, vb) = mul.srcs
-    if (a.op is Op.Constant) == (b.op is Op.Constant):
-        return None
-    vw, vx = (va, vb) if a.op is Op.Constant else (vb, va)
+    mul, (_, vx), (_, vw) = found
     axes = set(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
     if math.prod(mul.shape[k] for k in kept if reads_dim(vw, k) and not reads_dim(vx, k)) < MIN_CHANNELS:
@@ -53,9 +46,9 @@ def _order(red: Node) -> tuple[int, ...] | None:
     return order if moved != sorted(moved) else None
 
 
-def eligible(graph: Graph) -> list[Node]:
-    """The SumReduce nodes of the contractions a channels-last rewrite changes, in topological order."""
-    return [n for n in graph.toposort() if _order(n) is not None]
+def eligible(node: Node) -> bool:
+    """Whether ``node`` is the SumReduce of a contraction a channels-last rewrite changes."""
+    return _order(node) is not None
 
 
 def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
@@ -77,14 +70,13 @@ def _storage_order(v: View) -> tuple[int, ...] | None:
 def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
     """``graph`` with the contractions whose SumReduce node ids are in ``chosen`` (and ``_order`` has one for)
     computed channels-last; also the node each old node id became (nodes only they read are gone)."""
-    out, moved, _ = _rewrite(graph, chosen)
+    out, moved, _ = _rewrite(graph, graph.toposort(), chosen)
     return out, moved
 
 
-def _rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node], set[int]]:
-    """``rewrite``, and the chosen ids whose values some reader (or a graph output) reads from a copy in the
-    logical order."""
-    order = graph.toposort()
+def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, dict[int, Node], set[int]]:
+    """``rewrite`` (``order``: the graph's toposort), and the chosen ids whose values some reader (or a graph
+    output) reads from a copy in the logical order."""
     users = graph.consumers(order)
     new: dict[int, Node] = {}
     stored: dict[int, Src] = {}  # old id -> (new node, the view that reads it in the old node's logical order)
@@ -96,8 +88,7 @@ def _rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node], se
         if s.id not in stored:
             return new[s.id], v
         x, vx = stored[s.id]
-        merged = vx.reshape(v.shape) if v.is_contiguous and v.numel == s.numel else None
-        moved = merged if merged is not None else rebase(v, s.shape, vx)
+        moved = rebase(v, s.shape, vx)
         if moved is not None:
             return x, moved
         if s.id not in copies:
@@ -183,13 +174,12 @@ def _one_by_one(red: Node) -> bool:
     return _order(red) is not None and sum(red.srcs[0][0].shape[k] > 1 for k in red.attrs["axes"]) == 1
 
 
-def defaults(graph: Graph) -> list[Node]:
+def defaults(graph: Graph, order: list[Node]) -> list[Node]:
     """The SumReduce nodes an untuned compile stores channels-last, in topological order: 1x1 convolutions
     without groups (ShuffleNet's grouped ones ran 1-4% slower so) of at most SHORT_ROWS rows whose value
     (through elementwise nodes of its size) some 1x1 convolution reads and nothing else but 1x1 convolutions
     and global pools, each in place (not through a channel shuffle, which reads a copy), and is not a graph
-    output."""
-    order = graph.toposort()
+    output. ``order``: the graph's toposort."""
     users = graph.consumers(order)
     outputs = {o.id for o in graph.outputs}
     known: dict[tuple[int, int], tuple[bool, bool]] = {}
@@ -214,19 +204,16 @@ def defaults(graph: Graph) -> list[Node]:
 
     chosen = []
     for n in order:
-        if not _one_by_one(n):
+        found = weighted_sum(n)
+        if found is None or not _one_by_one(n):
             continue
-        mul, (_, vw) = n.srcs[0][0], _weight(n)
+        mul, (_, vx), (_, vw) = found
         kept = [k for k in range(len(mul.shape)) if k not in n.attrs["axes"] and mul.shape[k] > 1]
         rows = math.prod(mul.shape[k] for k in kept if not reads_dim(vw, k))
-        _, vx = next((s, v) for s, v in mul.srcs if s.op is not Op.Constant)
         grouped = any(reads_dim(vw, k) and reads_dim(vx, k) for k in kept)
         if rows <= SHORT_ROWS and not grouped and readers(n, n.numel, rows) == (True, True):
             chosen.append(n)
-    _, _, copied = _rewrite(graph, {n.id for n in chosen})
+    if not chosen:  # most graphs: no rewrite to try
+        return []
+    _, _, copied = _rewrite(graph, order, {n.id for n in chosen})
     return [n for n in chosen if n.id not in copied]
-
-
-def _weight(red: Node) -> Src:
-    (a, va), (b, vb) = red.srcs[0][0].srcs
-    return (a, va) if a.op is Op.Constant else (b, vb)

@@ -256,8 +256,10 @@ def _extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
 
 def rebase(view: View, shape: tuple[int, ...], onto: View) -> View | None:
     """``view``, which reads a contiguous tensor of ``shape``, reading instead what ``onto`` (a view of that shape)
-    reads; None where ``view`` does not walk whole dims of ``shape`` (a reshape that merged or split them), which
-    only a copy in ``shape``'s order serves."""
+    reads; None where ``view`` does not walk whole dims of ``shape`` (a reshape that merged or split them) and is
+    no reshape of ``onto`` either, which only a copy in ``shape``'s order serves."""
+    if view.is_contiguous and view.numel == math.prod(shape):  # a reshape: merges dims ``onto`` keeps adjacent
+        return onto.reshape(view.shape)
     strides = contiguous_strides(shape)
     rows = [[0] * view.ndim for _ in shape]
     for k, (size, st) in enumerate(zip(view.shape, view.strides)):

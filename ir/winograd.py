@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import DType
-from .graph import Graph, Node, Op
+from .graph import Graph, Node, Op, weighted_sum
 from .reference import read
 from .view import Constraint, View, reads_dim
 
@@ -66,15 +66,10 @@ def _pair(vx: View, vw: View, tap: int, kept: list[int]) -> int | None:
 
 
 def _match(red: Node) -> _Conv | None:
-    if red.op is not Op.SumReduce or red.dtype is not DType.float32:
+    found = weighted_sum(red) if red.dtype is DType.float32 else None
+    if found is None:
         return None
-    mul, mv = red.srcs[0]
-    if mul.op is not Op.Mul or not mv.is_contiguous or mv.shape != mul.shape:
-        return None
-    (a, va), (b, vb) = mul.srcs
-    if (a.op is Op.Constant) == (b.op is Op.Constant):
-        return None
-    (x, vx), (w, vw) = ((b, vb), (a, va)) if a.op is Op.Constant else ((a, va), (b, vb))
+    mul, (x, vx), (w, vw) = found
     axes = tuple(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
     taps = [k for k in axes if mul.shape[k] == 3 and vx.strides[k] != 0 and vw.strides[k] != 0]
@@ -89,9 +84,9 @@ def _match(red: Node) -> _Conv | None:
     return _Conv(red, mul.shape, (x, vx), (w, vw), (pairs[0], pairs[1]), channels, rest)
 
 
-def eligible(graph: Graph) -> list[Node]:
-    """The SumReduce nodes of the 3 x 3 unit-step convolutions with a constant weight, in topological order."""
-    return [n for n in graph.toposort() if _match(n) is not None]
+def eligible(node: Node) -> bool:
+    """Whether ``node`` is the SumReduce of a 3 x 3 unit-step convolution with a constant weight."""
+    return _match(node) is not None
 
 
 # which tile an untuned compile takes: F(4x4) multiplies 4x fewer times over the channels than the direct
