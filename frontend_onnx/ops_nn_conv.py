@@ -23,8 +23,69 @@ def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = Fa
     return strides, dilations, pads, outs
 
 
+SPLIT_LIVE = 0.65  # see conv
+
+
+def _taps(size: int, pad: int, o: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
+    """The taps [lo, hi) of a kernel dim that read the input (not its zero padding) at output position ``o``."""
+    first = pad - o * stride  # where the input starts, counted from the window's start
+    lo = max(0, -(-first // dilation))
+    hi = min(k, (first + size - 1) // dilation + 1)
+    return lo, max(lo, hi)
+
+
+def _bands(size: int, pad: int, out: int, k: int, stride: int, dilation: int) -> list[tuple[int, int, int, int]]:
+    """The runs [o0, o1) of output positions along a dim that read the same taps [lo, hi)."""
+    bands: list[tuple[int, int, int, int]] = []
+    for o in range(out):
+        span = _taps(size, pad, o, k, stride, dilation)
+        if bands and bands[-1][2:] == span:
+            bands[-1] = (bands[-1][0], o + 1, *span)
+        else:
+            bands.append((o, o + 1, *span))
+    return bands
+
+
+def _shift(x: Tensor, pads: list[tuple[int, int]], d: int, by: int) -> tuple[Tensor, list[tuple[int, int]]]:
+    """``x`` and its pads with the windows along spatial dim ``d`` starting ``by`` later: less padding before,
+    or the input's start cropped where that goes below none."""
+    pads = list(pads)
+    a, b = pads[d][0] - by, pads[d][1]
+    if a < 0:
+        x = x.pad([(0, 0)] * (2 + d) + [(a, 0)] + [(0, 0)] * (x.ndim - 3 - d))
+        a = 0
+    pads[d] = (a, b)
+    return x, pads
+
+
 def conv(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
-    """N-d grouped convolution as one broadcast Mul + SumReduce over (C/group, k...)."""
+    """N-d grouped convolution as one broadcast Mul + SumReduce over (C/group, k...), over the taps that read
+    the input somewhere: a dilated kernel over a small map (an atrous pyramid's rates 12-36 over 20-32 pixels)
+    reads only zero padding at its outer taps near the borders. Taps that do so at every output position leave
+    the contraction; where the output positions reading the input with fewer taps hold most of the work along
+    a dim (its live share at most SPLIT_LIVE), the output splits into bands along it, one contraction per band
+    over the band's own taps, concatenated."""
+    nd = len(outs)
+    pads = [tuple(p) for p in pads]
+    for d in range(nd):
+        k = w.shape[2 + d]
+        bands = _bands(x.shape[2 + d], pads[d][0], outs[d], k, strides[d], dilations[d])
+        live = sum((o1 - o0) * (hi - lo) for o0, o1, lo, hi in bands)
+        if len(bands) > 1 and live <= SPLIT_LIVE * outs[d] * k:
+            parts = []
+            for o0, o1, lo, hi in bands:
+                xb, pb = _shift(x, pads, d, o0 * strides[d])
+                ob = [*outs[:d], o1 - o0, *outs[d + 1:]]
+                if hi == lo:  # every tap over the padding: zeros
+                    parts.append(Tensor.full((x.shape[0], w.shape[0], *ob), 0, x.dtype))
+                else:
+                    parts.append(conv(xb, w, group, strides, dilations, pb, ob))
+            return concat(parts, 2 + d)
+        spans = [(lo, hi) for _, _, lo, hi in bands if hi > lo]
+        if spans and (min(spans)[0], max(hi for _, hi in spans)) != (0, k):
+            lo, hi = min(spans)[0], max(hi for _, hi in spans)
+            w = w.shrink([(0, s) if j != 2 + d else (lo, hi) for j, s in enumerate(w.shape)])
+            x, pads = _shift(x, pads, d, lo * dilations[d])
     n = x.shape[0]
     m, cg = w.shape[:2]
     kernel = w.shape[2:]

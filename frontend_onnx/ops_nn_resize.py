@@ -9,10 +9,11 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_nn_util import take
-from .ops_shape import norm_axis
+from .ops_shape import concat, norm_axis
 from .registry import OpContext, fail, need, need_const, op
 
 F32 = np.float32
+PHASES_MIN_INNER = 8  # see _apply
 
 
 def _source_coords(ctm: str, n_in: int, n_out: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
@@ -144,7 +145,70 @@ def axis_taps(mode: str, ctm: str, nearest: str, n_in: int, n_out: int, scale: f
     return taps, outside
 
 
+def _phases(taps, n_in: int, n_out: int) -> tuple[int, int, list[tuple[int, np.ndarray]]] | None:
+    """An upsampling by a whole factor r whose taps repeat with the output's phase: (r, s, [(c, W)]) such that
+    output o reads, per tap, input (o + s) // r + c, clamped to the input, with weight W[(o + s) % r]; checked
+    on the map itself (two seeded random inputs through both forms, to the float32 noise of the weights computed
+    per output). None where the taps do not repeat so."""
+    if n_out % n_in or n_out == n_in or n_in < 3:
+        return None
+    r = n_out // n_in
+    o = np.arange(n_out)
+    probe = np.random.default_rng(0).standard_normal((2, n_in))
+    want = sum(w.astype(np.float64) * probe[:, idx] for idx, w in taps)
+    for s in range(r):
+        base, phase = (o + s) // r, (o + s) % r
+        form = []
+        for idx, w in taps:
+            inner = (idx > 0) & (idx < n_in - 1)
+            if not inner.any():
+                return None
+            c = int(np.bincount(idx[inner] - base[inner] - (idx - base).min()).argmax() + (idx - base).min())
+            # the weights of a block in the middle, away from the clamped borders
+            form.append((c, w[np.arange(r) + (n_out // r // 2) * r - s].astype(F32)))
+        got = sum(W[phase].astype(np.float64) * probe[:, np.clip(base + c, 0, n_in - 1)] for c, W in form)
+        if np.allclose(got, want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max()))):
+            return r, s, form
+    return None
+
+
+def _apply_phases(x: Tensor, axis: int, r: int, s: int, form: list[tuple[int, np.ndarray]], n_out: int) -> Tensor:
+    """The upsampling ``_phases`` describes as views: the output in blocks of r phases, each tap a view of the
+    input (its borders repeated where the taps run past them) broadcast over the phases, times its phase
+    weights; the blocks then cut to the output."""
+    n_in = x.shape[axis]
+    blocks = (n_out - 1 + s) // r + 1
+    lo = max(0, -min(c for c, _ in form))
+    hi = max(0, max(blocks - 1 + c for c, _ in form) - (n_in - 1))
+
+    def edge(at: int, count: int) -> Tensor:
+        e = x.shrink([(at, at + 1) if k == axis else (0, n) for k, n in enumerate(x.shape)])
+        return e.expand(tuple(count if k == axis else n for k, n in enumerate(x.shape)))
+
+    parts = ([edge(0, lo)] if lo else []) + [x] + ([edge(n_in - 1, hi)] if hi else [])
+    xe = concat(parts, axis) if len(parts) > 1 else x
+    shape = [*x.shape[:axis], blocks, r, *x.shape[axis + 1:]]
+    out = None
+    for c, w in form:
+        t = xe.shrink([(c + lo, c + lo + blocks) if k == axis else (0, n) for k, n in enumerate(xe.shape)])
+        t = t.unsqueeze([axis + 1]).expand(tuple(shape))
+        if not np.all(w == 1):
+            wt = w.reshape([r if k == axis + 1 else 1 for k in range(len(shape))]).astype(x.dtype.np)
+            t = t.mul(Tensor.const(wt, x.dtype).expand(tuple(shape)))
+        out = t if out is None else out.add(t)
+    assert out is not None
+    out = out.reshape((*x.shape[:axis], blocks * r, *x.shape[axis + 1:]))
+    return out.shrink([(s, s + n_out) if k == axis else (0, n) for k, n in enumerate(out.shape)])
+
+
 def _apply(x: Tensor, axis: int, taps, outside, extrapolation: float) -> Tensor:
+    n_out = len(taps[0][0])
+    phases = _phases(taps, x.shape[axis], n_out) if outside is None and x.dtype.is_float else None
+    # along the innermost dim the phases are the innermost loop: 2 long it ran at half the gathers' speed (2
+    # threads, 64 x 40 x 40 -> 80 wide: 0.19 against 0.09 ms), 4 long at par, 8 long at 2.7x theirs
+    innermost = all(n == 1 for n in x.shape[axis + 1:])
+    if phases is not None and (not innermost or phases[0] >= PHASES_MIN_INNER):
+        return _apply_phases(x, axis, *phases, n_out)
     out = None
     n_out = len(taps[0][0])
     shape = [n_out if k == axis else 1 for k in range(x.ndim)]

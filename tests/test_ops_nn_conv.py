@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import ops_nn_harness as h
 import pytest
@@ -229,3 +231,34 @@ def test_conv_transpose_without_overlap_is_one_contraction(xs, ws, attrs, bias):
     assert [n.op for n in g.toposort()].count(Op.SumReduce) == 1
     assert [n.op for n in g.toposort()].count(Op.Add) == int(bias)  # no overlap-add
     compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)  # the C GEMM writes the output in phases
+
+
+# (input, weight, attributes, per spatial dim the (output position, tap) pairs the contractions keep: the
+# output's length times the taps kept, or where the output splits into bands, each band's length times its taps)
+DEAD_TAP_CASES = [
+    ((1, 8, 6, 6), (4, 8, 3, 3), dict(pads=[6, 6, 6, 6], dilations=[6, 6]), (6 * 1, 6 * 1)),  # an atrous 1x1
+    ((1, 8, 6, 6), (4, 8, 3, 3), dict(pads=[3, 3, 3, 3], dilations=[3, 3]), (6 * 3, 6 * 3)),  # 2/3 live: kept whole
+    ((1, 4, 5, 7), (4, 4, 3, 3), dict(pads=[9, 0, 9, 0], dilations=[9, 3]), (5 * 1, 1 * 3)),
+    # one output row, whose only live tap lies right of the input's start: a crop
+    ((2, 4, 5, 5), (6, 2, 5, 3), dict(group=2, pads=[7, 1, 2, 1], dilations=[3, 1], strides=[2, 1]), (1 * 1, 5 * 3)),
+    ((1, 3, 9), (4, 3, 4), dict(pads=[11, 2], dilations=[4]), (3 * 1 + 4 * 2 + 1 * 3 + 2 * 2,)),  # 18 of 40 live
+    # the first and last output positions read padding alone: bands of zeros
+    ((1, 3, 4), (2, 3, 5), dict(pads=[5, 5], strides=[3]), (1 * 3 + 1 * 3,)),
+    ((1, 2, 3, 4, 3), (3, 2, 3, 3, 3), dict(pads=[4, 1, 4, 4, 1, 4], dilations=[4, 1, 4]), (3 * 1, 4 * 3, 3 * 1)),
+    # 3/5 live along both dims: bands of 4, 2 and 4 rows reading taps 1-2, 1 and 0-1
+    ((1, 4, 10, 10), (5, 4, 3, 3), dict(pads=[6, 6, 6, 6], dilations=[6, 6]), (18, 18)),
+    ((2, 4, 10, 9), (6, 2, 3, 3), dict(group=2, pads=[6, 6, 6, 6], dilations=[6, 6], strides=[1, 2]), (18, 9)),
+    ((1, 3, 9), (2, 3, 3), dict(pads=[9, 9], dilations=[9]), (9 * 1,)),  # only the centre tap ever reads
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs,pairs", DEAD_TAP_CASES)
+def test_conv_reads_only_live_taps(xs, ws, attrs, pairs):
+    """Taps that meet only the zero padding (a dilated kernel over a small map) leave the contraction: at every
+    output position, or, where that is most of the work, per band of output positions; the outputs as
+    onnxruntime's, on the reference executor and the C backend."""
+    inputs = [rand(*xs), rand(*ws, seed=1), rand(ws[0], seed=2)]
+    g = h.check("Conv", inputs, attrs, consts={1, 2})
+    macs = sum(math.prod(n.srcs[0][1].shape) for n in g.toposort() if n.op is Op.SumReduce)
+    assert macs == xs[0] * ws[0] * ws[1] * math.prod(pairs)
+    compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)
