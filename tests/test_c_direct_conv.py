@@ -169,6 +169,24 @@ def test_20_channels_keep_pixels_as_columns():
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True)
 
 
+@pytest.mark.parametrize("cin,cout,hw,pixels_as_columns", [
+    (64, 384, 14, True),  # a small product: its 196 pixels padded to 224 lanes rather than packed per call
+    (1024, 256, 14, False),  # 51M multiply-adds: the pack is worth the lanes
+    (160, 960, 7, False),  # 49 pixels in 64 lanes pad more than WASTE_SMALL
+])
+def test_a_1x1_conv_at_a_short_map_takes_the_measured_orientation(cin, cout, hw, pixels_as_columns):
+    """Which operand is A in a 1x1 conv whose pixels do not fill whole tiles: the pixels stay the columns of a
+    small product, and are the rows (packed per call) of a large one or one whose lanes would go mostly empty;
+    the other orientation stays in the search's space; both give the reference's outputs."""
+    g, feeds = _conv_graph(1, cin, cout, (hw, hw), k=1, pads=((0, 0), (0, 0)))
+    _, c = _the_conv(g)
+    plan = plan_contraction(c)
+    assert (plan.size("n") == hw * hw) is pixels_as_columns and plan.a_direct is pixels_as_columns
+    be = CPUBackend()
+    assert {kn.name: kn.choices for kn in be.space(c)}["swap"] == (False, True)
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True)
+
+
 def test_random_points_of_a_conv_space_are_correct():
     """Every schedule the space offers for a conv kernel is C that compiles and matches the reference."""
     g, feeds = _conv_graph(2, 7, 13, (9, 23), pads=((1, 2), (2, 0)), group=1, epilogue="silu")

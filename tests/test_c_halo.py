@@ -132,7 +132,7 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
 def test_the_search_takes_either_orientation(n, cin, cout, stride):
     """The ``swap`` knob: a conv whose default keeps its pixels as columns (few K rows, a stride) reaches the
     padded copy with the roles swapped, and one whose default reads the copy reaches the packed orientation;
-    either way the outputs are the reference's. A matmul keeps its rules' orientation."""
+    either way the outputs are the reference's. A 1x1 conv (no padded copy) and a matmul have the knob too."""
     g, feeds = _conv_graph(n, cin, cout, (20, 60), stride=stride)
     ks, c = _the_conv(g)
     be = CPUBackend()
@@ -150,8 +150,13 @@ def test_the_search_takes_either_orientation(n, cin, cout, stride):
     assert any(halo) and not all(halo)
     mm = _graph([x := Tensor.input("x", (48, 64), DType.float32)],
                 [x.matmul(Tensor.const(RNG.standard_normal((64, 80)).astype(np.float32)))])
-    _, k = _the_conv(mm)
-    assert "swap" not in {kn.name for kn in be.space(k)} and "swap" not in be.default_schedule(k)
+    one, one_feeds = _conv_graph(n, cin, cout, (7, 14), k=1, pads=((0, 0), (0, 0)))
+    for graph, fed in ((mm, {"x": RNG.standard_normal((48, 64)).astype(np.float32)}), (one, one_feeds)):
+        ks, k = _the_conv(graph)
+        assert be.default_schedule(k)["swap"] is False
+        for s in random_schedules(be, k, 2, 7, lambda s, p: s["impl"] == "generated" and s["swap"] != len(p) % 2):
+            compare_cpu(graph, fed, 2e-5, 2e-5, scaled=True, schedules=[s if kk is k else None for kk in ks],
+                        kernels=ks)
 
 
 def test_1x3_conv_with_a_tap_dim_of_one():

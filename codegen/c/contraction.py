@@ -45,6 +45,8 @@ PAR_MIN_FLOATS = 1 << 18  # operands of a matrix-vector product large enough tha
 _DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element type, readable in place
 SWAP_MAX_M = 8  # see plan_contraction
 WASTE = 1.1  # see plan_contraction
+WASTE_SMALL = 1.25  # and these
+SWAP_MAX_MACS = 1 << 24
 TILE = (6, 2)  # the default micro-tile: MR rows by this many vectors (schedule.default_schedule)
 HALO_MIN_N = 32  # output channels from which a conv's pixels are the rows, read from a padded copy (halo.py)
 HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; with a stride, HALO_STRIDED_MIN_K
@@ -118,10 +120,12 @@ def plan_contraction(kernel: Kernel, swap: bool = False) -> Plan | None:
 
 
 def swappable(kernel: Kernel) -> bool:
-    """Whether the search may take the other orientation: a conv, whose output pixels can be the rows (read from
-    the padded copy, ``halo.py``) or the columns. A matmul keeps the orientation its rules give."""
-    plans = [plan_contraction(kernel), plan_contraction(kernel, True)]
-    return plans[1] is not None and any(p is not None and p.a_halo is not None for p in plans)
+    """Whether the search may take the other orientation: a conv's output pixels as the rows (read from the
+    padded copy, ``halo.py``, or packed) or as the columns, a matmul's either operand as A. The rules below pick
+    one by what they measured; the other may still win (a 1x1 conv 96 -> 576 at 14x14, 2 threads: its 196 pixels
+    as the columns, padded to 224, with the weight read in place, 0.065 ms; as the rows, the rules' choice,
+    0.077)."""
+    return plan_contraction(kernel, True) is not None
 
 
 def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
@@ -160,8 +164,13 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     # 2 threads: 1.42 -> 0.77 ms, onnxruntime 0.91)
     if _short_runs(kernel, plan, kept) and _run(kernel, swapped) >= host_simd_width():
         return swapped, plan
+    # A small product whose columns pad less than WASTE_SMALL keeps them: the other orientation packs its rows
+    # (the pixels, strided) on every call, which costs a small product more than the padded lanes (2 threads,
+    # 1x1 convs at 14x14, 196 pixels in 224 lanes: 64 -> 384 0.043 -> 0.033 ms, 384 -> 64 0.040 -> 0.034,
+    # 96 -> 576 0.079 -> 0.068, 576 -> 128 par; from 1024 -> 256 (51M multiply-adds) on they lose 5%)
+    small = math.prod(plan.sizes) < SWAP_MAX_MACS and _padded(plan, cols=True) < WASTE_SMALL and not swapped.a_direct
     if (swapped.b_const or not plan.b_const) and _padded(plan, cols=True) >= WASTE \
-            and _padded(swapped) < _padded(plan) / WASTE:
+            and _padded(swapped) < _padded(plan) / WASTE and not small:
         return swapped, plan
     return plan, swapped
 
