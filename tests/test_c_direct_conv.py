@@ -11,6 +11,7 @@ from codegen_util import graph as _graph
 
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import plan_contraction
+from luminal.codegen.c.schedule import simd_width
 from luminal.codegen.partition import partition
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
@@ -166,6 +167,18 @@ def test_20_channels_keep_pixels_as_columns():
     _, c = _the_conv(g)
     plan = plan_contraction(c)
     assert plan.sizes[1:3] == (20, 32 * 32) and plan.b_run_stride
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True)
+
+
+@pytest.mark.parametrize("stride", [(1, 1), (2, 2)])
+def test_grouped_conv_rows_shorter_than_a_vector_are_read_in_place(stride):
+    """A grouped conv with a few channels per group over a small map (RegNet's 8 per group at 7x7): its input
+    rows, shorter than a vector, are read in place one per panel, not packed a few elements at a time."""
+    vw = simd_width()
+    g, feeds = _conv_graph(1, 8 * 11, 8 * 11, (7 * stride[0], 7 * stride[1]), stride=stride, group=11)
+    _, c = _the_conv(g)
+    default = CPUBackend().default_schedule(c)
+    assert default["pack_b"] is False and default["nr"] == vw and plan_contraction(c).size("m") == 8
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True)
 
 
