@@ -6,7 +6,7 @@ examples/models/manifest.json (export them with examples/export_models.py).
 
     python benchmarks/cpu_models.py                     # the small models
     python benchmarks/cpu_models.py --size full --only bert --rounds 9
-    python benchmarks/cpu_models.py --size cnn --threads 2 --rounds 5   # ResNet-50, MobileNetV3, YOLO, DB,
+    python benchmarks/cpu_models.py --size cnn --threads 2 --rounds 5   # ResNet-50, MobileNetV3, YOLO, DB, DeepLab,
                                                         # the light model-zoo graphs (export_models.py --sizes cnn)
 """
 

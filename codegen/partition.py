@@ -142,7 +142,15 @@ def _accepts(g: _Group, n: Node, via: tuple[Node, View]) -> bool:
         return src_shape == g.full and tuple(n.attrs["axes"]) == g.reduce_axes and _same_order(v, p)
     if _same_order(v, p):
         return n.numel in (g.full_numel, g.row_numel)
-    return g.reduce_axes is not None and n.numel == g.full_numel and p.numel == g.row_numel
+    return g.reduce_axes is not None and n.numel == g.full_numel and p.numel == g.row_numel and _over_reduced(v, g)
+
+
+def _over_reduced(v: View, g: _Group) -> bool:
+    """v walks the group's own space, broadcast over exactly its reduced dims: a sum's row read back at every
+    element it summed (a softmax's max, a norm's mean), not a row that another space of as many elements
+    repeats along dims of its own (a global pool over 16x16 pixels read by a 1x1 conv to 256 channels)."""
+    bcast = {d for d, (size, st) in enumerate(zip(v.shape, v.strides)) if st == 0 and size != 1}
+    return v.shape == g.full and bcast == {d for d in g.reduce_axes or () if g.full[d] != 1}
 
 
 @dataclass

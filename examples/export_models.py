@@ -13,8 +13,9 @@ default (dynamo) exporter. Batch and sequence dims are symbolic (dim_param), so
 models lists each file with the shapes its checks use.
 
 ``--sizes cnn`` (not exported by default) writes the CNN benchmark group of
-benchmarks/cpu_models.py: ResNet-50, a MobileNetV3-Large, a YOLOv8n-style detector
-and a DB-style text detector (TorchScript exporter only, BatchNorm statistics
+benchmarks/cpu_models.py: ResNet-50, a MobileNetV3-Large, a YOLOv8n-style detector,
+a DB-style text detector and a DeepLabV3-style segmenter (atrous pyramid, bilinear
+upsampling; TorchScript exporter only, BatchNorm statistics
 calibrated on a seeded batch), and the onnx wheel's light model-zoo graphs with
 seeded weights in place of their constant fills (``seeded_light_model``).
 """
@@ -392,6 +393,33 @@ class DBNet(nn.Module):
         return self.head(torch.cat(fused[::-1], 1))
 
 
+class DeepLabV3(nn.Module):
+    """A DeepLabV3-style segmenter: MobileNetV3-Large's features (stride 32), an atrous spatial pyramid (1x1, 3x3
+    at rates 6, 12 and 18, an image pool upsampled back) and a head, upsampled to the input by bilinear
+    interpolation (half-pixel centres)."""
+
+    def __init__(self, classes: int = 21, rates: tuple[int, ...] = (6, 12, 18), width: int = 256):
+        super().__init__()
+        self.features = MobileNetV3().features
+        c = 960
+
+        def atrous(r: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(c, width, 3, padding=r, dilation=r, bias=False), nn.BatchNorm2d(width),
+                                 nn.ReLU())
+
+        self.branches = nn.ModuleList([conv_bn(c, width, act=nn.ReLU()), *(atrous(r) for r in rates)])
+        self.pool = nn.Sequential(nn.Conv2d(c, width, 1), nn.ReLU())  # one pixel: no batch statistics
+        self.project = conv_bn(width * (len(rates) + 2), width, act=nn.ReLU())
+        self.head = nn.Sequential(conv_bn(width, width, 3, act=nn.ReLU()), nn.Conv2d(width, classes, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.features(x)
+        pooled = F.interpolate(self.pool(F.adaptive_avg_pool2d(f, 1)), size=f.shape[-2:], mode="bilinear",
+                               align_corners=False)
+        y = self.project(torch.cat([b(f) for b in self.branches] + [pooled], 1))
+        return F.interpolate(self.head(y), size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
 # ---------------------------------------------------------------- the catalogue
 
 @dataclass
@@ -407,7 +435,8 @@ class Spec:
 
 
 CNNS = {"resnet50": (ResNet50, 224, ["logits"]), "mobilenetv3": (MobileNetV3, 224, ["logits"]),
-        "yolo": (Yolo, 640, ["detections"]), "dbnet": (DBNet, 640, ["probability_map"])}
+        "yolo": (Yolo, 640, ["detections"]), "dbnet": (DBNet, 640, ["probability_map"]),
+        "deeplab": (DeepLabV3, 512, ["segmentation"])}
 
 
 def _specs() -> list[Spec]:

@@ -74,3 +74,22 @@ def test_signature_ignores_names_and_graph_order():
     b = partition(optimize(_layer(("input_ids;drop", "w2", "b2"))))
     assert [k.signature for k in a] == [k.signature for k in b]
     assert len({k.signature for k in a}) > 1
+
+
+@pytest.mark.parametrize("pixels,channels", [(16, 256), (8, 64), (16, 128)])
+def test_a_row_read_by_a_space_of_as_many_elements_is_not_fused_into_the_reduction(pixels, channels):
+    """A global average pool over pixels x pixels read by a 1x1 conv to as many output channels as it summed
+    pixels: the conv's product has the pool's element count, but broadcasts its row along the output channels,
+    not the pooled pixels; fused as if it were the pool's space it summed the wrong elements. Every fusion
+    decision gives the reference's outputs (the default's, all edges on, and random subsets)."""
+    x = Tensor.input("x", (1, 32, pixels, pixels), DType.float32)
+    w = Tensor.const(rng.standard_normal((channels, 32)).astype(np.float32))
+    pooled = x.mean((2, 3), keepdim=True).reshape((1, 32))
+    g = optimize(Graph([x.node], [pooled.matmul(w.transpose()).relu().contiguous().node], ["y"]))
+    feeds = {"x": rng.standard_normal((1, 32, pixels, pixels)).astype(np.float32)}
+    want = run_reference(g, feeds)
+    edges = fusible_edges(g)
+    r = random.Random(pixels)
+    for decisions in (None, dict.fromkeys(edges, True), *({e: r.random() < 0.5 for e in edges} for _ in range(4))):
+        got = _run(g, partition(g, decisions), feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
