@@ -198,6 +198,36 @@ class _Grouping:
         # joining g must not make g depend on itself through another source's group
         return None if self.reads_from(others, g) else g
 
+    def _mergeable(self, h: _Group, g: _Group, n: Node) -> bool:
+        """Whether elementwise group ``h``, which elementwise node ``n`` reads as it joins elementwise group
+        ``g``, may join g too: every edge from h to n fused and read in the same order, both groups over the
+        same space, neither reading the other, and no third group between them (an LSTM step's gates: each a
+        sigmoid or tanh of its own slice of the gate product, combined into the cell state, one kernel rather
+        than seven)."""
+        at = self.pos[n.id]
+        if any(self.group_of.get(s.id) is h and ((self.pos[s.id], at, k) not in self.allowed or not _same_order(v, s))
+               for k, (s, v) in enumerate(n.srcs)):
+            return False
+        if n.op in REDUCE or n.op is Op.Gather or n.numel != g.full_numel or g.id in h.deps or h.id in g.deps:
+            return False
+        if any(x.reduce_axes is not None or x.contraction or x.full != g.full
+               or any(m.op is Op.Gather for m in x.nodes) for x in (g, h)):
+            return False
+        if len(g.nodes) + len(h.nodes) >= MAX_KERNEL_NODES:
+            return False
+        return not self.reads_from(g.deps - {h.id}, h) and not self.reads_from(h.deps - {g.id}, g)
+
+    def _merge(self, h: _Group, g: _Group) -> None:
+        """h's nodes into g, in graph order; h left empty, every group that read from h reading from g."""
+        g.nodes = sorted(g.nodes + h.nodes, key=lambda m: self.pos[m.id])
+        g.deps = (g.deps | h.deps) - {g.id, h.id}
+        for m in h.nodes:
+            self.group_of[m.id] = g
+        h.nodes = []
+        for x in self.groups:
+            if h.id in x.deps:
+                x.deps = (x.deps - {h.id}) | ({g.id} - {x.id})
+
     def add(self, n: Node) -> None:
         target = None
         for slot, (s, _) in enumerate(n.srcs):
@@ -206,6 +236,11 @@ class _Grouping:
         if target is None:
             target = _Group(len(self.groups), full=n.shape)
             self.groups.append(target)
+        else:
+            for s, _ in n.srcs:
+                h = self.group_of.get(s.id)
+                if h is not None and h is not target and h.nodes and self._mergeable(h, target, n):
+                    self._merge(h, target)
         if n.op in REDUCE and target.reduce_axes is None:
             target.full = n.srcs[0][1].shape
             target.reduce_axes = tuple(n.attrs["axes"])
@@ -231,7 +266,7 @@ def partition(graph: Graph, decisions: dict[Edge, bool] | None = None) -> list[K
 
     users = graph.consumers(order)
     outputs = {o.id for o in graph.outputs}
-    kernels = [_build(g, users, outputs) for g in groups]
+    kernels = [_build(g, users, outputs) for g in groups if g.nodes]
     return _launch_order(kernels)
 
 

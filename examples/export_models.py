@@ -12,6 +12,9 @@ default (dynamo) exporter. Batch and sequence dims are symbolic (dim_param), so
 ``--shape batch=1,seq=128`` chooses them. A ``manifest.json`` next to the
 models lists each file with the shapes its checks use.
 
+``--sizes vision`` (not exported by default; needs torchvision, which luminal does not install) writes
+torchvision's classifiers and segmenters with seeded weights, at opsets 9 to 17.
+
 ``--sizes cnn`` (not exported by default) writes the CNN benchmark group of
 benchmarks/cpu_models.py: ResNet-50, a MobileNetV3-Large, a YOLOv8n-style detector,
 a DB-style text detector and a DeepLabV3-style segmenter (atrous pyramid, bilinear
@@ -432,7 +435,39 @@ class Spec:
     dims: dict  # input name -> {axis: dim name}
     shapes: dict  # dim name -> value used by the checks
     exporters: tuple[str, ...] = ("torchscript", "dynamo")
+    opset: int = 17
 
+
+class _Tensor(nn.Module):
+    """A torchvision model whose output is one tensor (a segmenter's {"out": ...})."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.model(x)
+        return y["out"] if isinstance(y, dict) else y
+
+
+def _torchvision(name: str) -> nn.Module:
+    import torchvision  # not a dependency of luminal: only ``--sizes vision`` needs it
+
+    seg = name in VISION_SEGMENTERS
+    kw: dict = {"weights": None, **({"weights_backbone": None} if seg else {})}
+    if name == "googlenet":
+        kw.update(aux_logits=False, init_weights=True)
+    return _Tensor(getattr(torchvision.models.segmentation if seg else torchvision.models, name)(**kw))
+
+
+# ``--sizes vision``: torchvision's own architectures (another project's code, its exporter's output) with seeded
+# weights, each at the opset its users might pick: name -> (image size, opset)
+VISION = {"resnet18": (224, 13), "mobilenet_v2": (224, 11), "mobilenet_v3_large": (224, 17),
+          "efficientnet_b0": (224, 13), "efficientnet_v2_s": (224, 17), "shufflenet_v2_x1_0": (224, 13),
+          "squeezenet1_1": (224, 9), "googlenet": (224, 13), "densenet121": (224, 13), "regnet_y_400mf": (224, 13),
+          "mnasnet1_0": (224, 12), "resnext50_32x4d": (224, 13), "convnext_tiny": (224, 17),
+          "lraspp_mobilenet_v3_large": (320, 13), "deeplabv3_mobilenet_v3_large": (320, 13)}
+VISION_SEGMENTERS = ("lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large")
 
 CNNS = {"resnet50": (ResNet50, 224, ["logits"]), "mobilenetv3": (MobileNetV3, 224, ["logits"]),
         "yolo": (Yolo, 640, ["detections"]), "dbnet": (DBNet, 640, ["probability_map"]),
@@ -472,6 +507,11 @@ def _specs() -> list[Spec]:
     for name, (cls, image, outputs) in CNNS.items():
         out.append(Spec(name, "cnn", cls, {"images": ("float32", (1, 3, image, image), None)}, outputs,
                         {"images": {0: "batch"}}, {"batch": 1}, ("torchscript",)))
+    for name, (image, opset) in VISION.items():
+        # traced and calibrated on a batch of two: a segmenter's pooled branch normalises single pixels
+        out.append(Spec(name, "vision", lambda n=name: _torchvision(n),
+                        {"images": ("float32", (2, 3, image, image), None)}, ["out"], {"images": {0: "batch"}},
+                        {"batch": 1}, ("torchscript",), opset))
     return out
 
 
@@ -500,7 +540,7 @@ def build(spec: Spec, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     model = spec.build()
     _randomise_batchnorm(model, torch.Generator().manual_seed(seed + 1))
-    if spec.size == "cnn":
+    if spec.size in ("cnn", "vision"):
         _calibrate_batchnorm(model, example_inputs(spec, seed + 2))
     return model.eval()
 
@@ -527,7 +567,7 @@ def export(spec: Spec, exporter: str, path: Path) -> None:
         if exporter == "torchscript":
             torch.onnx.export(model, args, str(path), input_names=names, output_names=spec.outputs,
                               dynamic_axes={**spec.dims, **{o: {} for o in spec.outputs}},
-                              opset_version=17, dynamo=False,
+                              opset_version=spec.opset, dynamo=False,
                               # keep BatchNormalization nodes in the CNN instead of folding them into Conv
                               do_constant_folding=spec.name != "resnet")
         else:
@@ -659,7 +699,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(HERE / "models"), help="output folder (default examples/models)")
     p.add_argument("--small-only", action="store_true", help="only the small versions (--sizes small)")
-    p.add_argument("--sizes", default="small,full", help="small,full,cnn (cnn: the CNN benchmark group)")
+    p.add_argument("--sizes", default="small,full",
+                   help="small,full,cnn,vision (cnn: the CNN benchmark group; vision: torchvision's models)")
     p.add_argument("--only", default="", help="comma-separated model names (bert,gpt2,vit,resnet,resnet50,"
                                                "mobilenetv3,yolo,dbnet,light_resnet50,...)")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")

@@ -93,3 +93,38 @@ def test_a_row_read_by_a_space_of_as_many_elements_is_not_fused_into_the_reducti
     for decisions in (None, dict.fromkeys(edges, True), *({e: r.random() < 0.5 for e in edges} for _ in range(4))):
         got = _run(g, partition(g, decisions), feeds)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_elementwise_branches_over_one_space_join_one_kernel():
+    """An LSTM cell's gates: a sigmoid or tanh of each quarter of one product, combined into the cell and hidden
+    states. Each branch starts its own kernel (it reads the product through a slice); the node that combines
+    two of them joins one and takes the other in, so the step is the product and one kernel, not seven. A branch
+    read through a slice (not element by element) stays out. Every fusion decision gives the reference's
+    outputs."""
+    hidden = 16
+    h = Tensor.input("h", (1, hidden), DType.float32)
+    c = Tensor.input("c", (1, hidden), DType.float32)
+    w = Tensor.const(rng.standard_normal((hidden, 4 * hidden)).astype(np.float32))
+    gates = h.matmul(w)
+    i, o, f, g = (gates.shrink([(0, 1), (k * hidden, (k + 1) * hidden)]) for k in range(4))
+    cell = f.sigmoid().mul(c).add(i.sigmoid().mul(g.tanh()))
+    out = o.sigmoid().mul(cell.tanh())
+    graph = optimize(Graph([h.node, c.node], [out.contiguous().node, cell.contiguous().node], ["h1", "c1"]))
+    kernels = partition(graph)
+    assert [k.form.name for k in kernels].count("elementwise") == 1 and len(kernels) == 2
+    feeds = {"h": rng.standard_normal((1, hidden)).astype(np.float32),
+             "c": rng.standard_normal((1, hidden)).astype(np.float32)}
+    want = run_reference(graph, feeds)
+    edges = fusible_edges(graph)
+    r = random.Random(0)
+    for decisions in (None, *({e: r.random() < 0.5 for e in edges} for _ in range(8))):
+        for got, ref in zip(_run(graph, partition(graph, decisions), feeds), want):
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    # a branch read through a slice by the node combining it is not taken in
+    x = Tensor.input("x", (1, 2 * hidden), DType.float32)
+    a, b = x.exp(), x.tanh()
+    mixed = a.shrink([(0, 1), (0, hidden)]).add(b.shrink([(0, 1), (hidden, 2 * hidden)])).add(
+        a.shrink([(0, 1), (hidden, 2 * hidden)]))
+    graph = optimize(Graph([x.node], [mixed.contiguous().node], ["y"]))
+    feeds = {"x": rng.standard_normal((1, 2 * hidden)).astype(np.float32)}
+    np.testing.assert_allclose(_run(graph, partition(graph), feeds)[0], run_reference(graph, feeds)[0], rtol=1e-5)
