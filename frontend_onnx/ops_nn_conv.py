@@ -26,24 +26,16 @@ def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = Fa
 SPLIT_LIVE = 0.65  # see conv
 
 
-def _taps(size: int, pad: int, o: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
-    """The taps [lo, hi) of a kernel dim that read the input (not its zero padding) at output position ``o``."""
-    first = pad - o * stride  # where the input starts, counted from the window's start
-    lo = max(0, -(-first // dilation))
-    hi = min(k, (first + size - 1) // dilation + 1)
-    return lo, max(lo, hi)
-
-
 def _bands(size: int, pad: int, out: int, k: int, stride: int, dilation: int) -> list[tuple[int, int, int, int]]:
-    """The runs [o0, o1) of output positions along a dim that read the same taps [lo, hi)."""
-    bands: list[tuple[int, int, int, int]] = []
-    for o in range(out):
-        span = _taps(size, pad, o, k, stride, dilation)
-        if bands and bands[-1][2:] == span:
-            bands[-1] = (bands[-1][0], o + 1, *span)
-        else:
-            bands.append((o, o + 1, *span))
-    return bands
+    """The runs [o0, o1) of output positions along a dim that read the same taps [lo, hi) of the input (not its
+    zero padding)."""
+    if out <= 0:
+        return []
+    first = pad - np.arange(out, dtype=np.int64) * stride  # where the input starts, from each window's start
+    lo = np.maximum(0, -(-first // dilation))
+    hi = np.maximum(lo, np.minimum(k, (first + size - 1) // dilation + 1))
+    starts = [0, *(np.flatnonzero((np.diff(lo) != 0) | (np.diff(hi) != 0)) + 1).tolist(), out]
+    return [(a, b, int(lo[a]), int(hi[a])) for a, b in itertools.pairwise(starts)]
 
 
 def _shift(x: Tensor, pads: list[tuple[int, int]], d: int, by: int) -> tuple[Tensor, list[tuple[int, int]]]:

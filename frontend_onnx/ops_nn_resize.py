@@ -210,7 +210,6 @@ def _apply(x: Tensor, axis: int, taps, outside, extrapolation: float) -> Tensor:
     if phases is not None and (not innermost or phases[0] >= PHASES_MIN_INNER):
         return _apply_phases(x, axis, *phases, n_out)
     out = None
-    n_out = len(taps[0][0])
     shape = [n_out if k == axis else 1 for k in range(x.ndim)]
     for idx, w in taps:
         if not np.any(w):
