@@ -208,7 +208,7 @@ class _Grouping:
         if any(self.group_of.get(s.id) is h and ((self.pos[s.id], at, k) not in self.allowed or not _same_order(v, s))
                for k, (s, v) in enumerate(n.srcs)):
             return False
-        if n.op in REDUCE or n.op is Op.Gather or n.numel != g.full_numel or g.id in h.deps or h.id in g.deps:
+        if n.op in REDUCE or n.op is Op.Gather or g.id in h.deps or h.id in g.deps:
             return False
         if any(x.reduce_axes is not None or x.contraction or x.full != g.full
                or any(m.op is Op.Gather for m in x.nodes) for x in (g, h)):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_nn_util import take
-from .ops_shape import concat, norm_axis
+from .ops_shape import norm_axis
 from .registry import OpContext, fail, need, need_const, op
 
 F32 = np.float32
@@ -180,13 +180,7 @@ def _apply_phases(x: Tensor, axis: int, r: int, s: int, form: list[tuple[int, np
     blocks = (n_out - 1 + s) // r + 1
     lo = max(0, -min(c for c, _ in form))
     hi = max(0, max(blocks - 1 + c for c, _ in form) - (n_in - 1))
-
-    def edge(at: int, count: int) -> Tensor:
-        e = x.shrink([(at, at + 1) if k == axis else (0, n) for k, n in enumerate(x.shape)])
-        return e.expand(tuple(count if k == axis else n for k, n in enumerate(x.shape)))
-
-    parts = ([edge(0, lo)] if lo else []) + [x] + ([edge(n_in - 1, hi)] if hi else [])
-    xe = concat(parts, axis) if len(parts) > 1 else x
+    xe = take(x, np.clip(np.arange(-lo, n_in + hi), 0, n_in - 1), axis)  # the borders repeated: views
     shape = [*x.shape[:axis], blocks, r, *x.shape[axis + 1:]]
     out = None
     for c, w in form:

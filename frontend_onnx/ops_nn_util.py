@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import LuminalError
 from ..ir import DType, Tensor
+from .ops_shape import concat
 from .registry import OpContext, fail
 
 
@@ -94,10 +95,27 @@ def take(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
         t = take(x, np.arange(start, start + count), axis).unsqueeze([axis + 1])
         t = t.expand((*t.shape[:axis + 1], r, *t.shape[axis + 2:]))
         return t.reshape((*x.shape[:axis], n, *x.shape[axis + 1:]))
+    ends = _clamped(idx)
+    if ends is not None:
+        # a progression whose first and last values repeat (an edge pad, a border clamped): three views joined
+        a, b = ends
+        return concat([take(x, part, axis) for part in (idx[:a], idx[a:n - b], idx[n - b:]) if len(part)], axis)
     shape = [n if k == axis else 1 for k in range(x.ndim)]
     out_shape = [n if k == axis else s for k, s in enumerate(x.shape)]
     index = Tensor.const(idx.reshape(shape), DType.int64).expand(out_shape)
     return x.gather(index, axis)
+
+
+def _clamped(idx: np.ndarray) -> tuple[int, int] | None:
+    """(a, b) where idx is its first value a more times, then an arithmetic progression of at least two values
+    from it to its last value, then that b more times (a + b > 0); else None."""
+    n = len(idx)
+    a = int(np.argmax(idx != idx[0])) - 1 if (idx != idx[0]).any() else n
+    b = int(np.argmax(idx[::-1] != idx[-1])) - 1 if (idx != idx[-1]).any() else n
+    mid = idx[a:n - b]
+    if a + b == 0 or len(mid) < 2 or mid[1] == mid[0]:
+        return None
+    return (a, b) if (mid == mid[0] + (mid[1] - mid[0]) * np.arange(len(mid))).all() else None
 
 
 def _repeats(idx: np.ndarray) -> tuple[int, int, int] | None:

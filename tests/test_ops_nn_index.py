@@ -219,3 +219,10 @@ def test_compress_refuses_a_condition_from_the_inputs():
         h.luminal_run("Compress", [D, np.array([True, False])], {"axis": 0}, 1, 17, set())
     with pytest.raises(LuminalError, match="true past the 4 slices"):
         h.luminal_run("Compress", [D, np.array([0, 0, 0, 0, 1], dtype=bool)], {"axis": 1}, 1, 17, {1})
+
+
+def test_pad_edge_is_views():
+    """An edge pad indexes a progression whose ends repeat: each axis reads its first and last elements broadcast
+    and the rest as a slice, joined, with no gather; the values as onnxruntime's."""
+    g = h.check("Pad", [D, np.array([1, 0, 2, 2, 1, 1])], dict(mode="edge"), consts={1}, opset=19)
+    assert Op.Gather not in h.op_counts(g)
