@@ -103,6 +103,12 @@ def warn_stderr(message: str) -> None:
     sys.stderr.write(f"warning: {message}\n")
 
 
+def _busy(e: sqlite3.Error) -> bool:
+    """Whether SQLite refused because another connection holds a lock."""
+    low = str(e).lower()
+    return "locked" in low or "busy" in low
+
+
 def _check_settled(path: Path, tries: int = 20) -> None:
     """check_header, allowing a file that another process is creating right now (a few KB, seconds
     old) to finish its first page before it is judged."""
@@ -213,7 +219,19 @@ class TuningCache:
         self._wal()  # only after an upgrade succeeded: a failed one leaves the file's header as it was
 
     def _wal(self) -> None:
-        if self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+        # Processes switching a new file to WAL at once can deadlock inside SQLite (each holds the shared lock the
+        # other's exclusive one waits for), which then answers "locked" at once instead of waiting: the statement,
+        # which holds no lock after failing, is retried until the busy timeout
+        deadline = time.monotonic() + self._busy_s
+        while True:
+            try:
+                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as e:
+                if not _busy(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
+        if mode.lower() != "wal":
             raise LuminalError(f"tuning cache {self.path}: cannot switch it to WAL mode (network file system?)")
 
     def _tables(self) -> Database:
@@ -254,7 +272,7 @@ class TuningCache:
     def _error(self, e: sqlite3.Error) -> LuminalError:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         low = msg.lower()
-        if "locked" in low or "busy" in low:
+        if _busy(e):
             return LuminalError(f"tuning cache {self.path} is locked by another process (waited {self._busy_s:g} s)")
         if "readonly" in low or "read-only" in low:
             return LuminalError(f"tuning cache {self.path} is read-only")

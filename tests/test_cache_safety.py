@@ -316,3 +316,28 @@ def test_newer_schema_is_refused_untouched(tmp_path: Path):
     conn.commit()
     conn.close()
     _assert_refused(path, "schema v99, newer than this luminal")
+
+
+def test_a_new_file_switched_to_wal_under_a_lock_deadlock_is_retried(tmp_path: Path, monkeypatch):
+    """Processes switching a new cache file to WAL together can deadlock on their locks inside SQLite, which then
+    answers "locked" at once instead of waiting (four writers racing to create one cache lost one so). Opening
+    retries the switch until its busy timeout: three refusals in a row still open the cache in WAL mode; with no
+    time to wait, the refusal is the one-line locked error."""
+    refusals: list[str] = []
+
+    class Refusing(sqlite3.Connection):
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA journal_mode") and len(refusals) < 3:
+                refusals.append(sql)
+                raise sqlite3.OperationalError("database is locked")
+            return super().execute(sql, *args)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, factory=Refusing, **k))
+    with TuningCache(tmp_path / "new.db") as c:
+        c.record_trial("sig", "dev", "tc", {"x": 1}, "ok", [5])
+        assert c.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert len(refusals) == 3
+    refusals.clear()
+    with pytest.raises(LuminalError, match="locked"):
+        TuningCache(tmp_path / "other.db", busy_timeout_s=0)
