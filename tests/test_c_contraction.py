@@ -417,3 +417,67 @@ def test_a_matrix_vector_product_with_large_operands_runs_on_every_thread():
     assert be.valid(tiny, generated)
     assert "if(0)" in source(tiny, generated, 2)  # a small one stays on the calling thread
     _compare(g, {"x": RNG.standard_normal((1, 2048)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("n,stride,weight_input,ksz", [(1, 1, False, 1), (2, 2, False, 1), (1, 1, True, 1),
+                                                     (3, 1, True, 1), (2, 1, True, 3)])
+def test_a_tile_whose_rows_walk_the_output_stores_transposed(n, stride, weight_input, ksz):
+    """An NCHW conv with its pixels as the tile's rows: a row's columns (output channels) lie a channel plane
+    apart in the output, so the tile is transposed before its epilogue, which stores along the pixels (runs of
+    the innermost output dim where the pixels do not merge: stride 2, rows of 17). Random schedules of both
+    orientations, packed or not, a weight that is an input (read by runs of its output channels, padded to whole panels,
+    whose columns past the channels hold no output) and a residual epilogue, against the reference."""
+    from luminal.codegen.c.backend import source
+
+    cin, cout, h, w_ = 24, 40, 9, 34
+    oh, ow = -(-h // stride), -(-w_ // stride)
+    x = Tensor.input("x", (n, cin, h, w_), DType.float32)
+    wt = (Tensor.input("w", (cout, cin, ksz, ksz), DType.float32) if weight_input
+          else Tensor.const(RNG.standard_normal((cout, cin, ksz, ksz)).astype(np.float32)))
+    r = Tensor.input("r", (n, cout, oh, ow), DType.float32)
+    y = conv(x, wt, 1, [stride] * 2, [1, 1], [(ksz // 2, ksz // 2)] * 2, [oh, ow]).add(r).relu()
+    g = _graph([x, r, wt] if weight_input else [x, r], [y])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend()
+    first = [{**be.default_schedule(c), "impl": "generated", "swap": s, "pack_a": True} for s in (False, True)]
+    picked = _random_valid(be, c, 12, n, [s for s in first if be.valid(c, s)])
+    rows_are_pixels = [s for s in picked if s["impl"] == "generated"
+                       and plan_contraction(c, bool(s["swap"])).sizes[2] == cout]
+    assert rows_are_pixels and all("lum_tr(ct" in source(c, s, 2) for s in rows_are_pixels)
+    assert any("lum_tr(ct" not in source(c, s, 2) for s in picked if s["impl"] == "generated")
+    if ksz == 3:  # A from its padded copy takes B's packed panels, not B by runs
+        halo = {**rows_are_pixels[0], "pack_a": False, "pack_b": True}
+        assert plan_contraction(c, bool(halo["swap"])).a_halo is not None
+        assert be.valid(c, halo) and not be.valid(c, {**halo, "pack_b": False})
+        picked.append(halo)
+    feeds = {"x": RNG.standard_normal((n, cin, h, w_)).astype(np.float32),
+             "r": RNG.standard_normal((n, cout, oh, ow)).astype(np.float32)}
+    if weight_input:
+        feeds["w"] = RNG.standard_normal((cout, cin, ksz, ksz)).astype(np.float32)
+    for s in picked:
+        _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("cin,cout,hw", [(64, 96, 7), (24, 20, 16), (16, 32, 14)])
+def test_7_row_tiles_where_they_pad_less_than_6_and_8(cin, cout, hw):
+    """A 7x7 map's 49 pixels fill 7 panels of 7 rows, against 9 of 6 or 7 of 8; 20 channels as rows fill 3 of 7.
+    The default takes 7 rows there (and 6 or 8 elsewhere: 14x14's 196 pixels are 28 panels of 7, 33 of 6);
+    a row block of 7-row panels is its MC rounded down to them, so every MC of the space is valid with MR 7."""
+    x = Tensor.input("x", (1, cin, hw, hw), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((cout, cin, 1, 1)).astype(np.float32))
+    r = Tensor.input("r", (1, cout, hw, hw), DType.float32)
+    y = conv(x, wt, 1, [1, 1], [1, 1], [(0, 0), (0, 0)], [hw, hw]).add(r).relu()
+    g = _graph([x, r], [y])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend()
+    d = be.default_schedule(c)
+    m = plan_contraction(c, bool(d.get("swap"))).sizes[1]
+    pads = {mr: -(-m // mr) * mr for mr in (6, 7, 8)}
+    assert d["impl"] == "generated" and (d["mr"] == 7) == (pads[7] < min(pads[6], pads[8])) == (m in (49, 20, 196))
+    scheds = [d] + [{**d, "mr": 7, "mc": mc, "pack_a": pa} for mc in (24, 48, 72, 96) for pa in (True, False)]
+    scheds = [s for s in scheds if be.valid(c, s)]
+    assert len(scheds) >= 5
+    feeds = {"x": RNG.standard_normal((1, cin, hw, hw)).astype(np.float32),
+             "r": RNG.standard_normal((1, cout, hw, hw)).astype(np.float32)}
+    for s in scheds:
+        _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)
