@@ -165,24 +165,34 @@ def fused_gemm(ctx: OpContext) -> Tensor:
     return activation(name, y, ctx.attr("activation_alpha"), ctx.attr("activation_beta"))
 
 
-MAX_TOPK = 256
+ROUNDS_MAX_K = 16  # up to this k, k rounds of (max, its first index, mask it out); past it a sorting network
 
 
 @op("TopK")
 def topk(ctx: OpContext) -> list[Tensor]:
-    """k rounds of (max, first index of it, mask it out); k must be known and at most MAX_TOPK."""
+    """The k largest (or smallest) along ``axis``, sorted, the lower index first among equal values: for a
+    small k, k rounds of a max over the axis; else a bitonic network (``_bitonic_topk``)."""
     x = need(ctx, 0)
     k = need_ints(ctx, 1)[0] if ctx.opset >= 10 else int(ctx.attr("k"))
     axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
     n = x.shape[axis]
     if not 0 <= k <= n:
         raise ValueError(f"k={k} out of range for an axis of {n}")
-    if k > MAX_TOPK:
-        raise NotImplementedError(f"TopK with k={k} > {MAX_TOPK}")
+    if k == 0:
+        shape = [0 if d == axis else s for d, s in enumerate(x.shape)]
+        return [Tensor.full(shape, 0, x.dtype), Tensor.full(shape, 0, DType.int64)]
     largest = bool(ctx.attr("largest", 1))
     work = x.cast(DType.int64) if x.dtype is DType.bool else x
     work = work if largest else work.neg()
     floor = float("-inf") if work.dtype.is_float else int(np.iinfo(work.dtype.np).min)
+    if k > ROUNDS_MAX_K:
+        order = [d for d in range(x.ndim) if d != axis] + [axis]
+        rows = work.permute(order).reshape((-1, n))
+        _, idx = _bitonic_topk(rows, k, floor)
+        shape = [x.shape[d] for d in order[:-1]] + [k]
+        back = [order.index(d) for d in range(x.ndim)]
+        best = idx.cast(DType.int64).reshape(shape).permute(back)
+        return [x.gather(best, axis), best]
     idx = Tensor.iota(x.shape, axis, DType.int64)
     free = Tensor.full(x.shape, True, DType.bool)
     values, indices = [], []
@@ -194,7 +204,61 @@ def topk(ctx: OpContext) -> list[Tensor]:
         values.append(x.gather(best, axis))
         indices.append(best)
         free = free & idx.ne(best.expand(x.shape))
-    if k == 0:
-        shape = [0 if d == axis else s for d, s in enumerate(x.shape)]
-        return [Tensor.full(shape, 0, x.dtype), Tensor.full(shape, 0, DType.int64)]
     return [concat(values, axis), concat(indices, axis)]
+
+
+def _bitonic_topk(x: Tensor, k: int, floor: float | int) -> tuple[Tensor, Tensor]:
+    """The k first of rows ``x`` (R, n) in descending order, the lower index first among equal values: (values,
+    int32 indices), each (R, k). A bitonic network of compare-exchanges, each stage one elementwise step over
+    views: the row padded with ``floor`` to N = 2^p, sorted in blocks of K = 2^q >= k (alternately descending
+    and ascending), then per level each pair of blocks keeps its K first (the elementwise winner of a descending
+    and an ascending block, a bitonic sequence) and sorts them again: (n log^2 K) work, log^2 N steps."""
+    rows, n = x.shape
+    big = 1 << max(0, (n - 1).bit_length())
+    K = min(big, 1 << max(0, (k - 1).bit_length()))
+    v = x.pad([(0, 0), (0, big - n)], floor) if big > n else x
+    i = Tensor.iota((rows, big), 1, DType.int32)  # the padding's indices come after every element's
+
+    def first(av: Tensor, ai: Tensor, bv: Tensor, bi: Tensor) -> Tensor:
+        return av.gt(bv) | (av.eq(bv) & ai.lt(bi))
+
+    def stage(v: Tensor, i: Tensor, j: int, block: int) -> tuple[Tensor, Tensor]:
+        """Compare-exchange at distance j, blocks of ``block`` alternately descending and ascending (all
+        descending where ``block`` covers the row)."""
+        size = v.shape[1]
+        g = size // (2 * j)
+        shape = (rows, g, 2, j)
+        vv, ii = v.reshape(shape), i.reshape(shape)
+        half = [(0, rows), (0, g), (0, 1), (0, j)]
+        av, bv = vv.shrink(half).reshape((rows, g, j)), vv.shrink([*half[:2], (1, 2), half[3]]).reshape((rows, g, j))
+        ai, bi = ii.shrink(half).reshape((rows, g, j)), ii.shrink([*half[:2], (1, 2), half[3]]).reshape((rows, g, j))
+        keep = first(av, ai, bv, bi)
+        if block < size:
+            desc = (np.arange(g) * 2 * j // block) % 2 == 0
+            keep = keep.eq(Tensor.const(desc.reshape(1, g, 1)).expand((rows, g, j)))
+        nv = concat([keep.where(av, bv).reshape((rows, g, 1, j)), keep.where(bv, av).reshape((rows, g, 1, j))], 2)
+        ni = concat([keep.where(ai, bi).reshape((rows, g, 1, j)), keep.where(bi, ai).reshape((rows, g, 1, j))], 2)
+        return nv.reshape((rows, size)), ni.reshape((rows, size))
+
+    s = 2
+    while s <= K:  # blocks of K sorted
+        j = s // 2
+        while j >= 1:
+            v, i = stage(v, i, j, s)
+            j //= 2
+        s *= 2
+    while v.shape[1] > K:  # each pair of blocks: its K first (descending against ascending), sorted
+        size = v.shape[1]
+        shape = (rows, size // (2 * K), 2, K)
+        vv, ii = v.reshape(shape), i.reshape(shape)
+        lo = [(0, rows), (0, size // (2 * K)), (0, 1), (0, K)]
+        hi = [*lo[:2], (1, 2), lo[3]]
+        flat = (rows, size // 2)
+        av, bv, ai, bi = (t.shrink(r).reshape(flat) for t, r in ((vv, lo), (vv, hi), (ii, lo), (ii, hi)))
+        win = first(av, ai, bv, bi)
+        v, i = win.where(av, bv), win.where(ai, bi)
+        j = K // 2
+        while j >= 1:
+            v, i = stage(v, i, j, K)
+            j //= 2
+    return v.shrink([(0, rows), (0, k)]), i.shrink([(0, rows), (0, k)])

@@ -108,6 +108,28 @@ def test_topk(k, axis, largest):
     assert_matches(m, {"x": x})
 
 
+@pytest.mark.parametrize("shape,k,axis,largest,ties", [
+    ((50,), 17, 0, 1, False), ((50,), 50, 0, 1, True), ((64,), 20, 0, 0, True), ((3, 100), 33, 1, 0, False),
+    ((100, 3), 40, 0, 1, True), ((2, 3, 37), 37, -1, 1, True), ((5000,), 300, 0, 1, False),
+])
+def test_topk_past_the_rounds_is_a_sorting_network(shape, k, axis, largest, ties):
+    """k past ROUNDS_MAX_K: a bitonic network over the axis padded to a power of two (a detector's 300 best of
+    3234 boxes), sorted, the lower index first among equal values (``ties``: values from 0..4); on the reference
+    executor and the C backend, against onnxruntime, with a graph whose size grows with log^2 of the axis, not k."""
+    from luminal.frontend_onnx.ops_reduce import ROUNDS_MAX_K
+    from luminal.runtime.compile import compile_graph
+
+    assert k > ROUNDS_MAX_K
+    x = (RNG.integers(0, 5, shape) if ties else RNG.standard_normal(shape) * 100).astype(np.float32)
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
+    m = make_model(node, {"x": x}, {"k": np.array([k], np.int64)}, outputs=["v", "i"], opset=11)
+    want = assert_matches(m, {"x": x})
+    g = load(m).graph
+    for a, b in zip(compile_graph(g, "cpu").run({"x": x}), want):
+        np.testing.assert_array_equal(a.reshape(b.shape), b)
+    assert len(g.toposort()) < 20 * shape[axis].bit_length() ** 2  # k rounds: 8406 nodes for 300 of 5000
+
+
 def test_topk_int_and_opset1():
     x = RNG.integers(-50, 50, (2, 6)).astype(np.int64)
     m = make_model(helper.make_node("TopK", ["x", "k"], ["v", "i"]), {"x": x}, {"k": np.array([4], np.int64)},
