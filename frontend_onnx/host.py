@@ -13,6 +13,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import LuminalError
+from .host_ops import HOST_OPS
 from .structure import clean
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class HostNode:
             ev = self._evaluators.get(key)
             if ev is None:
                 try:
-                    ev = self._evaluators[key] = ReferenceEvaluator(self._model(values))
+                    ev = self._evaluators[key] = ReferenceEvaluator(self._model(values), new_ops=HOST_OPS)
                 except Exception as e:  # the evaluator words unknown ops and bad attributes its own way
                     raise LuminalError(f"{self.label}: cannot run on the host: {_first_line(e)}") from None
             return ev

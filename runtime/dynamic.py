@@ -39,6 +39,7 @@ class DynamicModel:
         self.backend = backend
         self.cache = cache
         self.variants: VariantCache[Segment] = VariantCache(variants)
+        self.runs_kept = variants  # runs' worth of variants: a run cut into segments takes one entry per segment
         self.source: Source | None = None  # read when a run first needs a cut
         self.last_model: CompiledModel | None = None  # the whole-model variant of the latest run, if it was one
         # the files variants are made from (the model's and its external data's), as they were when it was made
@@ -138,10 +139,15 @@ class DynamicModel:
                 outs = dict(zip((o.name for o in model.outputs), model.run(feeds)))
             return self._named(outs, feeds)
         env: dict[str, Value] = dict(feeds)
+        segments = 1
         while True:
             seg.run(env)
             if seg.cut is None:
                 break
+            # room for this run's segments, ``runs_kept`` times over: an LRU of fewer entries than a run has
+            # segments would drop each one before the next run reached it, and compile every segment every run
+            segments += 1
+            self.variants.size = max(self.variants.size, segments * self.runs_kept)
             src = self.source
             assert src is not None
             host = src.host(seg.cut)

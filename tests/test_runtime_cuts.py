@@ -108,6 +108,28 @@ def test_cut_op_matches_onnxruntime(tmp_path, make):
     assert sess.variant_stats.hits >= 2  # the last input repeats the first's sizes: every part reused
 
 
+def test_a_run_of_more_segments_than_variants_kept_is_reused_whole(tmp_path):
+    """Twelve cuts in one run (a detector's per-class NonZero and TopK), the default 8 variants kept: the cache
+    grows to hold the run's segments, so the same input again compiles nothing."""
+    nodes, prev = [], "x"
+    for c in range(12):
+        nodes += [helper.make_node("Greater", [prev, "zero"], [f"p{c}"]),
+                  helper.make_node("NonZero", [f"p{c}"], [f"nz{c}"]),
+                  helper.make_node("Reshape", [f"nz{c}", "m1"], [f"i{c}"]),
+                  helper.make_node("Gather", [prev, f"i{c}"], [f"g{c}"]),
+                  helper.make_node("Sub", [f"g{c}", "one"], [f"s{c}"])]
+        prev = f"s{c}"
+    path = _save(tmp_path, nodes, [X], [prev], [*BASE, _const("m1", np.array([-1], np.int64)),
+                                                _const("one", np.float32(0.5))])
+    sess = InferenceSession(path, backend="interpret")
+    x = np.linspace(-1, 8, 40).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6)
+    stats = sess.variant_stats
+    assert stats.misses == 13 and stats.evictions == 0 and stats.hits == 13
+
+
 def test_static_compile_refuses_a_cut_in_one_line(tmp_path):
     with pytest.raises(LuminalError, match=r"^node 'NonZero'|^node .*NonZero.* computed at run time|NonZero"):
         compile_model(case_nonzero(tmp_path), {"n": 4}, "interpret")
@@ -273,3 +295,35 @@ def test_a_sequence_output_of_a_cut_model_is_refused_in_one_line(tmp_path):
     sess = InferenceSession(path, backend="interpret")
     with pytest.raises(LuminalError, match="graph output 's' is a sequence"):
         sess.run(None, {"x": INPUTS[0]})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_host_non_max_suppression_is_the_references(seed):
+    """The host's NonMaxSuppression (numpy, each kept box suppressing at once) against onnx's reference op on
+    random batches: both box encodings, corners in either order, empty boxes, tied and equal scores, thresholds
+    given or absent, a limit per class that cuts."""
+    from onnx.reference import ReferenceEvaluator
+
+    from luminal.frontend_onnx.host import HostNode
+
+    rng = np.random.default_rng(seed)
+    nb, nc, n = 1 + seed % 2, 1 + seed % 3, 40 + 17 * seed
+    boxes = rng.uniform(0, 10, (nb, n, 4)).astype(np.float32)
+    boxes[:, ::7, 2] = boxes[:, ::7, 0]  # empty boxes
+    scores = rng.integers(0, 6, (nb, nc, n)).astype(np.float32) / 5  # many ties
+    named = ["boxes", "scores", "maxout", "iou", "thr"][:3 + seed % 3]
+    node = helper.make_node("NonMaxSuppression", named, ["sel"], center_point_box=seed % 2)
+    feeds = {"boxes": boxes, "scores": scores, "maxout": np.array([3 + 4 * seed], np.int64),
+             "iou": np.array([0.1 * (1 + seed % 5)], np.float32), "thr": np.array([0.3], np.float32)}
+    feeds = {k: v for k, v in feeds.items() if k in named}
+    got = HostNode(node, {"": 17}, {}).run(feeds)["sel"]
+    # the reference op reads an absent threshold from an empty array
+    empty = {"iou": np.zeros(0, np.float32), "thr": np.zeros(0, np.float32)}
+    full = {k: feeds.get(k, empty.get(k)) for k in ("boxes", "scores", "maxout", "iou", "thr")}
+    ref = helper.make_node("NonMaxSuppression", list(full), ["sel"], center_point_box=seed % 2)
+    g = helper.make_graph([ref], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                                                     v.shape) for k, v in full.items()],
+                          [helper.make_tensor_value_info("sel", I64, None)])
+    want = ReferenceEvaluator(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).run(None, full)[0]
+    assert got.shape[0] > 0
+    np.testing.assert_array_equal(got, want)
