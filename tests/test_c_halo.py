@@ -196,3 +196,15 @@ def test_avx2_vectors(monkeypatch):
     src = be.source(c, s)
     assert not s["pack_a"] and s["nr"] == 16 and "vector_size(32)" in src and "lum_mkh(" in src
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("hw,mr", [(7, 7), (14, 12), (28, 12)])
+def test_the_default_tile_rows_pad_the_wide_rows_least(hw, mr):
+    """12 rows per tile, unless 8 or 7 pad the wide rows at least 2% less: a 7x7 map's 7 x 9 = 63 wide pixels
+    take 7-row tiles (12s would pad them to 72); 14x14's 224 stay in 12s (228, within 2% of 8s' 224)."""
+    g, feeds = _conv_graph(1, 64, 64, (hw, hw))
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    assert plan_contraction(c).a_halo.wide == hw * (hw + 2) and not s["pack_a"] and s["mr"] == mr
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)

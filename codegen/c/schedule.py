@@ -119,9 +119,13 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     if mr in (TILE[0], 8) and -(-m // 7) * 7 < min(-(-m // r) * r for r in (TILE[0], 8)) and _fits(7, nr, vw):
         mr = 7
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
-    # the registers hold
+    # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
+    # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
     if halo_default(plan) and _fits(12, nr, vw):
-        mr = 12
+        wide = plan.a_halo.wide if plan.a_halo else m
+        padded = {r: -(-wide // r) * r for r in (12, 8, 7) if _fits(r, nr, vw)}
+        best = min(padded, key=lambda r: (padded[r], -r))
+        mr = best if padded[best] < 0.98 * padded[12] else 12
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
