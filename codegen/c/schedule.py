@@ -121,9 +121,8 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
-    if halo_default(plan) and _fits(12, nr, vw):
-        wide = plan.a_halo.wide if plan.a_halo else m
-        padded = {r: -(-wide // r) * r for r in (12, 8, 7) if _fits(r, nr, vw)}
+    if halo_default(plan) and plan.a_halo is not None and _fits(12, nr, vw):
+        padded = {r: -(-plan.a_halo.wide // r) * r for r in (12, 8, 7) if _fits(r, nr, vw)}
         best = min(padded, key=lambda r: (padded[r], -r))
         mr = best if padded[best] < 0.98 * padded[12] else 12
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
