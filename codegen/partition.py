@@ -215,7 +215,10 @@ class _Grouping:
             return False
         if len(g.nodes) + len(h.nodes) >= MAX_KERNEL_NODES:
             return False
-        return not self.reads_from(g.deps - {h.id}, h) and not self.reads_from(h.deps - {g.id}, g)
+        # nor may n's other sources read h through their groups: joined, n would read g through them, a cycle
+        others = {x.id for s, _ in n.srcs if (x := self.group_of.get(s.id)) is not None} - {g.id, h.id}
+        return not self.reads_from(g.deps - {h.id}, h) and not self.reads_from(h.deps - {g.id}, g) \
+            and not self.reads_from(others, h)
 
     def _merge(self, h: _Group, g: _Group) -> None:
         """h's nodes into g, in graph order; h left empty, every group that read from h reading from g."""

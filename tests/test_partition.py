@@ -120,6 +120,21 @@ def test_elementwise_branches_over_one_space_join_one_kernel():
     for decisions in (None, *({e: r.random() < 0.5 for e in edges} for _ in range(8))):
         for got, ref in zip(_run(graph, partition(graph, decisions), feeds), want):
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    # a branch that a third kernel reads, when the combining node also reads that kernel, is not taken in: taken,
+    # the joined kernel would read the third and the third the joined (a cycle)
+    x = Tensor.input("x", (4, hidden), DType.float32)
+    a, c = x.sin(), x.recip()
+    b = a.mul(Tensor.full((4, hidden), 2.0, DType.float32))
+    y = c.gt(Tensor.full((4, hidden), 0.0, DType.float32)).where(a, b)
+    graph = optimize(Graph([x.node], [y.contiguous().node], ["y"]))
+    order = graph.toposort()
+    pos = {n.id: i for i, n in enumerate(order)}
+    (a_to_b,) = [e for e in fusible_edges(graph) if order[e[0]].op is Op.Sin and order[e[1]].op is Op.Mul]
+    kernels = partition(graph, {a_to_b: False})
+    made = {n for k in kernels for n in k.output_nodes}
+    assert all(n in made or order[pos[n]].op in (Op.Input, Op.Constant) for k in kernels for n in k.input_nodes)
+    feeds = {"x": rng.standard_normal((4, hidden)).astype(np.float32)}
+    np.testing.assert_allclose(_run(graph, kernels, feeds)[0], run_reference(graph, feeds)[0], rtol=1e-5)
     # a branch read through a slice by the node combining it is not taken in
     x = Tensor.input("x", (1, 2 * hidden), DType.float32)
     a, b = x.exp(), x.tanh()
