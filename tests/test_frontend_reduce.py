@@ -108,19 +108,21 @@ def test_topk(k, axis, largest):
     assert_matches(m, {"x": x})
 
 
-@pytest.mark.parametrize("shape,k,axis,largest,ties", [
-    ((50,), 17, 0, 1, False), ((50,), 50, 0, 1, True), ((64,), 20, 0, 0, True), ((3, 100), 33, 1, 0, False),
-    ((100, 3), 40, 0, 1, True), ((2, 3, 37), 37, -1, 1, True), ((5000,), 300, 0, 1, False),
+@pytest.mark.parametrize("shape,k,axis,largest,ties,dtype", [
+    ((50,), 17, 0, 1, False, np.float32), ((50,), 50, 0, 1, True, np.float32), ((64,), 20, 0, 0, True, np.float32),
+    ((3, 100), 33, 1, 0, False, np.float32), ((100, 3), 40, 0, 1, True, np.int64), ((2, 3, 37), 37, -1, 1, True,
+    np.int32), ((5000,), 300, 0, 1, False, np.float32),
 ])
-def test_topk_past_the_rounds_is_a_sorting_network(shape, k, axis, largest, ties):
+def test_topk_past_the_rounds_is_a_sorting_network(shape, k, axis, largest, ties, dtype):
     """k past ROUNDS_MAX_K: a bitonic network over the axis padded to a power of two (a detector's 300 best of
-    3234 boxes), sorted, the lower index first among equal values (``ties``: values from 0..4); on the reference
+    3234 boxes), sorted, the lower index first among equal values (``ties``: values from 0..4), floats and
+    integers; on the reference
     executor and the C backend, against onnxruntime, with a graph whose size grows with log^2 of the axis, not k."""
     from luminal.frontend_onnx.ops_reduce import ROUNDS_MAX_K
     from luminal.runtime.compile import compile_graph
 
     assert k > ROUNDS_MAX_K
-    x = (RNG.integers(0, 5, shape) if ties else RNG.standard_normal(shape) * 100).astype(np.float32)
+    x = (RNG.integers(0, 5, shape) if ties else RNG.standard_normal(shape) * 100).astype(dtype)
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
     m = make_model(node, {"x": x}, {"k": np.array([k], np.int64)}, outputs=["v", "i"], opset=11)
     want = assert_matches(m, {"x": x})
