@@ -116,8 +116,8 @@ def test_topk(k, axis, largest):
 def test_topk_past_the_rounds_is_a_sorting_network(shape, k, axis, largest, ties, dtype):
     """k past ROUNDS_MAX_K: a bitonic network over the axis padded to a power of two (a detector's 300 best of
     3234 boxes), sorted, the lower index first among equal values (``ties``: values from 0..4), floats and
-    integers; on the reference
-    executor and the C backend, against onnxruntime, with a graph whose size grows with log^2 of the axis, not k."""
+    integers; on the reference executor and the C backend, against onnxruntime, with a graph whose size grows
+    with log^2 of the axis, not k."""
     from luminal.frontend_onnx.ops_reduce import ROUNDS_MAX_K
     from luminal.runtime.compile import compile_graph
 
