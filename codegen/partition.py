@@ -161,6 +161,7 @@ class _Grouping:
     allowed: set[Edge]
     group_of: dict[int, _Group] = field(default_factory=dict)
     groups: list[_Group] = field(default_factory=list)
+    readers: dict[int, set[int]] = field(default_factory=dict)  # group id -> the groups whose deps hold it
 
     def reads_from(self, starts: set[int], g: _Group) -> bool:
         """Whether the groups ``starts`` read from ``g``, directly or through other groups. A group whose last
@@ -215,21 +216,31 @@ class _Grouping:
             return False
         if len(g.nodes) + len(h.nodes) >= MAX_KERNEL_NODES:
             return False
-        # nor may n's other sources read h through their groups: joined, n would read g through them, a cycle
-        others = {x.id for s, _ in n.srcs if (x := self.group_of.get(s.id)) is not None} - {g.id, h.id}
-        return not self.reads_from(g.deps - {h.id}, h) and not self.reads_from(h.deps - {g.id}, g) \
-            and not self.reads_from(others, h)
+        # what g reads once n joins it (its own sources and n's) must not reach h through a third group, nor h's
+        # sources g: joined, the kernel would read a kernel that reads it
+        others = {x.id for s, _ in n.srcs if (x := self.group_of.get(s.id)) is not None}
+        return not self.reads_from((g.deps | others) - {g.id, h.id}, h) and not self.reads_from(h.deps - {g.id}, g)
+
+    def _depend(self, x: _Group, on: set[int]) -> None:
+        """x reads the groups ``on`` too."""
+        x.deps |= on
+        for d in on:
+            self.readers.setdefault(d, set()).add(x.id)
 
     def _merge(self, h: _Group, g: _Group) -> None:
         """h's nodes into g, in graph order; h left empty, every group that read from h reading from g."""
         g.nodes = sorted(g.nodes + h.nodes, key=lambda m: self.pos[m.id])
-        g.deps = (g.deps | h.deps) - {g.id, h.id}
+        for d in h.deps:
+            self.readers[d].discard(h.id)
+        self._depend(g, h.deps - {g.id})
         for m in h.nodes:
             self.group_of[m.id] = g
-        h.nodes = []
-        for x in self.groups:
-            if h.id in x.deps:
-                x.deps = (x.deps - {h.id}) | ({g.id} - {x.id})
+        h.nodes, h.deps = [], set()
+        for xid in self.readers.pop(h.id, set()):
+            x = self.groups[xid]
+            x.deps.discard(h.id)
+            if x is not g:
+                self._depend(x, {g.id})
 
     def add(self, n: Node) -> None:
         target = None
@@ -249,7 +260,7 @@ class _Grouping:
             target.reduce_axes = tuple(n.attrs["axes"])
         if n.op is Op.SumReduce and _is_contraction_mul(n, {m.id for m in target.nodes}):
             target.contraction = True
-        target.deps |= {h.id for s, _ in n.srcs if (h := self.group_of.get(s.id)) is not None} - {target.id}
+        self._depend(target, {h.id for s, _ in n.srcs if (h := self.group_of.get(s.id)) is not None} - {target.id})
         target.nodes.append(n)
         self.group_of[n.id] = target
 
