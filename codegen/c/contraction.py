@@ -133,7 +133,7 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     c = kernel.contraction
     if c is None or 0 in kernel.full:
         return None, None
-    kept = [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
+    kept = _kept(kernel)
     if kept and kept[-1] in c.m:  # the innermost output dim on the N side: tiles store contiguous rows
         c = _swap(c)
     plan, swapped = _plan(kernel, c), _plan(kernel, _swap(c))
@@ -173,6 +173,11 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
             and _padded(swapped) < _padded(plan) / WASTE and not small:
         return swapped, plan
     return plan, swapped
+
+
+def _kept(kernel: Kernel) -> list[int]:
+    """The output's dims of more than one element, outermost first (the last is the one it is contiguous along)."""
+    return [d for d, s in enumerate(kernel.full) if s != 1 and d not in kernel.reduce_axes]
 
 
 def halo_default(plan: Plan) -> bool:
@@ -495,6 +500,10 @@ class _Tiling:
         return -(-self.mc // 16) * 16
 
     @property
+    def run_cols(self) -> int:  # with ``run``: the columns each run of B takes, whole NR panels
+        return -(-self.run // self.nr) * self.nr
+
+    @property
     def pm(self) -> int:  # MR panels of A per batch
         return -(-self.M // self.mr)
 
@@ -578,7 +587,7 @@ def _rows_walk_output(kernel: Kernel, plan: Plan) -> bool:
     if not plan.m or not plan.n or kernel.full[plan.m[-1]] < host_simd_width():
         return False  # runs shorter than a vector (a 2x2 ConvTranspose's phase innermost)
     mi, ni = plan.m[-1], plan.n[-1]
-    kept = [d for d, s in enumerate(kernel.full) if s > 1 and d not in kernel.reduce_axes]
+    kept = _kept(kernel)
     score = (1 if kept and kept[-1] == mi else -1 if kept and kept[-1] == ni else 0)
     for op in kernel.ops:
         if op.space is Space.row and op.op is Leaf.Load:
@@ -633,7 +642,7 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
         epi.append(f"    const int64_t i{d} = {e};")
     # runs of the innermost N dim: the outer N indices are divided out once per run, not per element
     inner = _run(kernel, plan)
-    step = -(-inner // t.nr) * t.nr if t.run else inner  # columns per run (with ``run``: padded to whole panels)
+    step = t.run_cols if t.run else inner  # columns per run (with ``run``: padded to whole panels)
     epi.append("    for (int64_t j0 = 0; j0 < ncur;) {")
     epi.append(f"        const int64_t q = (jc + j0) / {step}, r0 = (jc + j0) % {step};")
     epi.append(f"        const int64_t len = lum_min64({step} - r0, ncur - j0); (void)q;")
@@ -678,7 +687,7 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     L = ["for (int64_t j = 0; j < ncur; j++) {", "    const int64_t n = jc + j; (void)n;"]
     cols, col = plan.n, "n"
     if t.run:  # B read by runs of its innermost N dim, each padded to whole panels: the columns past its end skipped
-        step, cols, col = -(-t.run // t.nr) * t.nr, plan.n[:-1], "qn"
+        step, cols, col = t.run_cols, plan.n[:-1], "qn"
         L += [f"    const int64_t qn = n / {step}, rn = n % {step};", f"    if (rn >= {t.run}) continue;",
               f"    const int64_t i{plan.n[-1]} = rn;"]
     L += [f"    const int64_t i{d} = {e};" for d, e in zip(cols, unravel(col, tuple(full[x] for x in cols)))]
@@ -812,7 +821,7 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
     from .emit import unravel
 
     outer, inner = plan.n[:-1], plan.n[-1]
-    L = [f"const int64_t p = jc / {nr} + jr, row = p / {-(-run // nr)}, c0 = p % {-(-run // nr)} * {nr};",
+    L = [f"const int64_t p = jc / {nr} + jr, row = p / {t.run_cols // nr}, c0 = p % {t.run_cols // nr} * {nr};",
          f"const int64_t jm = lum_min64({nr}, {run} - c0); (void)row;"]
     for e, (co, const, _) in enumerate(exprs):  # the panel's first column: batch, run and column terms
         parts = [x for x in (_term(names_b, e, "batch", "ib"),) if x]

@@ -112,19 +112,17 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # packed: 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x; 2 threads: 1x1
     # 64->256 at 56x56 with B in place 0.55 -> 0.51 ms, packed 1x1 convs at 28x28 and 14x14 1.02-1.08x,
     # 3x3 256->256 at 14x14 1.02x, 256x768x768 and 384x1024x512 matmuls 1.05x and 1.01x
-    if mr == TILE[0] and -(-m // 8) * 8 <= -(-m // mr) * mr and _fits(8, nr, vw):
-        mr = 8
     # 7-row tiles where they pad M less than both: a 7x7 map's 49 pixels in 7 panels, not 9 of 6 (2 threads,
     # 1x1 convs at 7x7: 2048->512 0.29 -> 0.25 ms, 512->2048 0.27 -> 0.24; 1024->256 at 14x14 0.25 -> 0.24)
-    if mr in (TILE[0], 8) and -(-m // 7) * 7 < min(-(-m // r) * r for r in (TILE[0], 8)) and _fits(7, nr, vw):
-        mr = 7
+    if mr == TILE[0]:
+        mr = _fewest_rows(m, (8, TILE[0], 7), nr, vw)
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
     if halo_default(plan) and plan.a_halo is not None and _fits(12, nr, vw):
-        padded = {r: -(-plan.a_halo.wide // r) * r for r in (12, 8, 7) if _fits(r, nr, vw)}
-        best = min(padded, key=lambda r: (padded[r], -r))
-        mr = best if padded[best] < 0.98 * padded[12] else 12
+        wide = plan.a_halo.wide
+        best = _fewest_rows(wide, (12, 8, 7), nr, vw)
+        mr = best if _padded_rows(wide, best) < 0.98 * _padded_rows(wide, 12) else 12
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
@@ -172,6 +170,15 @@ def _rows_nr(plan: Plan, vw: int) -> int:
         if -(-run // nr) * nr <= min(1.15, 1 + (5 + 20 * split) / m) * run:
             return nr
     return 0
+
+
+def _padded_rows(m: int, mr: int) -> int:
+    return -(-m // mr) * mr
+
+
+def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
+    """The MR of ``choices`` (by preference: the first of those that pad M equally) that pads M least and fits."""
+    return min((r for r in choices if _fits(r, nr, vw)), key=lambda r: _padded_rows(m, r))
 
 
 def _fits(mr: int, nr: int, vw: int) -> bool:
