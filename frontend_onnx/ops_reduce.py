@@ -188,7 +188,7 @@ def topk(ctx: OpContext) -> list[Tensor]:
     if k > ROUNDS_MAX_K:
         order = [d for d in range(x.ndim) if d != axis] + [axis]
         rows = work.permute(order).reshape((-1, n))
-        _, idx = _bitonic_topk(rows, k, floor)
+        idx = _bitonic_topk(rows, k, floor)
         shape = [x.shape[d] for d in order[:-1]] + [k]
         back = [order.index(d) for d in range(x.ndim)]
         best = idx.cast(DType.int64).reshape(shape).permute(back)
@@ -207,9 +207,9 @@ def topk(ctx: OpContext) -> list[Tensor]:
     return [concat(values, axis), concat(indices, axis)]
 
 
-def _bitonic_topk(x: Tensor, k: int, floor: float | int) -> tuple[Tensor, Tensor]:
-    """The k first of rows ``x`` (R, n) in descending order, the lower index first among equal values: (values,
-    int32 indices), each (R, k). A bitonic network of compare-exchanges, each stage one elementwise step over
+def _bitonic_topk(x: Tensor, k: int, floor: float | int) -> Tensor:
+    """The int32 indices (R, k) of the k first of rows ``x`` (R, n) in descending order, the lower index first
+    among equal values (the caller gathers the values from what ``x`` was made of). A bitonic network of compare-exchanges, each stage one elementwise step over
     views: the row padded with ``floor`` to N = 2^p, sorted in blocks of K = 2^q >= k (alternately descending
     and ascending), then per level each pair of blocks keeps its K first (the elementwise winner of a descending
     and an ascending block, a bitonic sequence) and sorts them again: (n log^2 K) work, log^2 N steps."""
@@ -222,23 +222,30 @@ def _bitonic_topk(x: Tensor, k: int, floor: float | int) -> tuple[Tensor, Tensor
     def first(av: Tensor, ai: Tensor, bv: Tensor, bi: Tensor) -> Tensor:
         return av.gt(bv) | (av.eq(bv) & ai.lt(bi))
 
+    def halves(t: Tensor, width: int) -> tuple[Tensor, Tensor]:
+        """Each block of 2 * width elements of the rows' split into its two halves, (rows, blocks, width) each."""
+        blocks = t.shape[1] // (2 * width)
+        pairs = t.reshape((rows, blocks, 2, width))
+        lo, hi = (pairs.shrink([(0, rows), (0, blocks), (h, h + 1), (0, width)]).reshape((rows, blocks, width))
+                  for h in (0, 1))
+        return lo, hi
+
     def stage(v: Tensor, i: Tensor, j: int, block: int) -> tuple[Tensor, Tensor]:
         """Compare-exchange at distance j, blocks of ``block`` alternately descending and ascending (all
         descending where ``block`` covers the row)."""
         size = v.shape[1]
-        g = size // (2 * j)
-        shape = (rows, g, 2, j)
-        vv, ii = v.reshape(shape), i.reshape(shape)
-        half = [(0, rows), (0, g), (0, 1), (0, j)]
-        av, bv = vv.shrink(half).reshape((rows, g, j)), vv.shrink([*half[:2], (1, 2), half[3]]).reshape((rows, g, j))
-        ai, bi = ii.shrink(half).reshape((rows, g, j)), ii.shrink([*half[:2], (1, 2), half[3]]).reshape((rows, g, j))
+        (av, bv), (ai, bi) = halves(v, j), halves(i, j)
         keep = first(av, ai, bv, bi)
         if block < size:
+            g = size // (2 * j)
             desc = (np.arange(g) * 2 * j // block) % 2 == 0
-            keep = keep.eq(Tensor.const(desc.reshape(1, g, 1)).expand((rows, g, j)))
-        nv = concat([keep.where(av, bv).reshape((rows, g, 1, j)), keep.where(bv, av).reshape((rows, g, 1, j))], 2)
-        ni = concat([keep.where(ai, bi).reshape((rows, g, 1, j)), keep.where(bi, ai).reshape((rows, g, 1, j))], 2)
-        return nv.reshape((rows, size)), ni.reshape((rows, size))
+            keep = keep.eq(Tensor.const(desc.reshape(1, g, 1)).expand(keep.shape))
+
+        def joined(a: Tensor, b: Tensor) -> Tensor:
+            lo, hi = keep.where(a, b), keep.where(b, a)
+            return concat([lo.unsqueeze([2]), hi.unsqueeze([2])], 2).reshape((rows, size))
+
+        return joined(av, bv), joined(ai, bi)
 
     s = 2
     while s <= K:  # blocks of K sorted
@@ -248,17 +255,11 @@ def _bitonic_topk(x: Tensor, k: int, floor: float | int) -> tuple[Tensor, Tensor
             j //= 2
         s *= 2
     while v.shape[1] > K:  # each pair of blocks: its K first (descending against ascending), sorted
-        size = v.shape[1]
-        shape = (rows, size // (2 * K), 2, K)
-        vv, ii = v.reshape(shape), i.reshape(shape)
-        lo = [(0, rows), (0, size // (2 * K)), (0, 1), (0, K)]
-        hi = [*lo[:2], (1, 2), lo[3]]
-        flat = (rows, size // 2)
-        av, bv, ai, bi = (t.shrink(r).reshape(flat) for t, r in ((vv, lo), (vv, hi), (ii, lo), (ii, hi)))
+        (av, bv), (ai, bi) = halves(v, K), halves(i, K)
         win = first(av, ai, bv, bi)
-        v, i = win.where(av, bv), win.where(ai, bi)
+        v, i = (win.where(a, b).reshape((rows, -1)) for a, b in ((av, bv), (ai, bi)))
         j = K // 2
         while j >= 1:
             v, i = stage(v, i, j, K)
             j //= 2
-    return v.shrink([(0, rows), (0, k)]), i.shrink([(0, rows), (0, k)])
+    return i.shrink([(0, rows), (0, k)])
