@@ -209,10 +209,11 @@ def topk(ctx: OpContext) -> list[Tensor]:
 
 def _bitonic_topk(x: Tensor, k: int, floor: float | int) -> Tensor:
     """The int32 indices (R, k) of the k first of rows ``x`` (R, n) in descending order, the lower index first
-    among equal values (the caller gathers the values from what ``x`` was made of). A bitonic network of compare-exchanges, each stage one elementwise step over
-    views: the row padded with ``floor`` to N = 2^p, sorted in blocks of K = 2^q >= k (alternately descending
-    and ascending), then per level each pair of blocks keeps its K first (the elementwise winner of a descending
-    and an ascending block, a bitonic sequence) and sorts them again: (n log^2 K) work, log^2 N steps."""
+    among equal values (the caller gathers the values from what ``x`` was made of). A bitonic network of
+    compare-exchanges, each stage one elementwise step over views: the row padded with ``floor`` to N = 2^p,
+    sorted in blocks of K = 2^q >= k (alternately descending and ascending), then per level each pair of blocks
+    keeps its K first (the elementwise winner of a descending and an ascending block, a bitonic sequence) and
+    sorts them again: (n log^2 K) work, log^2 N steps."""
     rows, n = x.shape
     big = 1 << max(0, (n - 1).bit_length())
     K = min(big, 1 << max(0, (k - 1).bit_length()))
