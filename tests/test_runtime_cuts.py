@@ -302,9 +302,10 @@ def test_host_non_max_suppression_is_the_references(seed):
     """The host's NonMaxSuppression (numpy, each kept box suppressing at once) against onnx's reference op on
     random batches: both box encodings, corners in either order, empty boxes, tied and equal scores, thresholds
     given or absent, a limit per class that cuts."""
+    from frontend_util import make_model
     from onnx.reference import ReferenceEvaluator
 
-    from luminal.frontend_onnx.host import HostNode
+    from luminal.frontend_onnx.host import HostNode, _with_absent
 
     rng = np.random.default_rng(seed)
     nb, nc, n = 1 + seed % 2, 1 + seed % 3, 40 + 17 * seed
@@ -317,13 +318,8 @@ def test_host_non_max_suppression_is_the_references(seed):
              "iou": np.array([0.1 * (1 + seed % 5)], np.float32), "thr": np.array([0.3], np.float32)}
     feeds = {k: v for k, v in feeds.items() if k in named}
     got = HostNode(node, {"": 17}, {}).run(feeds)["sel"]
-    # the reference op reads an absent threshold from an empty array
-    empty = {"iou": np.zeros(0, np.float32), "thr": np.zeros(0, np.float32)}
-    full = {k: feeds.get(k, empty.get(k)) for k in ("boxes", "scores", "maxout", "iou", "thr")}
-    ref = helper.make_node("NonMaxSuppression", list(full), ["sel"], center_point_box=seed % 2)
-    g = helper.make_graph([ref], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
-                                                                     v.shape) for k, v in full.items()],
-                          [helper.make_tensor_value_info("sel", I64, None)])
-    want = ReferenceEvaluator(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).run(None, full)[0]
+    filled, absent = _with_absent(node)  # the reference op reads an absent threshold from an empty array
+    full = {**feeds, **absent}
+    want = ReferenceEvaluator(make_model(filled, full)).run(None, full)[0]
     assert got.shape[0] > 0
     np.testing.assert_array_equal(got, want)
