@@ -8,6 +8,7 @@ winners go to the tuning cache, and the model is timed before and after.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from ..codegen.backend import Backend
 
 FINAL_SHARE = 0.15  # at most this share of the budget is kept for the final re-timing
+E2E_SHARE = 0.3  # and at most this share for the end-to-end check after it
 
 
 @dataclass
@@ -127,8 +129,10 @@ class Tuner:
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self.batch = max(1, self.workers)
         self.plan = plan or _plan_for(budget_s, graph, backend)
-        # seconds the end-to-end check of the default against the tuned model takes, at most
+        # seconds the end-to-end check of the default against the tuned model takes, at most, before a whole
+        # model was measured (``_e2e_reserve``)
         self.e2e_s = 2 * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 1.0
+        self.model_s = math.inf  # wall seconds of the quickest whole-model measurement (a fusion step's) so far
         # the loop's steps end here, so that the finalists and the end-to-end check keep their time
         self.loop_end = self.clock.deadline - max(min(FINAL_SHARE * budget_s, 2.0 + 0.05 * budget_s), self.e2e_s)
         self.timeout_s = timeout_s if timeout_s is not None else min(20.0, max(2.0, budget_s / 20))
@@ -246,7 +250,10 @@ class Tuner:
         if not pending:
             return
         for trial, dec in pending:
+            t1 = time.monotonic()
             r = m.measure_model([(dec, scheds)], self.model_prep_s, deadline=self.loop_end)[0]
+            if r.ok:
+                self.model_s = min(self.model_s, time.monotonic() - t1)
             task.tell(trial, dec, r)
             if trial is None:
                 task.set_default(r)
@@ -255,10 +262,17 @@ class Tuner:
                 self._plan_kernels(*lower(self.graph, self.decisions))
         task.state.record(task.best_ns, time.monotonic() - t0, len(pending))
 
+    def _e2e_reserve(self) -> float:
+        """Seconds kept for the end-to-end check: two whole models, each as long as the quickest measured so far
+        (loading a ResNet-50's kernels and verifying it took 5 s of a 4-minute tune, where the finalists left it
+        2 s and the check timed out), at most E2E_SHARE of the budget."""
+        measured = 2 * self.model_s if math.isfinite(self.model_s) else 0.0
+        return max(self.e2e_s, min(measured, E2E_SHARE * self.clock.budget_s))
+
     def _finish(self, m: Measurer) -> None:
         """Re-time each kernel's finalists together, then the whole model before and after (its time is
         kept back from the finalists)."""
-        final_deadline = self.clock.deadline - self.e2e_s
+        final_deadline = self.clock.deadline - self._e2e_reserve()
         for task in sorted(self.tasks.values(), key=lambda t: -t.best_ns * t.count):
             pts = task.finalists()
             if len(pts) < 2 or task.state.weight == 0:
@@ -347,7 +361,8 @@ class Tuner:
                     stale = self.patience is not None and any(s.stale >= self.patience for s in states)
                     self.report.stopped = "patience" if stale else "exhausted"
                     break
-                if time.monotonic() + step_seconds(st, states, self.batch) > self.loop_end:
+                end = min(self.loop_end, self.clock.deadline - self._e2e_reserve())
+                if time.monotonic() + step_seconds(st, states, self.batch) > end:
                     break
                 self.report.current = st.name
                 try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import search_util as helpers
@@ -158,3 +160,34 @@ def test_cpu_timer_evicts_the_last_level_cache():
     interleaved(timer, [lambda: calls.append("run")], TimingPlan(warmup_s=0, cap_s=0, min_reps=3, flush=False),
                 lambda: None)
     assert "flush" not in calls
+
+
+def test_the_flush_reads_on_every_thread_the_kernels_run_on():
+    """The CPU backend reads the flush buffer with its kernels' thread team (each core's caches flushed, every
+    thread awake and busy when the timed kernel starts); a backend without a team is read by numpy."""
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.search.timing import CpuTimer
+    from luminal.target import detect_target
+
+    rng = np.random.default_rng(5)
+    for threads in (1, 2, 3):
+        be = CPUBackend(replace(detect_target("cpu"), threads=threads))
+        for n in (0, 1, 7, 100_003):
+            x = rng.standard_normal(n)
+            assert be.read_through(x) == pytest.approx(x.sum(), abs=1e-9 * max(n, 1))
+
+    class Team:
+        name = "cpu"
+
+        def __init__(self):
+            self.read = []
+
+        def read_through(self, buffer):
+            self.read.append(buffer)
+            return 0.0
+
+    team = Team()
+    timer = CpuTimer(team)
+    timer.flush()
+    timer.flush()
+    assert len(team.read) == 2 and team.read[0] is timer._evict

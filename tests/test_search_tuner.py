@@ -279,6 +279,24 @@ def test_winners_that_lose_end_to_end_are_not_written(tmp_path, monkeypatch):
     assert TuningCache(tmp_path / "tuning.db").best(_sig(), report.device, report.toolchain) is None
 
 
+def test_the_end_to_end_check_keeps_the_time_a_whole_model_took(tmp_path, monkeypatch):
+    """The check of the tuned model against the default keeps twice the quickest whole-model measurement so far
+    (a fusion step's), not a timing plan's few rounds: a model slow to load and verify (here 3 s more per
+    measurement) is still checked before the budget ends."""
+    from luminal.search.measure import Measurer
+
+    real = Measurer.measure_model
+
+    def slow(self, *a, **k):
+        time.sleep(3.0)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Measurer, "measure_model", slow)
+    report = _tune(tmp_path, helpers.FakeBackend(modes=("ok",)), 16, sampler="random", workers=1)
+    assert report.fusion is not None and report.fusion.statuses.get("ok", 0) >= 1
+    assert report.e2e_default_ns and report.e2e_tuned_ns, report.notes
+
+
 def _open(url, q):
     from luminal.search.studies import open_storage
 

@@ -105,6 +105,26 @@ def _sequence_fn(tc: build.Toolchain | None = None):
     return build.build([SEQUENCE_SOURCE], tc=tc)[0]
 
 
+# the sum of n doubles, read by a team of nt threads (``CPUBackend.read_through``)
+READ_SOURCE = """
+#include <stdint.h>
+int lum_kernel(void **b, int nt) {
+    const double *x = (const double *)b[0];
+    const int64_t n = (int64_t)(intptr_t)b[1];
+    double s = 0;
+    #pragma omp parallel for num_threads(nt) reduction(+:s) schedule(static)
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    *(double *)b[2] = s;
+    return 0;
+}
+"""
+
+
+@lru_cache(maxsize=4)
+def _read_fn(tc: build.Toolchain | None = None):
+    return build.build([READ_SOURCE], tc=tc)[0]
+
+
 class Launch:
     """Compiled kernels bound once to fixed buffers: each run of consecutive C kernels is one call into C
     with prebuilt pointer arrays; any other launchable (a BLAS kernel, a wrapper) is called in order."""
@@ -231,6 +251,15 @@ class CPUBackend:
 
     def space(self, kernel: Kernel) -> list[Knob]:
         return schedule.space(kernel, self.target.threads)
+
+    def read_through(self, buffer: np.ndarray) -> float:
+        """The sum of ``buffer`` (float64, C-contiguous), read by every thread the kernels run on: what a cache
+        flush before a timed kernel reads, so that each core's caches are flushed and every thread is awake and
+        busy when the kernel starts, as between the kernels of a model."""
+        out = np.zeros(1)
+        args = (ctypes.c_void_p * 3)(buffer.ctypes.data, buffer.size, out.ctypes.data)
+        _read_fn(self._toolchain())(args, self.target.threads)
+        return float(out[0])
 
     def default_schedule(self, kernel: Kernel) -> Schedule:
         return schedule.default_schedule(kernel, self.target.threads)
