@@ -208,3 +208,23 @@ def test_the_default_tile_rows_pad_the_wide_rows_least(hw, mr):
     s = be.default_schedule(c)
     assert plan_contraction(c).a_halo.wide == hw * (hw + 2) and not s["pack_a"] and s["mr"] == mr
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("cout,nr", [(48, 48), (40, 48), (144, 48), (96, 32), (64, 32)])
+def test_3_vector_tiles_where_they_pad_the_output_channels_less(monkeypatch, cout, nr):
+    """On 16-lane vectors 48 output channels fill one panel of a 3-vector tile, not two of 32 (a quarter of the
+    multiplies on padding); 96 and 64 stay in 2-vector panels. A block of columns holds whole panels (NC rounded
+    down to them: 64 -> 48, 128 -> 96), so every NC of the space is a valid point with 48-wide panels."""
+    import luminal.codegen.c.schedule as sched
+
+    monkeypatch.setattr(sched, "simd_width", lambda: 16)
+    g, feeds = _conv_graph(1, 16, cout, (9, 23), epilogue="silu")
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    d = be.default_schedule(c)
+    assert not d["pack_a"] and d["nr"] == nr and d["mr"] in ((7, 8) if nr == 48 else (12,))
+    scheds = [d] + [{**d, "nr": 48, "mr": mr, "nc": nc, "mc": mc, "pack_a": pa}
+                    for mr, nc, mc, pa in ((8, 64, 96, False), (7, 128, 24, False), (6, 256, 48, True))]
+    assert all(be.valid(c, s) for s in scheds)
+    for s in scheds:
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)

@@ -570,8 +570,8 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     if halo:
         M = halo.wide
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such;
-    # a row block holds whole MR panels (7-row tiles: MC rounded down to them)
-    mc, nc = min(sched.mc // mr * mr, -(-M // mr) * mr), min(sched.nc, -(-N // nr) * nr)
+    # a block holds whole panels (7-row tiles: MC rounded down to them; 3-vector ones: NC)
+    mc, nc = min(sched.mc // mr * mr, -(-M // mr) * mr), min(sched.nc // nr * nr, -(-N // nr) * nr)
     return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
                    direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,
