@@ -53,6 +53,7 @@ class Body:
         self.k = kernel
         self.red = set(kernel.reduce_axes)
         self.staged: set[int] = set()  # loads copied into an array s<n> before a lane loop (emit_reduction_lanes)
+        self.zero: set[int] = set()  # loads known to read zeros in this scope (a concat's other inputs on a row)
 
     # -- index expressions ---------------------------------------------------
     def space_idx(self, space: Space) -> list[str]:
@@ -79,6 +80,8 @@ class Body:
         """Statements defining v<n> (its args already defined)."""
         op = self.k.ops[n]
         t = ct.COMPUTE[op.dtype]
+        if n in self.zero:
+            return [f"const {t} v{n} = 0;"]
         if n in self.staged:
             return [f"{t} v{n} = s{n}[j];"]
         if op.op is Leaf.Load:
@@ -227,7 +230,6 @@ def _function(k: Kernel, body: list[str], loop: tuple[str, int] | None = None, p
 
 def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     k = normalize(kernel)
-    body = Body(k)
     n = len(k.full)
     numel = math.prod(k.full)
     if numel == 0:
@@ -237,13 +239,7 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     # masked loads (a pad, the halves of a concat) are staged, as in the lanes reductions: the loop then reads
     # them without a test per element, and vectorises
     staged = _stageable(k, ch) if n else {}
-    body.staged = set(staged)
-    inner_stmts = []
-    for i in k.full_cone([o for o, _ in k.outputs]):
-        inner_stmts += body.value(i)
-    lin = body.linear(Space.full)
-    for j, (o, buf) in enumerate(k.outputs):
-        inner_stmts.append(f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};")
+    inner_stmts = _inner(k, staged, set())
     if n == 0:
         return _function(k, inner_stmts)
     nch = -(-inner // ch)
@@ -252,10 +248,56 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     head = [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{"]
     if staged:
         tile.append("const int64_t c0 = j0, nl = j1 - j0;")
-        tile += [line for i, op in staged.items() for line in _stage_load(i, op, n - 1, ch)]
         head = ["for (int64_t j = 0; j < nl; j++) {", f"    const int64_t i{n - 1} = c0 + j;"]
-    tile += _simd(sched).split("\n") + head + _indent(inner_stmts, 4) + ["}"]
+    loop = _simd(sched).split("\n") + head
+    rows = _by_rows(k, staged, n - 1)
+    if len(rows) >= ROWS_MIN:
+        tile += _one_row_load(k, staged, rows, ch, loop)
+    else:
+        tile += [line for i, op in staged.items() for line in _stage_load(i, op, n - 1, ch)]
+        tile += loop + _indent(inner_stmts, 4) + ["}"]
     return _function(k, tile, ("t", numel // inner * nch), _par(numel, sched))
+
+
+ROWS_MIN = 2  # loads masked by rows alone from which a row that one of them lives on reads only that one
+
+
+def _inner(k: Kernel, staged: dict[int, KOp], zero: set[int]) -> list[str]:
+    """The statements of one element: its values (``staged`` loads from their arrays, ``zero`` ones as zeros), then
+    the outputs' stores."""
+    body = Body(k)
+    body.staged, body.zero = set(staged) - zero, zero
+    stmts = [line for i in k.full_cone([o for o, _ in k.outputs]) for line in body.value(i)]
+    lin = body.linear(Space.full)
+    return stmts + [f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};" for j, (o, buf) in enumerate(k.outputs)]
+
+
+def _by_rows(k: Kernel, staged: dict[int, KOp], din: int) -> dict[int, KOp]:
+    """The staged loads whose masks do not involve the innermost dim: each reads a whole row or none of it."""
+    return {i: op for i, op in staged.items() if all(c[din] == 0 for c, _, _ in view_masks(op.attr("view")))}
+
+
+def _one_row_load(k: Kernel, staged: dict[int, KOp], rows: dict[int, KOp], ch: int, loop: list[str]) -> list[str]:
+    """A concat's loop: its inputs are masked by rows alone, each living on rows of its own, and summed. Staged, a
+    row of n inputs filled n arrays (all but one with zeros) and summed them per element: DenseNet-121's
+    concatenations took 3.3 ms against onnxruntime's copies' 1.3. Where only one of them lives on the row, the
+    row reads it in place and takes the others as zeros (the other staged loads staged as before); any other row
+    runs the general loop."""
+    din = len(k.full) - 1
+    ex = [f"i{d}" if d != din else "c0" for d in range(len(k.full))]
+    L = ["int lum_one = -1, lum_live = 0;"]
+    for i, op in rows.items():
+        conds = [f"(uint64_t){affine(c, k0, ex)} < {b}ULL" for c, k0, b in view_masks(op.attr("view"))]
+        L.append(f"if ({' && '.join(conds)}) {{ lum_one = {i}; lum_live++; }}")
+    L += ["if (lum_live != 1) lum_one = -1;", "switch (lum_one) {"]
+    rest = {i: op for i, op in staged.items() if i not in rows}
+    for i in rows:
+        stage = [line for j, op in rest.items() for line in _stage_load(j, op, din, ch)]
+        inner = _inner(k, {j: op for j, op in staged.items() if j != i}, set(rows) - {i})
+        L += [f"case {i}: {{", *_indent([*stage, *loop, *_indent(inner, 4), "}"], 4), "    break;", "}"]
+    stage = [line for j, op in staged.items() for line in _stage_load(j, op, din, ch)]
+    L += ["default: {", *_indent([*stage, *loop, *_indent(_inner(k, staged, set()), 4), "}"], 4), "}", "}"]
+    return L
 
 
 def _stash(k: Kernel, body: Body, full_outs) -> tuple[int, int, int] | None:
