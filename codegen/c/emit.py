@@ -259,7 +259,7 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     return _function(k, tile, ("t", numel // inner * nch), _par(numel, sched))
 
 
-ROWS_MIN = 2  # loads masked by rows alone from which a row that one of them lives on reads only that one
+ROWS_MIN = 2  # row-masked loads (a concat of two parts or more) from which a row reads only the one living on it
 
 
 def _inner(k: Kernel, staged: dict[int, KOp], zero: set[int]) -> list[str]:
