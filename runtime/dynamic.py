@@ -147,7 +147,7 @@ class DynamicModel:
             # room for this run's segments, ``runs_kept`` times over: an LRU of fewer entries than a run has
             # segments would drop each one before the next run reached it, and compile every segment every run
             segments += 1
-            self.variants.size = max(self.variants.size, segments * self.runs_kept)
+            self.variants.hold(segments * self.runs_kept)
             src = self.source
             assert src is not None
             host = src.host(seg.cut)

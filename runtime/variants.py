@@ -49,6 +49,11 @@ class VariantCache(Generic[V]):
                 self._put(key, value)
             return value
 
+    def hold(self, count: int) -> None:
+        """Keep at least ``count`` variants from now on (never fewer than the size it was made with)."""
+        with self._lock:
+            self.size = max(self.size, count)
+
     def _hit(self, key: Hashable) -> V:
         """The variant kept for ``key``, counted and made the most recently used (``_lock`` held)."""
         self.hits += 1

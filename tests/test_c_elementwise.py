@@ -210,16 +210,10 @@ def test_a_row_that_one_concat_input_lives_on_reads_only_that_one(dtype):
     place and takes the others as zeros (DenseNet's concatenations, 3-12x faster), with the epilogue fused; rows
     where several live (two pads that overlap) or none (padding rows of all) run the general loop."""
     from luminal.codegen.c.backend import CPUBackend
+    from luminal.frontend_onnx.ops_shape import concat
 
     xs = [_input(f"x{i}", (2, c, 5, 37), dtype) for i, c in enumerate((3, 1, 4, 2))]
-    total = sum(x.shape[1] for x in xs)
-    parts, at = [], 0
-    for x in xs:
-        parts.append(x.pad(((0, 0), (at, total - at - x.shape[1]), (0, 0), (0, 0))))
-        at += x.shape[1]
-    cat = parts[0]
-    for p in parts[1:]:
-        cat = cat.add(p)
+    cat = concat(xs, 1)
     # channel 0 holds x2 alone, 1-3 x0 and x2, 4-9 neither; then padded by 2 and 1 channels
     overlap = xs[0].pad(((0, 0), (1, 6), (0, 0), (0, 0))).add(xs[2].pad(((0, 0), (0, 6), (0, 0), (0, 0))))
     outs = [cat.mul(cat) if dtype is DType.int64 else cat.relu(), overlap.pad(((0, 0), (2, 1), (0, 0), (0, 0)))]

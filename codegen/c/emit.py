@@ -239,9 +239,8 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     # masked loads (a pad, the halves of a concat) are staged, as in the lanes reductions: the loop then reads
     # them without a test per element, and vectorises
     staged = _stageable(k, ch) if n else {}
-    inner_stmts = _inner(k, staged, set())
     if n == 0:
-        return _function(k, inner_stmts)
+        return _function(k, _inner(k, {}, set()))
     nch = -(-inner // ch)
     tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});", "(void)r;"]
     tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", k.full[:-1]))]
@@ -251,11 +250,8 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
         head = ["for (int64_t j = 0; j < nl; j++) {", f"    const int64_t i{n - 1} = c0 + j;"]
     loop = _simd(sched).split("\n") + head
     rows = _by_rows(k, staged, n - 1)
-    if len(rows) >= ROWS_MIN:
-        tile += _one_row_load(k, staged, rows, ch, loop)
-    else:
-        tile += [line for i, op in staged.items() for line in _stage_load(i, op, n - 1, ch)]
-        tile += loop + _indent(inner_stmts, 4) + ["}"]
+    tile += _one_row_load(k, staged, rows, ch, loop) if len(rows) >= ROWS_MIN else \
+        _staged_loop(k, staged, set(), ch, loop)
     return _function(k, tile, ("t", numel // inner * nch), _par(numel, sched))
 
 
@@ -263,13 +259,19 @@ ROWS_MIN = 2  # row-masked loads (a concat of two parts or more) from which a ro
 
 
 def _inner(k: Kernel, staged: dict[int, KOp], zero: set[int]) -> list[str]:
-    """The statements of one element: its values (``staged`` loads from their arrays, ``zero`` ones as zeros), then
-    the outputs' stores."""
+    """The statements of one element: its values (``staged`` loads from their arrays, ``zero`` ones as zeros, the
+    others in place), then the outputs' stores."""
     body = Body(k)
-    body.staged, body.zero = set(staged) - zero, zero
+    body.staged, body.zero = set(staged), zero
     stmts = [line for i in k.full_cone([o for o, _ in k.outputs]) for line in body.value(i)]
     lin = body.linear(Space.full)
     return stmts + [f"out{j}[{lin}] = {ct.store(buf.dtype, f'v{o}')};" for j, (o, buf) in enumerate(k.outputs)]
+
+
+def _staged_loop(k: Kernel, staged: dict[int, KOp], zero: set[int], ch: int, loop: list[str]) -> list[str]:
+    """The ``staged`` loads copied into their arrays, then ``loop`` (its head) over the block's elements."""
+    stage = [line for i, op in staged.items() for line in _stage_load(i, op, len(k.full) - 1, ch)]
+    return [*stage, *loop, *_indent(_inner(k, staged, zero), 4), "}"]
 
 
 def _by_rows(k: Kernel, staged: dict[int, KOp], din: int) -> dict[int, KOp]:
@@ -283,8 +285,7 @@ def _one_row_load(k: Kernel, staged: dict[int, KOp], rows: dict[int, KOp], ch: i
     concatenations took 3.3 ms against onnxruntime's copies' 1.3. Where only one of them lives on the row, the
     row reads it in place and takes the others as zeros (the other staged loads staged as before); any other row
     runs the general loop."""
-    din = len(k.full) - 1
-    ex = [f"i{d}" if d != din else "c0" for d in range(len(k.full))]
+    ex = [f"i{d}" for d in range(len(k.full) - 1)] + ["c0"]
     L = ["int lum_one = -1, lum_live = 0;"]
     for i, op in rows.items():
         conds = [f"(uint64_t){affine(c, k0, ex)} < {b}ULL" for c, k0, b in view_masks(op.attr("view"))]
@@ -292,12 +293,8 @@ def _one_row_load(k: Kernel, staged: dict[int, KOp], rows: dict[int, KOp], ch: i
     L += ["if (lum_live != 1) lum_one = -1;", "switch (lum_one) {"]
     rest = {i: op for i, op in staged.items() if i not in rows}
     for i in rows:
-        stage = [line for j, op in rest.items() for line in _stage_load(j, op, din, ch)]
-        inner = _inner(k, {j: op for j, op in staged.items() if j != i}, set(rows) - {i})
-        L += [f"case {i}: {{", *_indent([*stage, *loop, *_indent(inner, 4), "}"], 4), "    break;", "}"]
-    stage = [line for j, op in staged.items() for line in _stage_load(j, op, din, ch)]
-    L += ["default: {", *_indent([*stage, *loop, *_indent(_inner(k, staged, set()), 4), "}"], 4), "}", "}"]
-    return L
+        L += [f"case {i}: {{", *_indent(_staged_loop(k, rest, set(rows) - {i}, ch, loop), 4), "    break;", "}"]
+    return [*L, "default: {", *_indent(_staged_loop(k, staged, set(), ch, loop), 4), "}", "}"]
 
 
 def _stash(k: Kernel, body: Body, full_outs) -> tuple[int, int, int] | None:

@@ -111,7 +111,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # 3-vector tiles where they pad N less than 2-vector ones (a conv's 48 output channels in one panel of 48, not
     # two of 32 with a quarter of the multiplies on padding: 2 threads, 3x3 48->48 at 80x80 0.70 -> 0.54 ms, at
     # 40x40 0.19 -> 0.15); where the registers hold 8 rows of them (AVX-512)
-    elif not direct and nr == TILE[1] * vw and _fits(8, 3 * vw, vw) and _padded_rows(n, 3 * vw) < _padded_rows(n, nr):
+    elif not direct and nr == TILE[1] * vw and _fits(8, 3 * vw, vw) and _padded(n, 3 * vw) < _padded(n, nr):
         nr = 3 * vw
     # 8-row tiles where they pad M no more than 6-row ones and fit the vector registers. 1 thread, convs
     # packed: 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x; 2 threads: 1x1
@@ -124,11 +124,11 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
-    most = next((r for r in (12, 8, 7) if _fits(r, nr, vw)), 0)  # the most rows the registers hold
-    if halo_default(plan) and plan.a_halo is not None and most:
+    fitting = [r for r in (12, 8, 7) if _fits(r, nr, vw)]  # the first: the most rows the registers hold
+    if halo_default(plan) and plan.a_halo is not None and fitting:
         wide = plan.a_halo.wide
-        best = _fewest_rows(wide, (12, 8, 7), nr, vw)
-        mr = best if _padded_rows(wide, best) < 0.98 * _padded_rows(wide, most) else most
+        best = min(fitting, key=lambda r: _padded(wide, r))
+        mr = best if _padded(wide, best) < 0.98 * _padded(wide, fitting[0]) else fitting[0]
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
@@ -178,13 +178,14 @@ def _rows_nr(plan: Plan, vw: int) -> int:
     return 0
 
 
-def _padded_rows(m: int, mr: int) -> int:
-    return -(-m // mr) * mr
+def _padded(m: int, tile: int) -> int:
+    """``m`` rounded up to whole tiles of ``tile`` (rows or columns)."""
+    return -(-m // tile) * tile
 
 
 def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
     """The MR of ``choices`` (by preference: the first of those that pad M equally) that pads M least and fits."""
-    return min((r for r in choices if _fits(r, nr, vw)), key=lambda r: _padded_rows(m, r))
+    return min((r for r in choices if _fits(r, nr, vw)), key=lambda r: _padded(m, r))
 
 
 def _fits(mr: int, nr: int, vw: int) -> bool:
