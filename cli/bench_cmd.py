@@ -112,7 +112,8 @@ def bench(
     threads: int = typer.Option(None, "--threads", help="CPU threads for every runtime (default: config, "
                                                         "else all cores)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the inputs, the round order and the bootstrap."),
-    atol: float = typer.Option(None, "--atol", help=f"Parity tolerance (default: config, else {DEFAULT_ATOL:g})."),
+    atol: float = typer.Option(None, "--atol", help=f"Parity tolerance, times an output's largest magnitude past 1 "
+                                                     f"(default: config, else {DEFAULT_ATOL:g})."),
     rtol: float = typer.Option(None, "--rtol", help=f"Parity tolerance (default: config, else {DEFAULT_RTOL:g})."),
     confidence: float = typer.Option(0.95, "--confidence", help="Level of the bootstrap intervals."),
     json_path: str = typer.Option(None, "--json", help="Write every sample and the environment as JSON "

@@ -63,8 +63,9 @@ def check(
     backend: str = typer.Option(None, "--backend",
                                 help="The luminal backend to check: auto, cpu, cuda, interpret or reference (the numpy "
                                      "executor) (default: config, else auto, the backend compile uses)."),
-    atol: float = typer.Option(None, "--atol", help=f"Absolute tolerance (default: config, else {DEFAULT_ATOL:g})."),
-    rtol: float = typer.Option(None, "--rtol", help=f"Relative tolerance: |a-b| <= atol + rtol*|b| "
+    atol: float = typer.Option(None, "--atol", help=f"Absolute tolerance, times the output's largest magnitude "
+                                                     f"where that exceeds 1 (default: config, else {DEFAULT_ATOL:g})."),
+    rtol: float = typer.Option(None, "--rtol", help=f"Relative tolerance: |a-b| <= atol*max(1, max|b|) + rtol*|b| "
                                                      f"(default: config, else {DEFAULT_RTOL:g})."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     json_path: str = JSON_FILE_OPT,

@@ -92,6 +92,28 @@ def test_check_exit_1_when_out_of_tolerance(embed_model, monkeypatch):
     assert "FAIL" in r.output and "out of tolerance" in r.output
 
 
+def test_the_absolute_tolerance_scales_with_an_outputs_largest_magnitude():
+    # logits reaching 150: float32 rounding of 1e-6 of that lands on the elements near zero too
+    want = {"y": np.array([150.0, -40.0, 0.01, -0.003], dtype=np.float32)}
+    noisy = {"y": want["y"] + np.float32(3e-4) * np.array([1, -1, 1, 1], dtype=np.float32)}
+    (c,) = modelcheck.compare_outputs(noisy, want, atol=1e-4, rtol=1e-3)
+    assert c.ok and c.max_abs > 1e-4, c.reason
+    # an error of a hundredth of the output's scale stays a failure, as does any error past atol below 1
+    wrong = {"y": want["y"] + np.float32(1.5) * np.array([0, 0, 1, 0], dtype=np.float32)}
+    (c,) = modelcheck.compare_outputs(wrong, want, atol=1e-4, rtol=1e-3)
+    assert not c.ok and "1/4 out of tolerance" in c.reason
+    small = {"y": np.array([0.5, 0.0], dtype=np.float32)}
+    (c,) = modelcheck.compare_outputs({"y": small["y"] + np.float32(3e-4)}, small, atol=1e-4, rtol=1e-3)
+    assert not c.ok
+    # infinities and NaN do not set the scale; integer outputs stay exact
+    inf = {"y": np.array([np.inf, np.nan, 0.0], dtype=np.float32)}
+    (c,) = modelcheck.compare_outputs({"y": inf["y"] + np.float32(3e-4)}, inf, atol=1e-4, rtol=1e-3)
+    assert not c.ok
+    ints = {"i": np.array([1000, 0], dtype=np.int64)}
+    (c,) = modelcheck.compare_outputs({"i": np.array([1000, 1], dtype=np.int64)}, ints, atol=1e-4, rtol=1e-3)
+    assert not c.ok
+
+
 def test_the_onnx_reference_decides_where_onnxruntime_is_the_one_off(embed_model, monkeypatch):
     real = modelcheck.run_onnxruntime
 
