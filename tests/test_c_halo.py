@@ -167,6 +167,17 @@ def test_1x3_conv_with_a_tap_dim_of_one():
     _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
 
 
+@pytest.mark.parametrize("n,kh,pads", [(1, 7, (3, 3)), (2, 5, (1, 3)), (1, 3, (2, 0))])
+def test_a_window_along_the_rows_only(n, kh, pads):
+    """A kh x 1 kernel (Inception's 7 x 1) has no tap along the row a wide row runs over: its taps step whole rows
+    of the copy, which holds the padding above and below. Read so by default (before: its input packed per call,
+    0.8x onnxruntime at 192 -> 192 channels on 17x17)."""
+    x = Tensor.input("x", (n, 48, 21, 17), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N + 8, 48, kh, 1)).astype(np.float32))
+    g = _graph([x], [conv(x, wt, 1, [1, 1], [1, 1], [pads, (0, 0)], [_out(21, kh, 1, 1, pads), 17]).relu()])
+    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+
+
 @pytest.mark.parametrize("n,stride,pads", [(3, (1, 1), ((1, 1), (1, 1))), (2, (1, 1), ((0, 2), (1, 0)))])
 def test_a_batch_of_images_as_rows(n, stride, pads):
     """Images of a batch are rows too: moved next to the pixels in the copy, each image's wide rows after the last

@@ -117,8 +117,9 @@ def _offsets(view, full: tuple[int, ...], source: tuple[int, ...], axis: dict[in
 def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], batch: tuple[int, ...]) -> Halo | None:
     """The copy A (op ``a``) can be read in place from, with rows ``m`` as wide rows, or None: every dim that moves
     A walks one axis of its (contiguous) input with a positive step, each mask bounds one axis by its extent (the
-    padding), each row dim walks an axis of its own, batch dims walk no pixel axis, some K dim walks the
-    innermost row dim's axis (a window), and the wide rows are at most MAX_WASTE times the output rows."""
+    padding), each row dim walks an axis of its own, batch dims walk no pixel axis, some K dim walks a row dim's
+    axis (a window, which a 7 x 1 kernel has along the rows only), and the wide rows are at most MAX_WASTE times
+    the output rows."""
     op = kernel.ops[a]
     view, full = op.attr("view"), kernel.full
     source = kernel.inputs[op.attr("buf")].shape
@@ -145,7 +146,7 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     if len(set(pixels)) != len(pixels) or list(pixels) != sorted(pixels):
         return None
     inner = rows_dims[-1]
-    if not any(d in axis and axis[d] == pixels[-1] for d in k) or any(axis.get(d) in pixels for d in batch):
+    if not any(d in axis and axis[d] in pixels for d in k) or any(axis.get(d) in pixels for d in batch):
         return None
     image = axis[image_dim] if image_dim is not None else -1
     if image >= 0 and image > pixels[0]:
