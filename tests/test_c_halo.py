@@ -128,6 +128,30 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)
 
 
+@pytest.mark.parametrize("n,groups,per_group,hw,halo", [
+    (1, 5, 16, (7, 7), True),      # RegNet's last stage: rows of 7 pixels, a vector of channels per group
+    (2, 3, 16, (9, 11), True),     # a batch, rows of 11
+    (1, 4, 16, (10, 20), False),   # rows of 20: the pixels as columns keep whole vectors
+    (1, 6, 8, (7, 7), False),      # half a vector per group
+])
+def test_grouped_convs_on_small_maps_read_the_copy(monkeypatch, n, groups, per_group, hw, halo):
+    """A grouped conv with whole vectors of output channels per group reads its padded copy by default where an
+    output row is shorter than a vector, whatever HALO_MIN_N says; others keep their reads. Against the reference.
+    On 16-lane vectors (AVX-512) whatever the host's."""
+    import luminal.codegen.c.contraction as contraction
+    import luminal.codegen.c.schedule as sched
+
+    monkeypatch.setattr(contraction, "host_simd_width", lambda: 16)
+    monkeypatch.setattr(sched, "simd_width", lambda: 16)
+    c_all = groups * per_group
+    g, feeds = _conv_graph(n, c_all, c_all, hw, group=groups)
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    assert halo_default(plan_contraction(c)) == halo and ("lum_mkh(" in be.source(c, s)) == halo
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
 @pytest.mark.parametrize("n,cin,cout,stride", [(1, 3, HALO_MIN_N, (2, 2)), (2, 114, HALO_MIN_N + 8, (1, 1))])
 def test_the_search_takes_either_orientation(n, cin, cout, stride):
     """The ``swap`` knob: a conv whose default keeps its pixels as columns (few K rows, a stride) reaches the
