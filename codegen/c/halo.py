@@ -145,7 +145,6 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     pixels = tuple(axis[d] for d in rows_dims)
     if len(set(pixels)) != len(pixels) or list(pixels) != sorted(pixels):
         return None
-    inner = rows_dims[-1]
     if not any(d in axis and axis[d] in pixels for d in k) or any(axis.get(d) in pixels for d in batch):
         return None
     image = axis[image_dim] if image_dim is not None else -1
@@ -162,7 +161,7 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     split = [1] * len(source)
     for d in rows_dims:
         split[axis[d]] = coef[d]
-    width = full[inner]
+    width = full[rows_dims[-1]]
     rows = full[rows_dims[0]] if len(rows_dims) == 2 else 1
     images = full[image_dim] if image_dim is not None else 1
     h = Halo(source, tuple(padded), tuple(before), tuple(split), pixels,

@@ -124,11 +124,11 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
-    fitting = [r for r in (12, 8, 7) if _fits(r, nr, vw)]  # the first: the most rows the registers hold
-    if halo_default(plan) and plan.a_halo is not None and fitting:
+    most = next((r for r in (12, 8, 7) if _fits(r, nr, vw)), 0)  # the most rows the registers hold
+    if halo_default(plan) and plan.a_halo is not None and most:
         wide = plan.a_halo.wide
-        best = min(fitting, key=lambda r: _padded(wide, r))
-        mr = best if _padded(wide, best) < 0.98 * _padded(wide, fitting[0]) else fitting[0]
+        best = _fewest_rows(wide, (12, 8, 7), nr, vw)
+        mr = best if _padded(wide, best) < 0.98 * _padded(wide, most) else most
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
