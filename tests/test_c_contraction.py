@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from luminal.codegen.partition import partition
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
 from luminal.runtime.compile import compile_graph
-from luminal.target import host_simd_width
+from luminal.target import detect_target, host_simd_width
 
 RNG = np.random.default_rng(5)
 
@@ -402,21 +403,32 @@ def test_an_output_of_short_inner_runs_tiles_the_other_way():
     _compare(g, {"x": RNG.standard_normal((1, 8, 20, 20)).astype(np.float32)})
 
 
-def test_a_matrix_vector_product_with_large_operands_runs_on_every_thread():
-    """1000x2048 times a vector is only 2M multiply-adds, but 8 MB of weight to read: its GEMM is parallel."""
+def test_the_thread_count_of_a_contraction_is_its_schedules():
+    """A thread per GRAIN operations by default: 1000x2048 times a vector (2M multiply-adds, 8 MB of weight) and
+    a 48x256 weight times a 256x169 map (2M) on every thread, 10x64 times a vector on one; and whatever the
+    default, the schedule's count is the one the kernel runs on, so the search can take either."""
     from luminal.codegen.c.backend import source
 
     x = Tensor.input("x", (1, 2048), DType.float32)
+    m = Tensor.input("m", (256, 169), DType.float32)
     w = Tensor.const(RNG.standard_normal((1000, 2048)).astype(np.float32))
     small = Tensor.const(RNG.standard_normal((10, 64)).astype(np.float32))
-    g = _graph([x], [x.matmul(w.permute([1, 0])), x.shrink([(0, 1), (0, 64)]).matmul(small.permute([1, 0]))])
-    _, (big, tiny) = _contractions(g)
-    be = CPUBackend()
-    assert "if(0)" not in source(big, be.default_schedule(big), 2)
-    generated = {**be.default_schedule(tiny), "impl": "generated"}
-    assert be.valid(tiny, generated)
-    assert "if(0)" in source(tiny, generated, 2)  # a small one stays on the calling thread
-    _compare(g, {"x": RNG.standard_normal((1, 2048)).astype(np.float32)})
+    mid = Tensor.const(RNG.standard_normal((48, 256)).astype(np.float32))
+    g = _graph([x, m], [x.matmul(w.permute([1, 0])), x.shrink([(0, 1), (0, 64)]).matmul(small.permute([1, 0])),
+                        mid.matmul(m)])
+    _, (big, tiny, med) = _contractions(g)
+    be = CPUBackend(replace(detect_target("cpu"), threads=2))
+    assert [be.default_schedule(k)["threads"] for k in (big, tiny, med)] == [2, 1, 2]
+    for k in (big, tiny, med):
+        for threads in (1, 2):
+            sched = {**be.default_schedule(k), "impl": "generated", "threads": threads}
+            assert be.valid(k, sched)
+            assert "if(0)" not in source(k, sched, 2)
+            assert be.compile([(k, sched)])[0].threads == threads
+    gen = {**be.default_schedule(tiny), "impl": "generated"}
+    assert be.identity(tiny, {**gen, "threads": 2}) != be.identity(tiny, gen)
+    _compare(g, {"x": RNG.standard_normal((1, 2048)).astype(np.float32),
+                 "m": RNG.standard_normal((256, 169)).astype(np.float32)})
 
 
 @pytest.mark.parametrize("n,stride,weight_input,ksz", [(1, 1, False, 1), (2, 2, False, 1), (1, 1, True, 1),

@@ -28,8 +28,8 @@ def _mlp(path: Path) -> Path:
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "W")
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Softmax", ["h"], ["y"], axis=-1)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 48])], [w])
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 48])], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
@@ -140,13 +140,13 @@ def test_a_session_after_tune_runs_with_its_own_threads(monkeypatch, tmp_path):
 
     import onnxruntime as ort
 
-    x = np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((256, 64)).astype(np.float32)
     want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for threads, expect in ((2, 2), (None, 3)):
         sess = InferenceSession(model, backend="cpu", threads=threads)
         m = sess.model
         assert m.backend.target.threads == expect
-        # a GEMM's default takes every thread of the target, and its compiled kernel runs with them
+        # a GEMM of 0.8M multiply-adds takes every thread of the target by default, and its kernel runs with them
         (gemm,) = [ck for k, ck in zip(m.kernels, m.compiled) if k.form == "contraction"]
         assert gemm.threads == expect
         knobs = {kn.name: kn.choices for k in m.kernels for kn in m.backend.space(k)}

@@ -40,8 +40,6 @@ from .normalize import normalize
 if TYPE_CHECKING:
     from .knobs import GemmSchedule
 
-PAR_MIN_MACS = 1 << 21
-PAR_MIN_FLOATS = 1 << 18  # operands of a matrix-vector product large enough that reading them wants every core
 _DIRECT = (DType.float32, DType.int32)  # operands in the GEMM's own element type, readable in place
 SWAP_MAX_M = 8  # see plan_contraction
 WASTE = 1.1  # see plan_contraction
@@ -433,12 +431,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         L += _transpose(vw)
     L += _epilogue_function(kernel, plan, t)
     L += _entry(kernel, t, fill_a + fill_b, len_a + len_b + 1)
-    # small contractions run on the calling thread: waking a team costs more than it saves; a matrix-vector
-    # product is small in MACs but large in what it reads (ResNet-50's 1000x2048 classifier, in the model on 2
-    # threads: 1.34 -> 0.79 ms)
-    small = t.nb * t.M * t.N * t.K < PAR_MIN_MACS and t.nb * (t.M + t.N) * t.K < PAR_MIN_FLOATS
-    par = " if(0)" if small else ""
-    L.append(f"    #pragma omp parallel num_threads(nt){par}")
+    L.append("    #pragma omp parallel num_threads(nt)")
     L.append("    {")
     if t.halo:
         L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a), 8)
