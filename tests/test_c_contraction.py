@@ -185,7 +185,7 @@ def test_invalid_schedules_are_rejected():
     vw = host_simd_width()
     assert not be.valid(k, {**s, "mr": 12, "nr": 4 * vw})      # too many registers, whatever the vector width
     assert not be.valid(k, {**s, "mr": 5})                     # not a choice
-    assert not be.valid(k, {**s, "pack_b": False})              # N=11 is not a multiple of NR
+    assert not be.valid(k, {**s, "impl": "generated", "lanes": 16})  # lanes mean nothing to a GEMM
     assert not be.valid(k, {**s, "bogus": 1})
 
 
@@ -492,4 +492,31 @@ def test_7_row_tiles_where_they_pad_less_than_6_and_8(cin, cout, hw):
     feeds = {"x": RNG.standard_normal((1, cin, hw, hw)).astype(np.float32),
              "r": RNG.standard_normal((1, cout, hw, hw)).astype(np.float32)}
     for s in scheds:
+        _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("n,cin,cout,h,w", [(1, 40, 20, 13, 13), (1, 16, 40, 5, 5), (1, 12, 24, 1, 19)])
+def test_a_1x1_convs_input_read_in_place_where_its_pixels_do_not_fill_whole_panels(n, cin, cout, h, w):
+    """A 1x1 conv's input is B read in place (its pixels contiguous), once only where they fill whole panels,
+    else packed on every call; now one run, as a conv's rows, whose last panel the end of the input cuts (read
+    in place where NR columns past it lie in the input, else copied between zeros). The default reads it in
+    place (169, 25 and 19 pixels); every schedule that does, against the reference, with a residual epilogue."""
+    from codegen_util import random_schedules
+
+    x = Tensor.input("x", (n, cin, h, w), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((cout, cin, 1, 1)).astype(np.float32))
+    r = Tensor.input("r", (n, cout, h, w), DType.float32)
+    g = _graph([x, r], [conv(x, wt, 1, [1, 1], [1, 1], [(0, 0), (0, 0)], [h, w]).add(r).relu()])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend()
+    d = be.default_schedule(c)
+    plan = plan_contraction(c, bool(d.get("swap")))
+    assert plan.b_direct and plan.sizes[2] == h * w and plan.sizes[2] % d["nr"]
+    assert d["impl"] == "generated" and not d["pack_b"]
+    scheds = random_schedules(be, c, 12, seed=n + cin, keep=lambda s, _: not s["pack_b"] and s["impl"] == "generated"
+                              and not s.get("swap"))
+    assert {s["nr"] for s in scheds} >= {host_simd_width(), 2 * host_simd_width()}
+    feeds = {"x": RNG.standard_normal((n, cin, h, w)).astype(np.float32),
+             "r": RNG.standard_normal((n, cout, h, w)).astype(np.float32)}
+    for s in [d, *scheds]:
         _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)

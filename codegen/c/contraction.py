@@ -60,9 +60,9 @@ class Plan(Contraction):
     b_direct: bool = False  # B is float32/int32, unmasked, unit stride over flattened N: readable unpacked
     a_direct: bool = False  # A is float32/int32, unmasked, unit stride over flattened K, affine rows
     b_const: bool = False  # B is a model weight: packed once, on the first call, into a buffer the caller keeps
-    # B's stride along its innermost N dim where B (not a weight, not b_direct) may be read by runs of that dim,
-    # whatever its masks and other strides (a conv's input windows): in place where it is 1, else gathered
-    # row by row; 0 where not
+    # B's stride along its innermost N dim where B (not a weight) may be read by runs of that dim, whatever its
+    # masks and other strides (a conv's input windows): in place where it is 1, else gathered row by row; 0 where
+    # not. B read in place (b_direct) is one run, the panel past its end cut as a run's is
     b_run_stride: int = 0
     # A (a conv's input, not a weight) read in place from a copy with its padding made real, over wide rows of
     # output pixels (``halo.py``); None where its view does not allow it
@@ -85,7 +85,7 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
     a_direct = (kernel.ops[c.a].dtype in _DIRECT and not va.mask and bool(c.k)
                 and run_coeff(va.strides, c.k, c.full) == 1 and run_coeff(va.strides, c.m, c.full) is not None)
     b_const = kernel.inputs[kernel.ops[c.b].attr("buf")].constant
-    b_run_stride = (vb.strides[c.n[-1]] if kernel.ops[c.b].dtype in _DIRECT and not b_direct and not b_const
+    b_run_stride = (vb.strides[c.n[-1]] if kernel.ops[c.b].dtype in _DIRECT and not b_const
               and c.n and vb.strides[c.n[-1]] > 0 else 0)
     a_halo = (plan_halo(kernel, c.a, c.m, c.k, c.batch) if kernel.ops[c.a].dtype in _DIRECT and not a_direct
               and not kernel.inputs[kernel.ops[c.a].attr("buf")].constant else None)
@@ -563,7 +563,7 @@ class _Tiling:
 def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     nb, M, N, K = plan.sizes
     mr, nr = sched.mr, sched.nr
-    run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b else 0
+    run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b and (N % nr or not plan.b_direct) else 0
     if run:
         N = N // run * -(-run // nr) * nr
     halo = plan.a_halo if not sched.pack_a else None

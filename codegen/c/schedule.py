@@ -89,8 +89,12 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # ms, 24->144 at 56x56 0.22 -> 0.18, 128->512 at 32x32 0.62 -> 0.55, 256->1024 at 16x16 0.53 -> 0.49).
     # A weight is packed once, and its panels then stream contiguously: inside BERT-base, 768x768 and
     # 768x3072 ran 17% faster than with the weight read in place, 3072x768 at par
-    direct = not plan.b_const and plan.b_direct and n % (2 * vw) == 0 and (m <= 128 or k <= 256)
-    rows_nr = _rows_nr(plan, vw)
+    in_place = not plan.b_const and plan.b_direct and (m <= 128 or k <= 256)
+    direct = in_place and n % (2 * vw) == 0
+    # and where N is not a multiple of the panel (a 1x1 conv at 28x28, 13x13, 55x55), as one run whose last
+    # panel is cut (2 threads, 1x1 convs against the pack: 256->48 at 13x13 48 -> 28 us, 48->192 at 13x13 27 -> 23,
+    # 96->16 at 55x55 62 -> 49, 64->256 at 27x27 154 -> 135, 128->512 at 28x28 564 -> 527, 512->128 975 -> 936)
+    rows_nr = (vw if n <= vw else 2 * vw) if in_place and not direct else _rows_nr(plan, vw)
     mc = _row_block(m, direct)
     nc = 128 if plan.b_const else 256
     # enough MC x NC tiles to keep every thread busy
@@ -162,7 +166,7 @@ def _rows_nr(plan: Plan, vw: int) -> int:
     rows of 28 against packed: 64->96 0.56 -> 0.83x onnxruntime, 96->96 0.52 -> 0.64x, 64->64 0.51 -> 0.61x,
     32->32 0.43 -> 0.59x in panels of one vector; 16->16 and 24->24 at 28x28 and 30x30 lose 15%)."""
     m = plan.sizes[1]
-    if not plan.b_run_stride or (plan.b_run_stride > 1 and (m > 32 or plan.b_run_stride > 2)):
+    if not plan.b_run_stride or plan.b_direct or (plan.b_run_stride > 1 and (m > 32 or plan.b_run_stride > 2)):
         return 0
     run = plan.full[plan.n[-1]]
     if m < 32 and run < vw:
