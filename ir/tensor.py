@@ -504,20 +504,21 @@ class Tensor:
             return self
         t = self.cast(DType.int64).cast(self.dtype)
         f = self.lt(t).where(t.sub(1), t)
-        exact = self.abs().lt(2.0 ** 23).logical_not() | self.isnan()
-        return exact.where(self, f)
+        return self.abs().lt(2.0 ** 23).where(f, self)  # NaN, infinities and what is whole already stay
 
     def ceil(self) -> Tensor:
         return self.neg().floor().neg()
 
     def round(self) -> Tensor:
         """Round half to even."""
+        # in float arithmetic and selects on float comparisons only: a float remainder is a libm call per element,
+        # and boolean algebra over masks of mixed widths keeps gcc from vectorising the loop (a QuantizeLinear's
+        # 0.15M elements took 2.4 ms)
         f = self.add(0.5).floor()
-        tie = f.sub(self).eq(0.5)
-        odd = f.mod(2.0).ne(0)
-        r = (tie & odd).where(f.sub(1), f)
-        exact = self.abs().lt(2.0 ** 23).logical_not() | self.isnan()
-        return exact.where(self, r)
+        tie = f.sub(self).lt(0.5).where(0.0, 1.0)  # f - x lies in (-0.5, 0.5]
+        half = f.mul(0.5)
+        odd = half.sub(half.cast(DType.int32).cast(f.dtype)).abs().mul(2.0)  # 1 where f is odd, else 0
+        return self.abs().lt(2.0 ** 23).where(f.sub(tie.cast(f.dtype).mul(odd)), self)
 
     def atan(self) -> Tensor:
         # reduce to [0, 1] by atan(x) = pi/2 - atan(1/x), then a minimax polynomial in x^2
