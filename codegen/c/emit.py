@@ -25,6 +25,13 @@ if TYPE_CHECKING:
     from .knobs import ElementwiseSchedule, LoopSchedule, ReductionSchedule
 
 PAR_MIN = 1 << 16  # elements below which a kernel runs on one thread
+# selects in a kernel from which gcc compiles its epilogue loops (a contraction's, a stencil's) without jump
+# threading (``LUM_NO_THREADING``): threading copies blocks across a long chain of them until the vectoriser sees
+# control flow in the loop and leaves it scalar. A QuantizeLinear epilogue has 9-29 (its rounding, clamps and
+# saturation): 2 threads, QDQ MobileNetV3-Small's depthwise 5x5s at 14x14 648 -> 142 us, its stem 4.4 -> 0.75 ms.
+# A hardswish's 1-2 keep threading, which the stencils' own loops gain from (depthwise convs 1.1-1.7x slower
+# without it), and so do loops that gather (GridSample: 1.2x slower without it)
+THREADING_MAX_SELECTS = 8
 
 
 def affine(coeffs, const: int, exprs: list[str]) -> str:
@@ -176,6 +183,12 @@ class Body:
             return f"({a[0]} == 0 ? ({t})0 : ({t})(1 / {a[0]}))"
         fn = {"Exp2": "lum_exp2", "Log2": "lum_log2", "Sin": "sinf", "Sqrt": "sqrtf"}[name]
         return ct.cast(DType.float32, dt, f"{fn}((float){a[0]})")
+
+
+def threading(k: Kernel) -> str:
+    """The attribute the function holding ``k``'s epilogue takes: ``LUM_NO_THREADING`` where ``k`` has
+    THREADING_MAX_SELECTS selects or more."""
+    return "LUM_NO_THREADING " if sum(o.op is Op.Where for o in k.ops) >= THREADING_MAX_SELECTS else ""
 
 
 def _signature(k: Kernel) -> list[str]:

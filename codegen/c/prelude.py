@@ -6,6 +6,13 @@ PRELUDE = r"""
 #include <math.h>
 #include <stdlib.h>
 
+/* gcc's jump threading copies blocks across long chains of selects until the vectoriser sees control flow */
+#if defined(__GNUC__) && !defined(__clang__)
+#define LUM_NO_THREADING __attribute__((optimize("no-thread-jumps")))
+#else
+#define LUM_NO_THREADING
+#endif
+
 static inline float lum_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float lum_i2f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
 static inline uint32_t lum_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
