@@ -1,5 +1,6 @@
-"""Quantised ops (QDQ and QOperator models): integer products accumulate exactly in int32; scales
-and requantisation are elementwise float math. The IR computes 8- and 16-bit integers in int32, so a
+"""Quantised ops (QDQ and QOperator models): integer products accumulate exactly, in float32 where every
+partial sum stays below 2^24 (an integer conv against constant weights, on the float kernels), else in int32;
+scales and requantisation are elementwise float math. The IR computes 8- and 16-bit integers in int32, so a
 quantised type is read from how the model wrote the zero point (or the input) it comes with."""
 
 from __future__ import annotations
@@ -111,10 +112,53 @@ def matmul_integer(ctx: OpContext) -> Tensor:
     return _centred(a, ctx.input(2), -2).matmul(_centred(b, ctx.input(3), -1))
 
 
+def _spread(ctx: OpContext, at: int, zp_at: int) -> int | None:
+    """The largest |x - zero point| input ``at`` can hold, by the 8-bit type the model writes it in; None where
+    that is not known (or the type is wider)."""
+    dt = ctx.written(at) if ctx.input(at) is not None else None
+    q = helper.np_dtype_to_tensor_dtype(dt) if dt is not None else None
+    if q not in (TensorProto.UINT8, TensorProto.INT8):
+        return None
+    lo, hi = _QRANGE[q]
+    zp = ctx.input(zp_at)
+    if zp is None:
+        return max(-lo, hi)
+    if not zp.is_const:
+        return hi - lo
+    z = ctx.const(zp_at).astype(np.int64)
+    return int(max(np.max(np.abs(lo - z)), np.max(np.abs(hi - z))))
+
+
+FLOAT_EXACT = 1 << 24  # integers of float32's exact range: sums below it add without rounding
+
+
+def _int_conv(ctx: OpContext, x_at: int, w_at: int, bias_at: int | None = None) -> Tensor:
+    """The conv of input ``x_at`` and the constant ``w_at`` less their zero points (inputs 2 and 3 of ConvInteger,
+    2 and 5 of QLinearConv), plus an int32 bias: in float32 where every product and partial sum is an integer
+    below FLOAT_EXACT whatever the input (|w - zp| summed per output channel, times the input's largest |x - zp|,
+    plus |bias|), so the float GEMMs and stencils compute it exactly; else in int32."""
+    x_zp, w_zp = (2, 3) if w_at == 1 else (2, 5)
+    x, w, bias = need(ctx, x_at), need(ctx, w_at), ctx.input(bias_at) if bias_at is not None else None
+    xs, wc = _centred(x, ctx.input(x_zp)), _centred(w, ctx.input(w_zp), 0)
+    spread = _spread(ctx, x_at, x_zp)
+    if spread is not None and wc.is_const and (bias is None or bias.is_const):
+        per_channel = np.abs(wc.numpy().astype(np.int64)).reshape(wc.shape[0], -1).sum(axis=1) * spread
+        if bias is not None:
+            per_channel = per_channel + np.abs(bias.numpy().astype(np.int64)).reshape(-1)
+        if int(per_channel.max(initial=0)) < FLOAT_EXACT:
+            acc = conv_node(ctx, xs.cast(DType.float32), wc.cast(DType.float32))
+            if bias is not None:
+                acc = acc.add(bias.cast(DType.float32).reshape((1, -1) + (1,) * (acc.ndim - 2)))
+            return acc
+    acc = conv_node(ctx, xs, wc)
+    if bias is not None:
+        acc = acc.add(bias.cast(DType.int32).reshape((1, -1) + (1,) * (acc.ndim - 2)))
+    return acc
+
+
 @op("ConvInteger")
 def conv_integer(ctx: OpContext) -> Tensor:
-    x, w = need(ctx, 0), need(ctx, 1)
-    return conv_node(ctx, _centred(x, ctx.input(2)), _centred(w, ctx.input(3), 0))
+    return _int_conv(ctx, 0, 1).cast(DType.int32)
 
 
 def _requant(ctx: OpContext, acc: Tensor, scale: Tensor, y_scale: Tensor, y_zp: Tensor | None, qtype: int) -> Tensor:
@@ -137,12 +181,10 @@ def qlinear_matmul(ctx: OpContext) -> Tensor:
 
 @op("QLinearConv")
 def qlinear_conv(ctx: OpContext) -> Tensor:
-    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (ctx.input(i) for i in range(9))
+    x, x_s, w, w_s, y_s, y_zp = (ctx.input(i) for i in (0, 1, 3, 4, 6, 7))
     if x is None or w is None or x_s is None or w_s is None or y_s is None:
         raise fail(ctx, "QLinearConv needs x, w and the three scales")
-    acc = conv_node(ctx, _centred(x, x_zp), _centred(w, w_zp, 0))
-    if bias is not None:
-        acc = acc.add(bias.cast(DType.int32).reshape((1, -1) + (1,) * (acc.ndim - 2)))
+    acc = _int_conv(ctx, 0, 3, 8)
     scale = _per_axis(w_s, acc, 1).cast(DType.float32).mul(x_s.cast(DType.float32).reshape(()))
     return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 7, 0))
 

@@ -243,3 +243,48 @@ def test_qlinear_concat_matches_onnxruntime(tmp_path):
         got = InferenceSession(path, backend=backend).run(None, feeds)[0]
         assert got.dtype == np.uint8 and got.shape == (2, 7)
         assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1, backend
+
+
+@pytest.mark.parametrize("cin,group,wmax,float_path", [(16, 1, 127, True), (8, 8, 127, True),
+                                                       (600, 1, 127, False), (600, 1, 10, True)])
+def test_integer_convs_accumulate_in_float32_where_it_is_exact(tmp_path, cin, group, wmax, float_path):
+    """A QLinearConv or ConvInteger whose products and partial sums are integers below 2^24 whatever the input
+    (|w - zp| summed per output channel, times the input type's largest |x - zp|, plus |bias|) runs on the float
+    kernels (the stencils and GEMMs), exactly; past that bound (600 channels of weights up to 127: 19M) in int32.
+    Both against the spec's formula in numpy, bit for bit."""
+    from luminal.ir import DType
+    from luminal.ir.graph import Op
+
+    rng = np.random.default_rng(cin + wmax)
+    cout, hw = 8 if group == 1 else cin, 9
+    w = rng.integers(-wmax, wmax + 1, (cout, cin // group, 3, 3)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, cout).astype(np.int32)
+    values = {"xs": np.array(0.02, np.float32), "xz": np.array(7, np.uint8), "w": w, "ws": np.array(0.01, np.float32),
+              "wz": np.array(3, np.int8), "ys": np.array(0.5, np.float32), "yz": np.array(128, np.uint8), "b": bias}
+    inits = [numpy_helper.from_array(v, k) for k, v in values.items()]
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=[1] * 4,
+                              group=group),
+             helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["acc"], pads=[1] * 4, group=group)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, cin, hw, hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None),
+                               helper.make_tensor_value_info("acc", TensorProto.INT32, None)], inits)
+    path = tmp_path / "qconv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    x = rng.integers(0, 256, (1, cin, hw, hw)).astype(np.uint8)
+    xp = np.pad(x.astype(np.int64) - 7, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=0)
+    wc, per = w.astype(np.int64) - 3, cin // group
+    acc = np.zeros((1, cout, hw, hw), np.int64)
+    for o in range(cout):
+        g = o // (cout // group)
+        for dy in range(3):
+            for dx in range(3):
+                window = xp[0, g * per:(g + 1) * per, dy:dy + hw, dx:dx + hw]
+                acc[0, o] += np.einsum("chw,c->hw", window, wc[o, :, dy, dx])
+    want_y = np.clip(np.rint((acc + bias[None, :, None, None]).astype(np.float32) * np.float32(0.02 * 0.01 / 0.5)
+                             + 128), 0, 255).astype(np.uint8)
+    sess = InferenceSession(path, backend="cpu")
+    got_y, got_acc = sess.run(None, {"x": x})
+    assert np.array_equal(got_acc, acc.astype(np.int32)) and got_acc.dtype == np.int32
+    assert np.array_equal(got_y, want_y)
+    sums = {o.dtype for k in sess.model.launched for o in k.ops if o.op is Op.SumReduce}
+    assert sums == {DType.float32 if float_path else DType.int32}
