@@ -9,6 +9,7 @@ examples/models/manifest.json (export them with examples/export_models.py).
     python benchmarks/cpu_models.py --size cnn --threads 2 --rounds 5   # ResNet-50, MobileNetV3, YOLO, DB, DeepLab,
                                                         # the light model-zoo graphs (export_models.py --sizes cnn)
     python benchmarks/cpu_models.py --size vision --threads 2          # torchvision's (--sizes vision)
+    python benchmarks/cpu_models.py --size quant --threads 2           # onnxruntime-quantized CNNs (--sizes quant)
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--size", choices=["small", "full", "cnn", "vision"], default="small")
+    ap.add_argument("--size", choices=["small", "full", "cnn", "vision", "quant"], default="small")
     ap.add_argument("--only", default="", help="substring of the model file names to run")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=3)

@@ -21,6 +21,10 @@ a DB-style text detector and a DeepLabV3-style segmenter (atrous pyramid, biline
 upsampling; TorchScript exporter only, BatchNorm statistics
 calibrated on a seeded batch), and the onnx wheel's light model-zoo graphs with
 seeded weights in place of their constant fills (``seeded_light_model``).
+
+``--sizes quant`` (after ``cnn``) writes CNNs of that group quantized by onnxruntime's own quantizer, as users
+ship them: QDQ (int8 weights per channel, uint8 activations, calibrated on seeded inputs), QOperator
+(QLinearConv and onnxruntime's contrib ops) and dynamic (ConvInteger, MatMulInteger).
 """
 
 from __future__ import annotations
@@ -694,13 +698,58 @@ def _calibrate_batchnorm_stats(m: onnx.ModelProto, rng: np.random.Generator) -> 
         inits[k].CopyFrom(numpy_helper.from_array(v, k))
 
 
+QUANT_SOURCES = ("mobilenetv3-cnn-torchscript.onnx", "light_squeezenet-cnn-seeded.onnx",
+                 "resnet50-cnn-torchscript.onnx")
+QUANT_KINDS = ("qdq", "qoperator", "dynamic")
+
+
+def quantize(src: Path, shapes: dict[str, int], kind: str, path: Path) -> None:
+    """``src`` quantized by onnxruntime's quantizer (``kind``: qdq, qoperator or dynamic), calibrated on four
+    seeded inputs at ``shapes`` (its symbolic dims)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = path.with_suffix(".pre.onnx")
+    quant_pre_process(str(src), str(pre))
+    try:
+        if kind == "dynamic":
+            quantize_dynamic(str(pre), str(path))
+            return
+        graph = onnx.load(str(pre), load_external_data=False).graph
+        inits = {t.name for t in graph.initializer}
+        inputs = {i.name: [d.dim_value or shapes[d.dim_param] for d in i.type.tensor_type.shape.dim]
+                  for i in graph.input if i.name not in inits}
+        rng = np.random.default_rng(0)
+
+        class Calibration(CalibrationDataReader):
+            def __init__(self) -> None:
+                self.feeds = iter([{n: rng.standard_normal(sh).astype(np.float32) for n, sh in inputs.items()}
+                                   for _ in range(4)])
+
+            def get_next(self):
+                return next(self.feeds, None)
+
+        quantize_static(str(pre), str(path), Calibration(), activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, per_channel=kind == "qdq",
+                        quant_format=QuantFormat.QDQ if kind == "qdq" else QuantFormat.QOperator)
+    finally:
+        pre.unlink(missing_ok=True)
+
+
 def main(argv=None) -> int:
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(HERE / "models"), help="output folder (default examples/models)")
     p.add_argument("--small-only", action="store_true", help="only the small versions (--sizes small)")
     p.add_argument("--sizes", default="small,full",
-                   help="small,full,cnn,vision (cnn: the CNN benchmark group; vision: torchvision's models)")
+                   help="small,full,cnn,vision,quant (cnn: the CNN benchmark group; vision: torchvision's models; "
+                        "quant: the cnn group's CNNs quantized by onnxruntime)")
     p.add_argument("--only", default="", help="comma-separated model names (bert,gpt2,vit,resnet,resnet50,"
                                                "mobilenetv3,yolo,dbnet,light_resnet50,...)")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")
@@ -739,6 +788,20 @@ def main(argv=None) -> int:
             print(f"{fname}: written", flush=True)
         manifest[fname] = {"model": light.stem, "size": "cnn", "exporter": "seeded", "shapes": {},
                            "outputs": [o.name for o in onnx.load(str(light), load_external_data=False).graph.output]}
+    for src in QUANT_SOURCES if "quant" in sizes else ():
+        if src not in manifest or not (out / src).exists():
+            print(f"{src}: not there to quantize (export --sizes cnn first)", flush=True)
+            continue
+        for kind in QUANT_KINDS:
+            stem = src.split("-")[0]
+            if only and stem not in only:
+                continue
+            fname = f"{stem}-quant-{kind}.onnx"
+            if a.force or not (out / fname).exists():
+                t0 = time.perf_counter()
+                quantize(out / src, manifest[src]["shapes"], kind, out / fname)
+                print(f"{fname}: quantized in {time.perf_counter() - t0:.1f} s", flush=True)
+            manifest[fname] = {**manifest[src], "size": "quant", "exporter": f"onnxruntime-{kind}"}
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
     return 0
 

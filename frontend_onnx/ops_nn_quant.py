@@ -15,6 +15,7 @@ from ..ir import DType, Tensor
 from .importer import onnx_dtype
 from .ops_elementwise import activation
 from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op
+from .ops_nn_norm import softmax_op
 from .ops_shape import concat
 from .registry import MS, OpContext, fail, need, op
 
@@ -234,7 +235,16 @@ def _pool(f: Callable[[OpContext], Tensor]) -> Callable[..., Tensor]:
     return g
 
 
+def _softmax(ctx: OpContext, x: Tensor) -> Tensor:
+    """QLinearSoftmax: Softmax as the opset its ``opset`` attribute names defines it (before 13, over the dims
+    from ``axis`` on, flattened)."""
+    opset = int(ctx.attr("opset", 13))
+    attrs = {"axis": ctx.attr("axis", -1 if opset >= 13 else 1)}
+    return softmax_op(dataclasses.replace(ctx, inputs=[x], opset=opset, attrs=attrs))
+
+
 _FLOAT_OPS: dict[str, tuple[Callable[..., Tensor], int]] = {
+    "QLinearSoftmax": (_softmax, 1),
     "QLinearAdd": (lambda ctx, a, b: a.add(b), 2),
     "QLinearMul": (lambda ctx, a, b: a.mul(b), 2),
     "QLinearSigmoid": (lambda ctx, x: activation("Sigmoid", x), 1),

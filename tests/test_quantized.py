@@ -245,6 +245,34 @@ def test_qlinear_concat_matches_onnxruntime(tmp_path):
         assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1, backend
 
 
+@pytest.mark.parametrize("opset,axis", [(13, -1), (13, 1), (11, 1)])
+def test_qlinear_softmax_matches_onnxruntime(tmp_path, opset, axis):
+    """onnxruntime's QLinearSoftmax (its QOperator quantizer writes it for a model's final Softmax): Softmax as
+    the opset in its ``opset`` attribute defines it (before 13 over the dims from ``axis`` on, flattened), between
+    a dequantised input and a requantised output."""
+    ort = pytest.importorskip("onnxruntime")
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "xs"),
+             numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(1 / 256, np.float32), "ys"),
+             numpy_helper.from_array(np.array(0, np.uint8), "yz")]
+    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+                            axis=axis, opset=opset)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 3, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    path = tmp_path / "qlsoftmax.onnx"
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), str(path))
+    feeds = {"x": np.random.default_rng(opset + axis).integers(0, 256, (2, 3, 5)).astype(np.uint8)}
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = InferenceSession(path, backend="cpu").run(None, feeds)[0]
+    assert got.dtype == np.uint8 and got.shape == want.shape
+    assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+    rows = got.astype(np.float64).reshape(2, -1).sum(1) if opset < 13 and axis == 1 else None
+    assert rows is None or np.allclose(rows / 256, 1, atol=0.05)  # each flattened row sums to one
+
+
 @pytest.mark.parametrize("cin,group,wmax,float_path", [(16, 1, 127, True), (8, 8, 127, True),
                                                        (600, 1, 127, False), (600, 1, 10, True)])
 def test_integer_convs_accumulate_in_float32_where_it_is_exact(tmp_path, cin, group, wmax, float_path):
