@@ -126,7 +126,7 @@ def _spread(ctx: OpContext, at: int, zp_at: int) -> int | None:
         return max(-lo, hi)
     if not zp.is_const:
         return hi - lo
-    z = ctx.const(zp_at).astype(np.int64)
+    z = zp.numpy().astype(np.int64)
     return int(max(np.max(np.abs(lo - z)), np.max(np.abs(hi - z))))
 
 
