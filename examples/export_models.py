@@ -792,10 +792,8 @@ def main(argv=None) -> int:
         if src not in manifest or not (out / src).exists():
             print(f"{src}: not there to quantize (export --sizes cnn first)", flush=True)
             continue
-        for kind in QUANT_KINDS:
-            stem = src.split("-")[0]
-            if only and stem not in only:
-                continue
+        stem = src.split("-")[0]
+        for kind in QUANT_KINDS if not only or stem in only else ():
             fname = f"{stem}-quant-{kind}.onnx"
             if a.force or not (out / fname).exists():
                 t0 = time.perf_counter()

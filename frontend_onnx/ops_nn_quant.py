@@ -116,8 +116,7 @@ def matmul_integer(ctx: OpContext) -> Tensor:
 def _spread(ctx: OpContext, at: int, zp_at: int) -> int | None:
     """The largest |x - zero point| input ``at`` can hold, by the 8-bit type the model writes it in; None where
     that is not known (or the type is wider)."""
-    dt = ctx.written(at) if ctx.input(at) is not None else None
-    q = helper.np_dtype_to_tensor_dtype(dt) if dt is not None else None
+    q = _qtype(ctx, at, default=TensorProto.UNDEFINED)
     if q not in (TensorProto.UINT8, TensorProto.INT8):
         return None
     lo, hi = _QRANGE[q]
@@ -133,33 +132,28 @@ def _spread(ctx: OpContext, at: int, zp_at: int) -> int | None:
 FLOAT_EXACT = 1 << 24  # integers of float32's exact range: sums below it add without rounding
 
 
-def _int_conv(ctx: OpContext, x_at: int, w_at: int, bias_at: int | None = None) -> Tensor:
-    """The conv of input ``x_at`` and the constant ``w_at`` less their zero points (inputs 2 and 3 of ConvInteger,
-    2 and 5 of QLinearConv), plus an int32 bias: in float32 where every product and partial sum is an integer
-    below FLOAT_EXACT whatever the input (|w - zp| summed per output channel, times the input's largest |x - zp|,
-    plus |bias|), so the float GEMMs and stencils compute it exactly; else in int32."""
-    x_zp, w_zp = (2, 3) if w_at == 1 else (2, 5)
-    x, w, bias = need(ctx, x_at), need(ctx, w_at), ctx.input(bias_at) if bias_at is not None else None
-    xs, wc = _centred(x, ctx.input(x_zp)), _centred(w, ctx.input(w_zp), 0)
-    spread = _spread(ctx, x_at, x_zp)
+def _int_conv(ctx: OpContext, w_at: int, w_zp_at: int, bias_at: int | None = None) -> Tensor:
+    """The conv of input 0 and the weight ``w_at`` less their zero points (input 2, ``w_zp_at``), plus an int32
+    bias: in float32 where every product and partial sum is an integer below FLOAT_EXACT whatever the input
+    (|w - zp| summed per output channel, times the input's largest |x - zp|, plus |bias|), so the float GEMMs
+    and stencils compute it exactly; else in int32."""
+    x, w, bias = need(ctx, 0), need(ctx, w_at), ctx.input(bias_at) if bias_at is not None else None
+    xs, wc = _centred(x, ctx.input(2)), _centred(w, ctx.input(w_zp_at), 0)
+    spread = _spread(ctx, 0, 2)
+    dt = DType.int32
     if spread is not None and wc.is_const and (bias is None or bias.is_const):
-        per_channel = np.abs(wc.numpy().astype(np.int64)).reshape(wc.shape[0], -1).sum(axis=1) * spread
+        bound = np.abs(wc.numpy().astype(np.int64)).reshape(wc.shape[0], -1).sum(axis=1) * spread
         if bias is not None:
-            per_channel = per_channel + np.abs(bias.numpy().astype(np.int64)).reshape(-1)
-        if int(per_channel.max(initial=0)) < FLOAT_EXACT:
-            acc = conv_node(ctx, xs.cast(DType.float32), wc.cast(DType.float32))
-            if bias is not None:
-                acc = acc.add(bias.cast(DType.float32).reshape((1, -1) + (1,) * (acc.ndim - 2)))
-            return acc
-    acc = conv_node(ctx, xs, wc)
-    if bias is not None:
-        acc = acc.add(bias.cast(DType.int32).reshape((1, -1) + (1,) * (acc.ndim - 2)))
-    return acc
+            bound = bound + np.abs(bias.numpy().astype(np.int64)).reshape(-1)
+        if int(bound.max(initial=0)) < FLOAT_EXACT:
+            dt = DType.float32
+    acc = conv_node(ctx, xs.cast(dt), wc.cast(dt))
+    return acc if bias is None else acc.add(bias.cast(dt).reshape((1, -1) + (1,) * (acc.ndim - 2)))
 
 
 @op("ConvInteger")
 def conv_integer(ctx: OpContext) -> Tensor:
-    return _int_conv(ctx, 0, 1).cast(DType.int32)
+    return _int_conv(ctx, 1, 3).cast(DType.int32)
 
 
 def _requant(ctx: OpContext, acc: Tensor, scale: Tensor, y_scale: Tensor, y_zp: Tensor | None, qtype: int) -> Tensor:
@@ -185,7 +179,7 @@ def qlinear_conv(ctx: OpContext) -> Tensor:
     x, x_s, w, w_s, y_s, y_zp = (ctx.input(i) for i in (0, 1, 3, 4, 6, 7))
     if x is None or w is None or x_s is None or w_s is None or y_s is None:
         raise fail(ctx, "QLinearConv needs x, w and the three scales")
-    acc = _int_conv(ctx, 0, 3, 8)
+    acc = _int_conv(ctx, 3, 5, 8)
     scale = _per_axis(w_s, acc, 1).cast(DType.float32).mul(x_s.cast(DType.float32).reshape(()))
     return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 7, 0))
 

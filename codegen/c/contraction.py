@@ -617,9 +617,9 @@ def _header(elem: str, vw: int) -> list[str]:
 def _epilogue_function(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     """The row-space epilogue over a finished tile, in a function of its own: inlined, a long epilogue (BERT's
     erf GELU: 60 ops) took registers from the micro-kernel's loop (its GEMM 1.36x slower)."""
-    from .emit import _buffers, threading
+    from .emit import _buffers, epilogue_attribute
 
-    return [f"static __attribute__((noinline)) {threading(kernel)}void lum_epilogue(void **b,",
+    return [f"static __attribute__((noinline)) {epilogue_attribute(kernel)}void lum_epilogue(void **b,",
             "    const lum_t *restrict ct, int64_t ib, int64_t ic, int64_t jc, int64_t mcur, int64_t ncur) {",
             "    (void)ib;", *_buffers(kernel), *_indent(_epilogue_body(kernel, plan, t), 4), "}"]
 

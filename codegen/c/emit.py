@@ -185,7 +185,7 @@ class Body:
         return ct.cast(DType.float32, dt, f"{fn}((float){a[0]})")
 
 
-def threading(k: Kernel) -> str:
+def epilogue_attribute(k: Kernel) -> str:
     """The attribute the function holding ``k``'s epilogue takes: ``LUM_NO_THREADING`` where ``k`` has
     THREADING_MAX_SELECTS selects or more."""
     return "LUM_NO_THREADING " if sum(o.op is Op.Where for o in k.ops) >= THREADING_MAX_SELECTS else ""

@@ -34,7 +34,7 @@ from ...ir.view import View, reads_dim
 from ..index import view_masks
 from ..kernel import REDUCE_OPS, Kernel, Leaf, Space
 from . import ctypes_map as ct
-from .emit import PAR_MIN, Body, _function, affine, mask_bounds, threading, unravel
+from .emit import PAR_MIN, Body, _function, affine, epilogue_attribute, mask_bounds, unravel
 from .normalize import normalize
 
 if TYPE_CHECKING:
@@ -514,7 +514,7 @@ class _Emitter:
             head.append("static inline float lum_smax(float a, float b) { return a > b ? a : b; }")
         if bw:
             head += _vector_helpers(bw)
-        return src.replace("int lum_kernel(", "\n".join([*head, f"{threading(k)}int lum_kernel("]), 1)
+        return src.replace("int lum_kernel(", "\n".join([*head, f"{epilogue_attribute(k)}int lum_kernel("]), 1)
 
 
 def _vector_helpers(bw: int) -> list[str]:
