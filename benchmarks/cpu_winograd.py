@@ -47,7 +47,7 @@ def main() -> None:
             g = load_model(path, None, Unbound.REFUSE).graph
         feeds = {n.attrs["name"]: np.random.default_rng(0).standard_normal(n.shape).astype(np.float32)
                  for n in g.inputs}
-        (conv,) = eligible(g)
+        (conv,) = [n for n in g.toposort() if eligible(n)]
         graphs = {"direct": g} | {f"F({t}x{t})": rewrite(g, {conv.id: t})[0] for t in tiles}
         runs = {}
         ref = None

@@ -116,7 +116,7 @@ def _plan(k: Kernel) -> Stencil | None:
     step = xv.strides[din]
     # a pool walks its row at its stride; a reduction whose input jumps further per output (a global pool,
     # a row's sum) reads each row contiguously in the reduction's own loops
-    if step < 1 or step * k.full[din] > ZERO_MAX or (w is None and step > 2):
+    if step < 1 or (xv.mask and step * k.full[din] > ZERO_MAX) or (w is None and step > 2):
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     return Stencil(x, w, red, din, step, reuse)
