@@ -420,6 +420,8 @@ class _Emitter:
 
     def bounds(self) -> tuple[int, int]:
         """The interior [lo, hi) of a row (static constraints)."""
+        if not any(c[self.din] for c, _, _ in self.xmasks):
+            return 0, self.width
         inside = [p for p in range(self.width) if all(self._valid(t, p) for t in self.taps)]
         return (inside[0], inside[-1] + 1) if inside else (self.width, self.width)
 
