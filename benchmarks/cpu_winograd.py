@@ -26,8 +26,9 @@ def main() -> None:
     from cpu_kernels import _runner
 
     from luminal.codegen.backend import get_backend
+    from luminal.codegen.partition import winograd_convs
     from luminal.frontend_onnx.loader import Unbound, load_model
-    from luminal.ir.winograd import eligible, rewrite
+    from luminal.ir.winograd import rewrite
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -47,7 +48,8 @@ def main() -> None:
             g = load_model(path, None, Unbound.REFUSE).graph
         feeds = {n.attrs["name"]: np.random.default_rng(0).standard_normal(n.shape).astype(np.float32)
                  for n in g.inputs}
-        (conv,) = [n for n in g.toposort() if eligible(n)]
+        (at,) = winograd_convs(g)
+        conv = g.toposort()[at]
         graphs = {"direct": g} | {f"F({t}x{t})": rewrite(g, {conv.id: t})[0] for t in tiles}
         runs = {}
         ref = None

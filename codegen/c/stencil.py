@@ -116,10 +116,15 @@ def _plan(k: Kernel) -> Stencil | None:
     step = xv.strides[din]
     # a pool walks its row at its stride; a reduction whose input jumps further per output (a global pool,
     # a row's sum) reads each row contiguously in the reduction's own loops
-    if step < 1 or (xv.mask and step * k.full[din] > ZERO_MAX) or (w is None and step > 2):
+    if step < 1 or (_reads_zero_row(xv, din) and step * k.full[din] > ZERO_MAX) or (w is None and step > 2):
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     return Stencil(x, w, red, din, step, reuse)
+
+
+def _reads_zero_row(view: View, din: int) -> bool:
+    """Whether a tap may read the static zero row: a mask constraint that holds or fails for a whole row."""
+    return any(not c[din] for c, _, _ in view.mask)
 
 
 EDGE_ROWS = 8  # rows in the top and bottom padding emitted one by one, each with its live taps only
@@ -154,6 +159,7 @@ class _Emitter:
         self.outer = kept[:-1]
         xv: View = k.ops[st.x].attr("view")
         self.xco, self.xk, self.xmasks = xv.strides, xv.offset, view_masks(xv)
+        self.zero_row = _reads_zero_row(xv, self.din)
         self.taps = [self._tap(tap) for tap in itertools.product(*(range(k.full[d]) for d in k.reduce_axes))]
         # the pixel constraints involve only the pixel and the taps (a conv's column padding): the interior and
         # each border pixel's valid taps are known here
@@ -419,11 +425,19 @@ class _Emitter:
                        for c, c0, b in self.xmasks if not c[self.din])}
 
     def bounds(self) -> tuple[int, int]:
-        """The interior [lo, hi) of a row (static constraints)."""
-        if not any(c[self.din] for c, _, _ in self.xmasks):
-            return 0, self.width
-        inside = [p for p in range(self.width) if all(self._valid(t, p) for t in self.taps)]
-        return (inside[0], inside[-1] + 1) if inside else (self.width, self.width)
+        """The interior [lo, hi) of a row (static constraints): per tap and constraint 0 <= e + c * p < b, an
+        interval of pixels p, and their intersection."""
+        lo, hi = 0, self.width
+        red = self.k.reduce_axes
+        for tap in self.taps:
+            for c, c0, b in self.xmasks:
+                cp = c[self.din]
+                if not cp:
+                    continue
+                e = c0 + sum(c[d] * v for d, v in zip(red, tap.const))
+                first, last = (-e, b - 1 - e) if cp > 0 else (e - b + 1, e)  # cp * p in [first, last], |cp| steps
+                lo, hi = max(lo, -(-first // abs(cp))), min(hi, last // abs(cp) + 1)
+        return (lo, hi) if lo < hi else (self.width, self.width)
 
     def vector_width(self, lo: int, hi: int) -> int:
         """Lanes of the border vectors (a power of two up to the target's, at most the row), 0: none (pixel
@@ -511,7 +525,7 @@ class _Emitter:
         if threads != 1 and loop[1] > 1 and math.prod(k.full) >= PAR_MIN:
             par = "#pragma omp parallel for num_threads(nt) schedule(static)"
         src = _function(k, lines, loop, par)
-        head = [f"static const float lum_zero[{self.st.step * width}];"] if any(t.rowc for t in self.taps) else []
+        head = [f"static const float lum_zero[{self.st.step * width}];"] if self.zero_row else []
         if self.max:
             head.append("static inline float lum_smax(float a, float b) { return a > b ? a : b; }")
         if bw:
