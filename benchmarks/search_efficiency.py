@@ -2,7 +2,8 @@
 
 Every valid point of each kernel's schedule space is compiled, verified and timed here with the C
 backend: the tuner's whole space for the reductions and the elementwise chain, the five blocking
-knobs whole for the GEMMs (their layout and thread knobs fixed, or the table would take hours). The
+knobs whole for the GEMMs (their layout and thread knobs fixed, or the table would take hours), a
+conv's orientation, packing and tiles, a depthwise conv's implementations and tiles. The
 searches are then replayed against that table of measured times, many seeds each, through the
 tuner's own ask/dedupe/prune loop (search.tasks.KernelTask), so only the samplers differ. Each
 replayed measurement is the table's time off by the machine's noise (NOISE), so the searches see
@@ -36,6 +37,7 @@ import optuna
 
 from luminal.codegen.backend import Knob, get_backend
 from luminal.codegen.partition import partition
+from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir.dtypes import DType
 from luminal.ir.graph import Graph
 from luminal.ir.tensor import Tensor
@@ -62,7 +64,7 @@ class Subspace:
 
     def space(self, kernel):
         real = {k.name: k.choices for k in self.inner.space(kernel)}
-        return [Knob(n, tuple(c for c in cs if c in real[n])) for n, cs in self.keep.items()]
+        return [Knob(n, tuple(c for c in cs if c in real[n])) for n, cs in self.keep.items() if n in real]
 
     def default_schedule(self, kernel):
         return {**self.inner.default_schedule(kernel), **self.fixed}
@@ -80,8 +82,8 @@ def _rand(shape, seed):
 
 
 def kernels():
-    """(name, kernel, knobs kept or None for all, knobs fixed): GEMMs, softmaxes, a layer norm, an elementwise
-    chain."""
+    """(name, kernel, knobs kept or None for all, knobs fixed): GEMMs, convs, softmaxes, a layer norm, an
+    elementwise chain."""
     out = []
     # the GEMMs' five blocking knobs whole (every choice the tuner has); their layout and thread knobs fixed
     gemm_keep = {"mr": (4, 6, 8, 12), "nr": (8, 16, 24, 32), "mc": (24, 48, 72, 96, 144, 192, 288),
@@ -105,6 +107,24 @@ def kernels():
     ln = d.mul(d.mul(d).sum(axes=(1,), keepdim=True).mul(1 / 768).add(1e-5).rsqrt())
     ks = [kk for kk in partition(_graph(ln, x)) if kk.form == "reduction"]
     out.append(("layernorm 128x768", max(ks, key=lambda kk: len(kk.ops)), None, {}))
+    # convs: both orientations (the pixels as the GEMM's columns or its rows), B and A packed or read in place,
+    # the tiles; and a depthwise conv's implementations (the stencil, loops, the GEMM's tiles)
+    conv_keep = {"swap": (False, True), "pack_b": (True, False), "pack_a": (True, False), "mr": (4, 6, 8, 12),
+                 "nr": (16, 32, 48), "mc": (24, 96, 288), "nc": (64, 256, 1024)}
+    conv_fix = {"impl": "generated", "threads": 1, "order": "nm", "kc": 0}
+    for name, cin, cout, group, k, hw in (("conv 3x3 32->32 56x56 +bias+relu", 32, 32, 1, 3, 56),
+                                          ("conv 1x1 512->1000 13x13 +bias+relu", 512, 1000, 1, 1, 13),
+                                          ("depthwise 3x3 96 56x56 +bias+relu", 96, 96, 96, 3, 56)):
+        x = Tensor.input("x", (1, cin, hw, hw), DType.float32)
+        w = _rand((cout, cin // group, k, k), 3)
+        y = conv(x, w, group, [1, 1], [1, 1], [(k // 2, k // 2)] * 2, [hw, hw])
+        y = y.add(_rand((cout,), 4).reshape((1, cout, 1, 1)).expand(y.shape)).relu()
+        (kern,) = [kk for kk in partition(_graph(y, x)) if kk.form == "contraction"]
+        if group == 1:
+            out.append((name, kern, conv_keep, conv_fix))
+        else:
+            out.append((name, kern, {"impl": ("generated", "blas", "loops", "stencil"), "mr": (4, 6, 8, 12),
+                                     "nr": (16, 32, 48), "nc": (64, 256, 1024)}, {"threads": 1}))
     x = Tensor.input("x", (512, 1024), DType.float32)
     y = Tensor.input("y", (512, 1024), DType.float32)
     chain = x.mul(y).add(x.tanh()).sigmoid().mul(y.abs().sqrt())
