@@ -112,19 +112,18 @@ def kernels():
     conv_keep = {"swap": (False, True), "pack_b": (True, False), "pack_a": (True, False), "mr": (4, 6, 8, 12),
                  "nr": (16, 32, 48), "mc": (24, 96, 288), "nc": (64, 256, 1024)}
     conv_fix = {"impl": "generated", "threads": 1, "order": "nm", "kc": 0}
-    for name, cin, cout, group, k, hw in (("conv 3x3 32->32 56x56 +bias+relu", 32, 32, 1, 3, 56),
-                                          ("conv 1x1 512->1000 13x13 +bias+relu", 512, 1000, 1, 1, 13),
-                                          ("depthwise 3x3 96 56x56 +bias+relu", 96, 96, 96, 3, 56)):
+    dw_keep = {"impl": ("generated", "blas", "loops", "stencil"), "mr": (4, 6, 8, 12), "nr": (16, 32, 48),
+               "nc": (64, 256, 1024)}
+    for name, cin, cout, group, k, hw, keep, fix in (
+            ("conv 3x3 32->32 56x56 +bias+relu", 32, 32, 1, 3, 56, conv_keep, conv_fix),
+            ("conv 1x1 512->1000 13x13 +bias+relu", 512, 1000, 1, 1, 13, conv_keep, conv_fix),
+            ("depthwise 3x3 96 56x56 +bias+relu", 96, 96, 96, 3, 56, dw_keep, {"threads": 1})):
         x = Tensor.input("x", (1, cin, hw, hw), DType.float32)
         w = _rand((cout, cin // group, k, k), 3)
         y = conv(x, w, group, [1, 1], [1, 1], [(k // 2, k // 2)] * 2, [hw, hw])
         y = y.add(_rand((cout,), 4).reshape((1, cout, 1, 1)).expand(y.shape)).relu()
         (kern,) = [kk for kk in partition(_graph(y, x)) if kk.form == "contraction"]
-        if group == 1:
-            out.append((name, kern, conv_keep, conv_fix))
-        else:
-            out.append((name, kern, {"impl": ("generated", "blas", "loops", "stencil"), "mr": (4, 6, 8, 12),
-                                     "nr": (16, 32, 48), "nc": (64, 256, 1024)}, {"threads": 1}))
+        out.append((name, kern, keep, fix))
     x = Tensor.input("x", (512, 1024), DType.float32)
     y = Tensor.input("y", (512, 1024), DType.float32)
     chain = x.mul(y).add(x.tanh()).sigmoid().mul(y.abs().sqrt())

@@ -183,11 +183,13 @@ class _Emitter:
         pixc = tuple((affine(c, c0, ex), c[self.din], b) for c, c0, b in self.xmasks if c[self.din])
         return _Tap(tuple(ex), tap, rowc, pixc)
 
+    def _at(self, c: tuple[int, ...], c0: int, tap: _Tap) -> int:
+        """A mask constraint's value for ``tap`` where every kept dim's index is 0."""
+        return c0 + sum(c[d] * v for d, v in zip(self.k.reduce_axes, tap.const))
+
     def _valid(self, tap: _Tap, p: int) -> bool:
         """Whether ``tap`` reads inside the input's window at pixel ``p`` (static constraints only)."""
-        red = self.k.reduce_axes
-        return all(0 <= c0 + sum(c[d] * v for d, v in zip(red, tap.const)) + c[self.din] * p < b
-                   for c, c0, b in self.xmasks if c[self.din])
+        return all(0 <= self._at(c, c0, tap) + c[self.din] * p < b for c, c0, b in self.xmasks if c[self.din])
 
     def _live(self) -> list[tuple[int, _Tap]]:
         return [(t, tap) for t, tap in enumerate(self.taps) if self.active is None or t in self.active]
@@ -411,30 +413,25 @@ class _Emitter:
         if len(dims) != 1:
             return None
         (dr,) = dims
-        red = self.k.reduce_axes
         inside = [v for v in range(self.k.full[dr])
-                  if all(0 <= c0 + c[dr] * v + sum(c[d] * x for d, x in zip(red, tap.const)) < b
-                         for c, c0, b in rowcs for tap in self.taps)]
+                  if all(0 <= self._at(c, c0, tap) + c[dr] * v < b for c, c0, b in rowcs for tap in self.taps)]
         return (dr, inside[0], inside[-1] + 1) if inside else (dr, 0, 0)
 
     def live_at(self, dr: int, v: int) -> set[int]:
         """The taps whose row constraints hold where kept dim ``dr`` is ``v`` (they involve no other kept dim)."""
-        red = self.k.reduce_axes
         return {t for t, tap in enumerate(self.taps)
-                if all(0 <= c0 + c[dr] * v + sum(c[d] * x for d, x in zip(red, tap.const)) < b
-                       for c, c0, b in self.xmasks if not c[self.din])}
+                if all(0 <= self._at(c, c0, tap) + c[dr] * v < b for c, c0, b in self.xmasks if not c[self.din])}
 
     def bounds(self) -> tuple[int, int]:
         """The interior [lo, hi) of a row (static constraints): per tap and constraint 0 <= e + c * p < b, an
         interval of pixels p, and their intersection."""
         lo, hi = 0, self.width
-        red = self.k.reduce_axes
         for tap in self.taps:
             for c, c0, b in self.xmasks:
                 cp = c[self.din]
                 if not cp:
                     continue
-                e = c0 + sum(c[d] * v for d, v in zip(red, tap.const))
+                e = self._at(c, c0, tap)
                 first, last = (-e, b - 1 - e) if cp > 0 else (e - b + 1, e)  # cp * p in [first, last], |cp| steps
                 lo, hi = max(lo, -(-first // abs(cp))), min(hi, last // abs(cp) + 1)
         return (lo, hi) if lo < hi else (self.width, self.width)
