@@ -98,8 +98,14 @@ def eligible(node: Node) -> bool:
 # 64 0.16 / 0.24 / 0.19, 96 0.40 / 0.50 / 0.41, 128 0.63 / 0.62 / 0.48, 256 2.38 / 1.78 / 1.26; at 20x20 128
 # 0.34 / 0.34 / 0.21; at 14x14 (the tiles cover fewer pixels, whole tiles past the map's edge) 64 0.06 / 0.10 /
 # 0.10, 128 0.19 / 0.22 / 0.20, 160 0.26 / 0.25 / 0.20, 192 0.39 / 0.37 / 0.33, 256 0.72 / 0.58 / 0.61; at 7x7 128
-# 0.074 / 0.078 / 0.088, 192 0.146 / 0.117 / 0.127, 256 0.24 / 0.20 / 0.26
+# 0.074 / 0.078 / 0.088, 192 0.146 / 0.117 / 0.127, 256 0.24 / 0.20 / 0.26. Later, on a Zen 5 host whose direct
+# contraction ran at 170-190 GFLOP/s (`benchmarks/cpu_winograd.py`, 7 rounds, direct / F(4x4) in ms, one image):
+# at 56x56 32 0.35 / 0.41, 48 0.68 / 0.51, 64 1.31 / 1.15, 64 -> 128 2.40 / 1.77, 64 -> 192 3.71 / 2.97; 64 at 28x28
+# 0.34 / 0.27, at 80x80 2.58 / 2.47, at 112x112 5.01 / 4.55; but 64 at 56x56 over 2 images 2.63 / 2.63, 4 5.30 /
+# 5.81, 8 13.3 / 13.7 (the transforms' traffic grows out of the caches), where 128 at 28x28 over 8 still took
+# 10.7 / 7.6
 F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than SMALL_MAP
+ONE_IMAGE_F4_MIN_CHANNELS = 48  # F(4x4) on one image's maps larger than SMALL_MAP
 SMALL_MAP = 14 * 14  # output pixels per image up to which it takes more channels
 SMALL_F4_MIN_CHANNELS = 160  # F(4x4) on maps of at most SMALL_MAP pixels but more than TINY_MAP
 TINY_MAP = 7 * 7
@@ -108,9 +114,10 @@ SMALL_MAP_MIN_CHANNELS = 192  # F(2x2) on the small maps F(4x4) does not take
 
 def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with, by the channels it
-    sums over and writes (the fewer of the two) and its output map: 4 from F4_MIN_CHANNELS on maps larger than
-    SMALL_MAP, from SMALL_F4_MIN_CHANNELS on those larger than TINY_MAP; else 2 from SMALL_MAP_MIN_CHANNELS; else
-    0 (directly). The search tries every tile either way."""
+    sums over and writes (the fewer of the two), its output map and its images: 4 from F4_MIN_CHANNELS on maps
+    larger than SMALL_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image), from SMALL_F4_MIN_CHANNELS on those
+    larger than TINY_MAP; else 2 from SMALL_MAP_MIN_CHANNELS; else 0 (directly). The search tries every tile
+    either way."""
     conv = _match(red)
     if conv is None:
         return 0
@@ -118,9 +125,10 @@ def default_tile(red: Node) -> int:
     summed = math.prod(conv.shape[k] for k in conv.channels)
     written = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vw, k) and not reads_dim(vx, k))
     pixels = math.prod(conv.shape[o] for o, _ in conv.spatial)
+    images = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vx, k) and not reads_dim(vw, k))
     channels = min(summed, written)
     if pixels > SMALL_MAP:
-        return 4 if channels >= F4_MIN_CHANNELS else 0
+        return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if images == 1 else F4_MIN_CHANNELS) else 0
     if pixels > TINY_MAP and channels >= SMALL_F4_MIN_CHANNELS:
         return 4
     return 2 if channels >= SMALL_MAP_MIN_CHANNELS else 0

@@ -199,20 +199,21 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
     np.testing.assert_allclose(model.run(feeds)[0], run_reference(g, feeds)[0].reshape(1, 4, 6, 6), atol=1e-5)
 
 
-@pytest.mark.parametrize(("c", "m", "hw", "tile"), [
-    (128, 128, 16, 4), (128, 96, 16, 4), (192, 192, 14, 4),  # F(4x4): many channels, more on a small map
-    (256, 256, 6, 2), (192, 192, 6, 2),  # F(2x2): many channels on the smallest maps
-    (128, 128, 14, 0), (64, 64, 6, 0), (32, 48, 14, 0),  # fewer on a small map
-    (64, 64, 16, 0), (80, 96, 16, 0), (32, 256, 16, 0), (16, 16, 6, 0),  # fewer on a larger map; few
+@pytest.mark.parametrize(("n", "c", "m", "hw", "tile"), [
+    (1, 128, 128, 16, 4), (1, 128, 96, 16, 4), (1, 192, 192, 14, 4),  # F(4x4): many channels, more on a small map
+    (2, 96, 128, 16, 4), (1, 64, 64, 16, 4), (1, 48, 80, 16, 4),  # fewer for one image than for a batch
+    (1, 256, 256, 6, 2), (1, 192, 192, 6, 2),  # F(2x2): many channels on the smallest maps
+    (1, 128, 128, 14, 0), (1, 64, 64, 6, 0), (1, 32, 48, 14, 0),  # fewer on a small map
+    (2, 64, 64, 16, 0), (1, 40, 96, 16, 0), (1, 32, 256, 16, 0), (1, 16, 16, 6, 0),  # fewer on a larger map; few
 ])
-def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(c, m, hw, tile):
+def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(n, c, m, hw, tile):
     """Many channels, more on small output maps: F(4x4) or, on the smallest maps, F(2x2) by default, in ``lower``
     without decisions, in the search's default point and in an untuned compile; else directly. Either way the
     outputs are the reference's."""
-    model, feeds = _conv_model(1, c, m, (hw, hw), seed=3)
+    model, feeds = _conv_model(n, c, m, (hw, hw), seed=3)
     g = load(model).graph
     (node,) = winograd_convs(g)
-    (red,) = [n for n in g.toposort() if winograd.eligible(n)]
+    (red,) = [r for r in g.toposort() if winograd.eligible(r)]
     assert winograd.default_tile(red) == tile
     assert default_algorithms(g) == ({Winograd(node, tile): True} if tile else {})
     untuned, kernels = lower(g)
