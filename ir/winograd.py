@@ -103,21 +103,20 @@ def eligible(node: Node) -> bool:
 # at 56x56 32 0.35 / 0.41, 48 0.68 / 0.51, 64 1.31 / 1.15, 64 -> 128 2.40 / 1.77, 64 -> 192 3.71 / 2.97; 64 at 28x28
 # 0.34 / 0.27, at 80x80 2.58 / 2.47, at 112x112 5.01 / 4.55; but 64 at 56x56 over 2 images 2.63 / 2.63, 4 5.30 /
 # 5.81, 8 13.3 / 13.7 (the transforms' traffic grows out of the caches), where 128 at 28x28 over 8 still took
-# 10.7 / 7.6
-F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than SMALL_MAP
+# 10.7 / 7.6; at 14x14 64 0.11 / 0.16, 80 0.17 / 0.14, 96 0.21 / 0.17-0.19, 128 0.34 / 0.25-0.32, 160 0.54 / 0.36;
+# at 7x7 direct / F(2x2) 128 0.10 / 0.09, 192 0.26 / 0.22, 256 0.38 / 0.31
+F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than TINY_MAP
 ONE_IMAGE_F4_MIN_CHANNELS = 48  # F(4x4) on one image's maps larger than SMALL_MAP
-SMALL_MAP = 14 * 14  # output pixels per image up to which it takes more channels
-SMALL_F4_MIN_CHANNELS = 160  # F(4x4) on maps of at most SMALL_MAP pixels but more than TINY_MAP
+SMALL_MAP = 14 * 14
 TINY_MAP = 7 * 7
-SMALL_MAP_MIN_CHANNELS = 192  # F(2x2) on the small maps F(4x4) does not take
+TINY_MAP_MIN_CHANNELS = 192  # F(2x2) on maps of at most TINY_MAP pixels
 
 
 def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with, by the channels it
     sums over and writes (the fewer of the two), its output map and its images: 4 from F4_MIN_CHANNELS on maps
-    larger than SMALL_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image), from SMALL_F4_MIN_CHANNELS on those
-    larger than TINY_MAP; else 2 from SMALL_MAP_MIN_CHANNELS; else 0 (directly). The search tries every tile
-    either way."""
+    larger than TINY_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps larger than SMALL_MAP); on smaller
+    maps 2 from TINY_MAP_MIN_CHANNELS; else 0 (directly). The search tries every tile either way."""
     conv = _match(red)
     if conv is None:
         return 0
@@ -127,11 +126,10 @@ def default_tile(red: Node) -> int:
     pixels = math.prod(conv.shape[o] for o, _ in conv.spatial)
     images = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vx, k) and not reads_dim(vw, k))
     channels = min(summed, written)
-    if pixels > SMALL_MAP:
-        return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if images == 1 else F4_MIN_CHANNELS) else 0
-    if pixels > TINY_MAP and channels >= SMALL_F4_MIN_CHANNELS:
-        return 4
-    return 2 if channels >= SMALL_MAP_MIN_CHANNELS else 0
+    if pixels > TINY_MAP:
+        few = ONE_IMAGE_F4_MIN_CHANNELS if images == 1 and pixels > SMALL_MAP else F4_MIN_CHANNELS
+        return 4 if channels >= few else 0
+    return 2 if channels >= TINY_MAP_MIN_CHANNELS else 0
 
 
 def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],

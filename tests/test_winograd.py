@@ -203,7 +203,8 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
     (1, 128, 128, 16, 4), (1, 128, 96, 16, 4), (1, 192, 192, 14, 4),  # F(4x4): many channels, more on a small map
     (2, 96, 128, 16, 4), (1, 64, 64, 16, 4), (1, 48, 80, 16, 4),  # fewer for one image than for a batch
     (1, 256, 256, 6, 2), (1, 192, 192, 6, 2),  # F(2x2): many channels on the smallest maps
-    (1, 128, 128, 14, 0), (1, 64, 64, 6, 0), (1, 32, 48, 14, 0),  # fewer on a small map
+    (1, 96, 128, 14, 4), (4, 128, 128, 14, 4),  # on a small map, from as many channels for a batch as for one image
+    (1, 80, 128, 14, 0), (1, 64, 64, 6, 0), (1, 32, 48, 14, 0),  # fewer on a small map
     (2, 64, 64, 16, 0), (1, 40, 96, 16, 0), (1, 32, 256, 16, 0), (1, 16, 16, 6, 0),  # fewer on a larger map; few
 ])
 def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(n, c, m, hw, tile):
