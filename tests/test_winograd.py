@@ -208,9 +208,9 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
     (2, 64, 64, 16, 0), (1, 40, 96, 16, 0), (1, 32, 256, 16, 0), (1, 16, 16, 6, 0),  # fewer on a larger map; few
 ])
 def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(n, c, m, hw, tile):
-    """Many channels, more on small output maps: F(4x4) or, on the smallest maps, F(2x2) by default, in ``lower``
-    without decisions, in the search's default point and in an untuned compile; else directly. Either way the
-    outputs are the reference's."""
+    """Many channels, fewer for one image's maps above 14x14: F(4x4) or, on the smallest maps, F(2x2) by default,
+    in ``lower`` without decisions, in the search's default point and in an untuned compile; else directly. Either
+    way the outputs are the reference's."""
     model, feeds = _conv_model(n, c, m, (hw, hw), seed=3)
     g = load(model).graph
     (node,) = winograd_convs(g)
