@@ -23,7 +23,7 @@ from ..ir import layout, winograd
 from ..ir.dtypes import DType
 from ..ir.graph import REDUCE, SOURCES, Graph, Node, Op
 from ..ir.nogc import gc_paused
-from ..ir.view import View, contiguous_strides, part_offset, reads_dim
+from ..ir.view import View, contiguous_strides, reads_dim, whole_parts
 from .kernel import Buffer, Kernel, KOp, KOpName, Leaf, Space, multiplies_as_matmul
 
 Edge = tuple[int, int, int]  # (producer position, consumer position, source slot) in toposort order
@@ -76,8 +76,9 @@ def _fusible_edges(order: list[Node], pos: dict[int, int]) -> list[Edge]:
     for n in order:
         if n.op in SOURCES:
             continue
-        if n.op is Op.Add and all((s.id in sums and _same_order(v, s))
-                                  or (s.op not in SOURCES and part_offset(v, s.numel) is not None) for s, v in n.srcs):
+        parts = [(s, v) for s, v in n.srcs if not (s.id in sums and _same_order(v, s))]
+        if n.op is Op.Add and all(s.op not in SOURCES for s, _ in parts) \
+                and whole_parts([(s.id, v, s.numel) for s, v in parts]) is not None:
             sums.add(n.id)
         for slot, (s, v) in enumerate(n.srcs):
             if s.op in SOURCES:

@@ -225,10 +225,11 @@ class View:
         return idx, valid
 
 
-def part_offset(view: View, numel: int) -> int | None:
-    """The first element, in the space ``view`` reads into, of a contiguous buffer of ``numel`` elements, where
-    ``view`` is that buffer (in any shape) zero-padded along one axis outside which every dim is 1 (a part of a
-    concatenation that is one contiguous range of it); else None."""
+def part_range(view: View, numel: int) -> tuple[int, int, int] | None:
+    """(first element in the space ``view`` reads into, first element read, count) where ``view`` reads a contiguous
+    range of a contiguous buffer of ``numel`` elements (in any shape) in order, zero-padded along one axis outside
+    which every dim is 1: a part of a concatenation that is one contiguous range of it, or a slice of one along
+    that axis; else None."""
     full = view.shape
     if len(view.mask) != 1:
         return None
@@ -236,11 +237,36 @@ def part_offset(view: View, numel: int) -> int | None:
     if sorted(c) != [0] * (len(c) - 1) + [1]:
         return None
     a = c.index(1)
-    part = (*full[:a], end - before, *full[a + 1:])
-    if math.prod(full[:a]) != 1 or math.prod(part) != numel or before < 0 or end > full[a]:
+    if math.prod(full[:a]) != 1 or before < 0 or end > full[a]:
         return None
-    pads = tuple((before, full[a] - end) if d == a else (0, 0) for d in range(len(full)))
-    return before * math.prod(full[a + 1:]) if view == View.contiguous(part).pad(pads) else None
+    strides = _strides_of(full)
+    if any(st != strides[d] for d, st in enumerate(view.strides) if d != a or end - before > 1):
+        return None
+    inner = math.prod(full[a + 1:])
+    first, count = view.offset + view.strides[a] * before, (end - before) * inner
+    return (before * inner, first, count) if first >= 0 and first + count <= numel else None
+
+
+def whole_parts(reads: list[tuple[int, View, int]]) -> dict[int, int] | None:
+    """Where each source lies whole in the space its views read into, from (source, view, its numel) per read:
+    its reads (``part_range``), in order, tile it at one shift; None where any read is no such range or any source
+    is not read whole so."""
+    ranges: dict[int, list[tuple[int, int, int]]] = {}
+    sizes: dict[int, int] = {}
+    for src, view, numel in reads:
+        r = part_range(view, numel)
+        if r is None:
+            return None
+        ranges.setdefault(src, []).append(r)
+        sizes[src] = numel
+    at = {}
+    for src, rs in ranges.items():
+        rs.sort(key=lambda r: r[1])
+        ends = [0, *(first + count for _, first, count in rs)]
+        if len({o - f for o, f, _ in rs}) != 1 or [f for _, f, _ in rs] != ends[:-1] or ends[-1] != sizes[src]:
+            return None
+        at[src] = rs[0][0] - rs[0][1]
+    return at
 
 
 def _extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:

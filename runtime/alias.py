@@ -4,7 +4,8 @@ A Concat is imported as a sum of its parts, each zero-padded along the axis (``o
 an elementwise kernel copying every part. Where each part is a slice of the output that is one contiguous range
 (every dim outside the axis is 1: channels of one image), the part's producer can write its output there in
 the first place, as the kernels write whole contiguous buffers: the copy is not launched and the part's buffer is
-a view into the concatenation's. A concatenation of concatenations (a DenseNet block) becomes one buffer.
+a view into the concatenation's. A concatenation of concatenations (a DenseNet block) becomes one buffer, and so
+does a buffer split into slices that are concatenated again side by side (a YOLOv8 C2f block's chunks).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 
 from ..codegen.kernel import Buffer, Form, Kernel, Leaf
 from ..ir.graph import Op
-from ..ir.view import part_offset
+from ..ir.view import whole_parts
 
 T = TypeVar("T")
 
@@ -55,8 +56,9 @@ class Elision:
 
 def _parts(k: Kernel) -> list[tuple[int, int]] | None:
     """(input position, first element in the output) per part, where ``k`` is a concatenation of contiguous
-    ranges of its output: one output, a sum of loads each reading its whole input zero-padded along one axis
-    outside which the output's dims are 1, the ranges tiling the output."""
+    ranges of its output: one output, a sum of loads each reading a range of its input zero-padded along one axis
+    outside which the output's dims are 1, each input read whole in order (a part, or the slices of a split that
+    are concatenated again side by side), the parts tiling the output."""
     if k.form is not Form.elementwise or len(k.outputs) != 1:
         return None
     root, out = k.outputs[0]
@@ -71,14 +73,13 @@ def _parts(k: Kernel) -> list[tuple[int, int]] | None:
             loads.append(i)
         else:
             return None
-    parts = []
-    for i in loads:
-        buf = k.ops[i].attr("buf")
-        b = k.inputs[buf]
-        off = part_offset(k.ops[i].attr("view"), b.numel)
-        if b.constant or b.dtype != out.dtype or off is None:
-            return None
-        parts.append((buf, off))
+    reads = [(k.ops[i].attr("buf"), k.ops[i].attr("view")) for i in loads]
+    if any(k.inputs[b].constant or k.inputs[b].dtype != out.dtype for b, _ in reads):
+        return None
+    at = whole_parts([(b, v, k.inputs[b].numel) for b, v in reads])
+    if at is None:
+        return None
+    parts = list(at.items())
     ranges = sorted((off, off + k.inputs[b].numel) for b, off in parts)
     if len(parts) < 2 or [r[0] for r in ranges] != [0, *(r[1] for r in ranges[:-1])] or ranges[-1][1] != out.numel:
         return None

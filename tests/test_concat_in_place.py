@@ -26,6 +26,12 @@ def _concat(name: str, parts: list[str], axis: int = 1) -> list:
     return [helper.make_node("Concat", parts, [name], axis=axis)]
 
 
+def _slice(name: str, x: str, start: int, end: int, inits: dict) -> list:
+    inits[f"{name}_start"], inits[f"{name}_end"] = np.array([start], np.int64), np.array([end], np.int64)
+    inits[f"{name}_axis"] = np.array([1], np.int64)
+    return [helper.make_node("Slice", [x, f"{name}_start", f"{name}_end", f"{name}_axis"], [name])]
+
+
 def _model(case: str, batch: int = 1):
     """(model, feeds, concatenations whose copy needs not run)"""
     inits: dict = {}
@@ -65,6 +71,24 @@ def _model(case: str, batch: int = 1):
         n += _concat("c1", ["a", "b"]) + _concat("c2", ["b", "a"]) + _conv("e", "c1", 8, 2, inits)
         n += [*_conv("f", "c2", 8, 2, inits), helper.make_node("Add", ["e", "f"], ["y"])]
         elided = 1
+    elif case == "split":  # a YOLOv8 C2f block: a conv's output split, both halves and a conv of one concatenated
+        inits["sizes"] = np.array([2, 3], np.int64)
+        n += [helper.make_node("Split", ["b", "sizes"], ["b0", "b1"], axis=1), *_conv("d", "b1", 3, 2, inits)]
+        n += _concat("c", ["b0", "b1", "d"]) + _conv("y", "c", 7, 2, inits)
+        elided = 1
+    elif case == "slices":  # the same split as Slices, the halves last
+        n += _slice("b0", "b", 0, 2, inits) + _slice("b1", "b", 2, 5, inits)
+        n += _concat("c", ["a", "b0", "b1"]) + _conv("y", "c", 8, 2, inits)
+        elided = 1
+    elif case == "half":  # a ShuffleNetV2 unit: one half passes, the other through a conv; the first is no whole part
+        inits["sizes"] = np.array([2, 3], np.int64)
+        n += [helper.make_node("Split", ["b", "sizes"], ["b0", "b1"], axis=1), *_conv("d", "b1", 3, 3, inits)]
+        n += _concat("c", ["b0", "d"]) + _conv("y", "c", 5, 2, inits)
+        elided = 0
+    elif case == "swapped":  # the halves concatenated in the other order: not the split buffer
+        n += _slice("b0", "b", 0, 2, inits) + _slice("b1", "b", 2, 5, inits)
+        n += _concat("c", ["b1", "b0", "a"]) + _conv("y", "c", 8, 2, inits)
+        elided = 0
     elif case == "rows":  # along the rows: each part is strided in the output
         n += _concat("c", ["a", "a"], axis=2) + _conv("y", "c", 3, 2, inits)
         elided = 0
@@ -73,7 +97,8 @@ def _model(case: str, batch: int = 1):
     return make_model(n, {"x": x}, inits, outputs=outputs), {"x": x}, elided
 
 
-CASES = ["two", "nested", "three", "dense", "input", "output", "whole", "twice", "shared", "rows"]
+CASES = ["two", "nested", "three", "dense", "input", "output", "whole", "twice", "shared", "split", "slices", "half",
+         "swapped", "rows"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -88,7 +113,7 @@ def test_concatenations_run_in_place_where_each_part_is_one_range(case):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["two", "nested"])
+@pytest.mark.parametrize("case", ["two", "nested", "split"])
 def test_a_batch_of_images_keeps_the_copy(case):
     model, feeds, _ = _model(case, batch=2)
     compiled = compile_graph(load(model).graph, "cpu")
