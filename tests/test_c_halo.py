@@ -116,6 +116,20 @@ def test_strided_convs_read_the_copy_by_phase(stride, dil, pads):
     _check_halo(g, feeds)
 
 
+@pytest.mark.parametrize("cin,cout,k,halo", [
+    (32, 64, 3, True),   # 144 multiply-adds per copied element
+    (16, 48, 5, True),   # 5x5 taps: 300
+    (32, 32, 3, False),  # 72: the copy of a large input costs more than the rows it saves
+])
+def test_a_strided_conv_reads_the_copy_where_its_elements_meet_enough_multiply_adds(cin, cout, k, halo):
+    g, feeds = _conv_graph(1, cin, cout, (20, 24), k=k, stride=(2, 2), pads=((k // 2, k // 2),) * 2)
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    assert halo_default(plan_contraction(c)) == halo and ("lum_mkh(" in be.source(c, s)) == halo
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
+
+
 @pytest.mark.parametrize("n,cin,cout,stride", [(1, 16, 8, (1, 1)), (1, 3, HALO_MIN_N, (1, 1)),
                                                 (1, 16, HALO_MIN_N, (2, 2))])
 def test_other_convs_keep_their_reads(n, cin, cout, stride):

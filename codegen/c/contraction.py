@@ -49,7 +49,7 @@ TILE = (6, 2)  # the default micro-tile: MR rows by this many vectors (schedule.
 HALO_MIN_N = 32  # output channels from which a conv's pixels are the rows, read from a padded copy (halo.py)
 HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; with a stride, HALO_STRIDED_MIN_K
 HALO_STRIDED_MIN_K = 1024  # or HALO_STRIDED_MIN_REUSE multiply-adds per element of the copy
-HALO_STRIDED_MIN_REUSE = 512
+HALO_STRIDED_MIN_REUSE = 96
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,11 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     # A strided conv's copy (its input, 4x its output) costs more: inside a YOLO-style detector on 2 threads,
     # 3x3 stride 2, 32 -> 64 at 160x160 0.82 -> 1.68 ms, 64 -> 128 at 80x80 0.77 -> 1.19, 64 -> 64 at 40x40
     # 0.52 -> 0.54, 128 -> 128 at 20x20 0.45 -> 0.42, 128 -> 256 at 40x40 0.87 -> 0.78; it pays where each copied
-    # element meets many multiply-adds (a stem's 7x7 taps over 3 channels: 3 -> 64 at 224x224, 0.84 -> 0.67 ms)
+    # element meets many multiply-adds (a stem's 7x7 taps over 3 channels: 3 -> 64 at 224x224, 0.84 -> 0.67 ms).
+    # Since the copy's wide rows, alone, 2 threads (multiply-adds per copied element): 5x5 stride 2, 32 -> 32 at
+    # 104x104 (200) 1.07 -> 0.78 ms, 3x3 stride 2 64 -> 64 at 40x40 (144) 0.26 -> 0.19, 96 -> 96 at 28x28 (216)
+    # 0.45 -> 0.37, 24 -> 48 at 112x112 (108) 0.50 -> 0.44, 32 -> 64 at 160x160 (144) 1.46 -> 1.41; but 32 -> 32
+    # at 320x320 (72) 5.1 -> 5.9, 16 -> 32 (72) 1.9 -> 1.8
     if halo_default(swapped):
         return swapped, plan
     # a few rows against a B that must be packed on every call (an operand laid out N x K that is not a
