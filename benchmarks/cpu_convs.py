@@ -42,16 +42,17 @@ class Layer:
     pad: int = -1  # -1: k // 2
     group: int = 1
     transpose: bool = False
+    dilation: int = 1
 
     @property
     def pads(self) -> int:
-        return self.k // 2 if self.pad < 0 else self.pad
+        return self.k // 2 * self.dilation if self.pad < 0 else self.pad
 
     @property
     def macs(self) -> int:
         if self.transpose:
             return self.n * self.cin * self.cout * self.k * self.k * self.hw * self.hw // self.group
-        out = (self.hw + 2 * self.pads - self.k) // self.stride + 1
+        out = (self.hw + 2 * self.pads - self.dilation * (self.k - 1) - 1) // self.stride + 1
         return self.n * self.cout * out * out * self.k * self.k * self.cin // self.group
 
 
@@ -79,6 +80,8 @@ LAYERS = [
     Layer("convT 2x2s2 64->32 80", 1, 64, 32, 80, 2, stride=2, pad=0, transpose=True),
     Layer("3x3 36->20 57 (odd)", 1, 36, 20, 57, 3),
     Layer("3x3 64->64 56 b8", 8, 64, 64, 56, 3),
+    Layer("atrous 3x3 256 d2 28", 1, 256, 256, 28, 3, dilation=2),
+    Layer("atrous 3x3 512 d4 33", 1, 512, 512, 33, 3, dilation=4),
 ]
 
 
@@ -92,12 +95,13 @@ def model(layer: Layer, seed: int = 0):
         out = (layer.hw - 1) * layer.stride - 2 * layer.pads + k
     else:
         wshape = [layer.cout, layer.cin // g, k, k]
-        out = (layer.hw + 2 * layer.pads - k) // layer.stride + 1
+        out = (layer.hw + 2 * layer.pads - layer.dilation * (k - 1) - 1) // layer.stride + 1
     fan_in = math.prod(wshape[1:])
     w = (rng.standard_normal(wshape) / math.sqrt(fan_in)).astype(np.float32)
     b = rng.standard_normal(layer.cout).astype(np.float32) * 0.1
     node = helper.make_node("ConvTranspose" if layer.transpose else "Conv", ["x", "w", "b"], ["y"],
-                            kernel_shape=[k, k], strides=[layer.stride] * 2, pads=[layer.pads] * 4, group=g)
+                            kernel_shape=[k, k], strides=[layer.stride] * 2, pads=[layer.pads] * 4, group=g,
+                            **({"dilations": [layer.dilation] * 2} if layer.dilation > 1 else {}))
     graph = helper.make_graph(
         [node], "layer",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [layer.n, layer.cin, layer.hw, layer.hw])],

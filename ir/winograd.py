@@ -1,8 +1,10 @@
 """Winograd F(m x m, 3 x 3) as a rewrite of a convolution's contraction into primitives.
 
 A convolution is a SumReduce over a Mul of a window view of its input and a constant weight. Where the
-window is 3 x 3 with unit steps (``o*s + k*s``: stride equal to dilation, in practice 1 and 1), the rewrite
-computes it as Lavin and Gray's Winograd convolution, each step a sum of products with constant matrices:
+window is 3 x 3 with unit steps (``o*s + k*s``: stride equal to dilation, in practice 1 and 1; a dilated window,
+``o*s + k*r*s``, first splits each output axis into positions and phases, o = r*q + p, which makes it one over its
+phases as images), the rewrite computes it as Lavin and Gray's Winograd convolution, each step a sum of products
+with constant matrices:
 
     V[nu, xi, .., c, tile] = BT d B      (d: the (m+2)^2 input tiles at stride m, read through a window view;
                                           summed over a tile's rows, then its columns)
@@ -84,9 +86,70 @@ def _match(red: Node) -> _Conv | None:
     return _Conv(red, mul.shape, (x, vx), (w, vw), (pairs[0], pairs[1]), channels, rest)
 
 
+def _phases(red: Node) -> tuple[Node, tuple[int, ...]] | None:
+    """A dilated convolution (taps ``r`` times the output's step apart along a pixel axis, r > 1) as one whose
+    output axes are split into (position, phase), o = r * q + p: the phases are images of an ``o*s + k*s``
+    convolution over every r-th input row (space to batch, as atrous convolutions run). Returns its SumReduce and
+    the merged shape (each pair of axes as r * ceil(O / r), which a crop takes back to O); None where no axis is
+    dilated so."""
+    found = weighted_sum(red) if red.dtype is DType.float32 else None
+    if found is None:
+        return None
+    mul, (x, vx), (w, vw) = found
+    axes = tuple(red.attrs["axes"])
+    kept = [k for k in range(len(mul.shape)) if k not in axes]
+    split: dict[int, int] = {}
+    for t in (k for k in axes if mul.shape[k] == 3 and vx.strides[k] != 0 and vw.strides[k] != 0):
+        outs = [(o, vx.strides[t] // vx.strides[o]) for o in kept
+                if vx.strides[o] != 0 and not reads_dim(vw, o) and vx.strides[t] % vx.strides[o] == 0]
+        outs = [(o, r) for o, r in outs if r > 1 and all(c[t] == r * c[o] for c, _, _ in vx.mask)]
+        if len(outs) == 1:
+            split[outs[0][0]] = outs[0][1]
+    if not split:
+        return None
+    shape: list[int] = []
+    rows: dict[int, dict[int, int]] = {}
+    for k, size in enumerate(mul.shape):
+        rows[k] = {len(shape): split.get(k, 1)}
+        if k in split:
+            rows[k][len(shape) + 1] = 1
+            shape += [-(-size // split[k]), split[k]]
+        else:
+            shape.append(size)
+    new_axes = tuple(next(iter(rows[k])) for k in axes)
+    phased = Node(Op.Mul, ((x, _place(vx, tuple(shape), rows)), (w, _place(vw, tuple(shape), rows))), tuple(shape),
+                  DType.float32, origin=mul.origin)
+    out = tuple(1 if k in new_axes else n for k, n in enumerate(shape))
+    merged = tuple(-(-n // split[k]) * split[k] if k in split else n for k, n in enumerate(red.shape))
+    return _node(Op.SumReduce, ((phased, View.contiguous(tuple(shape))),), out, red, new_axes), merged
+
+
+def _merge(y: Node, merged: tuple[int, ...], shape: tuple[int, ...], like: Node) -> Node:
+    """The phases of ``y`` back in their places, o = r * q + p (a merge of adjacent axes), cropped to ``shape``;
+    read straight from what ``y`` copies where its view merges so."""
+    crop = tuple((0, n) for n in shape)
+    src, view = y.srcs[0] if y.op is Op.Contiguous else (y, View.contiguous(y.shape))
+    joined = view.reshape(merged)
+    if joined is None:
+        src, joined = y, View.contiguous(y.shape).reshape(merged)
+        assert joined is not None
+    return Node(Op.Contiguous, ((src, joined.shrink(crop)),), shape, DType.float32, origin=like.origin)
+
+
+def _conv_of(red: Node) -> tuple[_Conv, tuple[int, ...] | None] | None:
+    """The convolution ``red`` ends, directly, or split into phases where it is dilated (and the merged shape)."""
+    conv = _match(red)
+    if conv is not None:
+        return conv, None
+    phased = _phases(red)
+    conv = _match(phased[0]) if phased is not None else None
+    return (conv, phased[1]) if conv is not None and phased is not None else None
+
+
 def eligible(node: Node) -> bool:
-    """Whether ``node`` is the SumReduce of a 3 x 3 unit-step convolution with a constant weight."""
-    return _match(node) is not None
+    """Whether ``node`` is the SumReduce of a 3 x 3 convolution with a constant weight whose taps are the output's
+    step apart, or a whole multiple of it (dilated: computed by phases)."""
+    return _conv_of(node) is not None
 
 
 # which tile an untuned compile takes: F(4x4) multiplies 4x fewer times over the channels than the direct
@@ -117,9 +180,10 @@ def default_tile(red: Node) -> int:
     sums over and writes (the fewer of the two), its output map and its images: 4 from F4_MIN_CHANNELS on maps
     larger than TINY_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps larger than SMALL_MAP); on smaller
     maps 2 from TINY_MAP_MIN_CHANNELS; else 0 (directly). The search tries every tile either way."""
-    conv = _match(red)
-    if conv is None:
+    found = _conv_of(red)
+    if found is None:
         return 0
+    conv = found[0]
     (_, vx), (_, vw) = conv.x, conv.w
     summed = math.prod(conv.shape[k] for k in conv.channels)
     written = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vw, k) and not reads_dim(vx, k))
@@ -293,14 +357,16 @@ def rewrite(graph: Graph, chosen: dict[int, int]) -> tuple[Graph, dict[int, Node
     size as the value; ineligible ones stay); also the node each old node id became (a convolution's: its last
     new node; nodes only they read are gone)."""
     order = graph.toposort()
-    rewritten = {n.id: c for n in order if n.id in chosen and (c := _match(n)) is not None}
+    rewritten = {n.id: c for n in order if n.id in chosen and (c := _conv_of(n)) is not None}
     if not rewritten:
         return graph, {n.id: n for n in order}
     new: dict[int, Node] = {}
     for n in order:
-        conv = rewritten.get(n.id)
-        if conv is not None:
-            new[n.id] = _winograd(conv, new[conv.x[0].id], chosen[n.id])
+        found = rewritten.get(n.id)
+        if found is not None:
+            conv, merged = found
+            y = _winograd(conv, new[conv.x[0].id], chosen[n.id])
+            new[n.id] = y if merged is None else _merge(y, merged, n.shape, n)
             continue
         srcs = tuple((new[s.id], v) for s, v in n.srcs)
         same = all(a is b for (a, _), (b, _) in zip(srcs, n.srcs))

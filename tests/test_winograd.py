@@ -89,7 +89,8 @@ def test_winograd_matches_the_reference_and_onnxruntime(case, tile):
     assert len(lower(g, {})[1]) == 1
 
 
-@pytest.mark.parametrize("what", [{"stride": 2}, {"k": 5, "pads": (2, 2, 2, 2)}, {"dilation": 2, "pads": (2, 2, 2, 2)},
+@pytest.mark.parametrize("what", [{"stride": 2}, {"k": 5, "pads": (2, 2, 2, 2)},
+                                  {"stride": 2, "dilation": 3, "pads": (3, 3, 3, 3)},
                                   {"group": 8}, {"k": 1, "pads": (0, 0, 0, 0)}])
 def test_other_convolutions_are_left_alone(what):
     model, _ = _conv_model(1, 8, 8, (9, 9), **what)
@@ -99,6 +100,36 @@ def test_other_convolutions_are_left_alone(what):
     reduce_at = [pos[x.id] for x in g.toposort() if x.op is Op.SumReduce]
     new, edges = apply_algorithms(g, {Winograd(p, 2): True for p in reduce_at})
     assert new is g and edges == {}
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize(("n", "hw", "dilation", "stride", "pads"), [
+    (1, (9, 9), 2, 1, (2, 2, 2, 2)),  # an atrous 3x3: the output's 9 rows as 5 positions of 2 phases, cropped
+    (2, (12, 13), 3, 1, (3, 2, 1, 3)),  # a batch, dilation 3, asymmetric pads
+    (1, (17, 16), 4, 2, (4, 4, 4, 4)),  # stride 2 with dilation 4: taps twice the output's step apart
+])
+def test_dilated_convolutions_compute_by_phases(n, hw, dilation, stride, pads, tile):
+    """A dilated 3x3 conv is a Winograd candidate: its output split into phases, each an image of a conv over
+    every r-th input row, merged back in place. Outputs match the reference and onnxruntime."""
+    model, feeds = _conv_model(n, 8, 8, hw, pads, dilation=dilation, stride=stride, seed=5)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    new, kernels = lower(g, {Winograd(node, tile): True})
+    assert len(kernels) > 1 and sum(x.op is Op.SumReduce for x in new.toposort()) == 5
+    got = run_graph(g, feeds, decisions={Winograd(node, tile): True})[0]
+    want = run_reference(g, feeds)[0].reshape(got.shape)
+    tol = (2e-6 if tile == 2 else 2e-5) * max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize(("c", "tile"), [(128, 4), (64, 0)])
+def test_a_dilated_convolution_s_phases_count_as_images(c, tile):
+    """One image's 32x32 map at dilation 2 is four phases of 16x16: the untuned default takes F(4x4) from the
+    channels a batch needs."""
+    model, _ = _conv_model(1, c, c, (32, 32), (2, 2, 2, 2), dilation=2)
+    (red,) = [r for r in load(model).graph.toposort() if winograd.eligible(r)]
+    assert winograd.default_tile(red) == tile
 
 
 def test_a_conv_whose_weight_is_an_input_is_left_alone():
