@@ -179,11 +179,13 @@ def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with, by the channels it
     sums over and writes (the fewer of the two), its output map and its images: 4 from F4_MIN_CHANNELS on maps
     larger than TINY_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps larger than SMALL_MAP); on smaller
-    maps 2 from TINY_MAP_MIN_CHANNELS; else 0 (directly). The search tries every tile either way."""
+    maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (an atrous pyramid's rate 6
+    over 16x16: 36 phases of 3x3, each padded to whole tiles); else 0 (directly). The search tries every tile
+    either way."""
     found = _conv_of(red)
     if found is None:
         return 0
-    conv = found[0]
+    conv, phased = found
     (_, vx), (_, vw) = conv.x, conv.w
     summed = math.prod(conv.shape[k] for k in conv.channels)
     written = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vw, k) and not reads_dim(vx, k))
@@ -193,7 +195,7 @@ def default_tile(red: Node) -> int:
     if pixels > TINY_MAP:
         few = ONE_IMAGE_F4_MIN_CHANNELS if images == 1 and pixels > SMALL_MAP else F4_MIN_CHANNELS
         return 4 if channels >= few else 0
-    return 2 if channels >= TINY_MAP_MIN_CHANNELS else 0
+    return 2 if channels >= TINY_MAP_MIN_CHANNELS and phased is None else 0
 
 
 def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],
