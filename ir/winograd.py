@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import DType
-from .graph import Graph, Node, Op, weighted_sum
+from .graph import Graph, Node, Op, Src, weighted_sum
 from .reference import read
 from .view import Constraint, View, reads_dim
 
@@ -59,26 +59,41 @@ class _Conv:
     rest: tuple[int, ...]  # the kept axes but the two output axes (batch, group, ...), in order
 
 
-def _pair(vx: View, vw: View, tap: int, kept: list[int]) -> int | None:
-    """The output axis that walks the input as tap axis ``tap`` does (the window's o + k), if exactly one."""
-    found = [o for o in kept
-             if vx.strides[o] == vx.strides[tap] and all(c[o] == c[tap] for c, _, _ in vx.mask)
-             and not reads_dim(vw, o)]
-    return found[0] if len(found) == 1 else None
+def _pair(vx: View, vw: View, tap: int, kept: list[int]) -> tuple[int, int] | None:
+    """(the output axis that walks the input as tap axis ``tap`` does, r) where the tap steps r whole times as far
+    (1: the window's o + k; more: a dilated window), the nearest such axis, if exactly one is."""
+    found = [(vx.strides[tap] // vx.strides[o], o) for o in kept
+             if vx.strides[o] != 0 and not reads_dim(vw, o) and vx.strides[tap] % vx.strides[o] == 0
+             and all(c[tap] == vx.strides[tap] // vx.strides[o] * c[o] for c, _, _ in vx.mask)]
+    found = [(r, o) for r, o in found if r >= 1]
+    if not found:
+        return None
+    r, o = min(found)
+    return (o, r) if sum(f == r for f, _ in found) == 1 else None
 
 
-def _match(red: Node) -> _Conv | None:
+def _operands(red: Node) -> tuple[Node, Src, Src, tuple[int, ...], list[int], dict[int, tuple[int, int]]] | None:
+    """(the product, the activation read, the weight read, the summed axes, the kept ones, and per 3-tap axis both
+    read, its ``_pair``) where ``red`` sums a float32 product of an activation and a constant weight."""
     found = weighted_sum(red) if red.dtype is DType.float32 else None
     if found is None:
         return None
     mul, (x, vx), (w, vw) = found
     axes = tuple(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
-    taps = [k for k in axes if mul.shape[k] == 3 and vx.strides[k] != 0 and vw.strides[k] != 0]
-    pairs = [(o, t) for t in taps if (o := _pair(vx, vw, t, kept)) is not None]
+    pairs = {t: p for t in axes if mul.shape[t] == 3 and vx.strides[t] != 0 and vw.strides[t] != 0
+             and (p := _pair(vx, vw, t, kept)) is not None}
+    return mul, (x, vx), (w, vw), axes, kept, pairs
+
+
+def _match(red: Node) -> _Conv | None:
+    found = _operands(red)
+    if found is None:
+        return None
+    mul, (x, vx), (w, vw), axes, kept, taps = found
+    pairs = sorted((o, t) for t, (o, r) in taps.items() if r == 1)
     if len(pairs) != 2 or pairs[0][0] == pairs[1][0]:
         return None
-    pairs.sort()
     channels = tuple(k for k in axes if k not in (pairs[0][1], pairs[1][1]))
     if not channels or any(vx.strides[k] == 0 or vw.strides[k] == 0 for k in channels):
         return None  # one input channel per output (depthwise) is no product over channels
@@ -92,19 +107,11 @@ def _phases(red: Node) -> tuple[Node, tuple[int, ...]] | None:
     convolution over every r-th input row (space to batch, as atrous convolutions run). Returns its SumReduce and
     the merged shape (each pair of axes as r * ceil(O / r), which a crop takes back to O); None where no axis is
     dilated so."""
-    found = weighted_sum(red) if red.dtype is DType.float32 else None
+    found = _operands(red)
     if found is None:
         return None
-    mul, (x, vx), (w, vw) = found
-    axes = tuple(red.attrs["axes"])
-    kept = [k for k in range(len(mul.shape)) if k not in axes]
-    split: dict[int, int] = {}
-    for t in (k for k in axes if mul.shape[k] == 3 and vx.strides[k] != 0 and vw.strides[k] != 0):
-        outs = [(o, vx.strides[t] // vx.strides[o]) for o in kept
-                if vx.strides[o] != 0 and not reads_dim(vw, o) and vx.strides[t] % vx.strides[o] == 0]
-        outs = [(o, r) for o, r in outs if r > 1 and all(c[t] == r * c[o] for c, _, _ in vx.mask)]
-        if len(outs) == 1:
-            split[outs[0][0]] = outs[0][1]
+    mul, (x, vx), (w, vw), axes, _, taps = found
+    split = {o: r for o, r in taps.values() if r > 1}
     if not split:
         return None
     shape: list[int] = []
@@ -127,13 +134,13 @@ def _phases(red: Node) -> tuple[Node, tuple[int, ...]] | None:
 def _merge(y: Node, merged: tuple[int, ...], shape: tuple[int, ...], like: Node) -> Node:
     """The phases of ``y`` back in their places, o = r * q + p (a merge of adjacent axes), cropped to ``shape``;
     read straight from what ``y`` copies where its view merges so."""
-    crop = tuple((0, n) for n in shape)
-    src, view = y.srcs[0] if y.op is Op.Contiguous else (y, View.contiguous(y.shape))
+    (src, view), = y.srcs
     joined = view.reshape(merged)
     if joined is None:
         src, joined = y, View.contiguous(y.shape).reshape(merged)
         assert joined is not None
-    return Node(Op.Contiguous, ((src, joined.shrink(crop)),), shape, DType.float32, origin=like.origin)
+    return Node(Op.Contiguous, ((src, joined.shrink(tuple((0, n) for n in shape))),), shape, DType.float32,
+                origin=like.origin)
 
 
 def _conv_of(red: Node) -> tuple[_Conv, tuple[int, ...] | None] | None:
