@@ -97,6 +97,7 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: DType
     constant: bool = False  # a model weight: the same values on every run (a backend may re-lay it out once)
+    final: bool = False  # an output no other kernel reads, the model's result (a backend may store it past the caches)
 
     @property
     def numel(self) -> int:
@@ -166,7 +167,7 @@ class Kernel:
         for i, o in enumerate(self.ops):
             attrs = " ".join(f"{k}={_fmt(v)}" for k, v in o.attrs)
             lines.append(f"%{i} {o.space} {o.op}{list(o.args)} {o.dtype.value} {attrs}".rstrip())
-        lines += [f"out %{i} -> {b.dtype.value}{list(b.shape)}" for i, b in self.outputs]
+        lines += [f"out %{i} -> {b.dtype.value}{list(b.shape)}{' final' if b.final else ''}" for i, b in self.outputs]
         return "\n".join(lines)
 
     @functools.cached_property

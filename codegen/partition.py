@@ -468,8 +468,9 @@ def _build(g: _Group, users: dict[int, list[Node]], outputs: set[int]) -> Kernel
     outs: list[tuple[int, Buffer]] = []
     out_nodes: list[int] = []
     for n in g.nodes:  # what the graph's outputs or other kernels read
-        if n.id in outputs or any(u.id not in kb.members for u in users.get(n.id, [])):
-            outs.append((kb.index[n.id], Buffer(n.shape, n.dtype)))
+        read = any(u.id not in kb.members for u in users.get(n.id, []))
+        if n.id in outputs or read:
+            outs.append((kb.index[n.id], Buffer(n.shape, n.dtype, final=not read)))
             out_nodes.append(n.id)
     sources = list(dict.fromkeys(n.origin for n in g.nodes if n.origin is not None))
     return Kernel.of(kb.full, kb.axes, kb.inputs, kb.ops, outs, list(kb.input_nodes), out_nodes, sources)

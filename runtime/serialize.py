@@ -46,7 +46,7 @@ def kernel_to_json(k: Kernel) -> dict:
         "form": k.form, "full": list(k.full), "reduce_axes": list(k.reduce_axes),
         "inputs": [[list(b.shape), b.dtype.value, b.constant] for b in k.inputs],
         "ops": [[o.op, list(o.args), o.dtype.value, o.space, [[n, _val(v)] for n, v in o.attrs]] for o in k.ops],
-        "outputs": [[i, list(b.shape), b.dtype.value] for i, b in k.outputs],
+        "outputs": [[i, list(b.shape), b.dtype.value, b.final] for i, b in k.outputs],
         "input_nodes": list(k.input_nodes), "output_nodes": list(k.output_nodes),
         "sources": [list(s) for s in k.sources],
     }
@@ -62,7 +62,8 @@ def kernel_from_json(d: dict) -> Kernel:
         k = Kernel(Form(d["form"]), tuple(int(s) for s in d["full"]), tuple(int(a) for a in d["reduce_axes"]),
                    tuple(Buffer(tuple(int(s) for s in sh), DType(dt), bool(c)) for sh, dt, c in d["inputs"]),
                    tuple(ops),
-                   tuple((int(i), Buffer(tuple(int(s) for s in sh), DType(dt))) for i, sh, dt in d["outputs"]),
+                   tuple((int(i), Buffer(tuple(int(s) for s in sh), DType(dt), final=bool(f)))
+                         for i, sh, dt, f in d["outputs"]),
                    tuple(int(n) for n in d["input_nodes"]), tuple(int(n) for n in d["output_nodes"]),
                    tuple((str(name), str(op)) for name, op in d.get("sources", [])))
         if any(not 0 <= a < i for i, o in enumerate(ops) for a in o.args):
