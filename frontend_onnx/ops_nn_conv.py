@@ -162,7 +162,10 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
     if all(d == 1 and k <= st for d, k, st in zip(dilations, kernel, strides)) and any(st > 1 for st in strides):
         return _bias(_conv_transpose_phases(x, w, group, strides, pads, outs), ctx.input(2))
     if any(st > 1 for st in strides):
-        return _bias(_conv_transpose_strided(x, w, group, strides, dilations, pads, outs), ctx.input(2))
+        by_phase = all(d == 1 for d in dilations)
+        y = (_conv_transpose_by_phase(x, w, group, strides, pads, outs) if by_phase
+             else _conv_transpose_strided(x, w, group, strides, dilations, pads, outs))
+        return _bias(y, ctx.input(2))
     cg = c // group
     mg = w.shape[1]
     # stride 1: a convolution with the flipped, transposed weight; weight (C, M/g, k...) -> (M, C/g, k...)
@@ -204,6 +207,52 @@ def _conv_transpose_phases(x: Tensor, w: Tensor, group: int, strides, pads, outs
     y = y.reshape((n, group * mg, *(i * st for i, st in zip(sp, strides))))
     # positions before the begin pads are cropped; past the output's end cropped, or zero (output_padding)
     return y.pad([(0, 0), (0, 0)] + [(-pb, o + pb - i * st) for (pb, _), o, i, st in zip(pads, outs, sp, strides)])
+
+
+def _taps(w: Tensor, axis: int, first: int, step: int) -> Tensor:
+    """``w``'s taps ``first``, ``first + step``, ... along ``axis``, last first."""
+    k = w.shape[axis]
+    n = len(range(first, k, step))
+    w = w.shrink([(first, k) if j == axis else (0, s) for j, s in enumerate(w.shape)])
+    w = w.pad([(0, n * step - (k - first)) if j == axis else (0, 0) for j in range(w.ndim)])
+    w = w.reshape((*w.shape[:axis], n, step, *w.shape[axis + 1:]))
+    w = w.shrink([(0, 1) if j == axis + 1 else (0, s) for j, s in enumerate(w.shape)])
+    return w.reshape((*w.shape[:axis], n, *w.shape[axis + 2:])).flip(axis)
+
+
+def _conv_transpose_by_phase(x: Tensor, w: Tensor, group: int, strides, pads, outs) -> Tensor:
+    """Strided ConvTranspose as one stride-1 convolution per output phase: output o = i*s + k - pb, at the
+    positions o = p + s*q of one phase p, takes the taps k = r + s*j of one residue r = (p + pb) mod s alone, from
+    inputs i = q + a - j (a = (p + pb - r) / s), so each phase is a conv of the input with those taps (last
+    first) and no product is formed twice or of a zero; the phases are then interleaved (as overlap_add's)."""
+    n, c = x.shape[:2]
+    sp = x.shape[2:]
+    nd = len(sp)
+    kernel = w.shape[2:]
+    cg, mg = c // group, w.shape[1]
+    m = group * mg
+    wt = w.reshape((group, cg, mg, *kernel)).permute([0, 2, 1, *range(3, 3 + nd)]).reshape((m, cg, *kernel))
+    qs = [-(-o // st) for o, st in zip(outs, strides)]
+    y = Tensor.full((n, m, *(v for q, st in zip(qs, strides) for v in (q, st))), 0, x.dtype)
+    for phase in itertools.product(*(range(st) for st in strides)):
+        wp, cpads, louts = wt, [], []
+        for d, (p, st) in enumerate(zip(phase, strides)):
+            r = (p + pads[d][0]) % st
+            taps, count = len(range(r, kernel[d], st)), len(range(p, outs[d], st))
+            if not taps or not count:
+                break
+            before = taps - 1 - (p + pads[d][0] - r) // st
+            cpads.append((before, count - sp[d] - before + taps - 1))
+            louts.append(count)
+            wp = _taps(wp, 2 + d, r, st)
+        else:
+            yp = _conv_signed_pads(x, wp, group, [1] * nd, cpads, louts)
+            yp = yp.pad([(0, 0), (0, 0)] + [(0, q - o) for q, o in zip(qs, louts)])
+            yp = yp.reshape((n, m, *(v for q in qs for v in (q, 1))))
+            at = [e for p, st in zip(phase, strides) for e in ((0, 0), (p, st - 1 - p))]
+            y = y.add(yp.pad([(0, 0), (0, 0), *at]))
+    y = y.reshape((n, m, *(q * st for q, st in zip(qs, strides))))
+    return y.shrink([(0, n), (0, m)] + [(0, o) for o in outs])
 
 
 def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:

@@ -137,6 +137,40 @@ def test_big_elementwise_runs_parallel_and_matches():
     assert [k.form for k in partition(g, {})] == ["elementwise"]
 
 
+@pytest.mark.parametrize("phases", [2, 3, 4])
+def test_short_innermost_dims_are_unrolled_under_the_loop_outside(phases):
+    """An output whose innermost dim has at most SMALL_INNER elements (phases interleaved by padding and adding,
+    a pixel shuffle's permute, rows of 3 coordinates) loops over the dim outside it, the innermost unrolled; the
+    block knob splits that loop (37 rows: odd blocks) and the outputs stay the reference's."""
+    import random
+
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.codegen.c.emit import SMALL_INNER
+    from luminal.codegen.c.normalize import normalize
+
+    assert phases <= SMALL_INNER
+    parts = [_input(f"p{i}", (2, 5, 37)) for i in range(phases)]
+    woven = None
+    for i, p in enumerate(parts):  # y[n, c, 37, phases]: part i at phase i
+        v = p.reshape((2, 5, 37, 1)).pad(((0, 0), (0, 0), (0, 0), (i, phases - 1 - i)))
+        woven = v if woven is None else woven.add(v)
+    x = _input("x", (2, phases, 37, 5))
+    shuffle = x.permute((0, 2, 3, 1)).exp()  # channels last: (2, 37, 5, phases)
+    feeds = {t.node.attrs["name"]: RNG.standard_normal(t.shape).astype(np.float32) for t in _INPUTS}
+    g = _check([woven.relu(), shuffle], feeds, rtol=1e-5)
+    be = CPUBackend()
+    rnd = random.Random(phases)
+    for k in partition(g, {}):
+        assert k.form == "elementwise" and k.full[-1] == phases
+        src = be.source(k, be.default_schedule(k))
+        assert f"const int64_t i{len(normalize(k).full) - 1} = {phases - 1};" in src  # the last unrolled copy
+        for _ in range(3):
+            s = {kn.name: rnd.choice(kn.choices) for kn in be.space(k)}
+            if be.valid(k, s):
+                compare_cpu(g, feeds, 1e-5, 2e-6, schedules=[s if kk is k else None for kk in partition(g, {})],
+                            kernels=partition(g, {}))
+
+
 def test_zero_size_tensors():
     x = _input("x", (0, 5))
     y = _input("y", (3, 0))
