@@ -43,6 +43,7 @@ class Layer:
     group: int = 1
     transpose: bool = False
     dilation: int = 1
+    output_padding: int = 0  # a ConvTranspose's
 
     @property
     def pads(self) -> int:
@@ -78,6 +79,8 @@ LAYERS = [
     Layer("mbv2 project 1x1 144->24 56", 1, 144, 24, 56, 1),
     Layer("dw3x3 x2 32->64 56", 1, 32, 64, 56, 3, group=32),
     Layer("convT 2x2s2 64->32 80", 1, 64, 32, 80, 2, stride=2, pad=0, transpose=True),
+    Layer("convT 3x3s2 op1 64->32 80", 1, 64, 32, 80, 3, stride=2, pad=1, transpose=True, output_padding=1),
+    Layer("convT 4x4s2 128->64 32", 1, 128, 64, 32, 4, stride=2, pad=1, transpose=True),
     Layer("3x3 36->20 57 (odd)", 1, 36, 20, 57, 3),
     Layer("3x3 64->64 56 b8", 8, 64, 64, 56, 3),
     Layer("atrous 3x3 256 d2 28", 1, 256, 256, 28, 3, dilation=2),
@@ -92,7 +95,7 @@ def model(layer: Layer, seed: int = 0):
     k, g = layer.k, layer.group
     if layer.transpose:
         wshape = [layer.cin, layer.cout // g, k, k]
-        out = (layer.hw - 1) * layer.stride - 2 * layer.pads + k
+        out = (layer.hw - 1) * layer.stride - 2 * layer.pads + k + layer.output_padding
     else:
         wshape = [layer.cout, layer.cin // g, k, k]
         out = (layer.hw + 2 * layer.pads - layer.dilation * (k - 1) - 1) // layer.stride + 1
@@ -101,7 +104,8 @@ def model(layer: Layer, seed: int = 0):
     b = rng.standard_normal(layer.cout).astype(np.float32) * 0.1
     node = helper.make_node("ConvTranspose" if layer.transpose else "Conv", ["x", "w", "b"], ["y"],
                             kernel_shape=[k, k], strides=[layer.stride] * 2, pads=[layer.pads] * 4, group=g,
-                            **({"dilations": [layer.dilation] * 2} if layer.dilation > 1 else {}))
+                            **({"dilations": [layer.dilation] * 2} if layer.dilation > 1 else {}),
+                            **({"output_padding": [layer.output_padding] * 2} if layer.output_padding else {}))
     graph = helper.make_graph(
         [node], "layer",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [layer.n, layer.cin, layer.hw, layer.hw])],
