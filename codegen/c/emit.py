@@ -255,8 +255,7 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     if n == 0:
         return _function(k, _inner(k, {}, set()))
     if n >= 2 and inner <= SMALL_INNER < k.full[-2]:
-        body, loop = _unrolled_inner(k, sched)
-        return _function(k, body, loop, _par(numel, sched))
+        return _function(k, *_unrolled_inner(k, sched), _par(numel, sched))
     nch = -(-inner // ch)
     tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});", "(void)r;"]
     tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", k.full[:-1]))]
