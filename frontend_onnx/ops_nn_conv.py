@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -161,25 +162,7 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
         w = w.cast(x.dtype)
     if all(d == 1 and k <= st for d, k, st in zip(dilations, kernel, strides)) and any(st > 1 for st in strides):
         return _bias(_conv_transpose_phases(x, w, group, strides, pads, outs), ctx.input(2))
-    if any(st > 1 for st in strides):
-        by_phase = all(d == 1 for d in dilations)
-        y = (_conv_transpose_by_phase(x, w, group, strides, pads, outs) if by_phase
-             else _conv_transpose_strided(x, w, group, strides, dilations, pads, outs))
-        return _bias(y, ctx.input(2))
-    cg = c // group
-    mg = w.shape[1]
-    # stride 1: a convolution with the flipped, transposed weight; weight (C, M/g, k...) -> (M, C/g, k...)
-    wt = w.reshape((group, cg, mg, *kernel)).permute([0, 2, 1, *range(3, 3 + nd)])
-    for d in range(nd):
-        wt = wt.flip(3 + d)
-    wt = wt.reshape((group * mg, cg, *kernel))
-    cpads = []
-    for d in range(nd):
-        full = (kernel[d] - 1) * dilations[d]
-        pb, pe = pads[d]
-        cpads.append((full - pb, full - pe + out_pad[d]))
-    y = _conv_signed_pads(x, wt, group, dilations, cpads, outs)
-    return _bias(y, ctx.input(2))
+    return _bias(_conv_transpose_by_phase(x, w, group, strides, dilations, pads, outs), ctx.input(2))
 
 
 def _interleave(a, b) -> tuple[int, ...]:
@@ -220,11 +203,12 @@ def _taps(w: Tensor, axis: int, first: int, step: int) -> Tensor:
     return w.reshape((*w.shape[:axis], n, *w.shape[axis + 2:])).flip(axis)
 
 
-def _conv_transpose_by_phase(x: Tensor, w: Tensor, group: int, strides, pads, outs) -> Tensor:
-    """Strided ConvTranspose as one stride-1 convolution per output phase: output o = i*s + k - pb, at the
-    positions o = p + s*q of one phase p, takes the taps k = r + s*j of one residue r = (p + pb) mod s alone, from
-    inputs i = q + a - j (a = (p + pb - r) / s), so each phase is a conv of the input with those taps (last
-    first) and no product is formed twice or of a zero; the phases are then interleaved (as overlap_add's)."""
+def _conv_transpose_by_phase(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
+    """ConvTranspose as one convolution per output phase: output o = i*s + k*d - pb, at the positions o = p + s*q
+    of one phase p, takes only the taps with k*d = r (mod s), r = (p + pb) mod s: with g = gcd(d, s) none unless g
+    divides r, else k = k0 + (s/g)*j, reading inputs i = q + a - a0 - (d/g)*j (a = (p + pb - r) / s, a0 = (k0*d -
+    r) / s). So each phase is a conv of the input with those taps, last first, at dilation d/g, and no product is
+    formed twice or of a zero; the phases are then interleaved. Stride 1 is one phase over every tap."""
     n, c = x.shape[:2]
     sp = x.shape[2:]
     nd = len(sp)
@@ -232,46 +216,43 @@ def _conv_transpose_by_phase(x: Tensor, w: Tensor, group: int, strides, pads, ou
     cg, mg = c // group, w.shape[1]
     m = group * mg
     wt = w.reshape((group, cg, mg, *kernel)).permute([0, 2, 1, *range(3, 3 + nd)]).reshape((m, cg, *kernel))
-    qs = [-(-o // st) for o, st in zip(outs, strides)]
-    y = Tensor.full((n, m, *(v for q, st in zip(qs, strides) for v in (q, st))), 0, x.dtype)
+    parts: dict[tuple[int, ...], Tensor] = {}
     for phase in itertools.product(*(range(st) for st in strides)):
-        wp, cpads, louts = wt, [], []
-        for d, (p, st) in enumerate(zip(phase, strides)):
+        wp, cpads, louts, dils = wt, [], [], []
+        for d, (p, st, dl) in enumerate(zip(phase, strides, dilations)):
+            g = math.gcd(dl, st)
             r = (p + pads[d][0]) % st
-            taps, count = len(range(r, kernel[d], st)), len(range(p, outs[d], st))
-            if not taps or not count:
+            count = len(range(p, outs[d], st))
+            if r % g or not count:
                 break
-            before = taps - 1 - (p + pads[d][0] - r) // st
-            cpads.append((before, count - sp[d] - before + taps - 1))
+            k0 = r // g * pow(dl // g, -1, st // g) % (st // g)
+            taps = len(range(k0, kernel[d], st // g))
+            if not taps:
+                break
+            before = (taps - 1) * (dl // g) + (k0 * dl - r) // st - (p + pads[d][0] - r) // st
+            cpads.append((before, count - sp[d] - before + (taps - 1) * (dl // g)))
             louts.append(count)
-            wp = _taps(wp, 2 + d, r, st)
+            dils.append(dl // g)
+            wp = _taps(wp, 2 + d, k0, st // g)
         else:
-            yp = _conv_signed_pads(x, wp, group, [1] * nd, cpads, louts)
-            yp = yp.pad([(0, 0), (0, 0)] + [(0, q - o) for q, o in zip(qs, louts)])
-            yp = yp.reshape((n, m, *(v for q in qs for v in (q, 1))))
-            at = [e for p, st in zip(phase, strides) for e in ((0, 0), (p, st - 1 - p))]
-            y = y.add(yp.pad([(0, 0), (0, 0), *at]))
-    y = y.reshape((n, m, *(q * st for q, st in zip(qs, strides))))
-    return y.shrink([(0, n), (0, m)] + [(0, o) for o in outs])
+            parts[phase] = _conv_signed_pads(x, wp, group, dils, cpads, louts)
+    return _weave(parts, (n, m), strides, outs, x.dtype)
 
 
-def _conv_transpose_strided(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
-    """Strided ConvTranspose without multiplying inserted zeros: one contraction to per-tap columns
-    cols[n, m, k, i] = sum_c x[n, c, i] * w[c, m, k], then their overlap-add."""
-    n, c = x.shape[:2]
-    sp = x.shape[2:]
-    nd = len(sp)
-    kernel = w.shape[2:]
-    cg, mg = c // group, w.shape[1]
-    m = group * mg
-    ones = (1,) * nd
-    xv = x.reshape((n, group, cg, *sp)).permute([0, 1, *range(3, 3 + nd), 2])
-    xv = xv.reshape((n, group, 1, *ones, *sp, cg))
-    wv = w.reshape((group, cg, mg, *kernel)).permute([0, 2, *range(3, 3 + nd), 1])
-    wv = wv.reshape((1, group, mg, *kernel, *ones, cg))
-    full = (n, group, mg, *kernel, *sp, cg)
-    cols = xv.expand(full).mul(wv.expand(full)).sum((len(full) - 1,)).reshape((n, m, *kernel, *sp))
-    return overlap_add(cols, strides, dilations, [p[0] for p in pads], outs)
+def _weave(parts: dict[tuple[int, ...], Tensor], lead: tuple[int, int], strides, outs, dtype) -> Tensor:
+    """y[n, m, p + s*q] = parts[p][n, m, q] over each spatial dim, zero at the phases no part has, cut to ``outs``
+    (a part may be shorter than ceil(outs / s) at its end)."""
+    qs = [-(-o // st) for o, st in zip(outs, strides)]
+    y = None
+    for phase, b in parts.items():
+        b = b.pad([(0, 0), (0, 0)] + [(0, q - o) for q, o in zip(qs, b.shape[2:])])
+        b = b.reshape((*lead, *(v for q in qs for v in (q, 1))))
+        b = b.pad([(0, 0), (0, 0)] + [e for p, st in zip(phase, strides) for e in ((0, 0), (p, st - 1 - p))])
+        y = b if y is None else y.add(b)
+    if y is None:
+        y = Tensor.full((*lead, *(v for q, st in zip(qs, strides) for v in (q, st))), 0, dtype)
+    y = y.reshape((*lead, *(q * st for q, st in zip(qs, strides))))
+    return y.shrink([(0, lead[0]), (0, lead[1])] + [(0, o) for o in outs])
 
 
 def overlap_add(cols: Tensor, strides, dilations, pads_begin, outs) -> Tensor:
@@ -297,13 +278,7 @@ def overlap_add(cols: Tensor, strides, dilations, pads_begin, outs) -> Tensor:
         view = tap.pad([(0, 0), (0, 0), *shifts])
         key = tuple(res)
         buckets[key] = view if key not in buckets else buckets[key].add(view)
-    y = Tensor.full((n, m, *(v for q, st in zip(qs, strides) for v in (q, st))), 0, cols.dtype)
-    for phase, b in buckets.items():
-        b = b.reshape((n, m, *(v for q in qs for v in (q, 1))))
-        b = b.pad([(0, 0), (0, 0)] + [p for d in range(nd) for p in ((0, 0), (phase[d], strides[d] - 1 - phase[d]))])
-        y = y.add(b)
-    y = y.reshape((n, m, *(q * st for q, st in zip(qs, strides))))
-    return y.shrink([(0, n), (0, m)] + [(0, o) for o in outs])
+    return _weave(buckets, (n, m), strides, outs, cols.dtype)
 
 
 def _conv_signed_pads(x: Tensor, w: Tensor, group: int, dilations, pads, outs) -> Tensor:

@@ -59,6 +59,8 @@ CONVT_CASES = [
     ((1, 2, 4, 5), (2, 2, 3, 3), dict(strides=[2, 2], dilations=[2, 2], output_padding=[1, 0])),
     ((1, 2, 4, 5), (2, 2, 3, 3), dict(strides=[3, 2], pads=[4, 3, 2, 4])),  # pads swallow whole taps
     ((2, 2, 5), (2, 3, 4), dict(strides=[4], pads=[1, 2], output_padding=[3])),
+    ((1, 3, 5, 6), (3, 2, 3, 3), dict(dilations=[2, 1], pads=[1, 0, 2, 1])),  # stride 1: one phase
+    ((1, 2, 6, 5), (2, 3, 3, 2), dict(strides=[2, 2], dilations=[3, 2], pads=[1, 0, 0, 1])),  # gcd 1 and 2
 ]
 
 
@@ -213,10 +215,10 @@ def test_max_unpool_puts_max_pool_values_back(size, kernel, strides, pads):
     assert_matches(make_model([pool, unpool], {"x": x}, opset=22), {"x": x})
 
 
-@pytest.mark.parametrize("xs,ws,attrs", [c for c in CONVT_CASES if "dilations" not in c[2]])
-def test_strided_conv_transpose_by_phase_on_the_c_backend(xs, ws, attrs):
-    """One stride-1 conv per output phase over the taps of its residue, interleaved: on the C backend (its
-    interleave an elementwise kernel over a short innermost dim) against onnxruntime's outputs' reference."""
+@pytest.mark.parametrize("xs,ws,attrs", CONVT_CASES)
+def test_conv_transpose_by_phase_on_the_c_backend(xs, ws, attrs):
+    """One conv per output phase over the taps of its residue, interleaved: on the C backend (its interleave an
+    elementwise kernel over a short innermost dim) against the reference, itself checked against onnxruntime."""
     m = ws[1] * attrs.get("group", 1)
     inputs = [rand(*xs), rand(*ws, seed=1), rand(m, seed=2)]
     g = h.check("ConvTranspose", inputs, attrs, consts={1, 2})

@@ -247,18 +247,16 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     numel = math.prod(k.full)
     if numel == 0:
         return _function(k, [])
-    inner = k.full[-1] if n else 1
-    ch = max(1, min(inner, sched.block))
-    # masked loads (a pad, the halves of a concat) are staged, as in the lanes reductions: the loop then reads
-    # them without a test per element, and vectorises
-    staged = _stageable(k, ch) if n else {}
     if n == 0:
         return _function(k, _inner(k, {}, set()))
-    if n >= 2 and inner <= SMALL_INNER < k.full[-2]:
-        return _function(k, *_unrolled_inner(k, sched), _par(numel, sched))
-    nch = -(-inner // ch)
-    tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {inner});", "(void)r;"]
-    tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", k.full[:-1]))]
+    if n >= 2 and k.full[-1] <= SMALL_INNER < k.full[-2]:
+        return _unrolled_inner(k, sched, _par(numel, sched))
+    inner = k.full[-1]
+    ch = max(1, min(inner, sched.block))
+    tile, count = _blocks(k.full[:-1], inner, ch)
+    # masked loads (a pad, the halves of a concat) are staged, as in the lanes reductions: the loop then reads
+    # them without a test per element, and vectorises
+    staged = _stageable(k, ch)
     head = [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{"]
     if staged:
         tile.append("const int64_t c0 = j0, nl = j1 - j0;")
@@ -267,26 +265,32 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     rows = _by_rows(k, staged, n - 1)
     tile += _one_row_load(k, staged, rows, ch, loop) if len(rows) >= ROWS_MIN else \
         _staged_loop(k, staged, set(), ch, loop)
-    return _function(k, tile, ("t", numel // inner * nch), _par(numel, sched))
+    return _function(k, tile, ("t", count), _par(numel, sched))
+
+
+def _blocks(outer: tuple[int, ...], length: int, ch: int) -> tuple[list[str], int]:
+    """The head of one iteration ``t`` over the rows of ``outer`` times blocks of ``ch`` of a dim of ``length``:
+    the row's indices i0.. and the block's [j0, j1); and the iterations' count."""
+    nch = -(-length // ch)
+    tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {length});", "(void)r;"]
+    tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", outer))]
+    return tile, math.prod(outer) * nch
 
 
 SMALL_INNER = 4  # an innermost dim of at most this many elements is unrolled under a loop over the dim outside it
 
 
-def _unrolled_inner(k: Kernel, sched: ElementwiseSchedule) -> tuple[list[str], tuple[str, int]]:
+def _unrolled_inner(k: Kernel, sched: ElementwiseSchedule, par: str | None) -> str:
     """A loop over the dim outside a short innermost one, each of the innermost's elements in a copy of the body:
     the loop vectorises with the outputs' elements interleaved (an output [.., 80, 2] of phases: its loop of 2 with
     the indices divided out per pair, 2.0 ms for a 3.3 MB interleave)."""
     n, inner, mid = len(k.full), k.full[-1], k.full[-2]
-    ch = max(1, min(mid, sched.block // inner))
-    nch = -(-mid // ch)
-    tile = [f"int64_t r = t / {nch}, j0 = (t % {nch}) * {ch}, j1 = lum_min64(j0 + {ch}, {mid});", "(void)r;"]
-    tile += [f"const int64_t i{d} = {e};" for d, e in enumerate(unravel("r", k.full[:-2]))]
+    tile, count = _blocks(k.full[:-2], mid, max(1, min(mid, sched.block // inner)))
     body = [line for p in range(inner)
             for line in ["{", f"    const int64_t i{n - 1} = {p};", *_indent(_inner(k, {}, set()), 4), "}"]]
     loop = [*_simd(sched).split("\n"), f"for (int64_t i{n - 2} = j0; i{n - 2} < j1; i{n - 2}++) {{",
             *_indent(body, 4), "}"]
-    return tile + loop, ("t", math.prod(k.full[:-2]) * nch)
+    return _function(k, tile + loop, ("t", count), par)
 
 
 ROWS_MIN = 2  # row-masked loads (a concat of two parts or more) from which a row reads only the one living on it
