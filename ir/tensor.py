@@ -502,23 +502,24 @@ class Tensor:
     def floor(self) -> Tensor:
         if not self.dtype.is_float:
             return self
-        t = self.cast(DType.int64).cast(self.dtype)
-        f = self.lt(t).where(t.sub(1), t)
-        return self.abs().lt(2.0 ** 23).where(f, self)  # NaN, infinities and what is whole already stay
+        r = self.round()
+        return self.lt(r).where(r.sub(1), r)
 
     def ceil(self) -> Tensor:
         return self.neg().floor().neg()
 
     def round(self) -> Tensor:
-        """Round half to even."""
-        # in float arithmetic and selects on float comparisons only: a float remainder is a libm call per element,
-        # and boolean algebra over masks of mixed widths keeps gcc from vectorising the loop (a QuantizeLinear's
-        # 0.15M elements took 2.4 ms)
-        f = self.add(0.5).floor()
-        tie = f.sub(self).lt(0.5).where(0.0, 1.0)  # f - x lies in (-0.5, 0.5]
-        half = f.mul(0.5)
-        odd = half.sub(half.cast(DType.int32).cast(f.dtype)).abs().mul(2.0)  # 1 where f is odd, else 0
-        return self.abs().lt(2.0 ** 23).where(f.sub(tie.cast(f.dtype).mul(odd)), self)
+        """Round half to even: x plus and minus 2**23 with x's sign leaves no fraction bits in the sum, which the
+        float32 arithmetic itself rounds to nearest, ties to even (halves go through float32, where their values
+        are exact); what is whole already (|x| >= 2**23), NaN and infinities stay. Eight vector operations, where a
+        conversion to int64 and its parity were 25 (a QuantizeLinear's epilogue on 0.8M elements, 2 threads:
+        0.73 ms)."""
+        if not self.dtype.is_float:
+            return self
+        x = self.cast(DType.float32)
+        big = 2.0 ** 23
+        m = x.lt(0).where(-big, big)
+        return x.abs().lt(big).where(x.add(m).sub(m), x).cast(self.dtype)
 
     def atan(self) -> Tensor:
         # reduce to [0, 1] by atan(x) = pi/2 - atan(1/x), then a minimax polynomial in x^2

@@ -76,6 +76,24 @@ def test_special_values():
     _check(outs, {"x": vals}, rtol=2e-6, atol=0)
 
 
+
+@pytest.mark.parametrize("dt", [DType.float32, DType.float16, DType.bfloat16])
+def test_round_floor_ceil_exact(dt):
+    """Half to even at every tie, on both sides of zero, up to where floats are whole (2**22..2**24), and NaN,
+    infinities and the largest floats kept: the reference and the C backend against numpy, exactly."""
+    edges = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, 2.6, -2.6, -7.5, 123456.5, -123457.5, 0.49999997, -0.49999997,
+             1.4999999, 4194304.5, -4194304.5, 4194305.5, 8388607.0, 8388608.0, -8388609.0, 16777216.0, 3e38,
+             -3e38, np.inf, -np.inf, np.nan, 0.0, 1e-40, -1e-40, 2.5e-7]
+    with np.errstate(over="ignore"):
+        v = np.concatenate([np.array(edges, np.float32), RNG.uniform(-300, 300, 2000).astype(np.float32),
+                            np.arange(-40, 40, dtype=np.float32) / 4]).astype(dt.np)
+    x = _input("x", v.shape, dt)
+    outs = [x.round(), x.floor(), x.ceil()]
+    g = _check(outs, {"x": v}, rtol=0, atol=0)
+    wide = v.astype(np.float32)
+    for got, f in zip(run_reference(g, {"x": v}), (np.round, np.floor, np.ceil)):
+        np.testing.assert_array_equal(got.astype(np.float32), f(wide).astype(dt.np).astype(np.float32))
+
 def test_exp2_accuracy_dense():
     x = _input("x", (200000,))
     v = np.linspace(-160, 130, 200000, dtype=np.float32)

@@ -27,11 +27,13 @@ if TYPE_CHECKING:
 PAR_MIN = 1 << 16  # elements below which a kernel runs on one thread
 # selects in a kernel from which gcc compiles its epilogue loops (a contraction's, a stencil's) without jump
 # threading (``LUM_NO_THREADING``): threading copies blocks across a long chain of them until the vectoriser sees
-# control flow in the loop and leaves it scalar. A QuantizeLinear epilogue has 9-29 (its rounding, clamps and
-# saturation): 2 threads, QDQ MobileNetV3-Small's depthwise 5x5s at 14x14 648 -> 142 us, its stem 4.4 -> 0.75 ms.
-# A hardswish's 1-2 keep threading, which the stencils' own loops gain from (depthwise convs 1.1-1.7x slower
-# without it), and so do loops that gather (GridSample: 1.2x slower without it)
-THREADING_MAX_SELECTS = 8
+# control flow in the loop and leaves it scalar. A QuantizeLinear epilogue has 5 (its rounding's sign and range,
+# two clamps): 2 threads, QDQ MobileNetV3-Small's depthwise 5x5s at 14x14 648 -> 142 us, its stem 4.4 -> 0.75 ms
+# (with 9-29, before Tensor.round's sign trick); with 5 QDQ 1x1 64->256 at 56x56 1.05x, 3x3 s2 3->16 at 640x640
+# 1.10x, depthwise 5x5 240 at 28x28 1.08x over threading. A hardswish's 1-2 keep threading, which the stencils'
+# own loops gain from (depthwise convs 1.1-1.7x slower without it), and so do loops that gather (GridSample: 1.2x
+# slower without it); no float kernel of the bundled models has more than 3
+THREADING_MAX_SELECTS = 5
 
 
 def affine(coeffs, const: int, exprs: list[str]) -> str:
