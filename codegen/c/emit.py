@@ -29,10 +29,11 @@ PAR_MIN = 1 << 16  # elements below which a kernel runs on one thread
 # threading (``LUM_NO_THREADING``): threading copies blocks across a long chain of them until the vectoriser sees
 # control flow in the loop and leaves it scalar. A QuantizeLinear epilogue has 5 (its rounding's sign and range,
 # two clamps): 2 threads, QDQ MobileNetV3-Small's depthwise 5x5s at 14x14 648 -> 142 us, its stem 4.4 -> 0.75 ms
-# (with 9-29, before Tensor.round's sign trick); with 5 QDQ 1x1 64->256 at 56x56 1.05x, 3x3 s2 3->16 at 640x640
-# 1.10x, depthwise 5x5 240 at 28x28 1.08x over threading. A hardswish's 1-2 keep threading, which the stencils'
-# own loops gain from (depthwise convs 1.1-1.7x slower without it), and so do loops that gather (GridSample: 1.2x
-# slower without it); no float kernel of the bundled models has more than 3
+# (with 9-29, before Tensor.round's sign trick); with 5, over threading: QDQ 1x1 64->256 at 56x56 1.05x, 3x3 s2
+# 3->16 at 640x640 1.10x, depthwise 5x5 240 at 28x28 1.08x, QDQ MobileNetV3 1.02x, QDQ ResNet-50 1.00x / 1.02x.
+# A hardswish's 1-2 keep threading, which the stencils' own loops gain from (depthwise convs 1.1-1.7x slower
+# without it), and so do loops that gather (GridSample: 1.2x slower without it); no float kernel of the bundled
+# models has more than 3
 THREADING_MAX_SELECTS = 5
 
 
