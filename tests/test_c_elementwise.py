@@ -76,7 +76,6 @@ def test_special_values():
     _check(outs, {"x": vals}, rtol=2e-6, atol=0)
 
 
-
 @pytest.mark.parametrize("dt", [DType.float32, DType.float16, DType.bfloat16])
 def test_round_floor_ceil_exact(dt):
     """Half to even at every tie, on both sides of zero, up to where floats are whole (2**22..2**24), and NaN,
@@ -93,6 +92,7 @@ def test_round_floor_ceil_exact(dt):
     wide = v.astype(np.float32)
     for got, f in zip(run_reference(g, {"x": v}), (np.round, np.floor, np.ceil)):
         np.testing.assert_array_equal(got.astype(np.float32), f(wide).astype(dt.np).astype(np.float32))
+
 
 def test_exp2_accuracy_dense():
     x = _input("x", (200000,))
