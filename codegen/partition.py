@@ -76,10 +76,11 @@ def _fusible_edges(order: list[Node], pos: dict[int, int]) -> list[Edge]:
     for n in order:
         if n.op in SOURCES:
             continue
-        parts = [(s, v) for s, v in n.srcs if not (s.id in sums and _same_order(v, s))]
-        if n.op is Op.Add and all(s.op not in SOURCES for s, _ in parts) \
-                and whole_parts([(s.id, v, s.numel) for s, v in parts]) is not None:
-            sums.add(n.id)
+        if n.op is Op.Add:
+            parts = [(s, v) for s, v in n.srcs if not (s.id in sums and _same_order(v, s))]
+            if all(s.op not in SOURCES for s, _ in parts) \
+                    and whole_parts([(s.id, v, s.numel) for s, v in parts]) is not None:
+                sums.add(n.id)
         for slot, (s, v) in enumerate(n.srcs):
             if s.op in SOURCES:
                 continue

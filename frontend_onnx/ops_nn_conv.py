@@ -194,13 +194,10 @@ def _conv_transpose_phases(x: Tensor, w: Tensor, group: int, strides, pads, outs
 
 def _taps(w: Tensor, axis: int, first: int, step: int) -> Tensor:
     """``w``'s taps ``first``, ``first + step``, ... along ``axis``, last first."""
-    k = w.shape[axis]
-    n = len(range(first, k, step))
-    w = w.shrink([(first, k) if j == axis else (0, s) for j, s in enumerate(w.shape)])
-    w = w.pad([(0, n * step - (k - first)) if j == axis else (0, 0) for j in range(w.ndim)])
-    w = w.reshape((*w.shape[:axis], n, step, *w.shape[axis + 1:]))
-    w = w.shrink([(0, 1) if j == axis + 1 else (0, s) for j, s in enumerate(w.shape)])
-    return w.reshape((*w.shape[:axis], n, *w.shape[axis + 2:])).flip(axis)
+    n = len(range(first, w.shape[axis], step))
+    return w.slice([first + (n - 1) * step if j == axis else 0 for j in range(w.ndim)],
+                   [-step if j == axis else 1 for j in range(w.ndim)],
+                   [n if j == axis else s for j, s in enumerate(w.shape)])
 
 
 def _conv_transpose_by_phase(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:

@@ -507,6 +507,7 @@ class _Tiling:
     # the outputs whose runs the epilogue stages in L1, then stores past the caches (non-temporal stores): a final
     # output is otherwise read into them before it is written over, and nothing in the model reads it back
     stream: tuple[int, ...] = ()
+    axis: int = -1  # the output dim the epilogue's runs walk: M's innermost with ``tr``, else N's (-1: N is empty)
 
     @property
     def stage(self) -> int:  # with ``stream``: the floats of an output run the epilogue stages
@@ -593,10 +594,10 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
                    direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,
                    tr=(tr := halo is not None or _rows_walk_output(kernel, plan)),
-                   stream=_streams(kernel, plan.m[-1] if tr else plan.n[-1] if plan.n else None))
+                   stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1), axis=axis)
 
 
-def _streams(kernel: Kernel, axis: int | None) -> tuple[int, ...]:
+def _streams(kernel: Kernel, axis: int) -> tuple[int, ...]:
     """The outputs the epilogue stores past the caches: final float32 ones of STREAM_MIN_BYTES or more (a smaller
     one stays in cache for whoever reads it), contiguous along the ``axis`` its runs walk, in rows of whole cache
     lines (a run that ends mid-line leaves a line written in parts, each a trip to memory: 3x3 64 -> 64 over 8
@@ -685,7 +686,7 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     if plan.n:
         loop.append(f"    const int64_t i{plan.n[-1]} = r0 + (j - j0);")
     loop += [*_indent(_epilogue_stmts(kernel, plan, f"ct[i * {nc} + j]", t.stream, "j - j0"), 4), "}"]
-    loop = _stream_run(kernel, t.stream, plan.n[-1] if plan.n else -1, "r0", loop, f"{end} - j0")
+    loop = _stream_run(kernel, t, "r0", loop, f"{end} - j0")
     return stage + epi + _indent(loop, 8) + ["        j0 += len;", "    }", "}"]
 
 
@@ -706,18 +707,17 @@ def _epilogue_stmts(kernel: Kernel, plan: Plan, acc: str, stream: tuple[int, ...
     return stmts
 
 
-def _stream_run(kernel: Kernel, stream: tuple[int, ...], axis: int, start: str, body: list[str],
-                count: str) -> list[str]:
-    """``body``, a loop storing a run of the ``stream`` outputs from index ``start`` of ``axis`` into their staging
-    rows, then each staged row stored past the caches."""
+def _stream_run(kernel: Kernel, t: _Tiling, start: str, body: list[str], count: str) -> list[str]:
+    """``body``, a loop storing a run of the outputs ``t.stream`` from index ``start`` of ``t.axis`` into their
+    staging rows, then each staged row stored past the caches."""
     from .emit import Body
 
-    if not stream:
+    if not t.stream:
         return body
     lin = Body(kernel).linear(Space.row)
-    L = [f"float *restrict lum_d{j}; {{ const int64_t i{axis} = {start}; lum_d{j} = out{j} + {lin}; }}"
-         for j in stream]
-    return [*L, *body, *(f"lum_stream(lum_d{j}, lum_s{j}, {count});" for j in stream)]
+    L = [f"float *restrict lum_d{j}; {{ const int64_t i{t.axis} = {start}; lum_d{j} = out{j} + {lin}; }}"
+         for j in t.stream]
+    return [*L, *body, *(f"lum_stream(lum_d{j}, lum_s{j}, {count});" for j in t.stream)]
 
 
 def _stream_helpers() -> list[str]:
@@ -773,7 +773,7 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
         L += [f"        const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer)))]
     loop = ["#pragma omp simd", "for (int64_t i = 0; i < end; i++) {", f"    const int64_t i{inner} = c0 + i;",
             *_indent(_epilogue_stmts(kernel, plan, f"ct[j * {t.mt_pad} + (r - ic + i)]", t.stream, "i"), 4), "}"]
-    loop = _stream_run(kernel, t.stream, inner, "c0", loop, "end")
+    loop = _stream_run(kernel, t, "c0", loop, "end")
     return [*L, *_indent(loop, 8), "        r += len;", "    }", "}"]
 
 
