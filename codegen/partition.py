@@ -213,8 +213,7 @@ class _Grouping:
             return False
         if n.op in REDUCE or n.op is Op.Gather or g.id in h.deps or h.id in g.deps:
             return False
-        if any(x.reduce_axes is not None or x.contraction or x.full != g.full
-               or any(m.op is Op.Gather for m in x.nodes) for x in (g, h)):
+        if any(x.reduce_axes is not None or x.contraction or x.full != g.full for x in (g, h)):
             return False
         if len(g.nodes) + len(h.nodes) >= MAX_KERNEL_NODES:
             return False

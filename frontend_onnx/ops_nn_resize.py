@@ -272,7 +272,12 @@ def resize(ctx: OpContext, x: Tensor, scales, sizes, roi, legacy: bool) -> Tenso
     exclude = bool(ctx.attr("exclude_outside", 0))
     extrapolation = float(ctx.attr("extrapolation_value", 0.0))
     work = x if x.dtype.is_float or mode == "nearest" else x.cast(DType.float32)
-    for j, axis in enumerate(axes):
+    # an upsampling runs its innermost axis first, on the fewest rows: gathered along it, each element is a load of
+    # its own, where along an outer axis whole rows are (align_corners 2x, 64 x 80x80: 0.82 -> 0.48 ms)
+    grows = all(o >= i for o, i in zip(outs, in_sizes))
+    order = sorted(range(len(axes)), key=lambda j: -axes[j]) if grows else range(len(axes))
+    for j in order:
+        axis = axes[j]
         n_in, n_out = in_sizes[j], outs[j]
         if n_out <= 0:
             raise fail(ctx, "output size must be positive")

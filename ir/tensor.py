@@ -292,7 +292,12 @@ class Tensor:
         if index.dtype not in (DType.int64, DType.int32):
             index = index.cast(DType.int64)
         size = self.shape[axis]
-        index = index.lt(0).where(index.add(size), index)
+        if index.is_const:  # wrapped at the constant's own shape: folded through its broadcast, a full-size table
+            v = index.node.attrs["value"]
+            if (v < 0).any():
+                index = Tensor(Tensor.const(np.where(v < 0, v + size, v), index.dtype).node, index.view)
+        else:
+            index = index.lt(0).where(index.add(size), index)
         out_shape = broadcast_shape(tuple(s for k, s in enumerate(self.shape) if k != axis),
                                     tuple(s for k, s in enumerate(index.shape) if k != axis))
         out_shape = (*out_shape[:axis], index.shape[axis], *out_shape[axis:])

@@ -184,3 +184,22 @@ def test_resize_by_a_whole_factor_reads_views(mode, ctm, sizes):
     if ctm != "align_corners":
         assert 2 not in along and (3 not in along or sizes[3] % 6)
     compare_cpu(g, {"i0": x}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("sizes", [[1, 3, 13, 15], [2, 2, 12, 20]])
+def test_gathered_upsampling_is_a_kernel_per_axis_innermost_first(mode, sizes):
+    """An upsampling whose taps do not repeat with the phase (align_corners) gathers: an axis' taps sum in one
+    kernel, their index tables the axis' length, and the innermost axis goes first, gathered on the input's rows
+    (each of its elements a load of its own, where the outer axis reads whole rows); the outputs as
+    onnxruntime's, also on the C backend."""
+    from codegen_util import compare_cpu
+
+    from luminal.codegen.partition import partition
+
+    x = rand(sizes[0], sizes[1], 6, 7)
+    g = _resize(dict(mode=mode, coordinate_transformation_mode="align_corners"), None, sizes, x=x, atol=1e-4)
+    kernels = partition(g, {})
+    assert [k.full for k in kernels] == [(*sizes[:2], 6, sizes[3]), tuple(sizes)]
+    assert all(int(np.prod(b.shape)) <= max(sizes) for k in kernels for b in k.inputs if b.constant)
+    compare_cpu(g, {"i0": x}, rtol=1e-4, atol=1e-4)

@@ -143,3 +143,23 @@ def test_elementwise_branches_over_one_space_join_one_kernel():
     graph = optimize(Graph([x.node], [mixed.contiguous().node], ["y"]))
     feeds = {"x": rng.standard_normal((1, 2 * hidden)).astype(np.float32)}
     np.testing.assert_allclose(_run(graph, partition(graph), feeds)[0], run_reference(graph, feeds)[0], rtol=1e-5)
+
+
+def test_gathers_summed_share_a_kernel():
+    """Two lookups added (a token and a position embedding) join one kernel: a gather reads its table from
+    another kernel's buffer, so summing two needs no buffer between them; a constant index table is read at its
+    own shape, not as a full-size constant folded through its broadcast."""
+    ids = Tensor.input("ids", (2, 5), DType.int64)
+    tok = Tensor.const(rng.standard_normal((9, 4)).astype(np.float32))
+    pos = Tensor.input("pos", (7, 4), DType.float32)
+    e_tok = tok.reshape((1, 9, 4)).expand((2, 9, 4)).gather(ids.reshape((2, 5, 1)).expand((2, 5, 4)), 1)
+    at = Tensor.const(np.array([0, -1, 2, -3, 4])).reshape((1, 5, 1)).expand((2, 5, 4))
+    e_pos = pos.reshape((1, 7, 4)).expand((2, 7, 4)).gather(at, 1)
+    g = optimize(Graph([ids.node, pos.node], [e_tok.add(e_pos).node], ["e"]))
+    kernels = partition(g)
+    assert len(kernels) == 1 and sum(o.op is Op.Gather for o in kernels[0].ops) == 2
+    assert max(int(np.prod(b.shape)) for b in kernels[0].inputs if b.dtype is DType.int64 and b.constant) == 5
+    feeds = {"ids": np.array([[0, 8, 3, 3, 1], [2, 7, 6, 5, 4]]), "pos": rng.standard_normal((7, 4)).astype(np.float32)}
+    (got,), (want,) = _run(g, kernels, feeds), run_reference(g, feeds)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, tok.numpy()[feeds["ids"]] + feeds["pos"][[0, 6, 2, 4, 4]][None])
