@@ -295,7 +295,8 @@ class Tensor:
         if index.is_const:  # wrapped at the constant's own shape: folded through its broadcast, a full-size table
             v = index.node.attrs["value"]
             if (v < 0).any():
-                index = Tensor(Tensor.const(np.where(v < 0, v + size, v), index.dtype).node, index.view)
+                wrapped = np.where(v < 0, v + size, v).astype(v.dtype)
+                index = Tensor(_node(Op.Constant, (), wrapped.shape, index.dtype, value=wrapped), index.view)
         else:
             index = index.lt(0).where(index.add(size), index)
         out_shape = broadcast_shape(tuple(s for k, s in enumerate(self.shape) if k != axis),

@@ -163,3 +163,16 @@ def test_gathers_summed_share_a_kernel():
     (got,), (want,) = _run(g, kernels, feeds), run_reference(g, feeds)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(want, tok.numpy()[feeds["ids"]] + feeds["pos"][[0, 6, 2, 4, 4]][None])
+
+
+@pytest.mark.parametrize("idx", [[-1, 4], [-1, -2, 0, 2], [-5, 0, -5]])
+def test_constant_gather_index_wraps_at_its_own_shape(idx):
+    """Negative constant indices wrap at the table's own shape (one value after wrapping included), and the
+    kernels read them as numpy indexes."""
+    x = Tensor.input("x", (3, 5), DType.float32)
+    i = Tensor.const(np.array(idx)).reshape((1, len(idx))).expand((3, len(idx)))
+    g = optimize(Graph([x.node], [x.gather(i, 1).tanh().node], ["y"]))
+    feeds = {"x": rng.standard_normal((3, 5)).astype(np.float32)}
+    want = np.tanh(feeds["x"][:, idx])
+    np.testing.assert_allclose(run_reference(g, feeds)[0], want, rtol=1e-6)
+    np.testing.assert_allclose(_run(g, partition(g), feeds)[0], want, rtol=1e-6)
