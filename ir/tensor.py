@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from .dtypes import DType, promote
-from .graph import Node, Op
+from .graph import ELEMENTWISE, Node, Op
 from .reference import eval_node, read
-from .view import View, _contiguous
+from .view import View, _contiguous, reads_dim
 
 FOLD_LIMIT = 1 << 22
 LOG2E = 1.4426950408889634
@@ -292,13 +292,7 @@ class Tensor:
         if index.dtype not in (DType.int64, DType.int32):
             index = index.cast(DType.int64)
         size = self.shape[axis]
-        if index.is_const:  # wrapped at the constant's own shape: folded through its broadcast, a full-size table
-            v = index.node.attrs["value"]
-            if (v < 0).any():
-                wrapped = np.where(v < 0, v + size, v).astype(v.dtype)
-                index = Tensor(_node(Op.Constant, (), wrapped.shape, index.dtype, value=wrapped), index.view)
-        else:
-            index = index.lt(0).where(index.add(size), index)
+        index = index.lt(0).where(index.add(size), index)
         out_shape = broadcast_shape(tuple(s for k, s in enumerate(self.shape) if k != axis),
                                     tuple(s for k, s in enumerate(index.shape) if k != axis))
         out_shape = (*out_shape[:axis], index.shape[axis], *out_shape[axis:])
@@ -642,6 +636,15 @@ def _fold(node: Node, srcs: Sequence[Tensor]) -> Tensor:
         scalar = Node(node.op, tuple((t.node, View((), ())) for t in srcs), (), node.dtype, dict(node.attrs))
         val = eval_node(scalar, [t.node.attrs["value"] for t in srcs])
         return Tensor.full(node.shape, np.asarray(val).reshape(()), node.dtype)
+    if node.op in ELEMENTWISE and (dims := [d for d, n in enumerate(node.shape)
+                                            if n > 1 and not any(reads_dim(t.view, d) for t in srcs)]):
+        # computed along the dims some source moves along, then broadcast: a constant index table wrapped as a
+        # gather reads it (a row of 160) stays that row, not a full-size table folded through its broadcast
+        ranges = tuple((0, 1) if d in dims else (0, n) for d, n in enumerate(node.shape))
+        small = [Tensor(t.node, t.view.shrink(ranges)) for t in srcs]
+        narrow = Node(node.op, tuple((t.node, t.view) for t in small), tuple(b for _, b in ranges), node.dtype,
+                      dict(node.attrs))
+        return _fold(narrow, small).expand(node.shape)
     if node.numel > FOLD_LIMIT:
         return Tensor(node)
     vals = [read(t.node.attrs["value"], t.view) for t in srcs]

@@ -141,3 +141,18 @@ def test_half_precision_exp_is_rounded_once():
     (out,) = run_reference(optimize(Graph([x.node], [x.exp().node], ["y"])), {"x": xs})
     want = np.exp(xs.astype(np.float64))
     assert np.abs(out.astype(np.float64) / want - 1).max() <= 2 ** -11
+
+
+def test_folding_keeps_a_broadcast_constant_small():
+    """An elementwise node of constants folds along the dims its sources move along and stays broadcast over the
+    rest; values as numpy's, scalars and fully read constants folded as before."""
+    row = np.array([-2.0, 3.0, -5.0], np.float32)
+    t = Tensor.const(row).reshape((1, 3, 1)).expand((4, 3, 5))
+    y = t.lt(0).where(t.add(7.0), t).mul(2.0)
+    assert y.is_const and y.node.shape == (1, 3, 1)
+    np.testing.assert_array_equal(y.numpy(), np.broadcast_to((np.where(row < 0, row + 7, row) * 2)[None, :, None],
+                                                             (4, 3, 5)))
+    grid = Tensor.const(np.arange(6, dtype=np.float32).reshape(2, 3))
+    full = grid.mul(Tensor.const(row).reshape((1, 3)).expand((2, 3)))
+    assert full.node.shape == (2, 3)
+    np.testing.assert_array_equal(full.numpy(), np.arange(6).reshape(2, 3) * row)
