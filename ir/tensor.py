@@ -636,10 +636,11 @@ def _fold(node: Node, srcs: Sequence[Tensor]) -> Tensor:
         scalar = Node(node.op, tuple((t.node, View((), ())) for t in srcs), (), node.dtype, dict(node.attrs))
         val = eval_node(scalar, [t.node.attrs["value"] for t in srcs])
         return Tensor.full(node.shape, np.asarray(val).reshape(()), node.dtype)
-    if node.op in ELEMENTWISE and (dims := [d for d, n in enumerate(node.shape)
-                                            if n > 1 and not any(reads_dim(t.view, d) for t in srcs)]):
-        # computed along the dims some source moves along, then broadcast: a constant index table wrapped as a
-        # gather reads it (a row of 160) stays that row, not a full-size table folded through its broadcast
+    if node.op in ELEMENTWISE and node.op is not Op.Contiguous and (
+            dims := [d for d, n in enumerate(node.shape) if n > 1 and not any(reads_dim(t.view, d) for t in srcs)]):
+        # computed along the dims some source moves along, then broadcast (a copy stays one: it is asked for to
+        # lay a view out whole): a constant index table wrapped as a gather reads it (a row of 160) stays that
+        # row, not a full-size table folded through its broadcast
         ranges = tuple((0, 1) if d in dims else (0, n) for d, n in enumerate(node.shape))
         small = [Tensor(t.node, t.view.shrink(ranges)) for t in srcs]
         narrow = Node(node.op, tuple((t.node, t.view) for t in small), tuple(b for _, b in ranges), node.dtype,
