@@ -19,6 +19,7 @@ def make_model(path, seed=0, hidden=12):
                           [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", hidden]),
                            helper.make_tensor_value_info("peak", TensorProto.FLOAT, ["batch"])], [w, b])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8  # what onnxruntime reads, however new the onnx package that writes it
     onnx.save(m, str(path))
     return path
 

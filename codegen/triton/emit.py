@@ -510,7 +510,7 @@ def emit_contraction(k: Kernel, schedule: ContractionSchedule) -> str:
     bi = _unravel_group(w, plan.batch, k.full, "pid_b", "b")
     _k_loop(k, w, big, {**mi, **ni, **bi})
     _contraction_epilogue(k, w, big, {**mi, **ni, **bi}, split_ok(k) and schedule.SPLIT_K > 1)
-    return _finish(_signature(k, CONSTEXPRS[Form.contraction]), w)
+    return _finish(_signature(k, (*CONSTEXPRS[Form.contraction], "NATIVE_DOT")), w)
 
 
 def _tile_ids(w: Writer, M: int, N: int, it: str) -> None:
@@ -554,8 +554,11 @@ def _k_loop(k: Kernel, w: Writer, big: bool, outer: dict[int, str]) -> None:
     if dt is DType.float32:
         w('acc = tl.dot(a, b, acc, input_precision=PRECISION)')
     elif dt is DType.bfloat16:
-        # bfloat16 values are exact in tf32: same products, and the interpreter has no bf16 dot
-        w('acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32")')
+        # the interpreter's bf16 dot is wrong; bfloat16 values are exact in tf32, so it takes the same products
+        w("if NATIVE_DOT:")
+        w("    acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)")
+        w("else:")
+        w('    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32")')
     else:
         w(f"acc = tl.dot(a.to({TL[dt]}), b.to({TL[dt]}), acc)")
     w.indent -= 1

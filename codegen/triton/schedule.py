@@ -178,11 +178,12 @@ def needs_zeroed_output(s: TritonSchedule) -> bool:
     return isinstance(s, ContractionSchedule) and s.SPLIT_K > 1
 
 
-def constexprs(k: Kernel, s: TritonSchedule) -> dict[str, int | str]:
+def constexprs(k: Kernel, s: TritonSchedule) -> dict[str, int | str | bool]:
     """The schedule knobs that are compile-time arguments of the generated function."""
-    d: dict[str, int | str] = {key: getattr(s, key) for key in CONSTEXPRS[kind_of(k)]}
+    d: dict[str, int | str | bool] = {key: getattr(s, key) for key in CONSTEXPRS[kind_of(k)]}
     if isinstance(s, ContractionSchedule):
         d["PRECISION"] = s.PRECISION or "ieee"
+        d["NATIVE_DOT"] = True  # the device's 16-bit dot; False only under the interpreter (TritonKernel)
     return d
 
 
