@@ -287,3 +287,15 @@ def test_view_read_by_unravelled_linear_index(backend):
     g = graph([x, t], [y])
     model = check(g, backend)
     assert len(model.kernels) == 1 and any(" // " in src for src in model.sources)
+
+
+def test_bfloat16_products_take_the_native_dot_but_on_the_interpreter():
+    from luminal.codegen.triton.backend import TritonKernel
+    from luminal.codegen.triton.emit import emit
+
+    a, b = Tensor.input("a", (32, 64), DType.bfloat16), Tensor.input("b", (64, 16), DType.bfloat16)
+    k, = partition(Graph([a.node, b.node], [a.matmul(b).contiguous().node], ["y"]))
+    s = sched.typed(k, sched.default(k))
+    assert sched.constexprs(k, s)["NATIVE_DOT"] is True
+    assert TritonKernel(k, s, interpret=True).constexprs["NATIVE_DOT"] is False
+    assert "tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)" in emit(k, sched.default(k))
