@@ -184,23 +184,57 @@ def _at_phase_zero(r: int, s: int, form: list[tuple[int, np.ndarray]]) -> list[t
             for c, w in form for off, on in ((c, ~wrapped), (c + 1, wrapped))]
 
 
+def _edge_weights(form: list[tuple[int, np.ndarray]], n_in: int, blocks: int
+                  ) -> list[tuple[int, np.ndarray]]:
+    """The taps of ``form`` as (offset, weight per block and phase) over zero-padded reads: where block b + c runs
+    past the input, the tap's weight moves to the tap that reads the clamped index (a new one where none does), so
+    the borders need no copy of the input with its edges repeated. Each tap keeps its own term: taps at one offset
+    are not merged (see ``_at_phase_zero``)."""
+    b = np.arange(blocks)
+    terms = [(c, np.tile(w.astype(F32), (blocks, 1))) for c, w in form]
+    for c, t in terms[:len(form)]:
+        read = np.clip(b + c, 0, n_in - 1) - b
+        for blk in np.flatnonzero(read != c):
+            dest = next((u for d, u in terms if d == read[blk]), None)
+            if dest is None:
+                dest = np.zeros_like(t)
+                terms.append((int(read[blk]), dest))
+            dest[blk] += t[blk]
+            t[blk] = 0
+    return [(c, t) for c, t in terms if t.any()]
+
+
 def _apply_phases(x: Tensor, axis: int, r: int, s: int, form: list[tuple[int, np.ndarray]], n_out: int) -> Tensor:
     """The upsampling ``_phases`` describes as views, in blocks of r phases: ``axis`` becomes (blocks, r), output
-    o at block (o + s) // r, phase (o + s) % r; each tap a view of the input (its borders repeated where the taps
-    run past them) broadcast over the phases, times its phase weights."""
+    o at block (o + s) // r, phase (o + s) % r; each tap a view of the input broadcast over the phases, times its
+    weights per block and phase. Weighted taps read zeros past the input's borders (``_edge_weights``): a copy of
+    the input with its borders repeated, read shifted by each tap, was a kernel of its own per axis (bilinear 2x of
+    64 x 40x40: 4 kernels, 0.165 ms -> 2, 0.103)."""
     n_in = x.shape[axis]
     blocks = (n_out - 1 + s) // r + 1
-    lo = max(0, -min(c for c, _ in form))
-    hi = max(0, max(blocks - 1 + c for c, _ in form) - (n_in - 1))
-    xe = take(x, np.clip(np.arange(-lo, n_in + hi), 0, n_in - 1), axis)  # the borders repeated: views
+    if all(np.all(w == 1) for _, w in form):
+        # taps of weight 1 (nearest): the input with its borders repeated is views, and so is the upsampling
+        terms = [(c, w[None, :]) for c, w in form]
+        lo = max(0, -min(c for c, _ in form))
+        hi = max(0, max(blocks - 1 + c for c, _ in form) - (n_in - 1))
+        xe = take(x, np.clip(np.arange(-lo, n_in + hi), 0, n_in - 1), axis)
+    else:
+        terms = _edge_weights(form, n_in, blocks)
+        lo = max(0, -min(c for c, _ in terms))
+        hi = max(0, max(blocks - 1 + c for c, _ in terms) - (n_in - 1))
+        xe = x.pad([(lo, hi) if k == axis else (0, 0) for k in range(x.ndim)])
     shape = [*x.shape[:axis], blocks, r, *x.shape[axis + 1:]]
     out = None
-    for c, w in form:
+    for c, w in terms:
         t = xe.shrink([(c + lo, c + lo + blocks) if k == axis else (0, n) for k, n in enumerate(xe.shape)])
         t = t.unsqueeze([axis + 1]).expand(tuple(shape))
         if not np.all(w == 1):
-            wt = w.reshape([r if k == axis + 1 else 1 for k in range(len(shape))]).astype(x.dtype.np)
-            t = t.mul(Tensor.const(wt, x.dtype).expand(tuple(shape)))
+            # one weight per phase where the borders leave the tap alone, else per block and phase
+            wb = w[:1] if np.all(w == w[:1]) else w
+            # stored phase-major, so that along the blocks each phase's weights are read in order
+            wt = Tensor.const(np.ascontiguousarray(wb.T).astype(x.dtype.np), x.dtype).permute([1, 0])
+            wt = wt.reshape([len(wb) if k == axis else r if k == axis + 1 else 1 for k in range(len(shape))])
+            t = t.mul(wt.expand(tuple(shape)))
         out = t if out is None else out.add(t)
     assert out is not None
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import ops_nn_harness as h
 import pytest
@@ -187,7 +189,33 @@ def test_resize_by_a_whole_factor_reads_views(mode, ctm, sizes):
     if ctm != "align_corners":
         assert 2 not in along and (3 not in along or sizes[3] % 6)
         if mode != "nearest":  # the taps' sums are the output, not a wider map cut and copied to it
-            assert not [k for k in partition(g, {}) if {o.op for o in k.ops} <= {Leaf.Load, Op.Contiguous}]
+            kernels = partition(g, {})
+            assert not [k for k in kernels if {o.op for o in k.ops} <= {Leaf.Load, Op.Contiguous}]
+            # and they read zeros past the borders: no copy of the input with its borders repeated, one kernel
+            # per resized axis
+            assert len(kernels) == (sizes[2] != 7) + (sizes[3] != 6)
+    compare_cpu(g, {"i0": x}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("linear", "pytorch_half_pixel"),
+                                      ("cubic", "half_pixel"), ("linear", "asymmetric")])
+@pytest.mark.parametrize("factor", [2, 3])
+def test_phase_taps_past_the_borders_are_staged_zeros(mode, ctm, factor):
+    """Along the innermost axis, rows long enough (from UNROLLED_STAGE_MIN blocks) stage the zero-padded taps once
+    per row, shared by the phases unrolled under the loop over the blocks (the outer axis' taps are zero or not by
+    rows); the weights moved off the borders give onnxruntime's values on the C backend."""
+    from codegen_util import compare_cpu
+
+    from luminal.codegen.c.backend import CPUBackend, source
+
+    x = rand(1, 2, 10, 12)
+    g = _resize(dict(mode=mode, coordinate_transformation_mode=ctm), None, [1, 2, 10 * factor, 12 * factor], x=x,
+                atol=1e-4)
+    kernels = partition(g, {})
+    assert len(kernels) == 2
+    inner = next(k for k in kernels if k.full[-1] == factor)
+    src = source(inner, CPUBackend().default_schedule(inner), 2)
+    assert re.search(r"float s\d+\[12\];", src) and "? in" not in src
     compare_cpu(g, {"i0": x}, rtol=1e-4, atol=1e-4)
 
 
