@@ -3,11 +3,11 @@
     python benchmarks/gpu_gemm.py [--dtypes float32,float16,bfloat16] [--sweep] [--tune-s 0] [--json out.json]
 
 Each case is an ONNX MatMul of an input A (M x K) and a constant B (K x N), compiled for the cuda backend. Both
-sides are timed on the same device tensors with CUDA events, in interleaved rounds of back-to-back launches;
-reported: median TFLOP/s, p10..p90 over the rounds, and the largest error against torch's product relative to
-its largest magnitude. With --sweep, a fixed list of tiles (SWEEP) is timed on the SWEPT cases too. With
---tune-s, `luminal tune --backend cuda` spends that long on each TUNED case first and the tuned kernels are
-timed as a third column.
+sides are timed on the same device tensors as the search times candidates (search.timing: CUDA events around each
+launch, L2 evicted first, rounds interleaved); reported: median TFLOP/s, p10..p90, and the largest error against
+torch's product relative to its largest magnitude. With --sweep, a fixed list of tiles (SWEEP) is timed on the
+SWEPT cases too. With --tune-s, `luminal tune --backend cuda` spends that long on each TUNED case first and the
+tuned kernels are timed as a third column.
 """
 
 from __future__ import annotations
@@ -57,24 +57,14 @@ def _model(path: Path, m: int, k: int, n: int, dtype: str, seed: int) -> np.ndar
     return b
 
 
-def _events_ms(fn, reps: int) -> float:
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
-
-
 def bench_case(path: Path, b: np.ndarray, m: int, k: int, n: int, dtype: str, cache: Path | None,
                rounds: int, sweep: bool) -> dict:
     import torch
+    from benchutil import spread
 
     from luminal.cache import TuningCache
     from luminal.runtime.compile import compile_model
+    from luminal.search.timing import TimingPlan, interleaved, make_timer
 
     tdt = getattr(torch, dtype)
     a = torch.randn(m, k, device="cuda").to(tdt)
@@ -84,39 +74,32 @@ def bench_case(path: Path, b: np.ndarray, m: int, k: int, n: int, dtype: str, ca
         sides["tuned"] = compile_model(path, backend="cuda", cache=TuningCache(cache))
     ref = (a.float() @ tb.float())
     out: dict = {"M": m, "K": k, "N": n, "dtype": dtype}
-    runs: dict[str, list[float]] = {"torch": []}
     launch = {"torch": lambda: torch.matmul(a, tb)}
     for name, cm in sides.items():
         (inp,) = cm.inputs
         cm._values[inp.node].copy_(a)
         launch[name] = cm._launch
-        runs[name] = []
         launch[name]()
         torch.cuda.synchronize()
         y = cm._values[cm.outputs[0].node].float()
         out[f"{name}_rel_err"] = float((y - ref).abs().max() / ref.abs().max())
     flop = 2.0 * m * k * n
     if sweep:
-        (k,), be = sides["default"].kernels, sides["default"].backend
-        points = [{**be.default_schedule(k), "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw,
+        (kern,), be = sides["default"].kernels, sides["default"].backend
+        points = [{**be.default_schedule(kern), "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw,
                    "num_stages": ns} for bm, bn, bk, nw, ns in SWEEP]
-        points = [p for p in points if be.valid(k, p)]
+        points = [p for p in points if be.valid(kern, p)]
         args = sides["default"]._args[0]
-        for p, ck in zip(points, be.compile([(k, p) for p in points])):
-            name = "x".join(str(p[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
-            launch[name] = functools.partial(ck, args)
-            runs[name] = []
-    for fn in launch.values():  # warm up and size a round to about 20 ms
-        fn()
-    torch.cuda.synchronize()
-    reps = max(3, min(200, int(20.0 / max(_events_ms(launch["torch"], 3), 1e-3))))
-    for _ in range(rounds):
-        for name, fn in launch.items():
-            runs[name].append(flop / (_events_ms(fn, reps) * 1e-3) / 1e12)
-    for name, xs in runs.items():
-        out[name] = {"median_tflops": float(np.median(xs)), "p10": float(np.percentile(xs, 10)),
-                     "p90": float(np.percentile(xs, 90))}
-    for name in runs:
+        for p, ck in zip(points, be.compile([(kern, p) for p in points])):
+            launch["x".join(str(p[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))] = \
+                functools.partial(ck, args)
+    # the search's own timing: CUDA events around each launch, L2 evicted before it, candidates in rounds
+    timer = make_timer(sides["default"].backend)
+    samples = interleaved(timer, list(launch.values()), TimingPlan(cap_s=0.1, min_reps=rounds), torch.cuda.synchronize)
+    for name, ns in zip(launch, samples):
+        s = spread([flop / (t * 1e-9) / 1e12 for t in ns])
+        out[name] = {"median_tflops": s["median"], "p10": s["p10"], "p90": s["p90"]}
+    for name in launch:
         if name != "torch":
             out[f"{name}_vs_torch"] = out[name]["median_tflops"] / out["torch"]["median_tflops"]
     return out

@@ -260,10 +260,8 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
     # masked loads (a pad, the halves of a concat) are staged, as in the lanes reductions: the loop then reads
     # them without a test per element, and vectorises
     staged = _stageable(k, ch)
-    head = [f"for (int64_t i{n - 1} = j0; i{n - 1} < j1; i{n - 1}++) {{"]
-    if staged:
-        tile.append("const int64_t c0 = j0, nl = j1 - j0;")
-        head = ["for (int64_t j = 0; j < nl; j++) {", f"    const int64_t i{n - 1} = c0 + j;"]
+    bounds, head = _block_loop(n - 1, bool(staged))
+    tile += bounds
     loop = _simd(sched).split("\n") + head
     rows = _by_rows(k, staged, n - 1)
     tile += _one_row_load(k, staged, rows, ch, loop) if len(rows) >= ROWS_MIN else \
@@ -299,13 +297,19 @@ def _unrolled_inner(k: Kernel, sched: ElementwiseSchedule, par: str | None) -> s
               and all(c[n - 1] == 0 for c, _, _ in view_masks(op.attr("view")))}
     body = [line for p in range(inner)
             for line in ["{", f"    const int64_t i{n - 1} = {p};", *_indent(_inner(k, staged, set()), 4), "}"]]
-    head = [f"for (int64_t i{n - 2} = j0; i{n - 2} < j1; i{n - 2}++) {{"]
-    if staged:
-        tile.append("const int64_t c0 = j0, nl = j1 - j0;")
-        tile += [line for i, op in staged.items() for line in _stage_load(i, op, n - 2, ch)]
-        head = ["for (int64_t j = 0; j < nl; j++) {", f"    const int64_t i{n - 2} = c0 + j;"]
+    bounds, head = _block_loop(n - 2, bool(staged))
+    tile += bounds + [line for i, op in staged.items() for line in _stage_load(i, op, n - 2, ch)]
     loop = [*_simd(sched).split("\n"), *head, *_indent(body, 4), "}"]
     return _function(k, tile + loop, ("t", count), par)
+
+
+def _block_loop(d: int, staged: bool) -> tuple[list[str], list[str]]:
+    """The statements before a block's loop over dim ``d`` (from ``_blocks``) and the loop's head: with ``staged``
+    loads it counts j from the block's start c0, as their arrays are indexed."""
+    if not staged:
+        return [], [f"for (int64_t i{d} = j0; i{d} < j1; i{d}++) {{"]
+    return ["const int64_t c0 = j0, nl = j1 - j0;"], ["for (int64_t j = 0; j < nl; j++) {",
+                                                        f"    const int64_t i{d} = c0 + j;"]
 
 
 ROWS_MIN = 2  # row-masked loads (a concat of two parts or more) from which a row reads only the one living on it

@@ -97,9 +97,7 @@ class TritonKernel:
             # TRITON_INTERPRET=1 in the environment makes @triton.jit interpret; the GPU wants the JIT
             self.fn = mod.kernel if isinstance(mod.kernel, JITFunction) else JITFunction(mod.kernel.fn)
         self.grid = sched.grid(kernel, schedule)
-        self.constexprs = sched.constexprs(kernel, schedule)
-        if interpret and "NATIVE_DOT" in self.constexprs:
-            self.constexprs["NATIVE_DOT"] = False
+        self.constexprs = sched.constexprs(kernel, schedule, native_dot=not interpret)
         self.options: dict[str, int | bool] = {} if interpret else dict(sched.launch_options(schedule))
         if not interpret:
             self.options["enable_fp_fusion"] = False

@@ -178,12 +178,13 @@ def needs_zeroed_output(s: TritonSchedule) -> bool:
     return isinstance(s, ContractionSchedule) and s.SPLIT_K > 1
 
 
-def constexprs(k: Kernel, s: TritonSchedule) -> dict[str, int | str | bool]:
-    """The schedule knobs that are compile-time arguments of the generated function."""
+def constexprs(k: Kernel, s: TritonSchedule, native_dot: bool = True) -> dict[str, int | str | bool]:
+    """The compile-time arguments of the generated function: the schedule's knobs, and for a contraction whether
+    it takes the device's 16-bit dot (``native_dot``; the interpreter's bf16 dot is wrong)."""
     d: dict[str, int | str | bool] = {key: getattr(s, key) for key in CONSTEXPRS[kind_of(k)]}
     if isinstance(s, ContractionSchedule):
         d["PRECISION"] = s.PRECISION or "ieee"
-        d["NATIVE_DOT"] = True  # the device's 16-bit dot; False only under the interpreter (TritonKernel)
+        d["NATIVE_DOT"] = native_dot
     return d
 
 
