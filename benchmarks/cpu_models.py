@@ -6,8 +6,8 @@ examples/models/manifest.json (export them with examples/export_models.py).
 
     python benchmarks/cpu_models.py                     # the small models
     python benchmarks/cpu_models.py --size full --only bert --rounds 9
-    python benchmarks/cpu_models.py --size cnn --threads 2 --rounds 5   # ResNet-50, MobileNetV3, YOLO, DB, DeepLab,
-                                                        # the light model-zoo graphs (export_models.py --sizes cnn)
+    python benchmarks/cpu_models.py --size cnn --threads 2 --rounds 5   # ResNet-50, MobileNetV3, YOLO, DB, CRNN,
+                                                        # DeepLab, the light model-zoo graphs (--sizes cnn)
     python benchmarks/cpu_models.py --size vision --threads 2          # torchvision's (--sizes vision)
     python benchmarks/cpu_models.py --size quant --threads 2           # onnxruntime-quantized CNNs (--sizes quant)
 """

@@ -17,8 +17,8 @@ torchvision's classifiers and segmenters with seeded weights, at opsets 9 to 17.
 
 ``--sizes cnn`` (not exported by default) writes the CNN benchmark group of
 benchmarks/cpu_models.py: ResNet-50, a MobileNetV3-Large, a YOLOv8n-style detector,
-a DB-style text detector and a DeepLabV3-style segmenter (atrous pyramid, bilinear
-upsampling; TorchScript exporter only, BatchNorm statistics
+a DB-style text detector, a CRNN-style text recogniser (bidirectional LSTMs) and a DeepLabV3-style
+segmenter (atrous pyramid, bilinear upsampling; TorchScript exporter only, BatchNorm statistics
 calibrated on a seeded batch), and the onnx wheel's light model-zoo graphs with
 seeded weights in place of their constant fills (``seeded_light_model``).
 
@@ -400,6 +400,26 @@ class DBNet(nn.Module):
         return self.head(torch.cat(fused[::-1], 1))
 
 
+class CRNN(nn.Module):
+    """A CRNN-style text recogniser (the layout of PaddleOCR's recognition models): convolutions turn a 32-pixel
+    text line into one row of 80 columns, two bidirectional LSTM layers read the columns, and a classifier gives
+    each column's probabilities over 6625 characters and the blank (PaddleOCR's Chinese dictionary)."""
+
+    def __init__(self, classes: int = 6626, hidden: int = 96):
+        super().__init__()
+        relu = nn.ReLU
+        self.features = nn.Sequential(
+            conv_bn(3, 32, 3, act=relu()), nn.MaxPool2d(2), conv_bn(32, 64, 3, act=relu()), nn.MaxPool2d(2),
+            conv_bn(64, 128, 3, act=relu()), conv_bn(128, 128, 3, act=relu()), nn.MaxPool2d((2, 1)),
+            conv_bn(128, 256, 3, act=relu()), nn.MaxPool2d((4, 1)))
+        self.rnn = nn.LSTM(256, hidden, num_layers=2, bidirectional=True, batch_first=True)
+        self.head = nn.Linear(2 * hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        columns = self.features(x).squeeze(2).permute(0, 2, 1)
+        return self.head(self.rnn(columns)[0]).softmax(-1)
+
+
 class DeepLabV3(nn.Module):
     """A DeepLabV3-style segmenter: MobileNetV3-Large's features (stride 32), an atrous spatial pyramid (1x1, 3x3
     at rates 6, 12 and 18, an image pool upsampled back) and a head, upsampled to the input by bilinear
@@ -475,7 +495,7 @@ VISION_SEGMENTERS = ("lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large"
 
 CNNS = {"resnet50": (ResNet50, 224, ["logits"]), "mobilenetv3": (MobileNetV3, 224, ["logits"]),
         "yolo": (Yolo, 640, ["detections"]), "dbnet": (DBNet, 640, ["probability_map"]),
-        "deeplab": (DeepLabV3, 512, ["segmentation"])}
+        "deeplab": (DeepLabV3, 512, ["segmentation"]), "crnn": (CRNN, (32, 320), ["probabilities"])}
 
 
 def _specs() -> list[Spec]:
@@ -509,7 +529,8 @@ def _specs() -> list[Spec]:
                         {"images": ("float32", (batch, 3, image, image), None)}, ["logits"],
                         {"images": {0: "batch"}}, {"batch": batch}))
     for name, (cls, image, outputs) in CNNS.items():
-        out.append(Spec(name, "cnn", cls, {"images": ("float32", (1, 3, image, image), None)}, outputs,
+        hw = image if isinstance(image, tuple) else (image, image)
+        out.append(Spec(name, "cnn", cls, {"images": ("float32", (1, 3, *hw), None)}, outputs,
                         {"images": {0: "batch"}}, {"batch": 1}, ("torchscript",)))
     for name, (image, opset) in VISION.items():
         # traced and calibrated on a batch of two: a segmenter's pooled branch normalises single pixels

@@ -15,6 +15,7 @@ import numpy as np
 from ...target import Target, detect_target
 from ..backend import Knob, Schedule, register_backend
 from ..kernel import Kernel
+from ..window import windowed
 from . import build, schedule
 from .blas import BlasKernel
 from .contraction import emit_contraction, packed_b, plan_contraction
@@ -51,11 +52,13 @@ def _panels(b: np.ndarray, key: tuple[str, int], floats: int) -> list[np.ndarray
 
 
 class CKernel:
-    """A compiled kernel: call with buffers ordered as kernel.inputs then kernel outputs. A kernel that packs a
-    constant B once (``packed``: B's input index, the panels' size and layout) gets the panels and their
+    """A compiled kernel: call with buffers ordered as kernel.inputs then kernel outputs. ``shifts``: the bytes
+    from each buffer's start to where the kernel reads it from (its window, ``codegen.window``). A kernel that
+    packs a constant B once (``packed``: B's input index, the panels' size and layout) gets the panels and their
     filled flag as two more buffers, kept for as long as that B lives."""
 
-    def __init__(self, fn, nbuf: int, threads: int, packed: tuple[int, int, tuple[str, int]] | None = None):
+    def __init__(self, fn, nbuf: int, threads: int, packed: tuple[int, int, tuple[str, int]] | None = None,
+                 shifts: Sequence[int] = ()):
         self._fn = fn
         self._arr = ctypes.c_void_p * (nbuf + (2 if packed else 0))
         self.threads = threads
@@ -64,13 +67,15 @@ class CKernel:
         self.address: int = address
         self._last: tuple[list, Any] | None = None  # weak references to the last buffers, their pointer array
         self._packed = packed
+        self.shifts = tuple(shifts) + (0,) * (nbuf - len(shifts))
 
     def pointers(self, buffers: Sequence[Any]):
         extra = []
         if self._packed:
             bi, floats, key = self._packed
             extra = _panels(buffers[bi], key, floats)
-        return self._arr(*[b.ctypes.data for b in [*buffers, *extra]])
+        return self._arr(*[b.ctypes.data + s for b, s in zip(buffers, self.shifts)],
+                         *[b.ctypes.data for b in extra])
 
     def __call__(self, buffers: Sequence[Any]) -> None:
         last = self._last
@@ -135,37 +140,38 @@ class Launch:
         self._steps: list[Any] = []
         self._keep: list[Any] = [list(b) for b in buffers]
         # where each bound buffer (by id: _keep holds them) is an argument: a pointer array's or a step's list's slot
-        self._sites: dict[int, list[tuple[Any, int]]] = {}
+        # (slots, index, bytes past the buffer's start: its window's) per site
+        self._sites: dict[int, list[tuple[Any, int, int]]] = {}
         pending: list[tuple[int, Any, int]] = []
         for ck, bufs in zip(compiled, buffers):
             if type(ck) is CKernel:
                 pointers = ck.pointers(bufs)
                 pending.append((ck.address, pointers, ck.threads))
-                self._note(bufs, pointers)
+                self._note(bufs, pointers, ck.shifts)
                 continue
             self._flush(pending)
             pending = []
             step = list(bufs)
             self._steps.append((ck, step))
-            self._note(bufs, step)
+            self._note(bufs, step, (0,) * len(step))
         self._flush(pending)
 
-    def _note(self, buffers: Sequence[Any], slots: Any) -> None:
-        for i, b in enumerate(buffers):
-            self._sites.setdefault(id(b), []).append((slots, i))
+    def _note(self, buffers: Sequence[Any], slots: Any, shifts: Sequence[int]) -> None:
+        for i, (b, s) in enumerate(zip(buffers, shifts)):
+            self._sites.setdefault(id(b), []).append((slots, i, s))
 
     def binder(self, buffer: np.ndarray) -> Callable[[np.ndarray], None]:
         """A function pointing every argument bound to ``buffer`` at another array of its shape and dtype,
         C-contiguous and aligned to its element (generated C reads inputs with unaligned vector loads), until
         the next call; the caller keeps that array alive while launches use it, and binds ``buffer`` back."""
         sites = self._sites.get(id(buffer), [])
-        pointers = [(slots, i) for slots, i in sites if not isinstance(slots, list)]
-        lists = [(slots, i) for slots, i in sites if isinstance(slots, list)]
+        pointers = [(slots, i, shift) for slots, i, shift in sites if not isinstance(slots, list)]
+        lists = [(slots, i) for slots, i, _ in sites if isinstance(slots, list)]
 
         def bind(array: np.ndarray) -> None:
             address = array.ctypes.data
-            for slots, i in pointers:
-                slots[i] = address
+            for slots, i, shift in pointers:
+                slots[i] = address + shift
             for slots, i in lists:
                 slots[i] = array
 
@@ -196,6 +202,7 @@ class Launch:
 
 def source(kernel: Kernel, sched: Schedule, threads: int) -> str:
     """The C source of ``kernel`` under ``sched`` on a target of ``threads`` threads."""
+    kernel = windowed(kernel)[0]
     return typed_source(kernel, _typed(kernel, sched, threads), threads)
 
 
@@ -249,8 +256,9 @@ class CPUBackend:
         # parallel region (GNU libgomp) would then wait for them forever
         return not build.libraries_loaded()
 
+    # every kernel is emitted, and so scheduled, as it reads its inputs' windows (``codegen.window``)
     def space(self, kernel: Kernel) -> list[Knob]:
-        return schedule.space(kernel, self.target.threads)
+        return schedule.space(windowed(kernel)[0], self.target.threads)
 
     def read_through(self, buffer: np.ndarray) -> float:
         """The sum of ``buffer`` (float64, C-contiguous), read by every thread the kernels run on: what a cache
@@ -262,10 +270,10 @@ class CPUBackend:
         return float(out[0])
 
     def default_schedule(self, kernel: Kernel) -> Schedule:
-        return schedule.default_schedule(kernel, self.target.threads)
+        return schedule.default_schedule(windowed(kernel)[0], self.target.threads)
 
     def valid(self, kernel: Kernel, sched: Schedule) -> bool:
-        return schedule.valid(kernel, sched, self.target.threads)
+        return schedule.valid(windowed(kernel)[0], sched, self.target.threads)
 
     def source(self, kernel: Kernel, sched: Schedule) -> str:
         return source(kernel, sched, self.target.threads)
@@ -273,6 +281,7 @@ class CPUBackend:
     def identity(self, kernel: Kernel, sched: Schedule) -> str:
         # knobs past a kernel's sizes (a row block over all rows, a chunk over all columns, threads for a loop
         # that runs on one) leave the source as it is; the thread count matters where a parallel region is
+        kernel = windowed(kernel)[0]
         t = _typed(kernel, sched, self.target.threads)
         src = typed_source(kernel, t, self.target.threads)
         parallel = "omp parallel" in src or (isinstance(t, GemmSchedule) and t.impl == "blas")
@@ -280,19 +289,22 @@ class CPUBackend:
         return hashlib.sha1(f"{threads}\n{src}".encode()).hexdigest()
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[Any]:
-        typed = [(k, _typed(k, s, self.target.threads)) for k, s in items]
+        windows = [windowed(k) for k, _ in items]
+        typed = [(k, _typed(k, s, self.target.threads)) for (k, _), (_, s) in zip(windows, items)]
         fns = build.build([typed_source(k, t, self.target.threads) for k, t in typed], tc=self._toolchain())
         out: list[Any] = []
-        for (k, t), fn in zip(typed, fns):
+        for (k, t), (_, starts), fn in zip(typed, windows, fns):
             threads = t.threads or self.target.threads
             gemm = t if isinstance(t, GemmSchedule) else None
             blas = gemm is not None and gemm.impl == "blas"
+            shifts = [s * b.dtype.itemsize for s, b in zip(starts, k.inputs)]
             ck: CKernel | BlasKernel = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads,
-                                               packed_b(k, gemm) if gemm is not None else None)
+                                               packed_b(k, gemm) if gemm is not None else None,
+                                               () if blas else shifts)
             if gemm is not None and blas:
                 plan = plan_contraction(k, bool(gemm.swap))
                 assert plan is not None
-                ck = BlasKernel(k, plan, ck)
+                ck = BlasKernel(k, plan, ck, starts)
             out.append(ck)
         return out
 

@@ -7,6 +7,7 @@ as a generated elementwise C kernel that reads the product as one more input.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -57,9 +58,11 @@ def _operand(arr: np.ndarray, view: View, outer: tuple[int, ...], inner: tuple[i
 
 
 class BlasKernel:
-    def __init__(self, kernel: Kernel, plan: Plan, epilogue):
+    def __init__(self, kernel: Kernel, plan: Plan, epilogue, starts: Sequence[int] = ()):
+        """``starts``: per input, the element its window begins at (``codegen.window``)."""
         self.kernel, self.plan, self.epilogue = kernel, plan, epilogue
         self.threads = epilogue.threads
+        self._starts = tuple(starts) or (0,) * len(kernel.inputs)
 
     @staticmethod
     def epilogue_source(kernel: Kernel, plan: Plan, threads: int) -> str:
@@ -74,6 +77,8 @@ class BlasKernel:
 
     def __call__(self, buffers) -> None:
         k, p = self.kernel, self.plan
+        buffers = [*(b if b.shape == w.shape else b.reshape(-1)[s:s + w.numel].reshape(w.shape)
+                     for b, w, s in zip(buffers, k.inputs, self._starts)), *buffers[len(k.inputs):]]
         nb, M, N, K = p.sizes
         oa, ob = k.ops[p.a], k.ops[p.b]
         a = _operand(buffers[oa.attr("buf")], oa.attr("view"), p.batch + p.m, p.k, nb, M, K, k.full)
