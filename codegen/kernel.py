@@ -172,8 +172,12 @@ class Kernel:
 
     @functools.cached_property
     def signature(self) -> str:
-        """Hash of the canonical text; kernels are not changed once built, so it is computed once."""
-        return hashlib.sha256(self.canonical().encode()).hexdigest()[:20]
+        """Hash of the canonical text of the kernel as it reads its inputs' windows (``codegen.window``), so the
+        kernels that differ only in where they read a buffer (an unrolled recurrence's steps) are one to tune and
+        to cache; kernels are not changed once built, so it is computed once."""
+        from .window import windowed
+
+        return hashlib.sha256(windowed(self)[0].canonical().encode()).hexdigest()[:20]
 
     @property
     def flops(self) -> int:

@@ -116,3 +116,21 @@ def test_a_feed_read_in_place_through_a_window(tmp_path):
         x = rng.standard_normal((7, 64)).astype(np.float32)
         (y,) = s.run(None, {"x": x})
         np.testing.assert_array_equal(y, np.maximum(x[3:5], 0))
+
+
+def test_the_steps_of_a_recurrence_are_one_kernel_to_tune(tmp_path):
+    """Kernels alike but for where they read share a signature: the tuner times a direction's step product once,
+    weighted by its steps (the directions read different rows of the constant recurrent weight, which stays
+    whole), and the cache's winner is every step's."""
+    import search_util as helpers
+
+    from luminal.search.tuner import tune
+
+    path = tmp_path / "lstm.onnx"
+    _lstm_model(path)
+    backend = helpers.FakeBackend(modes=("ok",), speeds=(1, 8), virtual=True)
+    report = tune(path, backend, 120, cache=tmp_path / "tuning.db", storage=f"sqlite:///{tmp_path / 'studies.db'}",
+                  sampler="grid", fusion=False, timeout_s=5.0, plan=helpers.PLAN, workers=1)
+    steps = [k for k in report.kernels if k.form == "contraction" and k.count > 1]
+    assert len(steps) == 2 and sum(k.count for k in steps) >= 20, [(k.form, k.count) for k in report.kernels]
+    assert all(k.best_config == {"speed": 1, "mode": "ok"} for k in steps)
