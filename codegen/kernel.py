@@ -171,13 +171,19 @@ class Kernel:
         return "\n".join(lines)
 
     @functools.cached_property
-    def signature(self) -> str:
-        """Hash of the canonical text of the kernel as it reads its inputs' windows (``codegen.window``), so the
-        kernels that differ only in where they read a buffer (an unrolled recurrence's steps) are one to tune and
-        to cache; kernels are not changed once built, so it is computed once."""
+    def windowed(self) -> tuple[Kernel, tuple[int, ...]]:
+        """The kernel as it reads its inputs' windows, and the element each window starts at (``codegen.window``):
+        what a backend emits and binds."""
         from .window import windowed
 
-        return hashlib.sha256(windowed(self)[0].canonical().encode()).hexdigest()[:20]
+        return windowed(self)
+
+    @functools.cached_property
+    def signature(self) -> str:
+        """Hash of the canonical text of the kernel as it reads its inputs' windows, so the kernels that differ
+        only in where they read a buffer (an unrolled recurrence's steps) are one to tune and to cache; kernels are
+        not changed once built, so it is computed once."""
+        return hashlib.sha256(self.windowed[0].canonical().encode()).hexdigest()[:20]
 
     @property
     def flops(self) -> int:

@@ -5,10 +5,11 @@ and the cpu backend binds each window's first element, on every path that binds 
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
+import onnx
 import pytest
 from codegen_util import compare_cpu, graph
-from onnx import TensorProto, helper
+from frontend_util import make_model, run_ort
+from onnx import helper
 
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.kernel import Form
@@ -61,28 +62,21 @@ def test_windows_read_the_rows_they_stand_for(impl):
 
 
 def _lstm_model(path, steps=12, hidden=16, size=8):
+    """A bidirectional ONNX LSTM over x[steps, 1, size], saved at ``path``; its feeds."""
     rng = np.random.default_rng(0)
-    dirs = 2
-    w = rng.uniform(-0.3, 0.3, (dirs, 4 * hidden, size)).astype(np.float32)
-    r = rng.uniform(-0.3, 0.3, (dirs, 4 * hidden, hidden)).astype(np.float32)
-    b = rng.uniform(-0.1, 0.1, (dirs, 8 * hidden)).astype(np.float32)
+    inits = {"w": rng.uniform(-0.3, 0.3, (2, 4 * hidden, size)), "r": rng.uniform(-0.3, 0.3, (2, 4 * hidden, hidden)),
+             "b": rng.uniform(-0.1, 0.1, (2, 8 * hidden))}
+    feeds = {"x": rng.standard_normal((steps, 1, size)).astype(np.float32)}
     node = helper.make_node("LSTM", ["x", "w", "r", "b"], ["y"], hidden_size=hidden, direction="bidirectional")
-    g = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, size])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.ravel()) for n, a in
-                           (("w", w), ("r", r), ("b", b))])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
-    m.ir_version = 8
-    path.write_bytes(m.SerializeToString())
+    onnx.save(make_model(node, feeds, {k: v.astype(np.float32) for k, v in inits.items()}, opset=14), path)
+    return feeds
 
 
 def test_the_steps_of_a_recurrence_share_one_compiled_function(tmp_path):
     path = tmp_path / "lstm.onnx"
-    _lstm_model(path)
+    feeds = _lstm_model(path)
     s = InferenceSession(str(path), backend="cpu")
-    x = np.random.default_rng(2).standard_normal((12, 1, 8)).astype(np.float32)
-    (got,) = s.run(None, {"x": x})
-    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,), (want,) = s.run(None, feeds), run_ort(onnx.load(path), feeds)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     m = s.model
     steps = [c for k, c in zip(m.launched, m.compiled) if k.form is Form.contraction and k.full[0] == 1]
@@ -91,26 +85,15 @@ def test_the_steps_of_a_recurrence_share_one_compiled_function(tmp_path):
     assert len({c.address for c in steps}) <= 2
 
 
-def _sliced_model(path):
-    node_s = helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"])
-    node_r = helper.make_node("Relu", ["s"], ["y"])
-    consts = [helper.make_tensor("starts", TensorProto.INT64, [1], [3]),
-              helper.make_tensor("ends", TensorProto.INT64, [1], [5]),
-              helper.make_tensor("axes", TensorProto.INT64, [1], [0])]
-    g = helper.make_graph([node_s, node_r], "sliced", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])], consts)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    path.write_bytes(m.SerializeToString())
-
-
 def test_a_feed_read_in_place_through_a_window(tmp_path):
     """The launcher rebinds a feed read in place to each run's array: a window of it moves with it."""
     path = tmp_path / "sliced.onnx"
-    _sliced_model(path)
+    inits = {"starts": np.array([3]), "ends": np.array([5]), "axes": np.array([0])}
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    onnx.save(make_model(nodes, {"x": np.zeros((7, 64), np.float32)}, inits, opset=13), path)
     s = InferenceSession(str(path), backend="cpu")
     (k,) = s.model.launched
-    assert windowed(k)[1] == (3 * 64,)
+    assert k.windowed[1] == (3 * 64,)
     rng = np.random.default_rng(3)
     for _ in range(3):
         x = rng.standard_normal((7, 64)).astype(np.float32)

@@ -15,7 +15,6 @@ import numpy as np
 from ...target import Target, detect_target
 from ..backend import Knob, Schedule, register_backend
 from ..kernel import Kernel
-from ..window import windowed
 from . import build, schedule
 from .blas import BlasKernel
 from .contraction import emit_contraction, packed_b, plan_contraction
@@ -202,7 +201,7 @@ class Launch:
 
 def source(kernel: Kernel, sched: Schedule, threads: int) -> str:
     """The C source of ``kernel`` under ``sched`` on a target of ``threads`` threads."""
-    kernel = windowed(kernel)[0]
+    kernel = kernel.windowed[0]
     return typed_source(kernel, _typed(kernel, sched, threads), threads)
 
 
@@ -258,7 +257,7 @@ class CPUBackend:
 
     # every kernel is emitted, and so scheduled, as it reads its inputs' windows (``codegen.window``)
     def space(self, kernel: Kernel) -> list[Knob]:
-        return schedule.space(windowed(kernel)[0], self.target.threads)
+        return schedule.space(kernel.windowed[0], self.target.threads)
 
     def read_through(self, buffer: np.ndarray) -> float:
         """The sum of ``buffer`` (float64, C-contiguous), read by every thread the kernels run on: what a cache
@@ -270,10 +269,10 @@ class CPUBackend:
         return float(out[0])
 
     def default_schedule(self, kernel: Kernel) -> Schedule:
-        return schedule.default_schedule(windowed(kernel)[0], self.target.threads)
+        return schedule.default_schedule(kernel.windowed[0], self.target.threads)
 
     def valid(self, kernel: Kernel, sched: Schedule) -> bool:
-        return schedule.valid(windowed(kernel)[0], sched, self.target.threads)
+        return schedule.valid(kernel.windowed[0], sched, self.target.threads)
 
     def source(self, kernel: Kernel, sched: Schedule) -> str:
         return source(kernel, sched, self.target.threads)
@@ -281,7 +280,7 @@ class CPUBackend:
     def identity(self, kernel: Kernel, sched: Schedule) -> str:
         # knobs past a kernel's sizes (a row block over all rows, a chunk over all columns, threads for a loop
         # that runs on one) leave the source as it is; the thread count matters where a parallel region is
-        kernel = windowed(kernel)[0]
+        kernel = kernel.windowed[0]
         t = _typed(kernel, sched, self.target.threads)
         src = typed_source(kernel, t, self.target.threads)
         parallel = "omp parallel" in src or (isinstance(t, GemmSchedule) and t.impl == "blas")
@@ -289,7 +288,7 @@ class CPUBackend:
         return hashlib.sha1(f"{threads}\n{src}".encode()).hexdigest()
 
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[Any]:
-        windows = [windowed(k) for k, _ in items]
+        windows = [k.windowed for k, _ in items]
         typed = [(k, _typed(k, s, self.target.threads)) for (k, _), (_, s) in zip(windows, items)]
         fns = build.build([typed_source(k, t, self.target.threads) for k, t in typed], tc=self._toolchain())
         out: list[Any] = []
