@@ -179,7 +179,8 @@ def load_artifact(path: str | Path, backend: str | Backend | None = None,
         for rec in m["kernels"]:
             k = kernel_from_json(rec["ir"])
             if k.signature != rec["signature"]:
-                raise LuminalError("artifact kernel does not match its recorded signature (corrupt artifact)")
+                raise LuminalError("artifact kernel does not match its recorded signature: the artifact is damaged "
+                                  "or this luminal identifies kernels otherwise; recompile")
             kernels.append(k)
             schedules.append(dict(rec["schedule"]))
             if be.name == m["backend"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
@@ -429,6 +430,25 @@ def test_the_thread_count_of_a_contraction_is_its_schedules():
     assert be.identity(tiny, {**gen, "threads": 2}) != be.identity(tiny, gen)
     _compare(g, {"x": RNG.standard_normal((1, 2048)).astype(np.float32),
                  "m": RNG.standard_normal((256, 169)).astype(np.float32)})
+
+
+def test_a_product_of_one_row_takes_a_second_thread_at_half_the_grain_and_splits_its_columns_statically():
+    """A recurrence's step: one row against a 256 -> 512 weight (3 x 131072 operations, short of two grains) runs
+    on two threads, each reading the same columns of the weight at every call; a product of more rows shares its
+    tiles dynamically."""
+    from luminal.codegen.c import schedule
+    from luminal.codegen.c.backend import source
+
+    w = Tensor.const(RNG.standard_normal((512, 256)).astype(np.float32))
+    xs = [Tensor.input(f"x{rows}", (rows, 256), DType.float32) for rows in (1, 4)]
+    g = _graph(xs, [x.matmul(w.permute([1, 0])) for x in xs])
+    _, (one, four) = _contractions(g)
+    assert one.flops + math.prod(one.full) < 2 * schedule.GRAIN
+    be = CPUBackend(replace(detect_target("cpu"), threads=2))
+    assert [be.default_schedule(k)["threads"] for k in (one, four)] == [2, 2]
+    assert "schedule(static)" in source(one, be.default_schedule(one), 2)
+    assert "schedule(static)" not in source(four, be.default_schedule(four), 2)
+    _compare(g, {f"x{rows}": RNG.standard_normal((rows, 256)).astype(np.float32) for rows in (1, 4)})
 
 
 @pytest.mark.parametrize("n,stride,weight_input,ksz", [(1, 1, False, 1), (2, 2, False, 1), (1, 1, True, 1),

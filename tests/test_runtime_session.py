@@ -93,6 +93,12 @@ def test_stale_and_foreign_artifacts_refused(model_path, tmp_path):
             InferenceSession(out)
     bad = json.loads(json.dumps(manifest))
     bad["model"] = {"sha256": None}
+    bad["kernels"][0]["signature"] = "0" * len(bad["kernels"][0]["signature"])  # another build's identities
+    (out / "manifest.json").write_text(json.dumps(bad))
+    with pytest.raises(LuminalError, match=r"recorded signature.*recompile"):
+        InferenceSession(out)
+    bad = json.loads(json.dumps(manifest))
+    bad["model"] = {"sha256": None}
     bad["kernels"][0]["ir"]["full"][0] += 1
     (out / "manifest.json").write_text(json.dumps(bad))
     with pytest.raises(LuminalError, match=r"signature|malformed"):

@@ -957,6 +957,10 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
     buffer by the micro-kernel (``panel``: B panel ``jr`` against the tile's rows), then passed through the
     epilogue."""
     mr, nr, mc, nc, mt, nt_ = t.mr, t.nr, t.mc, t.nc, t.mt, t.nt
+    # a product of one row splits its columns statically: each thread reads the same part of the weight at every
+    # call (a recurrence's steps), from its own core's cache. Bidirectional 2-layer recurrences, dynamic against
+    # static: GRU 256 -> 768 1.05x, LSTM 128 -> 512 1.08x
+    split = "static" if t.M == 1 else "dynamic, 1"
     L = ["        #ifdef _OPENMP",
          f"        lum_t *ct = ctiles + (size_t)omp_get_thread_num() * {t.size_thread};",
          "        #else",
@@ -964,7 +968,7 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
          "        #endif",
          f"        lum_t *bt = ct + {mc * nc}; (void)bt;",
          f"        lum_t *tt = bt + {t.size_bt}; (void)tt;",
-         f"        #pragma omp for schedule(dynamic, 1){' nowait' if t.stream else ''}",
+         f"        #pragma omp for schedule({split}){' nowait' if t.stream else ''}",
          f"        for (int64_t t = 0; t < {t.nb * mt * nt_}LL; t++) {{",
          f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};"]
     if order == "mn":
