@@ -14,17 +14,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..ir.view import View
+from ..ir.view import View, extent
 from .kernel import Buffer, Kernel
 
 
 def _reach(view: View) -> tuple[int, int]:
-    """The lowest and highest flat element ``view`` may read (its masks ignored: at most these)."""
-    lo = hi = view.offset
-    for size, stride in zip(view.shape, view.strides):
-        lo += min(0, (size - 1) * stride)
-        hi += max(0, (size - 1) * stride)
-    return lo, hi
+    """The lowest and highest flat element ``view`` may read (at most these)."""
+    lo, hi = extent(view, view.strides)
+    return view.offset + lo, view.offset + hi
 
 
 def _window(buffer: Buffer, views: list[View]) -> tuple[int, Buffer] | None:

@@ -269,7 +269,7 @@ def whole_parts(reads: list[tuple[int, View, int]]) -> dict[int, int] | None:
     return at
 
 
-def _extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
+def extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
     """The least and greatest value of ``coef . index`` over the view's valid indices, as far as its box and a mask
     constraint on exactly that combination bound it."""
     lo = sum(min(0, c * (s - 1)) for c, s in zip(coef, view.shape))
@@ -299,7 +299,7 @@ def rebase(view: View, shape: tuple[int, ...], onto: View) -> View | None:
     base = [0] * len(shape)
     rem = view.offset
     for d in reversed(range(len(shape))):
-        lo, hi = _extent(view, tuple(rows[d]))
+        lo, hi = extent(view, tuple(rows[d]))
         base[d] = rem if d == 0 else (rem + lo) % shape[d] - lo
         rem = (rem - base[d]) // shape[d] if d else 0
         if base[d] + lo < 0 or base[d] + hi >= shape[d]:
