@@ -76,7 +76,8 @@ class Reply:
 
 
 def _key(kernel: Kernel, schedule: dict[str, Any]) -> str:
-    return kernel.signature + json.dumps(schedule, sort_keys=True, default=str)
+    # kernels of one signature may read different windows, which a compiled kernel binds (its shifts)
+    return kernel.signature + json.dumps([kernel.windowed[1], schedule], sort_keys=True, default=str)
 
 
 def _sentinel(shape: tuple[int, ...], dtype: DType) -> np.ndarray:

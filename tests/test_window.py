@@ -117,3 +117,5 @@ def test_the_steps_of_a_recurrence_are_one_kernel_to_tune(tmp_path):
     steps = [k for k in report.kernels if k.form == "contraction" and k.count > 1]
     assert len(steps) == 2 and sum(k.count for k in steps) >= 20, [(k.form, k.count) for k in report.kernels]
     assert all(k.best_config == {"speed": 1, "mode": "ok"} for k in steps)
+    # the model, whose steps bind one compiled kernel at different windows, verified and timed end to end
+    assert report.e2e_default_ns is not None and report.e2e_tuned_ns is not None, report.notes
