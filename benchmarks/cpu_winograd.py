@@ -1,13 +1,18 @@
-"""Per layer: a 3x3 convolution (+ bias + ReLU) run kernel by kernel on the C backend with its default lowering
-against the Winograd rewrite (F(2x2,3x3), F(4x4,3x3)), default schedules, rounds interleaved, median and p10/p90.
+"""Per layer: a 3x3 convolution (+ bias + ReLU) compiled on the C backend directly against the Winograd rewrite
+(F(2x2,3x3), F(4x4,3x3)), default schedules, each run as a compiled model (its buffers planned, concatenations
+written in place), rounds interleaved, median and p10/p90.
 
     python benchmarks/cpu_winograd.py --threads 2 --rounds 7
     python benchmarks/cpu_winograd.py --only "r50" --tiles 2
+    python benchmarks/cpu_winograd.py --batch 8 --only "64->64 56"   # also each tile image by image
+
+With ``--batch N`` every layer runs over N images, and each Winograd tile also image by image (``ByImage``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -23,12 +28,10 @@ import numpy as np
 
 def main() -> None:
     from cpu_convs import LAYERS, model
-    from cpu_kernels import _runner
 
-    from luminal.codegen.backend import get_backend
-    from luminal.codegen.partition import winograd_convs
+    from luminal.codegen.partition import ByImage, Decisions, Winograd, winograd_convs
     from luminal.frontend_onnx.loader import Unbound, load_model
-    from luminal.ir.winograd import rewrite
+    from luminal.runtime.compile import compile_graph
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -36,11 +39,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default="")
     ap.add_argument("--tiles", default="2,4")
+    ap.add_argument("--batch", type=int, default=0, help="every layer over this many images (default: its own)")
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     tiles = [int(t) for t in args.tiles.split(",") if t]
     # every dense stride-1 3x3 layer of cpu_convs.py
     square = [x for x in LAYERS if x.k == 3 and x.stride == 1 and x.group == 1 and not x.transpose]
+    if args.batch:
+        square = list({(name := x.name.removesuffix(" b8")): dataclasses.replace(x, name=name, n=args.batch)
+                       for x in square}.values())
     for layer in (x for x in square if args.only in x.name):
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "m.onnx"
@@ -49,17 +56,17 @@ def main() -> None:
         feeds = {n.attrs["name"]: np.random.default_rng(0).standard_normal(n.shape).astype(np.float32)
                  for n in g.inputs}
         (at,) = winograd_convs(g)
-        conv = g.toposort()[at]
-        graphs = {"direct": g} | {f"F({t}x{t})": rewrite(g, {conv.id: t})[0] for t in tiles}
+        variants: dict[str, Decisions] = {"direct": {}} | {f"F({t}x{t})": {Winograd(at, t): True} for t in tiles}
+        if layer.n > 1:
+            variants |= {f"F({t}x{t}) by image": {Winograd(at, t): True, ByImage(at): True} for t in tiles}
         runs = {}
         ref = None
-        for name, gg in graphs.items():
-            run, outs, nk = _runner(gg, feeds)
-            run()
-            got = get_backend("cpu").to_numpy(outs[0])
+        for name, decisions in variants.items():
+            compiled = compile_graph(g, "cpu", decisions=decisions)
+            got = compiled.run(feeds)[0]
             ref = got if ref is None else ref
             err = float(np.abs(got - ref).max() / np.abs(ref).max())
-            runs[name] = (run, nk, err)
+            runs[name] = (lambda c=compiled, f=feeds: c.run(f), len(compiled.launched), err)
         times: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(args.rounds):
             for name, (run, _, _) in runs.items():
@@ -71,7 +78,7 @@ def main() -> None:
             med, lo, hi = sp["median"], sp["p10"], sp["p90"]
             cells.append(f"{name} {med * 1e3:.2f} ms [{lo * 1e3:.2f}-{hi * 1e3:.2f}] x{base / med:.2f} "
                          f"({nk} kernels, rel err {err:.1e})")
-        print(f"{layer.name}: " + "; ".join(cells), flush=True)
+        print(f"{layer.name} x{layer.n}: " + "; ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -167,14 +167,15 @@ def _int_lists(value: object, n: int) -> bool:
 
 def _fusion_config(config: dict) -> None:
     """A fusion winner's config is {"unfused": [[producer, consumer, slot], ...]}, with the convolutions it
-    computes by Winograd where any ("winograd": [[node, tile], ...]) and those it stores channels-last where any
-    ("channels_last": [node, ...])."""
-    last = config.get("channels_last", [])
-    if not {"unfused"} <= set(config) <= {"unfused", "winograd", "channels_last"} \
+    computes by Winograd where any ("winograd": [[node, tile], ...]), those it stores channels-last where any
+    ("channels_last": [node, ...]) and those it computes image by image where any ("by_image": [node, ...])."""
+    nodes = [config.get("channels_last", []), config.get("by_image", [])]
+    if not {"unfused"} <= set(config) <= {"unfused", "winograd", "channels_last", "by_image"} \
             or not _int_lists(config["unfused"], 3) or not _int_lists(config.get("winograd", []), 2) \
-            or not isinstance(last, list) or not all(type(x) is int for x in last):
+            or not all(isinstance(n, list) and all(type(x) is int for x in n) for n in nodes):
         raise Bad("field 'config' of a fusion winner must be {\"unfused\": [[producer, consumer, slot], ...]} "
-                  "(and \"winograd\": [[node, tile], ...], \"channels_last\": [node, ...])")
+                  "(and \"winograd\": [[node, tile], ...], \"channels_last\": [node, ...], \"by_image\": "
+                  "[node, ...])")
 
 
 def _winner(rec: dict) -> dict:

@@ -100,7 +100,8 @@ def progress_table(report: TuneReport) -> Table:
     f = report.fusion
     if f is not None:
         plan = (f"{f.edges} edges" + (f", winograd {len(f.winograd)}/{f.convs}" if f.convs else "")
-                + (f", channels-last {len(f.channels_last)}/{f.layouts}" if f.layouts else ""))
+                + (f", channels-last {len(f.channels_last)}/{f.layouts}" if f.layouts else "")
+                + (f", image by image {len(f.by_image)}/{f.images}" if f.images else ""))
         t.add_row("fusion", plan, "1", str(f.trials), str(_failed(f.statuses)),
                   str(f.statuses.get("timeout", 0)), _t(f.default_ns), _t(f.best_ns), _x(f.default_ns, f.best_ns))
     return t

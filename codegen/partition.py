@@ -46,7 +46,15 @@ class ChannelsLast:
     node: int
 
 
-Decision = Edge | Winograd | ChannelsLast
+@dataclass(frozen=True)
+class ByImage:
+    """Compute the convolution whose SumReduce is node ``node`` of the toposort, where a ``Winograd`` decision takes
+    it over more than one image, one image at a time (``ir.winograd``); without one the images run together."""
+
+    node: int
+
+
+Decision = Edge | Winograd | ChannelsLast | ByImage
 Decisions = dict[Decision, bool]
 
 
@@ -300,8 +308,9 @@ def fusion_key(graph: Graph, default_kernels: list[Kernel] | None = None) -> str
 
 def decisions_from_config(graph: Graph, config: dict[str, Any]) -> Decisions:
     """Decode a fusion winner's config ({"unfused": [[producer, consumer, slot], ...], "winograd": [[node, tile],
-    ...], "channels_last": [node, ...]}; a record without "winograd" computes every convolution directly, one
-    without "channels_last" stores every output in its logical order)."""
+    ...], "channels_last": [node, ...], "by_image": [node, ...]}; a record without "winograd" computes every
+    convolution directly, one without "channels_last" stores every output in its logical order, one without
+    "by_image" runs every Winograd convolution over all its images at once)."""
     edges = set(fusible_edges(graph))
     out: Decisions = {e: False for e in (tuple(x) for x in config.get("unfused", [])) if e in edges}
     chosen = config.get("winograd")
@@ -315,22 +324,34 @@ def decisions_from_config(graph: Graph, config: dict[str, Any]) -> Decisions:
     if isinstance(last, list) and last:
         convs = set(layout_convs(graph))
         out |= {ChannelsLast(p): True for p in last if type(p) is int and p in convs}
+    images = config.get("by_image")
+    if isinstance(images, list) and images:
+        convs = set(image_convs(graph))
+        out |= {ByImage(p): True for p in images if type(p) is int and p in convs}
     return out
 
 
 def decisions_config(decisions: Decisions) -> dict[str, list[Any]]:
-    """A fusion winner's config: the edges left unfused, the convolutions computed by Winograd and those stored
-    channels-last (where any)."""
+    """A fusion winner's config: the edges left unfused, the convolutions computed by Winograd, those stored
+    channels-last and those computed image by image (where any)."""
     config: dict[str, list[Any]] = {
         "unfused": sorted([list(e) for e, v in decisions.items() if isinstance(e, tuple) and not v])}
     chosen = sorted([[w.node, w.tile] for w, v in decisions.items() if isinstance(w, Winograd) and v])
     last = sorted([c.node for c, v in decisions.items() if isinstance(c, ChannelsLast) and v])
-    return config | ({"winograd": chosen} if chosen else {}) | ({"channels_last": last} if last else {})
+    images = sorted([c.node for c, v in decisions.items() if isinstance(c, ByImage) and v])
+    return config | ({"winograd": chosen} if chosen else {}) | ({"channels_last": last} if last else {}) \
+        | ({"by_image": images} if images else {})
 
 
 def winograd_convs(graph: Graph) -> list[int]:
     """The toposort positions of the convolutions a ``Winograd`` decision may take (3 x 3, unit steps)."""
     return [i for i, n in enumerate(graph.toposort()) if winograd.eligible(n)]
+
+
+def image_convs(graph: Graph) -> list[int]:
+    """The toposort positions of the convolutions a ``ByImage`` decision may take (a ``Winograd`` one's over a
+    batch)."""
+    return [i for i, n in enumerate(graph.toposort()) if winograd.by_images(n)]
 
 
 def layout_convs(graph: Graph) -> list[int]:
@@ -354,7 +375,9 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
     stored = {order[p].id for p in last if p < len(order) and order[p].id not in chosen}
     if not chosen and not stored:
         return graph, edges
-    new, moved = winograd.rewrite(graph, chosen) if chosen else (graph, {n.id: n for n in order})
+    images = {order[c.node].id for c, v in (decisions or {}).items() if isinstance(c, ByImage) and v
+              and c.node < len(order) and order[c.node].id in chosen}
+    new, moved = winograd.rewrite(graph, chosen, images) if chosen else (graph, {n.id: n for n in order})
     if stored:
         new, again = layout.rewrite(new, {m.id for i in stored if (m := moved.get(i)) is not None})
         moved = {k: m for k, v in moved.items() if (m := again.get(v.id)) is not None}
@@ -370,11 +393,14 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
 
 def default_algorithms(graph: Graph) -> Decisions:
     """The algorithms an untuned compile takes: Winograd for the convolutions whose cost model prefers it
-    (``winograd.default_tile``), every other one directly; channels-last where ``layout.defaults`` prefers it."""
+    (``winograd.default_tile``; image by image where ``winograd.default_by_image`` does), every other one
+    directly; channels-last where ``layout.defaults`` prefers it."""
     order = graph.toposort()
-    tiles: Decisions = {Winograd(i, t): True for i, n in enumerate(order) if (t := winograd.default_tile(n))}
+    tiles = {i: t for i, n in enumerate(order) if (t := winograd.default_tile(n))}
     last = {n.id for n in layout.defaults(graph, order)}
-    return tiles | {ChannelsLast(i): True for i, n in enumerate(order) if n.id in last}
+    out: Decisions = {Winograd(i, t): True for i, t in tiles.items()}
+    out |= {ByImage(i): True for i, t in tiles.items() if winograd.default_by_image(order[i], t)}
+    return out | {ChannelsLast(i): True for i, n in enumerate(order) if n.id in last}
 
 
 def lower(graph: Graph, decisions: Decisions | None = None) -> tuple[Graph, list[Kernel]]:

@@ -270,14 +270,31 @@ def whole_parts(reads: list[tuple[int, View, int]]) -> dict[int, int] | None:
 
 
 def extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
-    """The least and greatest value of ``coef . index`` over the view's valid indices, as far as its box and a mask
-    constraint on exactly that combination bound it."""
-    lo = sum(min(0, c * (s - 1)) for c, s in zip(coef, view.shape))
-    hi = sum(max(0, c * (s - 1)) for c, s in zip(coef, view.shape))
+    """The least and greatest value of ``coef . index`` over the view's valid indices, as far as its box and its
+    mask bound it: where ``coef`` is a whole multiple of a masked combination over that combination's dims (a
+    padded window's rows, o + k, read at the rows' stride), the mask bounds that part of the sum."""
+    bounds: dict[tuple[int, ...], tuple[int, int]] = {}
     for c, a, b in view.mask:
-        if c == coef:
-            lo, hi = max(lo, a), min(hi, b - 1)
-    return lo, hi
+        lo, hi = bounds.get(c, (_box(c, view.shape)[0], _box(c, view.shape)[1] + 1))
+        bounds[c] = (max(lo, a), min(hi, b))
+    lo = hi = 0
+    free = [c != 0 for c in coef]
+    for c, (a, b) in bounds.items():
+        dims = [k for k, x in enumerate(c) if x]
+        m = coef[dims[0]] // c[dims[0]] if dims else 0
+        if m == 0 or a >= b or not all(free[k] and coef[k] == m * c[k] for k in dims):
+            continue
+        lo, hi = lo + min(m * a, m * (b - 1)), hi + max(m * a, m * (b - 1))
+        for k in dims:
+            free[k] = False
+    rest = _box(tuple(x if f else 0 for x, f in zip(coef, free)), view.shape)
+    return lo + rest[0], hi + rest[1]
+
+
+def _box(coef: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, int]:
+    """The least and greatest value of ``coef . index`` over indices in ``shape``."""
+    return (sum(min(0, c * (s - 1)) for c, s in zip(coef, shape)),
+            sum(max(0, c * (s - 1)) for c, s in zip(coef, shape)))
 
 
 def rebase(view: View, shape: tuple[int, ...], onto: View) -> View | None:

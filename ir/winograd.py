@@ -20,7 +20,9 @@ columns' (stride m).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,12 +182,18 @@ ONE_IMAGE_F4_MIN_CHANNELS = 48  # F(4x4) on one image's maps larger than SMALL_M
 SMALL_MAP = 14 * 14
 TINY_MAP = 7 * 7
 TINY_MAP_MIN_CHANNELS = 192  # F(2x2) on maps of at most TINY_MAP pixels
+# a batch image by image from this many images, F(4x4) then from as few channels as one image's. F(4x4) image by
+# image against all images at once, a conv with bias and ReLU, whole, 2 threads, Zen 5, two runs each: 64 at 56x56
+# over 2 images 0.87-0.88x, 4 1.03-1.08x, 8 1.19-1.20x; 96 at 40x40 over 4 0.97-0.98x; 128 at 28x28 over 2
+# 1.01-1.05x, 4 1.12-1.15x, 8 1.19-1.42x; 256 at 56x56 over 2 0.93-1.04x; 256 at 14x14 over 8 1.03-1.05x
+BY_IMAGE_MIN_IMAGES = 4
 
 
 def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with, by the channels it
     sums over and writes (the fewer of the two), its output map and its images: 4 from F4_MIN_CHANNELS on maps
-    larger than TINY_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps larger than SMALL_MAP); on smaller
+    larger than TINY_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps larger than SMALL_MAP, and for a
+    batch's that ``default_by_image`` computes image by image); on smaller
     maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (an atrous pyramid's rate 6
     over 16x16: 36 phases of 3x3, each padded to whole tiles); else 0 (directly). The search tries every tile
     either way."""
@@ -200,7 +208,8 @@ def default_tile(red: Node) -> int:
     images = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vx, k) and not reads_dim(vw, k))
     channels = min(summed, written)
     if pixels > TINY_MAP:
-        few = ONE_IMAGE_F4_MIN_CHANNELS if images == 1 and pixels > SMALL_MAP else F4_MIN_CHANNELS
+        one = images == 1 or (phased is None and _image_axis(conv) is not None and images >= BY_IMAGE_MIN_IMAGES)
+        few = ONE_IMAGE_F4_MIN_CHANNELS if one and pixels > SMALL_MAP else F4_MIN_CHANNELS
         return 4 if channels >= few else 0
     return 2 if channels >= TINY_MAP_MIN_CHANNELS and phased is None else 0
 
@@ -322,10 +331,9 @@ def _output_rows_cols(conv: _Conv, m: Node, m_shape: tuple[int, ...], tile: int,
     return _node(Op.Contiguous, ((y, _place(View.contiguous(y_shape), tuple(layout), yrows)),), tuple(layout), red)
 
 
-def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
-    """The nodes that compute ``conv`` (its input read from ``x``) by Winograd F(tile x tile, 3 x 3); the last has
-    the convolution's shape."""
-    g_mat = _TRANSFORMS[tile][1]
+def _winograd(conv: _Conv, x: Node, tile: int, u: Node) -> Node:
+    """The nodes that compute ``conv`` (its input read from ``x``, its transformed weight ``u``) by Winograd
+    F(tile x tile, 3 x 3); the last has the convolution's shape."""
     alpha = tile + 2
     red, shape = conv.red, conv.shape
     _, vx = conv.x
@@ -341,7 +349,6 @@ def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
 
     # M = sum_c U V: Mul over (nu, xi, *rest, th, tw, *chans), summed over chans
     s2 = (alpha, alpha, *(shape[k] for k in rest), th, tw, *csizes)
-    u = _const(_weight(conv, g_mat), red)
     urows = {0: {0: 1}, 1: {1: 1}}
     urows |= {2 + i: {2 + i: 1} for i, k in enumerate(rest) if reads_dim(vw, k)}
     urows |= {2 + nr + i: {4 + nr + i: 1} for i in range(nc)}
@@ -357,14 +364,64 @@ def _winograd(conv: _Conv, x: Node, tile: int) -> Node:
     # the convolution's shape (summed axes as 1s) cropped from Y (a copy that fuses into Y's kernel when exact)
     kept = sorted((*rest, oh, ow))
     padded = tuple(th * tile if k == oh else tw * tile if k == ow else shape[k] for k in kept)
-    crop = _place(View.contiguous(padded), red.shape, {i: {k: 1} for i, k in enumerate(kept)})
-    return _node(Op.Contiguous, ((y, crop),), red.shape, red)
+    out = tuple(shape[k] if k in kept else 1 for k in range(len(shape)))
+    crop = _place(View.contiguous(padded), out, {i: {k: 1} for i, k in enumerate(kept)})
+    return _node(Op.Contiguous, ((y, crop),), out, red)
 
 
-def rewrite(graph: Graph, chosen: dict[int, int]) -> tuple[Graph, dict[int, Node]]:
+def _image_axis(conv: _Conv) -> int | None:
+    """The axis of a batch's images where ``conv`` runs over more than one: the outermost kept axis, which the
+    input reads and the weight does not."""
+    (_, vx), (_, vw) = conv.x, conv.w
+    first = min((*conv.rest, *(o for o, _ in conv.spatial)))
+    if first in conv.rest and conv.shape[first] > 1 and reads_dim(vx, first) and not reads_dim(vw, first):
+        return first
+    return None
+
+
+def _by_images(conv: _Conv, x: Node, tile: int, u: Node) -> Node:
+    """``conv`` by Winograd over its batch image by image: each image's transforms and products are one image's
+    size, which the caches hold where a batch's outgrow them; the images' outputs are concatenated along the batch
+    (a sum of zero-padded parts, as the frontend's Concat), each written in place (``runtime.alias``). The images'
+    kernels differ only in the window of the input they read, so they are one kernel (``codegen.window``)."""
+    b = _image_axis(conv)
+    assert b is not None
+    n = conv.shape[b]
+    one = tuple(1 if k == b else s for k, s in enumerate(conv.shape))
+    parts = []
+    for i in range(n):
+        at = tuple((i, i + 1) if k == b else (0, s) for k, s in enumerate(conv.shape))
+        image = dataclasses.replace(conv, shape=one, x=(conv.x[0], conv.x[1].shrink(at)),
+                                    w=(conv.w[0], conv.w[1].shrink(at)))
+        y = _winograd(image, x, tile, u)
+        pads = tuple((i, n - 1 - i) if k == b else (0, 0) for k in range(len(y.shape)))
+        parts.append((y, View.contiguous(y.shape).pad(pads)))
+    whole = conv.red.shape
+    acc = _node(Op.Add, (parts[0], parts[1]), whole, conv.red)
+    for part in parts[2:]:
+        acc = _node(Op.Add, ((acc, View.contiguous(whole)), part), whole, conv.red)
+    return acc
+
+
+def by_images(node: Node) -> bool:
+    """Whether ``node`` ends a convolution Winograd may take over a batch image by image (one not dilated, over
+    more than one image)."""
+    conv = _match(node)
+    return conv is not None and _image_axis(conv) is not None
+
+
+def default_by_image(red: Node, tile: int) -> bool:
+    """Whether an untuned compile computes the convolution ending at ``red`` by Winograd image by image: over
+    BY_IMAGE_MIN_IMAGES images or more."""
+    conv = _match(red) if tile else None
+    b = _image_axis(conv) if conv is not None else None
+    return b is not None and conv is not None and conv.shape[b] >= BY_IMAGE_MIN_IMAGES
+
+
+def rewrite(graph: Graph, chosen: dict[int, int], images: Collection[int] = ()) -> tuple[Graph, dict[int, Node]]:
     """``graph`` with the convolutions whose SumReduce node ids are in ``chosen`` computed by Winograd (their tile
-    size as the value; ineligible ones stay); also the node each old node id became (a convolution's: its last
-    new node; nodes only they read are gone)."""
+    size as the value; ineligible ones stay), those in ``images`` one image at a time where they run over a batch;
+    also the node each old node id became (a convolution's: its last new node; nodes only they read are gone)."""
     order = graph.toposort()
     rewritten = {n.id: c for n in order if n.id in chosen and (c := _conv_of(n)) is not None}
     if not rewritten:
@@ -374,8 +431,14 @@ def rewrite(graph: Graph, chosen: dict[int, int]) -> tuple[Graph, dict[int, Node
         found = rewritten.get(n.id)
         if found is not None:
             conv, merged = found
-            y = _winograd(conv, new[conv.x[0].id], chosen[n.id])
-            new[n.id] = y if merged is None else _merge(y, merged, n.shape, n)
+            x, tile = new[conv.x[0].id], chosen[n.id]
+            u = _const(_weight(conv, _TRANSFORMS[tile][1]), n)
+            if merged is not None:
+                new[n.id] = _merge(_winograd(conv, x, tile, u), merged, n.shape, n)
+            elif n.id in images and _image_axis(conv) is not None:
+                new[n.id] = _by_images(conv, x, tile, u)
+            else:
+                new[n.id] = _winograd(conv, x, tile, u)
             continue
         srcs = tuple((new[s.id], v) for s, v in n.srcs)
         same = all(a is b for (a, _), (b, _) in zip(srcs, n.srcs))

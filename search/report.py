@@ -38,6 +38,8 @@ class FusionReport:
     winograd: list[list[int]] = field(default_factory=list)  # [node, tile] of those the best plan computes by Winograd
     layouts: int = 0  # convolutions that may store their output channels-last
     channels_last: list[int] = field(default_factory=list)  # those the best plan stores so
+    images: int = 0  # convolutions over a batch that Winograd may take image by image
+    by_image: list[int] = field(default_factory=list)  # those the best plan takes so
 
 
 @dataclass

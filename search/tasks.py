@@ -343,7 +343,8 @@ class FusionTask(StudyTask):
         best = self.config(self.incumbent or {})
         return FusionReport(len(self.space.edges), self.trials, dict(self.statuses), self.default_ns,
                             self.inc.median_ns if self.inc else None, best["unfused"], len(self.space.convs),
-                            best.get("winograd", []), len(self.space.layouts), best.get("channels_last", []))
+                            best.get("winograd", []), len(self.space.layouts), best.get("channels_last", []),
+                            len(self.space.images), best.get("by_image", []))
 
 
 def _plain(key: str, value: Any) -> dict[str, Any]:

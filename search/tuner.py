@@ -27,6 +27,7 @@ from ..codegen.partition import (
     default_algorithms,
     fusible_edges,
     fusion_key,
+    image_convs,
     layout_convs,
     lower,
     winograd_convs,
@@ -154,9 +155,10 @@ class Tuner:
         edges = fusible_edges(graph) if fusion else []
         convs = winograd_convs(graph) if fusion else []
         layouts = layout_convs(graph) if fusion else []
+        images = image_convs(graph) if fusion else []
         self.fusion: FusionTask | None = None
         if edges or convs or layouts:
-            space = FusionSpace(edges, convs, self.default_decisions, layouts)
+            space = FusionSpace(edges, convs, self.default_decisions, layouts, images)
             smp, note = make_sampler(sampler, seed, space, "fusion")
             study = open_study(self.storage, study_name(self.fusion_key, self.device.key, self.toolchain.key),
                                smp)

@@ -5,7 +5,7 @@ import pytest
 
 from luminal.ir import DType, Graph, Tensor
 from luminal.ir.reference import read, run
-from luminal.ir.view import View
+from luminal.ir.view import View, extent
 
 rng = np.random.default_rng(0)
 
@@ -72,3 +72,17 @@ def test_split_keeps_mask():
     v2 = View.contiguous((2, 3)).pad(((0, 0), (1, 0)))
     r2 = v2.reshape((2, 2, 2))
     np.testing.assert_array_equal(read(_data((2, 3)), r2), np.pad(_data((2, 3)), ((0, 0), (1, 0))).reshape(2, 2, 2))
+
+
+def test_extent_is_bounded_by_the_masks_of_the_combinations_it_is_a_multiple_of():
+    """Image 1 of a (2, 3, 4, 5) buffer read through a 3x3 window padded by 1: masks aside, the window's first row
+    and column reach into image 0; the pad's masks (on o + k, rows read at stride 5) keep it inside image 1."""
+    v = View.contiguous((2, 3, 4, 5)).pad(((0, 0), (0, 0), (1, 1), (1, 1)))
+    v = v.window(2, 4, 3).window(4, 5, 3).shrink(((1, 2), (0, 3), (0, 4), (0, 3), (0, 5), (0, 3)))
+    lo, hi = extent(v, v.strides)
+    assert (v.offset + lo, v.offset + hi) == (60, 119)
+    # the box alone reaches a row and a column further both ways
+    box = sum(min(0, c * (s - 1)) for c, s in zip(v.strides, v.shape))
+    assert v.offset + box == 60 - 6
+    # a combination that is no whole multiple of the masked one is bounded by the box
+    assert extent(v, (0, 0, 1, 2, 0, 0)) == (0, 3 + 2 * 2)

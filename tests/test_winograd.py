@@ -1,8 +1,11 @@
 """Winograd F(2x2,3x3) and F(4x4,3x3) as a per-convolution decision: the rewritten graph against the reference
-executor and onnxruntime on the C backend, the convolutions it leaves alone, the tolerance that checks it, and the
-decision through the search space, a tune with a fake backend, the tuning cache and compile."""
+executor and onnxruntime on the C backend, the convolutions it leaves alone, the tolerance that checks it, a batch
+image by image, and the decisions through the search space, a tune with a fake backend, the tuning cache and
+compile."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from luminal.cache import TuningCache, backend_fingerprints
 from luminal.cache.export import Bad, _fusion_config
 from luminal.codegen.c.check import run_graph
 from luminal.codegen.partition import (
+    ByImage,
     Winograd,
     apply_algorithms,
     decisions_config,
@@ -21,6 +25,7 @@ from luminal.codegen.partition import (
     default_algorithms,
     fusible_edges,
     fusion_key,
+    image_convs,
     lower,
     partition,
     winograd_convs,
@@ -28,7 +33,7 @@ from luminal.codegen.partition import (
 from luminal.frontend_onnx import load
 from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference, winograd
 from luminal.runtime.compile import compile_graph
-from luminal.search.space import FusionSpace, conv_name
+from luminal.search.space import FusionSpace, conv_name, image_name
 from luminal.search.tuner import tune
 from luminal.search.verify import mismatch
 
@@ -247,7 +252,8 @@ def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(n, c, m,
     (node,) = winograd_convs(g)
     (red,) = [r for r in g.toposort() if winograd.eligible(r)]
     assert winograd.default_tile(red) == tile
-    assert default_algorithms(g) == ({Winograd(node, tile): True} if tile else {})
+    by_image = {ByImage(node): True} if tile and n >= winograd.BY_IMAGE_MIN_IMAGES else {}
+    assert default_algorithms(g) == ({Winograd(node, tile): True} | by_image if tile else {})
     untuned, kernels = lower(g)
     assert (untuned is g) == (not tile)
     assert len(kernels) == len(lower(g, default_algorithms(g))[1])
@@ -271,3 +277,115 @@ def test_a_tuned_direct_choice_overrides_the_default(tmp_path):
     with TuningCache(tmp_path / "tuning.db", readonly=True) as c:
         model = compile_graph(g, backend, cache=c)
     assert len(model.kernels) == 1
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_a_batch_image_by_image_runs_one_image_s_kernels_per_image(tile):
+    """Image by image, each image's transforms and products are kernels of one image's size that differ only in
+    the window of the input they read (the first, whose padded reads reach into the image before only where
+    masked): one signature per stage, not per image. The images' outputs are concatenated in place (the copy is
+    not launched); the outputs are the reference's and onnxruntime's."""
+    n = 3
+    model, feeds = _conv_model(n, 8, 6, (10, 9), seed=7)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    assert image_convs(g) == [node]
+    decisions = {Winograd(node, tile): True, ByImage(node): True}
+    new, kernels = lower(g, decisions)
+    assert sum(x.op is Op.SumReduce for x in new.toposort()) == 5 * n
+    per_image = (len(kernels) - 2) // n  # then the concatenation, and the bias and ReLU that read it
+    assert per_image >= 6 and len(kernels) == n * per_image + 2
+    assert sorted(Counter(k.signature for k in kernels).values()) == [1, 1] + [n] * per_image
+    compiled = compile_graph(g, "cpu", decisions=decisions)
+    assert len(compiled.kernels) - len(compiled.launched) == 1
+    want = run_reference(g, feeds)[0].reshape(compiled.run(feeds)[0].shape)
+    tol = (2e-6 if tile == 2 else 2e-5) * max(1.0, float(np.abs(want).max()))
+    for _ in range(2):  # the second run over the buffers the first left
+        got = compiled.run(feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+        np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=0, atol=tol)
+    # without a Winograd decision there is nothing to take image by image
+    assert len(lower(g, {ByImage(node): True})[1]) == 1
+
+
+@pytest.mark.parametrize(("n", "what", "offered"), [
+    (2, {}, True), (2, {"group": 2}, True), (1, {}, False),
+    (2, {"dilation": 2, "pads": (2, 2, 2, 2)}, False),  # by phases, which are images of their own
+])
+def test_which_convolutions_may_run_image_by_image(n, what, offered):
+    model, feeds = _conv_model(n, 8, 8, (10, 10), **what)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    assert image_convs(g) == ([node] if offered else [])
+    decisions = {Winograd(node, 4): True, ByImage(node): True}
+    got = run_graph(g, feeds, decisions=decisions)[0]
+    want = run_reference(g, feeds)[0].reshape(got.shape)
+    assert mismatch(got, want, DType.float32, 72) is None
+
+
+def test_the_search_space_and_the_cache_hold_the_image_by_image_decision():
+    model, _ = _conv_model(4, 8, 8, (8, 8), bias_relu=False)
+    g = load(model).graph
+    edges, (node,) = fusible_edges(g), winograd_convs(g)
+    space = FusionSpace(edges, winograd_convs(g), None, [], image_convs(g))
+    assert space.size == 2 ** len(edges) * 3 * 2 and image_name(node) in space.grid()
+    assert not any(isinstance(k, ByImage) for k in space.default)
+    point = space.decode({conv_name(node): 4, image_name(node): True})
+    assert point[ByImage(node)] is True and space.decode(space.encode(point)) == point
+    assert ByImage(node) not in space.decode({image_name(node): True})  # computed directly: no images to split
+    config = decisions_config(point)
+    assert config == {"unfused": [], "winograd": [[node, 4]], "by_image": [node]}
+    assert decisions_from_config(g, config) == {Winograd(node, 4): True, ByImage(node): True}
+    assert decisions_from_config(g, config | {"by_image": [10 ** 6, "x"]}) == {Winograd(node, 4): True}
+    _fusion_config(config)
+    with pytest.raises(Bad):
+        _fusion_config(config | {"by_image": [[node]]})
+
+
+@pytest.mark.parametrize(("n", "c", "tile", "by_image"), [
+    (4, 64, 4, True), (8, 128, 4, True),  # from 4 images, as few channels as for one image, image by image
+    (2, 64, 0, False), (2, 128, 4, False),  # 2 images: together, from as many channels as a batch needs
+    (4, 32, 0, False),  # too few channels either way
+])
+def test_untuned_compiles_take_a_batch_of_four_or_more_images_image_by_image(n, c, tile, by_image):
+    model, feeds = _conv_model(n, c, c, (16, 16), seed=2)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    (red,) = [r for r in g.toposort() if winograd.eligible(r)]
+    assert winograd.default_tile(red) == tile
+    assert (ByImage(node) in default_algorithms(g)) == by_image
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), [], image_convs(g))
+    assert space.encode(space.default)[image_name(node)] == by_image
+    if by_image:
+        assert sum(x.op is Op.SumReduce for x in lower(g)[0].toposort()) == 5 * n
+    got = run_graph(g, feeds)[0]
+    want = run_reference(g, feeds)[0].reshape(got.shape)
+    assert mismatch(got, want, DType.float32, 9 * c) is None
+
+
+class _BatchesAreSlow(helpers.FakeBackend):
+    """A contraction over the whole batch (an axis of 5 images: the direct one, or a Winograd stage over all
+    images) takes 1000 units; every other kernel its speed."""
+
+    def compile(self, items):
+        out = super().compile(items)
+        for f, (k, _) in zip(out, items):
+            if k.reduce_axes and 5 in k.full:
+                f.schedule = {**f.schedule, "speed": 1000}
+        return out
+
+
+def test_tune_picks_image_by_image_and_compile_applies_it_from_the_cache(tmp_path):
+    model, feeds = _conv_model(5, 4, 4, (6, 6), bias_relu=False)
+    g = load(model).graph
+    (node,) = image_convs(g)
+    backend = _BatchesAreSlow(modes=("ok",), speeds=(1, 2), virtual=True)
+    report = tune(g, backend, 20, sampler="grid", cache=tmp_path / "tuning.db", timeout_s=2.0, plan=helpers.PLAN,
+                  storage=f"sqlite:///{tmp_path / 'studies.db'}", workers=1)
+    assert report.fusion is not None and report.fusion.images == 1 and report.fusion.by_image == [node]
+    with TuningCache(tmp_path / "tuning.db", readonly=True) as c:
+        w = c.best(fusion_key(g), *backend_fingerprints(backend))
+        assert w is not None and w.config["by_image"] == [node] and w.config["winograd"][0][0] == node
+        compiled = compile_graph(g, backend, cache=c)
+    assert not any(k.reduce_axes and 5 in k.full for k in compiled.kernels)
+    np.testing.assert_allclose(compiled.run(feeds)[0], run_reference(g, feeds)[0].reshape(5, 4, 6, 6), atol=1e-5)
