@@ -275,7 +275,8 @@ def extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
     padded window's rows, o + k, read at the rows' stride), the mask bounds that part of the sum."""
     bounds: dict[tuple[int, ...], tuple[int, int]] = {}
     for c, a, b in view.mask:
-        lo, hi = bounds.get(c, (_box(c, view.shape)[0], _box(c, view.shape)[1] + 1))
+        box = _box(c, view.shape)
+        lo, hi = bounds.get(c, (box[0], box[1] + 1))
         bounds[c] = (max(lo, a), min(hi, b))
     lo = hi = 0
     free = [c != 0 for c in coef]
