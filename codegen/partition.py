@@ -399,7 +399,7 @@ def default_algorithms(graph: Graph) -> Decisions:
     tiles = {i: t for i, n in enumerate(order) if (t := winograd.default_tile(n))}
     last = {n.id for n in layout.defaults(graph, order)}
     out: Decisions = {Winograd(i, t): True for i, t in tiles.items()}
-    out |= {ByImage(i): True for i, t in tiles.items() if winograd.default_by_image(order[i], t)}
+    out |= {ByImage(i): True for i in tiles if winograd.default_by_image(order[i])}
     return out | {ChannelsLast(i): True for i, n in enumerate(order) if n.id in last}
 
 

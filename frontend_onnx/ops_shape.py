@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -163,21 +162,12 @@ def concat(xs: list[Tensor], axis: int) -> Tensor:
     if all(t.is_const for t in xs) and math.prod(xs[0].shape[:axis] + xs[0].shape[axis + 1:]) * total <= FOLD_LIMIT:
         # one numpy call rather than folding a sum of padded views
         return const_tensor(np.concatenate([t.cast(dtype).numpy() for t in xs], axis), dtype)
-    parts, before = [], 0
-    for t in xs:
-        n = t.shape[axis]
-        if n:
-            pads = [(0, 0)] * rank
-            pads[axis] = (before, total - before - n)
-            parts.append(t.cast(dtype).pad(pads))
-        before += n
+    parts = [t.cast(dtype) for t in xs if t.shape[axis]]
     if not parts:
         shape = list(xs[0].shape)
         shape[axis] = 0
         return Tensor.full(shape, 0, dtype)
-    # a chain of sums, which the partition fuses into one kernel (a balanced tree's two halves were two kernels,
-    # one writing a whole output of mostly zeros), and which the runtime can elide (runtime/alias.py)
-    return functools.reduce(Tensor.add, parts)
+    return Tensor.cat(parts, axis)
 
 
 def stack(xs: list[Tensor], axis: int) -> Tensor:

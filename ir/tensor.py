@@ -180,6 +180,21 @@ class Tensor:
 
     # -- primitive compute -------------------------------------------------
     @staticmethod
+    def cat(parts: Sequence[Tensor], axis: int) -> Tensor:
+        """``parts`` (one dtype, equal off ``axis``, at least one) concatenated along ``axis`` as a sum of
+        zero-padded views (padded areas read 0): a chain of sums, which the partition fuses into one kernel (a
+        balanced tree's two halves were two kernels, one writing a whole output of mostly zeros), and which the
+        runtime can elide (runtime/alias.py)."""
+        total = sum(t.shape[axis] for t in parts)
+        padded, before = [], 0
+        for t in parts:
+            pads = [(0, 0)] * t.ndim
+            pads[axis] = (before, total - before - t.shape[axis])
+            padded.append(t.pad(pads))
+            before += t.shape[axis]
+        return functools.reduce(Tensor.add, padded)
+
+    @staticmethod
     def _broadcast(*ts: Tensor) -> list[Tensor]:
         first = ts[0].view.shape
         for t in ts:  # a loop, not all() over a generator: this runs for every op made

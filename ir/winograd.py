@@ -20,6 +20,7 @@ columns' (stride m).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Collection
@@ -28,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import DType
-from .graph import Graph, Node, Op, Src, weighted_sum
+from .graph import Graph, Node, Op, Src, origin, weighted_sum
 from .reference import read
+from .tensor import Tensor
 from .view import Constraint, View, reads_dim
 
 # (BT, G, AT) per output tile size m, for a 3-tap filter (Lavin and Gray, 2016)
@@ -208,7 +210,7 @@ def default_tile(red: Node) -> int:
     images = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vx, k) and not reads_dim(vw, k))
     channels = min(summed, written)
     if pixels > TINY_MAP:
-        one = images == 1 or (phased is None and _image_axis(conv) is not None and images >= BY_IMAGE_MIN_IMAGES)
+        one = images == 1 or (phased is None and _many_images(conv))
         few = ONE_IMAGE_F4_MIN_CHANNELS if one and pixels > SMALL_MAP else F4_MIN_CHANNELS
         return 4 if channels >= few else 0
     return 2 if channels >= TINY_MAP_MIN_CHANNELS and phased is None else 0
@@ -386,21 +388,15 @@ def _by_images(conv: _Conv, x: Node, tile: int, u: Node) -> Node:
     kernels differ only in the window of the input they read, so they are one kernel (``codegen.window``)."""
     b = _image_axis(conv)
     assert b is not None
-    n = conv.shape[b]
     one = tuple(1 if k == b else s for k, s in enumerate(conv.shape))
     parts = []
-    for i in range(n):
+    for i in range(conv.shape[b]):
         at = tuple((i, i + 1) if k == b else (0, s) for k, s in enumerate(conv.shape))
         image = dataclasses.replace(conv, shape=one, x=(conv.x[0], conv.x[1].shrink(at)),
                                     w=(conv.w[0], conv.w[1].shrink(at)))
-        y = _winograd(image, x, tile, u)
-        pads = tuple((i, n - 1 - i) if k == b else (0, 0) for k in range(len(y.shape)))
-        parts.append((y, View.contiguous(y.shape).pad(pads)))
-    whole = conv.red.shape
-    acc = _node(Op.Add, (parts[0], parts[1]), whole, conv.red)
-    for part in parts[2:]:
-        acc = _node(Op.Add, ((acc, View.contiguous(whole)), part), whole, conv.red)
-    return acc
+        parts.append(Tensor(_winograd(image, x, tile, u)))
+    with origin(*conv.red.origin) if conv.red.origin else contextlib.nullcontext():
+        return Tensor.cat(parts, b).node
 
 
 def by_images(node: Node) -> bool:
@@ -410,12 +406,16 @@ def by_images(node: Node) -> bool:
     return conv is not None and _image_axis(conv) is not None
 
 
-def default_by_image(red: Node, tile: int) -> bool:
-    """Whether an untuned compile computes the convolution ending at ``red`` by Winograd image by image: over
-    BY_IMAGE_MIN_IMAGES images or more."""
-    conv = _match(red) if tile else None
-    b = _image_axis(conv) if conv is not None else None
-    return b is not None and conv is not None and conv.shape[b] >= BY_IMAGE_MIN_IMAGES
+def default_by_image(red: Node) -> bool:
+    """Whether an untuned compile that computes the convolution ending at ``red`` by Winograd does so image by
+    image: over BY_IMAGE_MIN_IMAGES images or more."""
+    conv = _match(red)
+    return conv is not None and _many_images(conv)
+
+
+def _many_images(conv: _Conv) -> bool:
+    b = _image_axis(conv)
+    return b is not None and conv.shape[b] >= BY_IMAGE_MIN_IMAGES
 
 
 def rewrite(graph: Graph, chosen: dict[int, int], images: Collection[int] = ()) -> tuple[Graph, dict[int, Node]]:
