@@ -72,6 +72,7 @@ def _check(inputs: list[Tensor], y: Tensor, stencil: bool = True) -> None:
     (1, 4, 6, 30, 3, 1, 1, ((0, 0), (0, 0))),        # no padding: no masks at all
     (1, 3, 9, 17, 3, 1, 1, ((3, 0), (0, 4))),        # pads past the window: whole taps in the padding
     (3, 18, 16, 16, 3, 2, 2, ((2, 1), (1, 2))),      # stride 2 and dilation 2
+    (1, 24, 14, 14, 5, 2, 1, ((2, 2), (2, 2))),      # 5x5 stride 2 to a 7x7 map (MobileNetV3's downsampling)
 ])
 def test_depthwise(n, c, h, w, ksz, stride, dil, pads):
     x = Tensor.input("x", (n, c, h, w), DType.float32)
