@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +55,8 @@ class ByImage:
     node: int
 
 
-Decision = Edge | Winograd | ChannelsLast | ByImage
+Flag = ChannelsLast | ByImage  # a yes/no decision per convolution
+Decision = Edge | Winograd | Flag
 Decisions = dict[Decision, bool]
 
 
@@ -320,14 +322,11 @@ def decisions_from_config(graph: Graph, config: dict[str, Any]) -> Decisions:
             if isinstance(item, list) and len(item) == 2 and all(type(x) is int for x in item) \
                     and item[0] in convs and item[1] in winograd.TILES:
                 out[Winograd(item[0], item[1])] = True
-    last = config.get("channels_last")
-    if isinstance(last, list) and last:
-        convs = set(layout_convs(graph))
-        out |= {ChannelsLast(p): True for p in last if type(p) is int and p in convs}
-    images = config.get("by_image")
-    if isinstance(images, list) and images:
-        convs = set(image_convs(graph))
-        out |= {ByImage(p): True for p in images if type(p) is int and p in convs}
+    for cls, (key, offered) in FLAGS.items():
+        nodes = config.get(key)
+        if isinstance(nodes, list) and nodes:
+            convs = set(offered(graph))
+            out |= {cls(p): True for p in nodes if type(p) is int and p in convs}
     return out
 
 
@@ -337,10 +336,12 @@ def decisions_config(decisions: Decisions) -> dict[str, list[Any]]:
     config: dict[str, list[Any]] = {
         "unfused": sorted([list(e) for e, v in decisions.items() if isinstance(e, tuple) and not v])}
     chosen = sorted([[w.node, w.tile] for w, v in decisions.items() if isinstance(w, Winograd) and v])
-    last = sorted([c.node for c, v in decisions.items() if isinstance(c, ChannelsLast) and v])
-    images = sorted([c.node for c, v in decisions.items() if isinstance(c, ByImage) and v])
-    return config | ({"winograd": chosen} if chosen else {}) | ({"channels_last": last} if last else {}) \
-        | ({"by_image": images} if images else {})
+    if chosen:
+        config["winograd"] = chosen
+    for cls, (key, _) in FLAGS.items():
+        if nodes := sorted(c.node for c, v in decisions.items() if isinstance(c, cls) and v):
+            config[key] = nodes
+    return config
 
 
 def winograd_convs(graph: Graph) -> list[int]:
@@ -357,6 +358,12 @@ def image_convs(graph: Graph) -> list[int]:
 def layout_convs(graph: Graph) -> list[int]:
     """The toposort positions of the convolutions a ``ChannelsLast`` decision may take."""
     return [i for i, n in enumerate(graph.toposort()) if layout.eligible(n)]
+
+
+# each yes/no decision per convolution: its key in a fusion winner's config (the prefix of its search parameters
+# too) and the convolutions of a graph it is offered for
+FLAGS: dict[type[Flag], tuple[str, Callable[[Graph], list[int]]]] = {
+    ChannelsLast: ("channels_last", layout_convs), ByImage: ("by_image", image_convs)}
 
 
 def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, dict[Edge, bool]]:

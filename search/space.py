@@ -17,7 +17,7 @@ import optuna
 
 from ..codegen.backend import Knob
 from ..codegen.kernel import Kernel
-from ..codegen.partition import ByImage, ChannelsLast, Decisions, Edge, Winograd, decisions_config
+from ..codegen.partition import FLAGS, ByImage, ChannelsLast, Decisions, Edge, Flag, Winograd, decisions_config
 from ..ir.winograd import TILES
 
 if TYPE_CHECKING:
@@ -192,12 +192,16 @@ def conv_name(node: int) -> str:
     return f"winograd_{node}"
 
 
+def flag_name(flag: Flag) -> str:
+    return f"{FLAGS[type(flag)][0]}_{flag.node}"
+
+
 def layout_name(node: int) -> str:
-    return f"channels_last_{node}"
+    return flag_name(ChannelsLast(node))
 
 
 def image_name(node: int) -> str:
-    return f"by_image_{node}"
+    return flag_name(ByImage(node))
 
 
 def _tile(decisions: Decisions, node: int) -> int:
@@ -207,25 +211,23 @@ def _tile(decisions: Decisions, node: int) -> int:
 
 class FusionSpace:
     """One yes/no per fusible edge, an algorithm per convolution that has a choice (0: direct, else the Winograd
-    tile), a yes/no per convolution that may store its output channels-last and one per convolution over a batch
-    that Winograd may take image by image; the default point fuses every edge and takes the ``algorithms`` given
-    (an untuned compile's, ``partition.default_algorithms``; none: every convolution direct, every output in its
-    logical order)."""
+    tile), and the yes/no decisions per convolution (``partition.FLAGS``): one per convolution that may store its
+    output channels-last (``layouts``) and one per convolution over a batch that Winograd may take image by image
+    (``images``); the default point fuses every edge and takes the ``algorithms`` given (an untuned compile's,
+    ``partition.default_algorithms``; none: every convolution direct, every output in its logical order)."""
 
     def __init__(self, edges: list[Edge], convs: list[int] | None = None, algorithms: Decisions | None = None,
                  layouts: list[int] | None = None, images: list[int] | None = None):
         self.edges = list(edges)
         self.convs = list(convs or [])
-        self.layouts = list(layouts or [])
-        self.images = list(images or [])
+        self.flags: list[Flag] = [*map(ChannelsLast, layouts or []), *map(ByImage, images or [])]
         self.tiles = (0, *TILES)
         self.algorithms = {p: _tile(algorithms or {}, p) for p in self.convs}
-        self.last = {p: bool((algorithms or {}).get(ChannelsLast(p))) for p in self.layouts}
-        self.by_image = {p: bool((algorithms or {}).get(ByImage(p))) for p in self.images}
+        self.flagged = {f: bool((algorithms or {}).get(f)) for f in self.flags}
 
     @property
     def size(self) -> int:
-        return 2 ** (len(self.edges) + len(self.layouts) + len(self.images)) * len(self.tiles) ** len(self.convs)
+        return 2 ** (len(self.edges) + len(self.flags)) * len(self.tiles) ** len(self.convs)
 
     @property
     def numeric(self) -> bool:
@@ -233,43 +235,41 @@ class FusionSpace:
 
     @property
     def default(self) -> Decisions:
-        return self._point({e: True for e in self.edges}, self.algorithms, self.last, self.by_image)
+        return self._point({e: True for e in self.edges}, self.algorithms, self.flagged)
 
-    def _point(self, fused: dict[Edge, bool], tiles: dict[int, int], last: dict[int, bool],
-               by_image: dict[int, bool]) -> Decisions:
+    def _point(self, fused: dict[Edge, bool], tiles: dict[int, int], flags: dict[Flag, bool]) -> Decisions:
         point: Decisions = {e: v for e, v in fused.items()}
         point |= {Winograd(p, t): True for p, t in tiles.items() if t}
-        point |= {ByImage(p): True for p, v in by_image.items() if v and tiles.get(p)}
-        return point | {ChannelsLast(p): True for p, v in last.items() if v}
+        # a convolution computed directly has no images to take one by one
+        return point | {f: True for f, v in flags.items() if v and (tiles.get(f.node) or type(f) is not ByImage)}
+
+    def count(self, kind: type[Flag]) -> int:
+        """The convolutions offered decisions of ``kind``."""
+        return sum(type(f) is kind for f in self.flags)
 
     def suggest(self, trial: optuna.Trial) -> Decisions:
         return self._point({e: trial.suggest_categorical(edge_name(e), [True, False]) for e in self.edges},
                            {p: trial.suggest_categorical(conv_name(p), list(self.tiles)) for p in self.convs},
-                           {p: trial.suggest_categorical(layout_name(p), [False, True]) for p in self.layouts},
-                           {p: trial.suggest_categorical(image_name(p), [False, True]) for p in self.images})
+                           {f: trial.suggest_categorical(flag_name(f), [False, True]) for f in self.flags})
 
     def encode(self, decisions: Decisions) -> dict[str, Any]:
         return ({edge_name(e): bool(decisions.get(e, True)) for e in self.edges}
                 | {conv_name(p): _tile(decisions, p) for p in self.convs}
-                | {layout_name(p): bool(decisions.get(ChannelsLast(p))) for p in self.layouts}
-                | {image_name(p): bool(decisions.get(ByImage(p))) for p in self.images})
+                | {flag_name(f): bool(decisions.get(f)) for f in self.flags})
 
     def decode(self, params: dict[str, Any]) -> Decisions:
         return self._point({e: bool(params.get(edge_name(e), True)) for e in self.edges},
                            {p: int(params.get(conv_name(p), 0)) for p in self.convs},
-                           {p: bool(params.get(layout_name(p), False)) for p in self.layouts},
-                           {p: bool(params.get(image_name(p), False)) for p in self.images})
+                           {f: bool(params.get(flag_name(f), False)) for f in self.flags})
 
     def grid(self) -> dict[str, list[Any]]:
         return ({edge_name(e): [True, False] for e in self.edges} | {conv_name(p): list(self.tiles) for p in self.convs}
-                | {layout_name(p): [False, True] for p in self.layouts}
-                | {image_name(p): [False, True] for p in self.images})
+                | {flag_name(f): [False, True] for f in self.flags})
 
     def random(self, rng: random.Random) -> Decisions:
         return self._point({e: rng.random() < 0.5 for e in self.edges},
                            {p: rng.choice(self.tiles) for p in self.convs},
-                           {p: rng.random() < 0.5 for p in self.layouts},
-                           {p: rng.random() < 0.5 for p in self.images})
+                           {f: rng.random() < 0.5 for f in self.flags})
 
     def valid(self, decisions: Decisions) -> bool:
         return True

@@ -19,7 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..codegen.kernel import Kernel
-from ..codegen.partition import Decisions, decisions_config
+from ..codegen.partition import ByImage, ChannelsLast, Decisions, decisions_config
 from .measure import Measurement
 from .report import FusionReport, KernelReport
 from .scheduler import TaskState
@@ -343,8 +343,8 @@ class FusionTask(StudyTask):
         best = self.config(self.incumbent or {})
         return FusionReport(len(self.space.edges), self.trials, dict(self.statuses), self.default_ns,
                             self.inc.median_ns if self.inc else None, best["unfused"], len(self.space.convs),
-                            best.get("winograd", []), len(self.space.layouts), best.get("channels_last", []),
-                            len(self.space.images), best.get("by_image", []))
+                            best.get("winograd", []), self.space.count(ChannelsLast), best.get("channels_last", []),
+                            self.space.count(ByImage), best.get("by_image", []))
 
 
 def _plain(key: str, value: Any) -> dict[str, Any]:
