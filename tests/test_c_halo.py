@@ -277,3 +277,51 @@ def test_3_vector_tiles_where_they_pad_the_output_channels_less(monkeypatch, cou
     assert all(be.valid(c, s) for s in scheds)
     for s in scheds:
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("hw,threads,mc", [(112, 2, 384), (80, 2, 192), (56, 2, 96), (112, 8, 96)])
+def test_large_maps_take_long_row_blocks(hw, threads, mc):
+    """The default's row block grows with the map while every thread keeps 16 tiles (a tile's transposition and
+    epilogue are paid per tile): 112 x 114 wide pixels of 96 output channels in blocks of 384 on 2 threads, 80 x 82
+    in 192s, 56 x 58 in the 96 every conv had; 8 threads split 112x112 in 96s too. Computed in long blocks and
+    with 7-row tiles (the block rounded down to whole tiles), the conv matches the reference."""
+    from luminal.codegen.c.schedule import typed_default
+
+    g, feeds = _conv_graph(1, 16, 96, (hw, hw))
+    ks, c = _the_conv(g)
+    d = typed_default(c, threads)
+    assert d.mc == mc and not d.pack_a and plan_contraction(c).a_halo is not None
+    if hw == 112:
+        be = CPUBackend()
+        scheds = [{**be.default_schedule(c), "mc": 384, "threads": 2, "mr": mr} for mr in (12, 7)]
+        for s in scheds:
+            assert be.valid(c, s) and "lum_mkh(" in be.source(c, s)
+            compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("cout,hw,rows", [(32, 112, True), (64, 80, True), (16, 160, True), (32, 56, False),
+                                          (96, 112, False)])
+def test_rows_of_whole_vectors_keep_the_pixels_as_columns(cout, hw, rows):
+    """A conv of at most 64 output channels whose output rows are whole vectors (at least four) reads its input in
+    place by rows, in panels of one or two vectors that pad no row, where the padded copy would otherwise take its
+    pixels as rows: no copy, no transposed tile, no wide-row columns. Rows of 56 (3.5 vectors) and 96 channels keep
+    the copy; the search still has the other orientation. Both match the reference."""
+    from luminal.codegen.c.contraction import rows_of_vectors
+    from luminal.target import host_simd_width
+
+    vw = host_simd_width()
+    g, feeds = _conv_graph(1, 24, cout, (hw, hw))
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    d = be.default_schedule(c)
+    plan = plan_contraction(c)
+    rows = rows and hw % vw == 0 and hw >= 4 * vw
+    assert rows_of_vectors(c, plan) is rows and (plan.a_halo is None) is rows
+    if rows:
+        assert d["nr"] in (vw, 2 * vw) and hw % d["nr"] == 0 and not d["pack_b"] and "lum_mkh(" not in be.source(c, d)
+    copy = {**d, "swap": True, "mr": 12, "nr": 2 * vw, "mc": 96, "nc": 128, "kc": 256, "pack_b": True}
+    others = [copy] if rows else []
+    if rows:  # the copy's orientation, as the rule before took it
+        assert plan_contraction(c, True).a_halo is not None and be.valid(c, copy) and "lum_mkh(" in be.source(c, copy)
+    for s in [d, *others]:
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)

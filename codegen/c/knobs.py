@@ -55,7 +55,7 @@ class GemmSchedule:
     impl: Literal["generated", "blas", "loops", "stencil"] = _knob(_impls)
     mr: int = _knob(_mrs)
     nr: int = _knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
-    mc: int = _knob(lambda c: (24, 48, 72, 96, 144, 192, 288))
+    mc: int = _knob(lambda c: (24, 48, 72, 96, 144, 192, 288, 384))
     nc: int = _knob(lambda c: (64, 128, 256, 512, 1024))
     kc: int = _knob(lambda c: (0, 128, 256, 512))
     order: Literal["mn", "nm"] = _knob(lambda c: ("mn", "nm"))

@@ -10,7 +10,7 @@ from ...target import host_simd_width as simd_width
 from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
-from .contraction import TILE, Plan, halo_default, plan_contraction, swappable
+from .contraction import ROWS_MAX_N, TILE, Plan, halo_default, plan_contraction, swappable
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
 from .stencil import plan_stencil, stencil_default
@@ -21,6 +21,8 @@ from .stencil import plan_stencil, stencil_default
 # of that: 2 threads, a MobileNetV3 1.20 -> 1.34x onnxruntime (its pools, squeeze-excitations and hardswishes),
 # the CNN group, BERT-base, GPT-2 and ViT-B at par or better
 GRAIN = 1 << 18
+HALO_ROW_BLOCKS = (192, 288, 384)
+HALO_TILES_PER_THREAD = 16
 
 
 def _thread_choices(n: int) -> tuple[int, ...]:
@@ -118,8 +120,14 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # (contraction._rows_panel; with 8-row tiles, over packed ones: 64->16 at 160x160 1.35x, 32->32 at
     # 112x112 1.08x, 64->64 at 56x56 1.03x, 36->20 at 57x57 par; 48->48 at 40x40, rows of 40 in panels of 48
     # or 64, 0.95x)
+    kc = 256
     if rows_nr:
         nr = rows_nr
+        # panels of one vector over whole-vector rows (``contraction.rows_of_vectors``): blocks of four panels
+        # and K in one step where it fits (2 threads: 3x3 32 -> 32 at 112x112 1.150 -> 1.112 ms, 48 -> 48 at 80x80
+        # 1.288 -> 1.226, 64 -> 64 at 112x112 4.25 -> 4.17)
+        if nr == vw and m <= ROWS_MAX_N and plan.b_run_stride == 1 and plan.full[plan.n[-1]] % vw == 0:
+            nc, kc = 4 * vw, 512
     # 3-vector tiles where they pad N less than 2-vector ones (a conv's 48 output channels in one panel of 48, not
     # two of 32 with a quarter of the multiplies on padding: 2 threads, 3x3 48->48 at 80x80 0.70 -> 0.54 ms, at
     # 40x40 0.19 -> 0.15); where the registers hold 8 rows of them (AVX-512)
@@ -141,6 +149,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         wide = plan.a_halo.wide
         best = _fewest_rows(wide, (12, 8, 7), nr, vw)
         mr = best if _padded(wide, best) < 0.98 * _padded(wide, most) else most
+        mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
@@ -153,7 +162,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # a depthwise conv: every tap's weight in a register, each input row read in place (stencil.py)
     impl: Literal["generated", "loops", "stencil"] = "stencil" if stencil else "loops" if m == 1 and nb > 1 \
         else "generated"
-    return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=256, order="nm", pack_b=not (direct or rows_nr),
+    return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=kc, order="nm", pack_b=not (direct or rows_nr),
                         pack_a=not direct_a, lanes=LANES, threads=threads)
 
 
@@ -180,7 +189,11 @@ def _rows_nr(plan: Plan, vw: int) -> int:
         # panel's idle lanes (grouped 3x3s of 8 channels per group at 7x7, RegNet's: 55 groups 0.32 -> 0.05 ms,
         # 440 at 14x14 stride 2 0.23 -> 0.13)
         return vw
-    for nr in (2 * vw, vw) if m <= 32 else (2 * vw,):
+    # the width that pads the rows least, the wider of two that pad them alike; one vector only for up to
+    # ROWS_MAX_N rows (``contraction.rows_of_vectors``: 8 x 16 tiles over 112-pixel rows beat 8 x 32 ones by 10%)
+    whole = plan.b_run_stride == 1 and run % vw == 0
+    widths = (2 * vw, vw) if m <= 32 or (m <= ROWS_MAX_N and whole) else (2 * vw,)
+    for nr in sorted(widths, key=lambda w: _padded(run, w)) if plan.b_run_stride == 1 else widths:
         if run <= nr and m >= 32:  # one panel per row, cut by the padding on both sides (see above)
             continue
         panels = math.lcm(run, nr) // nr  # the pack's panels repeat their split every lcm columns
@@ -203,6 +216,17 @@ def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
 def _fits(mr: int, nr: int, vw: int) -> bool:
     """Whether an MR x NR tile's accumulators, a row of B and an element of A fit the vector registers."""
     return mr * (nr // vw) + nr // vw + 1 <= (32 if vw == 16 else 16)
+
+
+def _halo_row_block(mc: int, col_blocks: int, wide: int, threads: int) -> int:
+    """The row block of a conv over its padded copy: ``mc``, or a longer one of HALO_ROW_BLOCKS that still makes
+    HALO_TILES_PER_THREAD tiles a thread. Each tile pays its transposition and its epilogue's walk over cut output
+    rows, which long blocks of a large map's wide rows pay less often. One process, 2 threads, all with the copy, 96
+    against 384 rows: 3x3 32 -> 32 at 112x112 1.23 -> 1.17 ms, 16 -> 64 1.29 -> 1.21, ResNet's 7x7 stride-2 stem
+    1.30 -> 1.24; 48 -> 48 at 80x80 (192 rows) 1.72 -> 1.70; at 56x56 192 rows ran 3% slower than 96 (32 -> 64),
+    and the YOLO-style detector's 3x3 128 -> 128 at 40x40 5% slower."""
+    fits = [c for c in HALO_ROW_BLOCKS if col_blocks * -(-wide // c) >= HALO_TILES_PER_THREAD * threads]
+    return max([mc, *fits])
 
 
 def _row_block(m: int, direct: bool) -> int:
