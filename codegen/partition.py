@@ -366,6 +366,11 @@ FLAGS: dict[type[Flag], tuple[str, Callable[[Graph], list[int]]]] = {
     ChannelsLast: ("channels_last", layout_convs), ByImage: ("by_image", image_convs)}
 
 
+def offered_flags(graph: Graph) -> list[Flag]:
+    """Every yes/no decision per convolution ``graph`` offers the search (``FLAGS``)."""
+    return [cls(p) for cls, (_, offered) in FLAGS.items() for p in offered(graph)]
+
+
 def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, dict[Edge, bool]]:
     """The graph with the algorithms and layouts ``decisions`` choose, and their edge decisions on its nodes (an
     edge to or from a rewritten node holds for what it became; edges of the new nodes take the default)."""

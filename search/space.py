@@ -211,16 +211,16 @@ def _tile(decisions: Decisions, node: int) -> int:
 
 class FusionSpace:
     """One yes/no per fusible edge, an algorithm per convolution that has a choice (0: direct, else the Winograd
-    tile), and the yes/no decisions per convolution (``partition.FLAGS``): one per convolution that may store its
-    output channels-last (``layouts``) and one per convolution over a batch that Winograd may take image by image
-    (``images``); the default point fuses every edge and takes the ``algorithms`` given (an untuned compile's,
+    tile), and the yes/no decisions per convolution (``flags``, ``partition.offered_flags``: one per convolution
+    that may store its output channels-last and one per convolution over a batch that Winograd may take image by
+    image); the default point fuses every edge and takes the ``algorithms`` given (an untuned compile's,
     ``partition.default_algorithms``; none: every convolution direct, every output in its logical order)."""
 
     def __init__(self, edges: list[Edge], convs: list[int] | None = None, algorithms: Decisions | None = None,
-                 layouts: list[int] | None = None, images: list[int] | None = None):
+                 flags: list[Flag] | None = None):
         self.edges = list(edges)
         self.convs = list(convs or [])
-        self.flags: list[Flag] = [*map(ChannelsLast, layouts or []), *map(ByImage, images or [])]
+        self.flags = list(flags or [])
         self.tiles = (0, *TILES)
         self.algorithms = {p: _tile(algorithms or {}, p) for p in self.convs}
         self.flagged = {f: bool((algorithms or {}).get(f)) for f in self.flags}

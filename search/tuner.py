@@ -27,9 +27,8 @@ from ..codegen.partition import (
     default_algorithms,
     fusible_edges,
     fusion_key,
-    image_convs,
-    layout_convs,
     lower,
+    offered_flags,
     winograd_convs,
 )
 from ..errors import LuminalError
@@ -154,11 +153,10 @@ class Tuner:
         self.fusion_key = fusion_key(graph, default)  # its tuned decisions' key in the cache
         edges = fusible_edges(graph) if fusion else []
         convs = winograd_convs(graph) if fusion else []
-        layouts = layout_convs(graph) if fusion else []
-        images = image_convs(graph) if fusion else []
+        flags = offered_flags(graph) if fusion else []
         self.fusion: FusionTask | None = None
-        if edges or convs or layouts:
-            space = FusionSpace(edges, convs, self.default_decisions, layouts, images)
+        if edges or convs or flags:
+            space = FusionSpace(edges, convs, self.default_decisions, flags)
             smp, note = make_sampler(sampler, seed, space, "fusion")
             study = open_study(self.storage, study_name(self.fusion_key, self.device.key, self.toolchain.key),
                                smp)

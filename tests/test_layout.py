@@ -175,7 +175,8 @@ def test_every_convolution_may_be_stored_channels_last(cnn):
 def test_random_layout_assignments_give_onnxruntime_s_outputs(cnn, seed):
     """Random channels-last choices, with random fusion edges and Winograd tiles, on the C backend."""
     g, feeds, want = cnn
-    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), layout_convs(g))
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g),
+                        [*map(ChannelsLast, layout_convs(g))])
     rng = random.Random(seed)
     point = next(p for p in iter(lambda: space.random(rng), None)
                  if 0 < sum(isinstance(d, ChannelsLast) for d in p) < space.count(ChannelsLast))
@@ -206,7 +207,7 @@ def test_the_value_follows_its_layout_into_the_epilogue(cnn):
 def test_the_fusion_space_offers_the_decision(cnn):
     g, _, _ = cnn
     convs = layout_convs(g)
-    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), convs)
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), [*map(ChannelsLast, convs)])
     assert all(layout_name(p) in space.grid() for p in convs)
     assert not any(isinstance(d, ChannelsLast) for d in space.default)  # untuned: the logical order
     point = space.decode({layout_name(convs[1]): True})
@@ -302,7 +303,8 @@ def test_untuned_compiles_store_channels_last_where_the_cost_model_prefers_it(hw
     assert ("a" in names) == stored and ("b" in names) == (then == "1x1" and hw <= 14)  # B: 1x1 read by a 1x1
     want = run_ort(model, feeds)
     _close(run_graph(g, feeds), want)
-    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), layout_convs(g))
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g),
+                        [*map(ChannelsLast, layout_convs(g))])
     assert space.encode(space.default)[layout_name(first)] == stored
 
 

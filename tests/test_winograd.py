@@ -327,7 +327,7 @@ def test_the_search_space_and_the_cache_hold_the_image_by_image_decision():
     model, _ = _conv_model(4, 8, 8, (8, 8), bias_relu=False)
     g = load(model).graph
     edges, (node,) = fusible_edges(g), winograd_convs(g)
-    space = FusionSpace(edges, winograd_convs(g), None, [], image_convs(g))
+    space = FusionSpace(edges, winograd_convs(g), None, [*map(ByImage, image_convs(g))])
     assert space.size == 2 ** len(edges) * 3 * 2 and image_name(node) in space.grid()
     assert not any(isinstance(k, ByImage) for k in space.default)
     point = space.decode({conv_name(node): 4, image_name(node): True})
@@ -354,7 +354,7 @@ def test_untuned_compiles_take_a_batch_of_four_or_more_images_image_by_image(n, 
     (red,) = [r for r in g.toposort() if winograd.eligible(r)]
     assert winograd.default_tile(red) == tile
     assert (ByImage(node) in default_algorithms(g)) == by_image
-    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), [], image_convs(g))
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), [*map(ByImage, image_convs(g))])
     assert space.encode(space.default)[image_name(node)] == by_image
     if by_image:
         assert sum(x.op is Op.SumReduce for x in lower(g)[0].toposort()) == 5 * n

@@ -150,7 +150,7 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     # 104x104 (200) 1.07 -> 0.78 ms, 3x3 stride 2 64 -> 64 at 40x40 (144) 0.26 -> 0.19, 96 -> 96 at 28x28 (216)
     # 0.45 -> 0.37, 24 -> 48 at 112x112 (108) 0.50 -> 0.44, 32 -> 64 at 160x160 (144) 1.46 -> 1.41; but 32 -> 32
     # at 320x320 (72) 5.1 -> 5.9, 16 -> 32 (72) 1.9 -> 1.8
-    if halo_default(swapped) and not rows_of_vectors(kernel, plan):
+    if halo_default(swapped) and not rows_of_vectors(plan):
         return swapped, plan
     # a few rows against a B that must be packed on every call (an operand laid out N x K that is not a
     # weight): with the roles swapped B's rows are read in place as A and only the few rows are packed
@@ -181,18 +181,22 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     return plan, swapped
 
 
-def rows_of_vectors(kernel: Kernel, plan: Plan) -> bool:
-    """Whether a conv keeps its output pixels as the columns where the padded copy would take them as rows: its
-    input read in place at unit stride, output rows of at least ROWS_MIN_VECTORS whole vectors (no panel pads
-    them) and at most ROWS_MAX_N output channels. Then no copy, no transposed tile and no wide-row columns are
-    paid, and 8-row tiles of one vector keep the FMA units busy. One process, 2 threads, the copy's 12 x 32 tiles
-    against 8 x 16 tiles over the rows: 3x3 16 -> 64 at 112x112 1.55 -> 1.14 ms, 32 -> 32 1.20 -> 1.10, 16 -> 32
-    0.64 -> 0.57, 24 -> 48 1.33 -> 1.23, 32 -> 48 1.74 -> 1.63, 64 -> 64 4.46 -> 4.19; at 80x80 32 -> 32 0.63 ->
-    0.57, 48 -> 48 1.30 -> 1.24; at 56x56 (rows of 3.5 vectors) 32 -> 32 and 32 -> 64 at par or 2% slower."""
-    vw = host_simd_width()
-    run = _run(kernel, plan)
-    return (plan.b_run_stride == 1 and not plan.b_direct and run % vw == 0 and run >= ROWS_MIN_VECTORS * vw
+def whole_vector_rows(plan: Plan) -> bool:
+    """Whether a conv's input is read in place at unit stride as output rows of whole vectors (no panel of one
+    vector pads them), with at most ROWS_MAX_N output channels as its rows."""
+    return (plan.b_run_stride == 1 and not plan.b_direct and plan.full[plan.n[-1]] % host_simd_width() == 0
             and plan.size("m") <= ROWS_MAX_N)
+
+
+def rows_of_vectors(plan: Plan) -> bool:
+    """Whether a conv keeps its output pixels as the columns where the padded copy would take them as rows: its
+    rows of whole vectors (``whole_vector_rows``), at least ROWS_MIN_VECTORS of them. Then no copy, no transposed
+    tile and no wide-row columns are paid, and 8-row tiles of one vector keep the FMA units busy. One process, 2
+    threads, the copy's 12 x 32 tiles against 8 x 16 tiles over the rows: 3x3 16 -> 64 at 112x112 1.55 -> 1.14 ms,
+    32 -> 32 1.20 -> 1.10, 16 -> 32 0.64 -> 0.57, 24 -> 48 1.33 -> 1.23, 32 -> 48 1.74 -> 1.63, 64 -> 64 4.46 ->
+    4.19; at 80x80 32 -> 32 0.63 -> 0.57, 48 -> 48 1.30 -> 1.24; at 56x56 (rows of 3.5 vectors) 32 -> 32 and 32 ->
+    64 at par or 2% slower."""
+    return whole_vector_rows(plan) and plan.full[plan.n[-1]] >= ROWS_MIN_VECTORS * host_simd_width()
 
 
 def _kept(kernel: Kernel) -> list[int]:

@@ -10,7 +10,7 @@ from ...target import host_simd_width as simd_width
 from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
-from .contraction import ROWS_MAX_N, TILE, Plan, halo_default, plan_contraction, swappable
+from .contraction import TILE, Plan, halo_default, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
 from .stencil import plan_stencil, stencil_default
@@ -126,7 +126,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         # panels of one vector over whole-vector rows (``contraction.rows_of_vectors``): blocks of four panels
         # and K in one step where it fits (2 threads: 3x3 32 -> 32 at 112x112 1.150 -> 1.112 ms, 48 -> 48 at 80x80
         # 1.288 -> 1.226, 64 -> 64 at 112x112 4.25 -> 4.17)
-        if nr == vw and m <= ROWS_MAX_N and plan.b_run_stride == 1 and plan.full[plan.n[-1]] % vw == 0:
+        if nr == vw and whole_vector_rows(plan):
             nc, kc = 4 * vw, 512
     # 3-vector tiles where they pad N less than 2-vector ones (a conv's 48 output channels in one panel of 48, not
     # two of 32 with a quarter of the multiplies on padding: 2 threads, 3x3 48->48 at 80x80 0.70 -> 0.54 ms, at
@@ -189,10 +189,9 @@ def _rows_nr(plan: Plan, vw: int) -> int:
         # panel's idle lanes (grouped 3x3s of 8 channels per group at 7x7, RegNet's: 55 groups 0.32 -> 0.05 ms,
         # 440 at 14x14 stride 2 0.23 -> 0.13)
         return vw
-    # the width that pads the rows least, the wider of two that pad them alike; one vector only for up to
-    # ROWS_MAX_N rows (``contraction.rows_of_vectors``: 8 x 16 tiles over 112-pixel rows beat 8 x 32 ones by 10%)
-    whole = plan.b_run_stride == 1 and run % vw == 0
-    widths = (2 * vw, vw) if m <= 32 or (m <= ROWS_MAX_N and whole) else (2 * vw,)
+    # the width that pads the rows least, the wider of two that pad them alike; one vector past 32 rows only over
+    # rows of whole vectors (``contraction.rows_of_vectors``: 8 x 16 tiles over 112-pixel rows beat 8 x 32 by 10%)
+    widths = (2 * vw, vw) if m <= 32 or whole_vector_rows(plan) else (2 * vw,)
     for nr in sorted(widths, key=lambda w: _padded(run, w)) if plan.b_run_stride == 1 else widths:
         if run <= nr and m >= 32:  # one panel per row, cut by the padding on both sides (see above)
             continue
