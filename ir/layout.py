@@ -8,7 +8,8 @@ the order its output is stored in (the batch, the output channels, then the pixe
 
 The stored order then follows the value where it can (an elementwise node is computed in the stored order of
 the latest of its operands computed from a contraction, so a bias, an activation and a residual add stay fused
-into that contraction: ``_follows``); every other reader reads the value in place through the view
+into that contraction: ``_follows``; a pool is computed with its vectors along the dim stored innermost:
+``_pool_follows``); every other reader reads the value in place through the view
 ``view.rebase`` gives (the next convolution's windows, a pool's, a global average, a reshape that merges a
 grouped convolution's groups and channels), and a reader whose view merges the channels
 with the pixels (a flatten) reads a copy in the logical order, made once: the conversions at a region's border
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from .graph import ELEMENTWISE, Graph, Node, Op, Src, weighted_sum
+from .graph import ELEMENTWISE, REDUCE, Graph, Node, Op, Src, weighted_sum
 from .view import View, reads_dim, rebase
 
 # the fewest outputs per input group for which the rewrite is offered: innermost, they are what the contraction's
@@ -112,13 +113,19 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
                        {**n.attrs, "axes": axes}, origin=n.origin)
             new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), n.id
             continue
-        product = any(u.op is Op.SumReduce for u in users.get(n.id, []))  # keeps its contraction's order
+        # a contraction's product keeps its order; what a pool sums (an activation) follows the layout
+        product = n.op is Op.Mul and any(u.op is Op.SumReduce for u in users.get(n.id, []))
         follow = None if product else _follows(n, srcs, [s.id in stored for s, _ in n.srcs],
                                                [near.get(s.id, -1) for s, _ in n.srcs])
+        if follow is None and n.op in REDUCE and n.srcs[0][0].id in stored:
+            follow = _pool_follows(n, srcs)
         if follow is not None:
             slot, follow_order = follow
             shape = tuple(n.shape[k] for k in follow_order)
-            made = Node(n.op, tuple((x, v.permute(follow_order)) for x, v in srcs), shape, n.dtype, dict(n.attrs),
+            attrs = dict(n.attrs)
+            if "axes" in attrs:
+                attrs["axes"] = tuple(sorted(follow_order.index(k) for k in attrs["axes"]))
+            made = Node(n.op, tuple((x, v.permute(follow_order)) for x, v in srcs), shape, n.dtype, attrs,
                         origin=n.origin)
             new[n.id], stored[n.id], root[n.id] = made, _stored(made, follow_order), root[n.srcs[slot][0].id]
             continue
@@ -156,6 +163,24 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int])
         return None
     found = _storage_order(srcs[slot][1])
     return (slot, found) if found is not None and list(found) != sorted(found) else None
+
+
+def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """A pool (a reduction over windows of a stored value, no contraction) computed with its kept dims in the
+    order they are stored in, innermost the one its input walks at the smallest stride, its reduced ones after
+    them: a max pool over a channels-last value then runs along the channels, read and written contiguously, where
+    in its logical order it walked the pixels at the channels' stride."""
+    if n.op not in REDUCE or n.srcs[0][0].op is Op.Mul:
+        return None
+    (_, v), axes = srcs[0], n.attrs["axes"]
+    kept = [k for k in range(v.ndim) if k not in axes and v.shape[k] > 1]
+    if any(v.strides[k] == 0 for k in kept):
+        return None
+    ranked = sorted(kept, key=lambda k: (-abs(v.strides[k]), k))
+    if ranked == kept:
+        return None
+    units = [k for k in range(v.ndim) if k not in axes and v.shape[k] == 1]
+    return 0, (*units, *ranked, *axes)
 
 
 # which contractions an untuned compile stores channels-last: 1x1 convolutions on short pixel rows whose readers

@@ -12,6 +12,7 @@ from test_c_direct_conv import _conv_graph, _out, _the_conv
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import HALO_MIN_N, halo_default, plan_contraction
 from luminal.codegen.c.halo import halo_size, plan_halo, reach
+from luminal.codegen.partition import ChannelsLast, layout_convs, lower
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
 
@@ -325,3 +326,26 @@ def test_rows_of_whole_vectors_keep_the_pixels_as_columns(cout, hw, rows):
         assert plan_contraction(c, True).a_halo is not None and be.valid(c, copy) and "lum_mkh(" in be.source(c, copy)
     for s in [d, *others]:
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("n,cin,cout,hw,k,stride,pads", [
+    (1, 3, 64, (29, 31), 7, (2, 2), ((3, 3), (3, 3))),   # a 7x7 stride-2 stem
+    (2, 16, 40, (9, 23), 3, (1, 1), ((1, 1), (1, 1))),   # images as rows; channels past the last whole panel
+    (1, 15, 33, (10, 50), 3, (1, 1), ((0, 2), (3, 1))),  # asymmetric pads
+])
+def test_a_channels_last_output_stores_the_tile_as_it_is(n, cin, cout, hw, k, stride, pads):
+    """Stored channels-last (``ir.layout``), each of a halo tile's rows is an output pixel's channels as they
+    lie in memory: the epilogue stores the rows of the tile, skipping the wide rows' columns past each output row,
+    where the logical order's transposes it first to store along the pixels."""
+    g, feeds = _conv_graph(n, cin, cout, hw, k=k, stride=stride, pads=pads, epilogue="silu")
+    (p,) = layout_convs(g)
+    decisions = {ChannelsLast(p): True}
+    new, ks = lower(g, decisions)
+    (c,) = [k for k in ks if k.form == "contraction"]
+    assert plan_contraction(c).a_halo is not None and c.outputs[0][1].shape[-1] == cout
+    be = CPUBackend()
+    _, logical = _the_conv(g)
+    assert "lum_tr(ct" in be.source(logical, be.default_schedule(logical))
+    for s in _halo_schedules(be, c):
+        assert "lum_mkh(" in be.source(c, s) and "lum_tr(ct" not in be.source(c, s)
+        compare_cpu(new, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if x is c else None for x in ks], kernels=ks)

@@ -379,3 +379,34 @@ def test_a_residual_add_fuses_into_the_convolution_before_it():
     (conv,) = [k for k in kernels if ("b", "Conv") in k.sources]
     assert ("s", "Add") in conv.sources and conv.outputs[0][1].shape[1] == 64  # logical order: channels second
     _close(run_graph(g, {"x": x}, decisions={ChannelsLast(first): True}), run_ort(model, {"x": x}))
+
+
+def _pooled():
+    """3x3 conv (32 channels) -> ReLU, read by a padded 3x3 stride-2 max pool and an average pool with
+    asymmetric pads that leaves them out of its count, their sum read by a 1x1 conv."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 8, 15, 13)).astype(np.float32)
+    inits = {"wa": (rng.standard_normal((32, 8, 3, 3)) / 8).astype(np.float32),
+             "wb": (rng.standard_normal((16, 32, 1, 1)) / 6).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]), n("Relu", ["a"], ["r"]),
+             n("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             n("AveragePool", ["r"], ["q"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 2],
+               count_include_pad=0),
+             n("Add", ["p", "q"], ["s"]), n("Conv", ["s", "wb"], ["y"])]
+    return make_model(nodes, {"x": x}, inits), {"x": x}
+
+
+def test_pools_follow_the_layout():
+    """Pools over a channels-last value are computed channels-last (their vectors along the channels, read and
+    written contiguously), the add after them follows, and the next conv reads their output in place: no copy."""
+    model, feeds = _pooled()
+    g = load(model).graph
+    first = layout_convs(g)[0]
+    base = lower(g, {})[1]
+    kernels = lower(g, {ChannelsLast(first): True})[1]
+    assert len(kernels) == len(base)
+    pools = [k for k in kernels if k.form == "reduction"]
+    assert len(pools) == 2 and all(k.outputs[0][1].shape == (2, 8, 7, 32) for k in pools)
+    assert all(k.outputs[0][1].shape == (2, 32, 8, 7) for k in base if k.form == "reduction")
+    _close(run_graph(g, feeds, decisions={ChannelsLast(first): True}), run_ort(model, feeds))

@@ -613,7 +613,7 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
                    direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,
-                   tr=(tr := halo is not None or _rows_walk_output(kernel, plan)),
+                   tr=(tr := _walk_score(kernel, plan) >= 0 if halo else _rows_walk_output(kernel, plan)),
                    stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1), axis=axis)
 
 
@@ -637,6 +637,13 @@ def _rows_walk_output(kernel: Kernel, plan: Plan) -> bool:
     a residual read channels-last keeps the tile's orientation. Only where a row run fills a vector."""
     if not plan.m or not plan.n or kernel.full[plan.m[-1]] < host_simd_width():
         return False  # runs shorter than a vector (a 2x2 ConvTranspose's phase innermost)
+    return _walk_score(kernel, plan) > 0
+
+
+def _walk_score(kernel: Kernel, plan: Plan) -> int:
+    """How much more the epilogue's memory is contiguous along the rows than along the columns (``_rows_walk_output``).
+    A halo tile (pixels as rows) is transposed unless the columns win: a channels-last output, whose rows of
+    channels the tile holds as they are stored."""
     mi, ni = plan.m[-1], plan.n[-1]
     kept = _kept(kernel)
     score = (1 if kept and kept[-1] == mi else -1 if kept and kept[-1] == ni else 0)
@@ -645,7 +652,7 @@ def _rows_walk_output(kernel: Kernel, plan: Plan) -> bool:
             st = op.attr("view").strides
             if st[mi] and st[ni]:
                 score += (abs(st[mi]) == 1) - (abs(st[ni]) == 1)
-    return score > 0
+    return score
 
 
 def _header(elem: str, vw: int) -> list[str]:
@@ -689,9 +696,12 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     if t.tr:
         return stage + epi + _columns_epilogue(kernel, plan, t)
     epi.append("for (int64_t i = 0; i < mcur; i++) {")
-    epi.append("    const int64_t m = ic + i; (void)m;")
-    for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
-        epi.append(f"    const int64_t i{d} = {e};")
+    if t.halo:
+        epi += _indent(_halo_row(plan, t.halo, full), 4)
+    else:
+        epi.append("    const int64_t m = ic + i; (void)m;")
+        for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
+            epi.append(f"    const int64_t i{d} = {e};")
     # runs of the innermost N dim: the outer N indices are divided out once per run, not per element
     inner = _run(kernel, plan)
     step = t.run_cols if t.run else inner  # columns per run (with ``run``: padded to whole panels)
@@ -708,6 +718,23 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     loop += [*_indent(_epilogue_stmts(kernel, plan, f"ct[i * {nc} + j]", t.stream, "j - j0"), 4), "}"]
     loop = _stream_run(kernel, t, "r0", loop, f"{end} - j0")
     return stage + epi + _indent(loop, 8) + ["        j0 += len;", "    }", "}"]
+
+
+def _halo_row(plan: Plan, h: Halo, full: tuple[int, ...]) -> list[str]:
+    """The output pixel of a halo tile's row ``i`` (a wide row's pixel, ``Plan.a_halo``), the rows past an
+    output row's end (and past an image's output rows) skipped."""
+    from .emit import unravel
+
+    outer, inner = plan.m[:-1], plan.m[-1]
+    L = [f"const int64_t q = (ic + i) / {h.pitch}, c0 = (ic + i) % {h.pitch};"]
+    if h.image >= 0:
+        L += [f"if (c0 >= {h.width} || q % {h.span} >= {h.rows}) continue;",
+              f"const int64_t i{outer[0]} = q / {h.span};",
+              *([f"const int64_t i{outer[1]} = q % {h.span};"] if len(outer) == 2 else [])]
+    else:
+        L += [f"if (c0 >= {h.width}) continue;",
+              *(f"const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer))))]
+    return [*L, f"const int64_t i{inner} = c0;"]
 
 
 def _epilogue_stmts(kernel: Kernel, plan: Plan, acc: str, stream: tuple[int, ...] = (), stage: str = "") -> list[str]:
