@@ -170,7 +170,7 @@ def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]]
     order they are stored in, innermost the one its input walks at the smallest stride, its reduced ones after
     them: a max pool over a channels-last value then runs along the channels, read and written contiguously, where
     in its logical order it walked the pixels at the channels' stride."""
-    if n.op not in REDUCE or n.srcs[0][0].op is Op.Mul:
+    if n.srcs[0][0].op is Op.Mul:
         return None
     (_, v), axes = srcs[0], n.attrs["axes"]
     kept = [k for k in range(v.ndim) if k not in axes and v.shape[k] > 1]
