@@ -9,10 +9,10 @@ the order its output is stored in (the batch, the output channels, then the pixe
 The stored order then follows the value where it can (an elementwise node is computed in the stored order of
 the latest of its operands computed from a contraction, so a bias, an activation and a residual add stay fused
 into that contraction: ``_follows``; a pool is computed with its vectors along the dim stored innermost:
-``_pool_follows``); every other reader reads the value in place through the view
-``view.rebase`` gives (the next convolution's windows, a pool's, a global average, a reshape that merges a
-grouped convolution's groups and channels), and a reader whose view merges the channels
-with the pixels (a flatten) reads a copy in the logical order, made once: the conversions at a region's border
+``_pool_follows``; a concatenation of parts stored in one order is computed in it); every other reader reads
+the value in place through the view ``view.rebase`` gives (the next convolution's windows, a pool's, a global
+average, a reshape that merges a grouped convolution's groups and channels), and a reader whose view merges the
+channels with the pixels (a flatten) reads a copy in the logical order, made once: the conversions at a region's border
 are kernels like any other, and the search times them with the rest. ``defaults`` is the untuned compile's
 choice.
 """
@@ -155,14 +155,28 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int])
     if n.op not in ELEMENTWISE or n.op is Op.Contiguous:
         return None
     full = [slot for slot, (_, v) in enumerate(srcs) if _full_size(v)]
-    if not full:
-        return None
+    if not full:  # a concatenation's sum of zero-padded parts: where each part is stored in one order, that one
+        orders = {_ranked(v) for _, v in srcs}
+        order = orders.pop() if all(moved) and len(orders) == 1 else None
+        return None if order is None else (0, order)
     latest = max(full, key=lambda slot: near[slot])
     slot = latest if near[latest] >= 0 else full[0]
     if not moved[slot] or (near[latest] < 0 and not all(moved[k] for k in full)):
         return None
     found = _storage_order(srcs[slot][1])
     return (slot, found) if found is not None and list(found) != sorted(found) else None
+
+
+def _ranked(v: View, axes: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    """``v``'s dims outside ``axes`` (ones first) by the stride it walks them at, innermost the smallest, then
+    ``axes``; None where that is the order they have, or a dim of more than one is broadcast."""
+    kept = [k for k in range(v.ndim) if k not in axes and v.shape[k] > 1]
+    if any(v.strides[k] == 0 for k in kept):
+        return None
+    ranked = sorted(kept, key=lambda k: (-abs(v.strides[k]), k))
+    if ranked == kept:
+        return None
+    return (*[k for k in range(v.ndim) if k not in axes and v.shape[k] == 1], *ranked, *axes)
 
 
 def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]] | None:
@@ -172,15 +186,8 @@ def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]]
     in its logical order it walked the pixels at the channels' stride."""
     if n.srcs[0][0].op is Op.Mul:
         return None
-    (_, v), axes = srcs[0], n.attrs["axes"]
-    kept = [k for k in range(v.ndim) if k not in axes and v.shape[k] > 1]
-    if any(v.strides[k] == 0 for k in kept):
-        return None
-    ranked = sorted(kept, key=lambda k: (-abs(v.strides[k]), k))
-    if ranked == kept:
-        return None
-    units = [k for k in range(v.ndim) if k not in axes and v.shape[k] == 1]
-    return 0, (*units, *ranked, *axes)
+    order = _ranked(srcs[0][1], tuple(n.attrs["axes"]))
+    return None if order is None else (0, order)
 
 
 # which contractions an untuned compile stores channels-last: 1x1 convolutions on short pixel rows whose readers

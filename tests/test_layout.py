@@ -410,3 +410,30 @@ def test_pools_follow_the_layout():
     assert len(pools) == 2 and all(k.outputs[0][1].shape == (2, 8, 7, 32) for k in pools)
     assert all(k.outputs[0][1].shape == (2, 32, 8, 7) for k in base if k.form == "reduction")
     _close(run_graph(g, feeds, decisions={ChannelsLast(first): True}), run_ort(model, feeds))
+
+
+def test_a_concatenation_of_channels_last_parts_follows_them():
+    """Two channels-last convs concatenated along the channels (a SqueezeNet fire module): the concatenation is
+    computed channels-last, each part read in place, and the next conv reads it so; with one part in the
+    logical order it stays in the logical order."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((2, 8, 11, 9)).astype(np.float32)
+    inits = {"wa": (rng.standard_normal((16, 8, 1, 1)) / 3).astype(np.float32),
+             "wb": (rng.standard_normal((24, 8, 3, 3)) / 8).astype(np.float32),
+             "wc": (rng.standard_normal((16, 40, 1, 1)) / 6).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "wa"], ["a"]), n("Relu", ["a"], ["ra"]), n("Conv", ["x", "wb"], ["b"], pads=[1, 1, 1, 1]),
+             n("Relu", ["b"], ["rb"]), n("Concat", ["ra", "rb"], ["c"], axis=1), n("Conv", ["c", "wc"], ["y"])]
+    model, feeds = make_model(nodes, {"x": x}, inits), {"x": x}
+    g = load(model).graph
+    first, second, _ = layout_convs(g)
+    both = {ChannelsLast(first): True, ChannelsLast(second): True}
+
+    def concat(decisions):
+        (k,) = [k for k in lower(g, decisions)[1] if ("c", "Concat") in k.sources]
+        return k.outputs[0][1].shape
+
+    assert concat(both) == (2, 11, 9, 40) and concat({ChannelsLast(first): True}) == (2, 40, 11, 9)
+    want = run_ort(model, feeds)
+    _close(run_graph(g, feeds, decisions=both), want)
+    _close(run_graph(g, feeds, decisions={ChannelsLast(second): True}), want)
