@@ -43,8 +43,7 @@ def _order(red: Node) -> tuple[int, ...] | None:
     if math.prod(mul.shape[k] for k in kept if reads_dim(vw, k) and not reads_dim(vx, k)) < MIN_CHANNELS:
         return None
     order = (*[k for k in kept if not reads_dim(vw, k)], *[k for k in kept if reads_dim(vw, k)], *sorted(axes))
-    moved = [k for k in order if mul.shape[k] > 1]
-    return order if moved != sorted(moved) else None
+    return order if _moves(order, mul.shape) else None
 
 
 def eligible(node: Node) -> bool:
@@ -61,11 +60,22 @@ def _stored(node: Node, order: tuple[int, ...]) -> Src:
     return node, View.contiguous(node.shape).permute(_inverse(order))
 
 
-def _storage_order(v: View) -> tuple[int, ...] | None:
-    """The order of ``v``'s dims that reads it contiguously (outermost first), where there is one."""
-    units = [k for k in range(v.ndim) if v.shape[k] == 1]
-    order = (*units, *sorted((k for k in range(v.ndim) if v.shape[k] > 1), key=lambda k: (-v.strides[k], k)))
-    return order if v.permute(order).is_contiguous else None
+def _moves(order: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether ``order`` takes some dims of more than one element out of their logical order."""
+    moved = [k for k in order if shape[k] > 1]
+    return moved != sorted(moved)
+
+
+def _by_stride(v: View, axes: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    """``v``'s dims outside ``axes`` (ones first) by the stride it walks them at, innermost the smallest, then
+    ``axes``: the order it reads its storage in where it is not that storage's logical one; None where that is
+    the logical one, or a dim of more than one is broadcast."""
+    kept = [k for k in range(v.ndim) if k not in axes and v.shape[k] > 1]
+    if any(v.strides[k] == 0 for k in kept):
+        return None
+    units = [k for k in range(v.ndim) if k not in axes and v.shape[k] == 1]
+    order = (*units, *sorted(kept, key=lambda k: (-abs(v.strides[k]), k)), *axes)
+    return order if _moves(order, v.shape) else None
 
 
 def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
@@ -156,27 +166,16 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int])
         return None
     full = [slot for slot, (_, v) in enumerate(srcs) if _full_size(v)]
     if not full:  # a concatenation's sum of zero-padded parts: where each part is stored in one order, that one
-        orders = {_ranked(v) for _, v in srcs}
+        orders = {_by_stride(v) for _, v in srcs}
         order = orders.pop() if all(moved) and len(orders) == 1 else None
         return None if order is None else (0, order)
     latest = max(full, key=lambda slot: near[slot])
     slot = latest if near[latest] >= 0 else full[0]
     if not moved[slot] or (near[latest] < 0 and not all(moved[k] for k in full)):
         return None
-    found = _storage_order(srcs[slot][1])
-    return (slot, found) if found is not None and list(found) != sorted(found) else None
-
-
-def _ranked(v: View, axes: tuple[int, ...] = ()) -> tuple[int, ...] | None:
-    """``v``'s dims outside ``axes`` (ones first) by the stride it walks them at, innermost the smallest, then
-    ``axes``; None where that is the order they have, or a dim of more than one is broadcast."""
-    kept = [k for k in range(v.ndim) if k not in axes and v.shape[k] > 1]
-    if any(v.strides[k] == 0 for k in kept):
-        return None
-    ranked = sorted(kept, key=lambda k: (-abs(v.strides[k]), k))
-    if ranked == kept:
-        return None
-    return (*[k for k in range(v.ndim) if k not in axes and v.shape[k] == 1], *ranked, *axes)
+    _, v = srcs[slot]
+    found = _by_stride(v)
+    return (slot, found) if found is not None and v.permute(found).is_contiguous else None
 
 
 def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]] | None:
@@ -186,7 +185,7 @@ def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]]
     in its logical order it walked the pixels at the channels' stride."""
     if n.srcs[0][0].op is Op.Mul:
         return None
-    order = _ranked(srcs[0][1], tuple(n.attrs["axes"]))
+    order = _by_stride(srcs[0][1], tuple(n.attrs["axes"]))
     return None if order is None else (0, order)
 
 

@@ -17,7 +17,7 @@ import optuna
 
 from ..codegen.backend import Knob
 from ..codegen.kernel import Kernel
-from ..codegen.partition import FLAGS, ByImage, ChannelsLast, Decisions, Edge, Flag, Winograd, decisions_config
+from ..codegen.partition import FLAGS, ByImage, Decisions, Edge, Flag, Winograd, decisions_config
 from ..ir.winograd import TILES
 
 if TYPE_CHECKING:
@@ -194,14 +194,6 @@ def conv_name(node: int) -> str:
 
 def flag_name(flag: Flag) -> str:
     return f"{FLAGS[type(flag)][0]}_{flag.node}"
-
-
-def layout_name(node: int) -> str:
-    return flag_name(ChannelsLast(node))
-
-
-def image_name(node: int) -> str:
-    return flag_name(ByImage(node))
 
 
 def _tile(decisions: Decisions, node: int) -> int:

@@ -32,7 +32,7 @@ from luminal.frontend_onnx import load
 from luminal.ir import layout, run_reference
 from luminal.ir.view import View, rebase
 from luminal.runtime.compile import compile_graph
-from luminal.search.space import FusionSpace, layout_name
+from luminal.search.space import FusionSpace, flag_name
 from luminal.search.tuner import tune
 
 
@@ -208,9 +208,9 @@ def test_the_fusion_space_offers_the_decision(cnn):
     g, _, _ = cnn
     convs = layout_convs(g)
     space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), [*map(ChannelsLast, convs)])
-    assert all(layout_name(p) in space.grid() for p in convs)
+    assert all(flag_name(ChannelsLast(p)) in space.grid() for p in convs)
     assert not any(isinstance(d, ChannelsLast) for d in space.default)  # untuned: the logical order
-    point = space.decode({layout_name(convs[1]): True})
+    point = space.decode({flag_name(ChannelsLast(convs[1])): True})
     assert point[ChannelsLast(convs[1])] is True and space.decode(space.encode(point)) == point
     config = decisions_config(point)
     assert config == {"unfused": [], "channels_last": [convs[1]]}
@@ -305,7 +305,7 @@ def test_untuned_compiles_store_channels_last_where_the_cost_model_prefers_it(hw
     _close(run_graph(g, feeds), want)
     space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g),
                         [*map(ChannelsLast, layout_convs(g))])
-    assert space.encode(space.default)[layout_name(first)] == stored
+    assert space.encode(space.default)[flag_name(ChannelsLast(first))] == stored
 
 
 def _readers(kind: str):

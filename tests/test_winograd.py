@@ -33,7 +33,7 @@ from luminal.codegen.partition import (
 from luminal.frontend_onnx import load
 from luminal.ir import DType, Graph, Op, Tensor, optimize, run_reference, winograd
 from luminal.runtime.compile import compile_graph
-from luminal.search.space import FusionSpace, conv_name, image_name
+from luminal.search.space import FusionSpace, conv_name, flag_name
 from luminal.search.tuner import tune
 from luminal.search.verify import mismatch
 
@@ -328,11 +328,11 @@ def test_the_search_space_and_the_cache_hold_the_image_by_image_decision():
     g = load(model).graph
     edges, (node,) = fusible_edges(g), winograd_convs(g)
     space = FusionSpace(edges, winograd_convs(g), None, [*map(ByImage, image_convs(g))])
-    assert space.size == 2 ** len(edges) * 3 * 2 and image_name(node) in space.grid()
+    assert space.size == 2 ** len(edges) * 3 * 2 and flag_name(ByImage(node)) in space.grid()
     assert not any(isinstance(k, ByImage) for k in space.default)
-    point = space.decode({conv_name(node): 4, image_name(node): True})
+    point = space.decode({conv_name(node): 4, flag_name(ByImage(node)): True})
     assert point[ByImage(node)] is True and space.decode(space.encode(point)) == point
-    assert ByImage(node) not in space.decode({image_name(node): True})  # computed directly: no images to split
+    assert ByImage(node) not in space.decode({flag_name(ByImage(node)): True})  # computed directly: no images to split
     config = decisions_config(point)
     assert config == {"unfused": [], "winograd": [[node, 4]], "by_image": [node]}
     assert decisions_from_config(g, config) == {Winograd(node, 4): True, ByImage(node): True}
@@ -355,7 +355,7 @@ def test_untuned_compiles_take_a_batch_of_four_or_more_images_image_by_image(n, 
     assert winograd.default_tile(red) == tile
     assert (ByImage(node) in default_algorithms(g)) == by_image
     space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), [*map(ByImage, image_convs(g))])
-    assert space.encode(space.default)[image_name(node)] == by_image
+    assert space.encode(space.default)[flag_name(ByImage(node))] == by_image
     if by_image:
         assert sum(x.op is Op.SumReduce for x in lower(g)[0].toposort()) == 5 * n
     got = run_graph(g, feeds)[0]

@@ -723,18 +723,24 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
 def _halo_row(plan: Plan, h: Halo, full: tuple[int, ...]) -> list[str]:
     """The output pixel of a halo tile's row ``i`` (a wide row's pixel, ``Plan.a_halo``), the rows past an
     output row's end (and past an image's output rows) skipped."""
+    dims, live = _wide_row(plan, h, full)
+    return [f"const int64_t q = (ic + i) / {h.pitch}, c0 = (ic + i) % {h.pitch};",
+            f"if (c0 >= {h.width}{f' || !({live})' if live else ''}) continue;", *dims,
+            f"const int64_t i{plan.m[-1]} = c0;"]
+
+
+def _wide_row(plan: Plan, h: Halo | None, full: tuple[int, ...]) -> tuple[list[str], str]:
+    """The outer M dims of row ``q`` of the tile's rows (a halo's wide rows, else the output's rows), and the
+    condition that it holds output (empty: every row does): a batch's images are ``span`` wide rows apart, the
+    rows past each image's output rows hold none."""
     from .emit import unravel
 
-    outer, inner = plan.m[:-1], plan.m[-1]
-    L = [f"const int64_t q = (ic + i) / {h.pitch}, c0 = (ic + i) % {h.pitch};"]
-    if h.image >= 0:
-        L += [f"if (c0 >= {h.width} || q % {h.span} >= {h.rows}) continue;",
-              f"const int64_t i{outer[0]} = q / {h.span};",
-              *([f"const int64_t i{outer[1]} = q % {h.span};"] if len(outer) == 2 else [])]
-    else:
-        L += [f"if (c0 >= {h.width}) continue;",
-              *(f"const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer))))]
-    return [*L, f"const int64_t i{inner} = c0;"]
+    outer = plan.m[:-1]
+    if h and h.image >= 0:
+        return [f"const int64_t i{outer[0]} = q / {h.span};",
+                *([f"const int64_t i{outer[1]} = q % {h.span};"] if len(outer) == 2 else [])], \
+            f"q % {h.span} < {h.rows}"
+    return [f"const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer)))], ""
 
 
 def _epilogue_stmts(kernel: Kernel, plan: Plan, acc: str, stream: tuple[int, ...] = (), stage: str = "") -> list[str]:
@@ -799,7 +805,7 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     from .emit import unravel
 
     h, full = t.halo, kernel.full
-    outer, inner = plan.m[:-1], plan.m[-1]
+    inner = plan.m[-1]
     pitch = h.pitch if h else full[inner]
     L = ["for (int64_t j = 0; j < ncur; j++) {", "    const int64_t n = jc + j; (void)n;"]
     cols, col = plan.n, "n"
@@ -811,13 +817,9 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     L += ["    for (int64_t r = ic; r < ic + mcur;) {",
           f"        const int64_t q = r / {pitch}, c0 = r % {pitch}; (void)q;",
           f"        const int64_t len = lum_min64({pitch} - c0, ic + mcur - r);"]
-    if h and h.image >= 0:  # images ``span`` wide rows apart, the rows past each image's output rows skipped
-        L += [f"        const int64_t i{outer[0]} = q / {h.span};",
-              *([f"        const int64_t i{outer[1]} = q % {h.span};"] if len(outer) == 2 else []),
-              f"        const int64_t end = q % {h.span} < {h.rows} ? lum_min64(len, {h.width} - c0) : 0;"]
-    else:
-        L += [f"        const int64_t end = {f'lum_min64(len, {h.width} - c0)' if h else 'len'};"]
-        L += [f"        const int64_t i{d} = {e};" for d, e in zip(outer, unravel("q", tuple(full[x] for x in outer)))]
+    dims, live = _wide_row(plan, h, full)
+    end = f"lum_min64(len, {h.width} - c0)" if h else "len"
+    L += [f"        const int64_t end = {f'{live} ? {end} : 0' if live else end};", *("        " + x for x in dims)]
     loop = ["#pragma omp simd", "for (int64_t i = 0; i < end; i++) {", f"    const int64_t i{inner} = c0 + i;",
             *_indent(_epilogue_stmts(kernel, plan, f"ct[j * {t.mt_pad} + (r - ic + i)]", t.stream, "i"), 4), "}"]
     loop = _stream_run(kernel, t, "c0", loop, "end")
