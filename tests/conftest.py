@@ -61,3 +61,14 @@ def small_models() -> dict:
 def full_models() -> dict:
     manifest = export_example_models(small_only=False)
     return {k: v for k, v in manifest.items() if v["size"] == "full"}
+
+
+@pytest.fixture
+def sixteen_lanes(monkeypatch):
+    """The C backend's schedule rules as on a host of 16-lane vectors (AVX-512), whatever this host's: for tests of
+    rules measured there (the code they emit still builds and runs here, its vectors split by the compiler)."""
+    import luminal.codegen.c.contraction as contraction
+    import luminal.codegen.c.schedule as schedule
+
+    monkeypatch.setattr(contraction, "host_simd_width", lambda: 16)
+    monkeypatch.setattr(schedule, "simd_width", lambda: 16)

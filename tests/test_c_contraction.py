@@ -103,7 +103,8 @@ def test_conv_implicit_gemm(cin, cout, group, ksz, stride, dil, pads):
     # 1x1's 5 x 7), defaults to the stencil
     assert base["impl"] == ("stencil" if group > 1 or cin * ksz * ksz * cout <= WEIGHT_MAX else "generated")
     gemm = {**base, "impl": "generated"}
-    other_nr = base["nr"] // 2 if base["nr"] > host_simd_width() else 2 * base["nr"]  # another panel width
+    vw = host_simd_width()
+    other_nr = vw if base["nr"] > vw else 2 * vw  # another panel width
     for s in ({**gemm, "pack_a": True}, {**gemm, "pack_a": True, "kc": 128, "mr": 4, "nr": other_nr},
               {**gemm, "impl": "loops", "lanes": 16}):
         assert be.valid(cs[0], s)
@@ -242,9 +243,9 @@ def test_matmul_packing_over_negative_step_padded_and_broadcast_views():
 
 @pytest.mark.parametrize("weight", [True, False])
 @pytest.mark.parametrize("m", [1, 3, 8])
-def test_few_rows_against_an_operand_laid_out_n_by_k(m, weight):
-    """A few rows times a transposed operand (a classifier, a conv over a 1x1 map). A weight stays B, packed
-    once, in tiles about as high as the rows there are; another operand becomes the
+def test_few_rows_against_an_operand_laid_out_n_by_k(sixteen_lanes, m, weight):
+    """A few rows times a transposed operand (a classifier, a conv over a 1x1 map). A weight stays B, packed once, in
+    tiles about as high as the rows there are (8 where 16-lane registers hold them); another operand becomes the
     in-place A and the rows the packed B, including N = 1."""
     x = Tensor.input("x", (m, 40), DType.float32)
     w = Tensor.const(RNG.standard_normal((37, 40)).astype(np.float32)) if weight else \
@@ -491,9 +492,9 @@ def test_a_tile_whose_rows_walk_the_output_stores_transposed(n, stride, weight_i
 
 
 @pytest.mark.parametrize("cin,cout,hw", [(64, 96, 7), (24, 20, 16), (16, 32, 14)])
-def test_7_row_tiles_where_they_pad_less_than_6_and_8(cin, cout, hw):
-    """A 7x7 map's 49 pixels fill 7 panels of 7 rows, against 9 of 6 or 7 of 8; 20 channels as rows fill 3 of 7.
-    The default takes 7 rows there (and 6 or 8 elsewhere: 14x14's 196 pixels are 28 panels of 7, 33 of 6);
+def test_7_row_tiles_where_they_pad_less_than_6_and_8(sixteen_lanes, cin, cout, hw):
+    """On 16-lane vectors, a 7x7 map's 49 pixels fill 7 panels of 7 rows, against 9 of 6 or 7 of 8; 20 channels as rows
+    fill 3 of 7. The default takes 7 rows there (and 6 or 8 elsewhere: 14x14's 196 pixels are 28 panels of 7, 33 of 6);
     a row block of 7-row panels is its MC rounded down to them, so every MC of the space is valid with MR 7."""
     x = Tensor.input("x", (1, cin, hw, hw), DType.float32)
     wt = Tensor.const(RNG.standard_normal((cout, cin, 1, 1)).astype(np.float32))

@@ -9,6 +9,7 @@ import pytest
 from codegen_util import compare_cpu, random_schedules
 from codegen_util import graph as _graph
 
+from luminal.codegen.c import schedule
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import plan_contraction
 from luminal.codegen.c.schedule import simd_width
@@ -62,6 +63,7 @@ def _in_place_schedules(be, k):
     vw = host_simd_width()
     out = [base]
     for over in ({"mr": 4, "nr": vw, "mc": 24}, {"mr": 8, "nr": 2 * vw, "kc": 128, "mc": 24, "order": "mn"},
+                 {"mr": 12, "nr": vw, "kc": 128, "mc": 48, "order": "mn"}, {"mr": 4, "nr": 3 * vw, "pack_a": True},
                  {"mr": 6, "nr": 3 * vw, "nc": 192 if 192 % (3 * vw) == 0 else 3 * vw * 4, "pack_a": True},
                  {"mr": 4, "nr": 4 * vw, "nc": 512, "kc": 128, "mc": 24}):
         s = {**base, **over}
@@ -137,13 +139,13 @@ def test_reversed_rows_are_packed():
     assert not be.valid(c, {**be.default_schedule(c), "pack_b": False})
 
 
-def test_default_reads_in_place_where_rows_take_whole_panels():
-    """The default reads a conv's input in place where its output rows fill NR-wide panels with less padding
-    than the pack would cost (rows of 40: 48 or 64 columns, packed), in 8-row tiles where they pad M no more
-    than 6-row ones (7-row ones where those pad less than both); a row within one panel, cut by the padding on
-    both sides, only against few rows."""
+def test_default_reads_in_place_where_rows_take_whole_panels(sixteen_lanes):
+    """On 16-lane vectors, the default reads a conv's input in place where its output rows fill NR-wide panels with less
+    padding than the pack would cost (rows of 40: 48 or 64 columns, packed), in 8-row tiles where they pad M no more
+    than 6-row ones (7-row ones where those pad less than both); a row within one panel, cut by the padding on both
+    sides, only against few rows."""
     be = CPUBackend()
-    vw = host_simd_width()
+    vw = schedule.simd_width()  # the fixture's
     # rows of 7 vectors fill panels of one vector, up to 64 rows (``contraction.rows_of_vectors``); rows of 7.5
     # pad 7% in panels of two; rows of 7 against 96 rows, as rows of 1.9 vectors against 64, are packed
     for cout, width, nr in ((16, 4 * vw, 2 * vw), (64, 4 * vw - 3, 2 * vw), (20, 5 * vw // 2, 0),
@@ -191,10 +193,10 @@ def test_grouped_conv_rows_shorter_than_a_vector_are_read_in_place(stride):
     (1024, 256, 14, False),  # 51M multiply-adds: the pack is worth the lanes
     (160, 960, 7, False),  # 49 pixels in 64 lanes pad more than WASTE_SMALL
 ])
-def test_a_1x1_conv_at_a_short_map_takes_the_measured_orientation(cin, cout, hw, pixels_as_columns):
-    """Which operand is A in a 1x1 conv whose pixels do not fill whole tiles: the pixels stay the columns of a
-    small product, and are the rows (packed per call) of a large one or one whose lanes would go mostly empty;
-    the other orientation stays in the search's space; both give the reference's outputs."""
+def test_a_1x1_conv_at_a_short_map_takes_the_measured_orientation(sixteen_lanes, cin, cout, hw, pixels_as_columns):
+    """On 16-lane vectors, which operand is A in a 1x1 conv whose pixels do not fill whole tiles: the pixels stay the
+    columns of a small product, and are the rows (packed per call) of a large one or one whose lanes would go mostly
+    empty; the other orientation stays in the search's space; both give the reference's outputs."""
     g, feeds = _conv_graph(1, cin, cout, (hw, hw), k=1, pads=((0, 0), (0, 0)))
     _, c = _the_conv(g)
     plan = plan_contraction(c)
@@ -234,3 +236,22 @@ def test_input_flipped_along_rows_and_channels():
     y = conv(v, wt, 1, [1, 1], [1, 1], [(0, 1), (0, 0)], [11, 36])
     g = _graph([x], [y.relu()])
     _check_in_place(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+
+
+@pytest.mark.parametrize("vw", [8, 16])
+def test_defaults_are_points_of_the_space(monkeypatch, vw):
+    """The default schedule of each kind of conv is a point the search's space holds, on 8-lane (AVX2) and 16-lane
+    (AVX-512) vectors alike: a depthwise conv's blocks of four one-vector panels were 32 columns on 8 lanes, which
+    the NC knob does not offer."""
+    import luminal.codegen.c.contraction as contraction
+
+    monkeypatch.setattr(contraction, "host_simd_width", lambda: vw)
+    monkeypatch.setattr(schedule, "simd_width", lambda: vw)
+    be = CPUBackend()
+    for g in (_conv_graph(1, 16, 16, (12, 40), group=16)[0],  # depthwise: the stencil
+              _conv_graph(1, 8, 16, (12, 4 * vw))[0],  # rows of whole vectors, read in place
+              _conv_graph(1, 16, 40, (11, 27))[0],  # the padded copy
+              _conv_graph(1, 24, 64, (9, 9), k=1, pads=((0, 0), (0, 0)))[0]):
+        _, c = _the_conv(g)
+        s = be.default_schedule(c)
+        assert be.valid(c, s), s

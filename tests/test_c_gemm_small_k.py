@@ -9,6 +9,7 @@ import pytest
 from codegen_util import compare_cpu, random_schedules
 from test_c_direct_conv import _conv_graph, _the_conv
 
+from luminal.codegen.c import schedule
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.check import run_graph
 from luminal.codegen.c.contraction import plan_contraction
@@ -68,8 +69,9 @@ def test_1x1_conv_epilogue_per_panel(n, cin, cout, epilogue):
     _check(g, feeds, per_panel=True)
 
 
-def test_columns_not_a_multiple_of_nr():
-    """N = 7 x 23 pixels: B packed (its last panel partial), the epilogue per panel skipping the padding."""
+def test_columns_not_a_multiple_of_nr(sixteen_lanes):
+    """On 16-lane vectors, N = 7 x 23 pixels: B packed (its last panel partial), the epilogue per panel skipping the
+    padding."""
     g, feeds = _1x1(2, 10, 15, (7, 23), "silu")
     _, c = _the_conv(g)
     assert CPUBackend().default_schedule(c)["pack_b"]
@@ -96,10 +98,10 @@ def test_int32_1x1_is_exact():
         assert np.array_equal(got, want.reshape(got.shape)), s
 
 
-def test_default_reads_a_small_k_in_place():
-    """Many output channels against a K of one step: B (the input) read in place in 8-row tiles; a larger K
-    with many rows keeps B packed."""
-    vw = host_simd_width()
+def test_default_reads_a_small_k_in_place(sixteen_lanes):
+    """On 16-lane vectors, many output channels against a K of one step: B (the input) read in place in 8-row tiles; a
+    larger K with many rows keeps B packed."""
+    vw = schedule.simd_width()  # the fixture's
     be = CPUBackend()
     for cin, cout, direct in ((24, 144, True), (64, 256, True), (256, 256, True), (512, 256, False),
                               (512, 64, True)):

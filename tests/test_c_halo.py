@@ -249,9 +249,9 @@ def test_avx2_vectors(monkeypatch):
 
 
 @pytest.mark.parametrize("hw,mr", [(7, 7), (14, 12), (28, 12)])
-def test_the_default_tile_rows_pad_the_wide_rows_least(hw, mr):
-    """12 rows per tile, unless 8 or 7 pad the wide rows at least 2% less: a 7x7 map's 7 x 9 = 63 wide pixels
-    take 7-row tiles (12s would pad them to 72); 14x14's 224 stay in 12s (228, within 2% of 8s' 224)."""
+def test_the_default_tile_rows_pad_the_wide_rows_least(sixteen_lanes, hw, mr):
+    """On 16-lane vectors, 12 rows per tile, unless 8 or 7 pad the wide rows at least 2% less: a 7x7 map's 7 x 9 = 63
+    wide pixels take 7-row tiles (12s would pad them to 72); 14x14's 224 stay in 12s (228, within 2% of 8s' 224)."""
     g, feeds = _conv_graph(1, 64, 64, (hw, hw))
     ks, c = _the_conv(g)
     be = CPUBackend()
@@ -281,11 +281,11 @@ def test_3_vector_tiles_where_they_pad_the_output_channels_less(monkeypatch, cou
 
 
 @pytest.mark.parametrize("hw,threads,mc", [(112, 2, 384), (80, 2, 192), (56, 2, 96), (112, 8, 96)])
-def test_large_maps_take_long_row_blocks(hw, threads, mc):
-    """The default's row block grows with the map while every thread keeps 16 tiles (a tile's transposition and
-    epilogue are paid per tile): 112 x 114 wide pixels of 96 output channels in blocks of 384 on 2 threads, 80 x 82
-    in 192s, 56 x 58 in the 96 every conv had; 8 threads split 112x112 in 96s too. Computed in long blocks and
-    with 7-row tiles (the block rounded down to whole tiles), the conv matches the reference."""
+def test_large_maps_take_long_row_blocks(sixteen_lanes, hw, threads, mc):
+    """On 16-lane vectors, the default's row block grows with the map while every thread keeps 16 tiles (a tile's
+    transposition and epilogue are paid per tile): 112 x 114 wide pixels of 96 output channels in blocks of 384 on 2
+    threads, 80 x 82 in 192s, 56 x 58 in the 96 every conv had; 8 threads split 112x112 in 96s too. Computed in long
+    blocks and with 7-row tiles (the block rounded down to whole tiles), the conv matches the reference."""
     from luminal.codegen.c.schedule import typed_default
 
     g, feeds = _conv_graph(1, 16, 96, (hw, hw))
@@ -302,15 +302,14 @@ def test_large_maps_take_long_row_blocks(hw, threads, mc):
 
 @pytest.mark.parametrize("cout,hw,rows", [(32, 112, True), (64, 80, True), (16, 160, True), (32, 56, False),
                                           (96, 112, False)])
-def test_rows_of_whole_vectors_keep_the_pixels_as_columns(cout, hw, rows):
-    """A conv of at most 64 output channels whose output rows are whole vectors (at least four) reads its input in
-    place by rows, in panels of one or two vectors that pad no row, where the padded copy would otherwise take its
-    pixels as rows: no copy, no transposed tile, no wide-row columns. Rows of 56 (3.5 vectors) and 96 channels keep
-    the copy; the search still has the other orientation. Both match the reference."""
+def test_rows_of_whole_vectors_keep_the_pixels_as_columns(sixteen_lanes, cout, hw, rows):
+    """On 16-lane vectors, a conv of at most 64 output channels whose output rows are whole vectors (at least four)
+    reads its input in place by rows, in panels of one or two vectors that pad no row, where the padded copy would
+    otherwise take its pixels as rows: no copy, no transposed tile, no wide-row columns. Rows of 56 (3.5 vectors) and 96
+    channels keep the copy; the search still has the other orientation. Both match the reference."""
     from luminal.codegen.c.contraction import rows_of_vectors
-    from luminal.target import host_simd_width
 
-    vw = host_simd_width()
+    vw = 16
     g, feeds = _conv_graph(1, 24, cout, (hw, hw))
     ks, c = _the_conv(g)
     be = CPUBackend()

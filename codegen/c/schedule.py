@@ -125,9 +125,10 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         nr = rows_nr
         # panels of one vector over whole-vector rows (``contraction.rows_of_vectors``): blocks of four panels
         # and K in one step where it fits (2 threads: 3x3 32 -> 32 at 112x112 1.150 -> 1.112 ms, 48 -> 48 at 80x80
-        # 1.288 -> 1.226, 64 -> 64 at 112x112 4.25 -> 4.17)
+        # 1.288 -> 1.226, 64 -> 64 at 112x112 4.25 -> 4.17); of eight on 8-lane vectors, the fewest columns the
+        # space's NC takes
         if nr == vw and whole_vector_rows(plan):
-            nc, kc = 4 * vw, 512
+            nc, kc = max(4 * vw, 64), 512
     # 3-vector tiles where they pad N less than 2-vector ones (a conv's 48 output channels in one panel of 48, not
     # two of 32 with a quarter of the multiplies on padding: 2 threads, 3x3 48->48 at 80x80 0.70 -> 0.54 ms, at
     # 40x40 0.19 -> 0.15); where the registers hold 8 rows of them (AVX-512)
