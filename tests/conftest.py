@@ -64,11 +64,19 @@ def full_models() -> dict:
 
 
 @pytest.fixture
-def sixteen_lanes(monkeypatch):
-    """The C backend's schedule rules as on a host of 16-lane vectors (AVX-512), whatever this host's: for tests of
-    rules measured there (the code they emit still builds and runs here, its vectors split by the compiler)."""
+def lanes(monkeypatch):
+    """``lanes(vw)``: the C backend's rules and code for vectors of ``vw`` float32 lanes, whatever this host's
+    (``contraction.host_simd_width``, which ``schedule.simd_width`` reads); the code still builds and runs here, its
+    vectors split or joined by the compiler."""
     import luminal.codegen.c.contraction as contraction
-    import luminal.codegen.c.schedule as schedule
 
-    monkeypatch.setattr(contraction, "host_simd_width", lambda: 16)
-    monkeypatch.setattr(schedule, "simd_width", lambda: 16)
+    def pin(vw: int) -> None:
+        monkeypatch.setattr(contraction, "host_simd_width", lambda: vw)
+
+    return pin
+
+
+@pytest.fixture
+def sixteen_lanes(lanes):
+    """The C backend as on a host of 16-lane vectors (AVX-512): for tests of rules measured there."""
+    lanes(16)

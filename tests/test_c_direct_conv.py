@@ -239,14 +239,11 @@ def test_input_flipped_along_rows_and_channels():
 
 
 @pytest.mark.parametrize("vw", [8, 16])
-def test_defaults_are_points_of_the_space(monkeypatch, vw):
+def test_defaults_are_points_of_the_space(lanes, vw):
     """The default schedule of each kind of conv is a point the search's space holds, on 8-lane (AVX2) and 16-lane
     (AVX-512) vectors alike: a depthwise conv's blocks of four one-vector panels were 32 columns on 8 lanes, which
     the NC knob does not offer."""
-    import luminal.codegen.c.contraction as contraction
-
-    monkeypatch.setattr(contraction, "host_simd_width", lambda: vw)
-    monkeypatch.setattr(schedule, "simd_width", lambda: vw)
+    lanes(vw)
     be = CPUBackend()
     for g in (_conv_graph(1, 16, 16, (12, 40), group=16)[0],  # depthwise: the stencil
               _conv_graph(1, 8, 16, (12, 4 * vw))[0],  # rows of whole vectors, read in place

@@ -125,11 +125,9 @@ def test_random_points_of_the_space():
 
 
 @pytest.mark.parametrize("vw", [8, 16])
-def test_default_tiles_fit_the_registers(monkeypatch, vw):
+def test_default_tiles_fit_the_registers(lanes, vw):
     """8-row tiles only where their accumulators fit: on 16 AVX2 registers 8 x 2 vectors would not."""
-    import luminal.codegen.c.schedule as sched
-
-    monkeypatch.setattr(sched, "simd_width", lambda: vw)
+    lanes(vw)
     be = CPUBackend()
     for g in (_1x1(1, 24, 64, (4, 32))[0], _conv_graph(1, 8, 16, (12, 64))[0], _1x1(1, 512, 256, (7, 7))[0]):
         _, c = _the_conv(g)

@@ -149,15 +149,10 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
     (1, 4, 16, (10, 20), False),   # rows of 20: the pixels as columns keep whole vectors
     (1, 6, 8, (7, 7), False),      # half a vector per group
 ])
-def test_grouped_convs_on_small_maps_read_the_copy(monkeypatch, n, groups, per_group, hw, halo):
+def test_grouped_convs_on_small_maps_read_the_copy(sixteen_lanes, n, groups, per_group, hw, halo):
     """A grouped conv with whole vectors of output channels per group reads its padded copy by default where an
     output row is shorter than a vector, whatever HALO_MIN_N says; others keep their reads. Against the reference.
     On 16-lane vectors (AVX-512) whatever the host's."""
-    import luminal.codegen.c.contraction as contraction
-    import luminal.codegen.c.schedule as sched
-
-    monkeypatch.setattr(contraction, "host_simd_width", lambda: 16)
-    monkeypatch.setattr(sched, "simd_width", lambda: 16)
     c_all = groups * per_group
     g, feeds = _conv_graph(n, c_all, c_all, hw, group=groups)
     ks, c = _the_conv(g)
@@ -234,11 +229,9 @@ def test_a_batch_of_1d_signals_as_rows():
     _check_halo(g, feeds)
 
 
-def test_avx2_vectors(monkeypatch):
+def test_avx2_vectors(lanes):
     """On 8-lane vectors (AVX2) the same code: 8 x 8 transposes, tiles that fit 16 registers."""
-    import luminal.codegen.c.schedule as sched
-
-    monkeypatch.setattr(sched, "simd_width", lambda: 8)
+    lanes(8)
     g, feeds = _conv_graph(1, 16, HALO_MIN_N + 4, (11, 27))
     ks, c = _the_conv(g)
     be = CPUBackend()
@@ -261,13 +254,10 @@ def test_the_default_tile_rows_pad_the_wide_rows_least(sixteen_lanes, hw, mr):
 
 
 @pytest.mark.parametrize("cout,nr", [(48, 48), (40, 48), (144, 48), (96, 32), (64, 32)])
-def test_3_vector_tiles_where_they_pad_the_output_channels_less(monkeypatch, cout, nr):
+def test_3_vector_tiles_where_they_pad_the_output_channels_less(sixteen_lanes, cout, nr):
     """On 16-lane vectors 48 output channels fill one panel of a 3-vector tile, not two of 32 (a quarter of the
     multiplies on padding); 96 and 64 stay in 2-vector panels. A block of columns holds whole panels (NC rounded
     down to them: 64 -> 48, 128 -> 96), so every NC of the space is a valid point with 48-wide panels."""
-    import luminal.codegen.c.schedule as sched
-
-    monkeypatch.setattr(sched, "simd_width", lambda: 16)
     g, feeds = _conv_graph(1, 16, cout, (9, 23), epilogue="silu")
     ks, c = _the_conv(g)
     be = CPUBackend()

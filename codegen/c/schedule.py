@@ -6,10 +6,10 @@ import math
 from dataclasses import replace
 from typing import Literal
 
-from ...target import host_simd_width as simd_width
 from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
+from . import contraction
 from .contraction import TILE, Plan, halo_default, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
@@ -23,6 +23,13 @@ from .stencil import plan_stencil, stencil_default
 GRAIN = 1 << 18
 HALO_ROW_BLOCKS = (192, 288, 384)
 HALO_TILES_PER_THREAD = 16
+
+
+
+def simd_width() -> int:
+    """float32 lanes of the vectors C kernels are scheduled and emitted for: the host's, as the contraction's rules
+    read them (``contraction.host_simd_width``, the one name a test pins them by)."""
+    return contraction.host_simd_width()
 
 
 def _thread_choices(n: int) -> tuple[int, ...]:
