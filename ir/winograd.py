@@ -179,9 +179,16 @@ def eligible(node: Node) -> bool:
 # 5.81, 8 13.3 / 13.7 (the transforms' traffic grows out of the caches), where 128 at 28x28 over 8 still took
 # 10.7 / 7.6; at 14x14 64 0.11 / 0.16, 80 0.17 / 0.14, 96 0.21 / 0.17-0.19, 128 0.34 / 0.25-0.32, 160 0.54 / 0.36;
 # at 7x7 direct / F(2x2) 128 0.10 / 0.09, 192 0.26 / 0.22, 256 0.38 / 0.31
-F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than TINY_MAP
+# In a model the transformed weight comes from memory, not from the caches a layer timed alone keeps it in, and
+# F(4x4)'s is 4x the direct one (F(2x2)'s 1.8x), where a small map's GEMM has few tiles to reuse it over: whole
+# models, one process, interleaved, 2 threads, AMD Zen 2 (AVX2), F(4x4) on 14x14 maps from 96 channels against
+# F(2x2) from 128 and direct below, in ms: Inception-v1 (light graph) 37.8 -> 32.1, Inception-v2 30.6 -> 27.3,
+# ResNet-50 73.5 -> 69.9 and 80.8 -> 82.7 (two runs), its light graph 74.3 -> 70.9; DenseNet-121, VGG-19, AlexNet,
+# ZFNet-512, SqueezeNet and DeepLab within their runs' noise (+-4%)
+F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than SMALL_MAP
 ONE_IMAGE_F4_MIN_CHANNELS = 48  # F(4x4) on one image's maps larger than SMALL_MAP
 SMALL_MAP = 14 * 14
+SMALL_MAP_MIN_CHANNELS = 128  # F(2x2) on maps larger than TINY_MAP, of at most SMALL_MAP pixels
 TINY_MAP = 7 * 7
 TINY_MAP_MIN_CHANNELS = 192  # F(2x2) on maps of at most TINY_MAP pixels
 # a batch image by image from this many images, F(4x4) then from as few channels as one image's. F(4x4) image by
@@ -193,12 +200,12 @@ BY_IMAGE_MIN_IMAGES = 4
 
 def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with, by the channels it
-    sums over and writes (the fewer of the two), its output map and its images: 4 from F4_MIN_CHANNELS on maps
-    larger than TINY_MAP (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps larger than SMALL_MAP, and for a
-    batch's that ``default_by_image`` computes image by image); on smaller
-    maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (an atrous pyramid's rate 6
-    over 16x16: 36 phases of 3x3, each padded to whole tiles); else 0 (directly). The search tries every tile
-    either way."""
+    sums over and writes (the fewer of the two), its output map and its images: 4 on maps larger than SMALL_MAP
+    from F4_MIN_CHANNELS (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps, and for a batch's that
+    ``default_by_image`` computes image by image); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
+    smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (an atrous pyramid's
+    rate 6 over 16x16: 36 phases of 3x3, each padded to whole tiles); else 0 (directly). The search tries every
+    tile either way."""
     found = _conv_of(red)
     if found is None:
         return 0
@@ -209,10 +216,11 @@ def default_tile(red: Node) -> int:
     pixels = math.prod(conv.shape[o] for o, _ in conv.spatial)
     images = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vx, k) and not reads_dim(vw, k))
     channels = min(summed, written)
-    if pixels > TINY_MAP:
+    if pixels > SMALL_MAP:
         one = images == 1 or (phased is None and _many_images(conv))
-        few = ONE_IMAGE_F4_MIN_CHANNELS if one and pixels > SMALL_MAP else F4_MIN_CHANNELS
-        return 4 if channels >= few else 0
+        return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if one else F4_MIN_CHANNELS) else 0
+    if pixels > TINY_MAP:
+        return 2 if channels >= SMALL_MAP_MIN_CHANNELS else 0
     return 2 if channels >= TINY_MAP_MIN_CHANNELS and phased is None else 0
 
 
