@@ -9,6 +9,7 @@ from codegen_util import compare_cpu, random_schedules
 from codegen_util import graph as _graph
 from test_c_direct_conv import _conv_graph, _out, _the_conv
 
+from luminal.codegen.c import schedule
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import HALO_MIN_N, halo_default, plan_contraction
 from luminal.codegen.c.halo import halo_size, plan_halo, reach
@@ -299,7 +300,7 @@ def test_rows_of_whole_vectors_keep_the_pixels_as_columns(sixteen_lanes, cout, h
     channels keep the copy; the search still has the other orientation. Both match the reference."""
     from luminal.codegen.c.contraction import rows_of_vectors
 
-    vw = 16
+    vw = schedule.simd_width()  # the fixture's
     g, feeds = _conv_graph(1, 24, cout, (hw, hw))
     ks, c = _the_conv(g)
     be = CPUBackend()

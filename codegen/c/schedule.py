@@ -25,7 +25,6 @@ HALO_ROW_BLOCKS = (192, 288, 384)
 HALO_TILES_PER_THREAD = 16
 
 
-
 def simd_width() -> int:
     """float32 lanes of the vectors C kernels are scheduled and emitted for: the host's, as the contraction's rules
     read them (``contraction.host_simd_width``, the one name a test pins them by)."""
