@@ -165,10 +165,14 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int])
     if n.op not in ELEMENTWISE or n.op is Op.Contiguous:
         return None
     full = [slot for slot, (_, v) in enumerate(srcs) if _full_size(v)]
-    if not full:  # a concatenation's sum of zero-padded parts: where each part is stored in one order, that one
-        orders = {_by_stride(v) for _, v in srcs}
-        order = orders.pop() if all(moved) and len(orders) == 1 else None
-        return None if order is None else (0, order)
+    if not full:
+        # a concatenation's sum of zero-padded parts, a max pool's input padded by a Where: where every operand is
+        # stored, all in one order, or a constant read the same everywhere but for its masks, that order
+        if not any(moved) or not all(m or not any(v.strides) for (_, v), m in zip(srcs, moved)):
+            return None
+        orders = {_by_stride(v) for (_, v), m in zip(srcs, moved) if m}
+        order = orders.pop() if len(orders) == 1 else None
+        return None if order is None else (moved.index(True), order)
     latest = max(full, key=lambda slot: near[slot])
     slot = latest if near[latest] >= 0 else full[0]
     if not moved[slot] or (near[latest] < 0 and not all(moved[k] for k in full)):
@@ -182,9 +186,8 @@ def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]]
     """A pool (a reduction over windows of a stored value, no contraction) computed with its kept dims in the
     order they are stored in, innermost the one its input walks at the smallest stride, its reduced ones after
     them: a max pool over a channels-last value then runs along the channels, read and written contiguously, where
-    in its logical order it walked the pixels at the channels' stride."""
-    if n.srcs[0][0].op is Op.Mul:
-        return None
+    in its logical order it walked the pixels at the channels' stride. (A contraction's product is never stored:
+    ``_rewrite`` keeps a Mul a SumReduce reads in its order.)"""
     order = _by_stride(srcs[0][1], tuple(n.attrs["axes"]))
     return None if order is None else (0, order)
 

@@ -412,6 +412,26 @@ def test_pools_follow_the_layout():
     _close(run_graph(g, feeds, decisions={ChannelsLast(first): True}), run_ort(model, feeds))
 
 
+@pytest.mark.parametrize(("size", "pad"), [(3, 1), (2, 0)])
+def test_a_max_pool_over_a_silu_follows_the_layout(size, pad):
+    """A max pool over a product that is no contraction's (a SiLU, x * sigmoid(x)) is computed channels-last, with
+    its padding (a Where that fills it) and without."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((1, 8, 14, 14)).astype(np.float32)
+    inits = {"wa": (rng.standard_normal((32, 8, 3, 3)) / 8).astype(np.float32),
+             "wb": (rng.standard_normal((16, 32, 1, 1)) / 6).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]), n("Sigmoid", ["a"], ["g"]), n("Mul", ["a", "g"], ["r"]),
+             n("MaxPool", ["r"], ["p"], kernel_shape=[size, size], strides=[2, 2], pads=[pad] * 4),
+             n("Conv", ["p", "wb"], ["y"])]
+    model = make_model(nodes, {"x": x}, inits)
+    g = load(model).graph
+    first = layout_convs(g)[0]
+    kernels = lower(g, {ChannelsLast(first): True})[1]
+    assert [k.outputs[0][1].shape[:4] for k in kernels if k.form == "reduction"] == [(1, 7, 7, 32)]
+    _close(run_graph(g, {"x": x}, decisions={ChannelsLast(first): True}), run_ort(model, {"x": x}))
+
+
 def test_a_concatenation_of_channels_last_parts_follows_them():
     """Two channels-last convs concatenated along the channels (a SqueezeNet fire module): the concatenation is
     computed channels-last, each part read in place, and the next conv reads it so; with one part in the

@@ -33,7 +33,7 @@ from ...target import host_simd_width
 from ..index import run_coeff, view_exprs, view_masks
 from ..kernel import Contraction, Kernel, Leaf, Space
 from . import ctypes_map as ct
-from .emit import _indent, copy_between, mask_bounds
+from .emit import Body, _buffers, _indent, _signature, copy_between, epilogue_attribute, mask_bounds, unravel
 from .halo import Halo, batch_term, emit_halo_copy, emit_halo_table, halo_size, plan_halo
 from .normalize import normalize
 
@@ -247,8 +247,6 @@ def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> 
     """Per-group terms of the view's offset (expr 0) and mask expressions (1..): an inline
     multiple of the flattened group index where the group is affine, else a table filled at
     call time. Returns (fill statements, {(expr, group): ("lin", coef) | ("tab", array)}, table length)."""
-    from .emit import unravel
-
     exprs = [co for co, _, _ in view_exprs(view)]
     terms: dict[tuple[int, str], tuple[str, object]] = {}
     fill: list[str] = []
@@ -679,16 +677,12 @@ def _header(elem: str, vw: int) -> list[str]:
 def _epilogue_function(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     """The row-space epilogue over a finished tile, in a function of its own: inlined, a long epilogue (BERT's
     erf GELU: 60 ops) took registers from the micro-kernel's loop (its GEMM 1.36x slower)."""
-    from .emit import _buffers, epilogue_attribute
-
     return [f"static __attribute__((noinline)) {epilogue_attribute(kernel)}void lum_epilogue(void **b,",
             "    const lum_t *restrict ct, int64_t ib, int64_t ic, int64_t jc, int64_t mcur, int64_t ncur) {",
             "    (void)ib;", *_buffers(kernel), *_indent(_epilogue_body(kernel, plan, t), 4), "}"]
 
 
 def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
-    from .emit import unravel
-
     full, nc = kernel.full, t.nc
     stage = [f"float lum_s{j}[{t.stage}] __attribute__((aligned(64)));" for j in t.stream]
     epi: list[str] = []
@@ -737,8 +731,6 @@ def _wide_row(plan: Plan, h: Halo | None, full: tuple[int, ...]) -> tuple[list[s
     """The outer M dims of row ``q`` of the tile's rows (a halo's wide rows, else the output's rows), and the
     condition that it holds output (empty: every row does): a batch's images are ``span`` wide rows apart, the
     rows past each image's output rows hold none."""
-    from .emit import unravel
-
     outer = plan.m[:-1]
     if h and h.image >= 0:
         return [f"const int64_t i{outer[0]} = q / {h.span};",
@@ -750,8 +742,6 @@ def _wide_row(plan: Plan, h: Halo | None, full: tuple[int, ...]) -> tuple[list[s
 def _epilogue_stmts(kernel: Kernel, plan: Plan, acc: str, stream: tuple[int, ...] = (), stage: str = "") -> list[str]:
     """The row-space ops on the accumulated value ``acc`` and the outputs' stores, every index variable set (those
     in ``stream`` into their staging rows, at index ``stage``)."""
-    from .emit import Body
-
     body = Body(kernel)
     red = kernel.ops[plan.red]
     stmts = [f"{ct.COMPUTE[red.dtype]} v{plan.red} = {ct.round_to(red.dtype, acc)};"]
@@ -767,8 +757,6 @@ def _epilogue_stmts(kernel: Kernel, plan: Plan, acc: str, stream: tuple[int, ...
 def _stream_run(kernel: Kernel, t: _Tiling, start: str, body: list[str], count: str) -> list[str]:
     """``body``, a loop storing a run of the outputs ``t.stream`` from index ``start`` of ``t.axis`` into their
     staging rows, then each staged row stored past the caches."""
-    from .emit import Body
-
     if not t.stream:
         return body
     lin = Body(kernel).linear(Space.row)
@@ -813,8 +801,6 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     """The epilogue of a transposed tile (``t.tr``): per output column, its rows by runs of the innermost M dim,
     stored contiguously along the output. A halo tile's rows are wide rows of output pixels (``Plan.a_halo``):
     each run is one wide row, up to its output row's end."""
-    from .emit import unravel
-
     h, full = t.halo, kernel.full
     inner = plan.m[-1]
     pitch = h.pitch if h else full[inner]
@@ -840,8 +826,6 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
 def _entry(kernel: Kernel, t: _Tiling, fill: list[str], ntab: int) -> list[str]:
     """The kernel function up to its parallel region: index tables filled, the workspace (packed A, packed B,
     per-thread tiles) taken, a constant B's panels found."""
-    from .emit import _signature
-
     L = _signature(kernel)
     L.append(f"    int64_t *lum_tab = (int64_t *)malloc({ntab} * sizeof(int64_t)), *lum_ti = lum_tab;")
     L.append("    if (!lum_tab) return 1;")
@@ -947,8 +931,6 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
     def krange(co: tuple[int, ...]) -> tuple[int, int]:
         lo = sum(min(0, co[d] * (full[d] - 1)) for d in plan.k)
         return lo, sum(max(0, co[d] * (full[d] - 1)) for d in plan.k)
-
-    from .emit import unravel
 
     outer, inner = plan.n[:-1], plan.n[-1]
     L = [f"const int64_t p = jc / {nr} + jr, row = p / {t.run_cols // nr}, c0 = p % {t.run_cols // nr} * {nr};",
