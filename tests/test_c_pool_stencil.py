@@ -9,6 +9,7 @@ import pytest
 from codegen_util import compare_cpu, graph
 from onnx import TensorProto, helper
 
+from luminal.codegen.c import schedule, stencil
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.stencil import plan_stencil
 from luminal.codegen.kernel import REDUCE_OPS
@@ -27,6 +28,35 @@ def _model(op: str, shape: tuple[int, ...], **attrs):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
 
 
+@pytest.fixture(autouse=True, params=["rule", "separable"])
+def separable_rule(request, monkeypatch):
+    """Each test by the default rule, and with every pool whose windows overlap along the row separable (the
+    rule keeps short rows of narrow windows unseparated, which covers few of the small shapes here)."""
+    if request.param == "separable":
+        monkeypatch.setattr(stencil, "SEPARABLE_SPAN", 0)
+        monkeypatch.setattr(stencil, "SEPARABLE_TAPS", 0)
+
+
+def _source(op: str, shape: tuple[int, ...], **attrs) -> str:
+    (k,) = [k for k in partition(load(_model(op, shape, **attrs)).graph, {}) if plan_stencil(k) is not None]
+    be = CPUBackend()
+    return be.source(k, be.default_schedule(k))
+
+
+@pytest.mark.parametrize("shape,k,s,pads,span", [
+    ((1, 4, 9, 111), 3, 2, (1, 1, 1, 1), 113),
+    ((1, 4, 9, 27), 3, 1, (1, 1, 1, 1), 29),
+    ((1, 4, 9, 16), 5, 1, (2, 2, 2, 2), 20),
+    ((1, 4, 9, 111), 2, 2, (0, 0, 0, 0), 110),  # windows side by side, not overlapping
+])
+def test_a_pool_is_separable_where_its_rows_are_long_or_its_windows_wide(shape, k, s, pads, span):
+    """By default a pool is separable where its windows overlap along rows that span at least four vectors of
+    input columns, or hold at least five taps along them."""
+    vw = schedule.simd_width()
+    rule = (span >= stencil.SEPARABLE_SPAN * vw or k >= stencil.SEPARABLE_TAPS) and k > s
+    assert ("lum_col[" in _source("MaxPool", shape, **_attrs(k, s, pads, 1, 0))) == rule
+
+
 def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs) -> None:
     """The pool's reduction is a stencil by default, and that, on one thread, and the reduction's loops agree
     with the reference."""
@@ -40,6 +70,12 @@ def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs
     base = be.default_schedule(k)
     assert base["impl"] == "stencil"
     assert next(kn.choices for kn in be.space(k) if kn.name == "impl") == ("loops", "stencil")
+    if stencil.SEPARABLE_SPAN == 0:
+        # windows that overlap along the row (undilated, wider than the stride, over 2-D maps) share each
+        # column's reduction over the window's rows (a separable pool)
+        ks_, ss_ = attrs["kernel_shape"], attrs["strides"]
+        separable = len(ks_) == 2 and attrs.get("dilations", [1])[0] == 1 and ks_[-1] > ss_[-1]
+        assert ("lum_col[" in be.source(k, base)) == separable
     feeds = {"x": RNG.standard_normal(shape).astype(np.float32) if x is None else x}
     scheds = [base, {**base, "threads": 1}, {**base, "impl": "loops"}, {**base, "impl": "loops", "lanes": 0}]
     for s in scheds:

@@ -18,6 +18,12 @@ reduction's, tested in whole vectors only where the sum of the taps is NaN); a t
 reads zero as the masked load does (a zero lane, the zero row, and a zero among the taps of a padding row
 emitted with its live taps only). A pool's planes are every kept dim
 but the rows, which then go in pairs as a conv's.
+
+A pool whose windows overlap along the row (more taps side by side than its stride: a 3x3 pool at stride 1 or 2)
+is separable: each row first reduces every input column over the taps of the other reduced dims into a buffer
+(zero where the columns lie in the padding), then reduces the buffer's columns under each window, both in
+``omp simd`` loops: a column shared by neighbouring windows is reduced once, and a stride-2 window's loads read
+the buffer, not the input. Where rows are short and windows narrow the taps are still read one by one.
 """
 
 from __future__ import annotations
@@ -51,6 +57,15 @@ REUSE_MAX = 4
 # (288) 0.067 and 0.068, 3 -> 8 (216) 0.027 and 0.033, 1x1 8 -> 32 (256) 0.042 and 0.047
 WEIGHT_MAX = 160
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
+COLUMNS_MAX = 1 << 13  # floats of a separable pool's column buffer (on each thread's stack)
+# a pool is separable where its rows span at least this many vectors of input columns or its windows this many
+# taps along the row. 2 threads, against the taps read one by one: 3x3 max pools at stride 2 over 192x55x55 0.22
+# -> 0.105 ms, over 64x111x111 0.236 -> 0.147, at stride 1 over 64x112x112 0.54 -> 0.35; 5x5 at stride 1 over
+# 256x24x24 0.24 -> 0.10, 128x20x20 0.195 -> 0.113, 256x13x13 0.174 -> 0.082; on short rows the second pass's
+# loads wait on the first's stores: 3x3 average pools over 256x27x27 0.11 -> 0.17 and 512x14x14 0.085 -> 0.097,
+# a max pool at stride 2 over 832x13x13 0.084 -> 0.089
+SEPARABLE_SPAN = 4
+SEPARABLE_TAPS = 5
 
 
 @dataclass(frozen=True)
@@ -174,6 +189,75 @@ class _Emitter:
                                    and reads_dim(op.attr("view"), self.din) for op in k.ops)
         self.rows_valid = False  # emitting rows where every live tap's row lies inside the input (no ok tests)
         self.active: set[int] | None = None  # the live taps of the rows being emitted (None: all)
+        self.sep = self._separable()
+
+    def _separable(self) -> int | None:
+        """The reduced dim whose taps lie side by side along the row where a pool is separable (see the module's
+        docstring): its windows overlap, and the input's masks bound the columns alike for every tap of the other
+        reduced dims. None: the taps are read one by one."""
+        k, step = self.k, self.st.step
+        side = [d for d in k.reduce_axes if self.xco[d] == 1]
+        if self.st.w is not None or not self.static or len(side) != 1 or k.full[side[0]] <= step:
+            return None
+        (h,) = side
+        span = self._span(h)
+        wide = span >= SEPARABLE_SPAN * self.vw or k.full[h] >= SEPARABLE_TAPS
+        if not wide or span > COLUMNS_MAX or math.prod(k.full[d] for d in k.reduce_axes if d != h) < 2:
+            return None
+        for c, _, _ in self.xmasks:
+            rows = any(c[d] for d in k.reduce_axes if d != h)
+            if (c[self.din] != step * c[h] or rows) if c[self.din] else c[h]:
+                return None
+        return h
+
+    def _span(self, h: int) -> int:
+        """The input columns a row of windows reads."""
+        return self.st.step * (self.width - 1) + self.k.full[h]
+
+    def _heads(self) -> list[tuple[int, _Tap]]:
+        """The taps whose input pointers a row needs: the live ones, or a separable pool's first column's."""
+        if self.sep is None:
+            return self._live()
+        at = self.k.reduce_axes.index(self.sep)
+        return [(t, tap) for t, tap in self._live() if tap.const[at] == 0]
+
+    def separable(self) -> list[str]:
+        """A separable pool's row after its head: the columns reduced into ``lum_col``, then the windows over it."""
+        h, step = self.sep, self.st.step
+        assert h is not None
+        span = self._span(h)
+        lo, hi = 0, span  # the columns inside the input: 0 <= e + c * x < b for every pixel constraint
+        tap = self._heads()[0][1]
+        for c, c0, b in self.xmasks:
+            if c[self.din]:
+                e, cx = self._at(c, c0, tap), c[h]
+                first, last = (-e, b - 1 - e) if cx > 0 else (e - b + 1, e)
+                lo, hi = max(lo, -(-first // abs(cx))), min(hi, last // abs(cx) + 1)
+        lo, hi = (lo, hi) if lo < hi else (span, span)
+        lines = [f"float lum_col[{span}];"]
+        if lo:
+            lines.append(f"memset(lum_col, 0, {lo} * sizeof(float));")
+        if hi < span:
+            lines.append(f"memset(lum_col + {hi}, 0, {span - hi} * sizeof(float));")
+        if lo < hi:
+            fold = self._fold([f"p{t}[lum_x]" for t, _ in self._heads()])
+            lines += self._overlapping("lum_x", lo, hi, [*fold, "lum_col[lum_x] = acc;"])
+        pix = f"i{self.din}"
+        fold = self._fold([f"lum_col[{_times(step, pix)} + {j}]" for j in range(self.k.full[h])])
+        return lines + self._overlapping(pix, 0, self.width, fold + self.epi)
+
+    def _overlapping(self, i: str, lo: int, hi: int, body: list[str]) -> list[str]:
+        """``body`` for ``i`` in [lo, hi) in ``omp simd`` loops: whole vectors, then one more over the last lanes
+        (overlapping the previous, which computed the same values) where the loop would leave them to scalar code
+        (a 3x3 stride-2 max pool over rows of 55: 27 pixels, three of them scalar)."""
+        vw = self.vw
+
+        def loop(a: int, b: int) -> list[str]:
+            return [f"#pragma omp simd simdlen({vw})", f"for (int {i} = {a}; {i} < {b}; {i}++) {{", *_ind(body), "}"]
+
+        if hi - lo <= vw or (hi - lo) % vw == 0:
+            return loop(lo, hi)
+        return loop(lo, lo + (hi - lo) // vw * vw) + loop(hi - vw, hi)
 
     def _tap(self, tap: tuple[int, ...]) -> _Tap:
         ex = ["0" if d == self.din else f"i{d}" for d in range(len(self.k.full))]
@@ -242,7 +326,7 @@ class _Emitter:
         row) the interior bounds ``lo``, ``hi``."""
         xbuf = self.k.ops[self.st.x].attr("buf")
         lines = [f"int64_t lo = 0, hi = {self.width};"] if not self.static else []
-        for t, tap in self._live():
+        for t, tap in self._heads():
             lines.append(f"const int64_t o{t} = {affine(self.xco, self.xk, list(tap.ex))};")
             ptr = f"in{xbuf} + o{t}"
             rowc = tap.rowc and not self.rows_valid
@@ -469,7 +553,7 @@ class _Emitter:
 
     def source(self, threads: int) -> str:
         k, width = self.k, self.width
-        body, bw = self.body()
+        body, bw = (self.separable(), 0) if self.sep is not None else self.body()
         # planes: the outer dims up to the last one the weight reads; rows: the others (a conv's output rows)
         # (a pool's planes: every outer dim but the rows, which then go in pairs)
         if self.st.w is None:
@@ -484,7 +568,7 @@ class _Emitter:
             pdims, rdims, planes, rows = [], self.outer, 1, planes * rows
         lines = [f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel("pl", tuple(k.full[d] for d in pdims)))]
         row = [f"const int64_t i{d} = {e};" for d, e in zip(rdims, unravel("r", tuple(k.full[d] for d in rdims)))]
-        rows_in = self.row_range()
+        rows_in = self.row_range() if self.sep is None else None
         if rows_in is None:
             row += self.row_head() + body
         else:
@@ -522,7 +606,8 @@ class _Emitter:
         if threads != 1 and loop[1] > 1 and math.prod(k.full) >= PAR_MIN:
             par = "#pragma omp parallel for num_threads(nt) schedule(static)"
         src = _function(k, lines, loop, par)
-        head = [f"static const float lum_zero[{self.st.step * width}];"] if self.zero_row else []
+        zeros = self.st.step * width if self.sep is None else self._span(self.sep)
+        head = [f"static const float lum_zero[{zeros}];"] if self.zero_row else []
         if self.max:
             head.append("static inline float lum_smax(float a, float b) { return a > b ? a : b; }")
         if bw:
