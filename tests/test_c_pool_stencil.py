@@ -31,10 +31,9 @@ def _model(op: str, shape: tuple[int, ...], **attrs):
 @pytest.fixture(autouse=True, params=["rule", "separable"])
 def separable_rule(request, monkeypatch):
     """Each test by the default rule, and with every pool whose windows overlap along the row separable (the
-    rule keeps short rows of narrow windows unseparated, which covers few of the small shapes here)."""
+    rule keeps average pools over short rows unseparated, as most of the small shapes here)."""
     if request.param == "separable":
-        monkeypatch.setattr(stencil, "SEPARABLE_SPAN", 0)
-        monkeypatch.setattr(stencil, "SEPARABLE_TAPS", 0)
+        monkeypatch.setattr(stencil, "SUM_SPAN", 0)
 
 
 def _source(op: str, shape: tuple[int, ...], **attrs) -> str:
@@ -43,18 +42,19 @@ def _source(op: str, shape: tuple[int, ...], **attrs) -> str:
     return be.source(k, be.default_schedule(k))
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 @pytest.mark.parametrize("shape,k,s,pads,span", [
     ((1, 4, 9, 111), 3, 2, (1, 1, 1, 1), 113),
     ((1, 4, 9, 27), 3, 1, (1, 1, 1, 1), 29),
+    ((1, 4, 9, 7), 3, 1, (1, 1, 1, 1), 9),
     ((1, 4, 9, 16), 5, 1, (2, 2, 2, 2), 20),
     ((1, 4, 9, 111), 2, 2, (0, 0, 0, 0), 110),  # windows side by side, not overlapping
 ])
-def test_a_pool_is_separable_where_its_rows_are_long_or_its_windows_wide(shape, k, s, pads, span):
-    """By default a pool is separable where its windows overlap along rows that span at least four vectors of
-    input columns, or hold at least five taps along them."""
-    vw = schedule.simd_width()
-    rule = (span >= stencil.SEPARABLE_SPAN * vw or k >= stencil.SEPARABLE_TAPS) and k > s
-    assert ("lum_col[" in _source("MaxPool", shape, **_attrs(k, s, pads, 1, 0))) == rule
+def test_a_pool_is_separable_where_its_windows_overlap(op, shape, k, s, pads, span):
+    """By default a pool is separable where its windows overlap along the row: a max always, an average where
+    its rows span more than two vectors of input columns."""
+    wide = op == "MaxPool" or span > stencil.SUM_SPAN * schedule.simd_width()
+    assert ("lum_col[" in _source(op, shape, **_attrs(k, s, pads, 1, 0))) == (wide and k > s)
 
 
 def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs) -> None:
@@ -70,7 +70,7 @@ def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs
     base = be.default_schedule(k)
     assert base["impl"] == "stencil"
     assert next(kn.choices for kn in be.space(k) if kn.name == "impl") == ("loops", "stencil")
-    if stencil.SEPARABLE_SPAN == 0:
+    if stencil.SUM_SPAN == 0:
         # windows that overlap along the row (undilated, wider than the stride, over 2-D maps) share each
         # column's reduction over the window's rows (a separable pool)
         ks_, ss_ = attrs["kernel_shape"], attrs["strides"]

@@ -23,7 +23,8 @@ A pool whose windows overlap along the row (more taps side by side than its stri
 is separable: each row first reduces every input column over the taps of the other reduced dims into a buffer
 (zero where the columns lie in the padding), then reduces the buffer's columns under each window, both in
 ``omp simd`` loops: a column shared by neighbouring windows is reduced once, and a stride-2 window's loads read
-the buffer, not the input. Where rows are short and windows narrow the taps are still read one by one.
+the buffer, not the input. A row's columns are reduced before the previous row's windows, whose loads then find
+their columns stored. An average pool over rows of at most two vectors still reads its taps one by one.
 """
 
 from __future__ import annotations
@@ -58,14 +59,12 @@ REUSE_MAX = 4
 WEIGHT_MAX = 160
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
 COLUMNS_MAX = 1 << 13  # floats of a separable pool's column buffer (on each thread's stack)
-# a pool is separable where its rows span at least this many vectors of input columns or its windows this many
-# taps along the row. 2 threads, against the taps read one by one: 3x3 max pools at stride 2 over 192x55x55 0.22
-# -> 0.105 ms, over 64x111x111 0.236 -> 0.147, at stride 1 over 64x112x112 0.54 -> 0.35; 5x5 at stride 1 over
-# 256x24x24 0.24 -> 0.10, 128x20x20 0.195 -> 0.113, 256x13x13 0.174 -> 0.082; on short rows the second pass's
-# loads wait on the first's stores: 3x3 average pools over 256x27x27 0.11 -> 0.17 and 512x14x14 0.085 -> 0.097,
-# a max pool at stride 2 over 832x13x13 0.084 -> 0.089
-SEPARABLE_SPAN = 4
-SEPARABLE_TAPS = 5
+# a sum (an average pool) is separable where its rows span more than this many vectors of input columns; a max
+# always. 2 threads, hot, against the taps read one by one (whose sums read whole vectors without the max's NaN
+# tests): 3x3 average pools at stride 1 over 256x27x27 39 -> 30 us, 128x21x21 15.9 -> 11.9, 512x14x14 20 -> 25,
+# 256x7x7 6.4 -> 11.6; 3x3 max pools at stride 1 over 256x27x27 81 -> 36, 832x6x6 19 -> 17, at stride 2 over
+# 832x13x13 43 -> 17
+SUM_SPAN = 2
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,7 @@ class _Emitter:
             return None
         (h,) = side
         span = self._span(h)
-        wide = span >= SEPARABLE_SPAN * self.vw or k.full[h] >= SEPARABLE_TAPS
+        wide = self.max or span > SUM_SPAN * self.vw
         if not wide or span > COLUMNS_MAX or math.prod(k.full[d] for d in k.reduce_axes if d != h) < 2:
             return None
         for c, _, _ in self.xmasks:
@@ -221,9 +220,9 @@ class _Emitter:
         at = self.k.reduce_axes.index(self.sep)
         return [(t, tap) for t, tap in self._live() if tap.const[at] == 0]
 
-    def separable(self) -> list[str]:
-        """A separable pool's row after its head: the columns reduced into ``lum_col``, then the windows over it."""
-        h, step = self.sep, self.st.step
+    def columns(self) -> list[str]:
+        """A separable pool's first pass over a row (after its head): each column reduced into ``lum_col``."""
+        h = self.sep
         assert h is not None
         span = self._span(h)
         lo, hi = 0, span  # the columns inside the input: 0 <= e + c * x < b for every pixel constraint
@@ -234,7 +233,7 @@ class _Emitter:
                 first, last = (-e, b - 1 - e) if cx > 0 else (e - b + 1, e)
                 lo, hi = max(lo, -(-first // abs(cx))), min(hi, last // abs(cx) + 1)
         lo, hi = (lo, hi) if lo < hi else (span, span)
-        lines = [f"float lum_col[{span}];"]
+        lines = []
         if lo:
             lines.append(f"memset(lum_col, 0, {lo} * sizeof(float));")
         if hi < span:
@@ -242,9 +241,48 @@ class _Emitter:
         if lo < hi:
             fold = self._fold([f"p{t}[lum_x]" for t, _ in self._heads()])
             lines += self._overlapping("lum_x", lo, hi, [*fold, "lum_col[lum_x] = acc;"])
+        return lines
+
+    def windows(self) -> list[str]:
+        """A separable pool's second pass over a row: each window reduced over ``lum_col``, then the epilogue."""
+        assert self.sep is not None
         pix = f"i{self.din}"
-        fold = self._fold([f"lum_col[{_times(step, pix)} + {j}]" for j in range(self.k.full[h])])
-        return lines + self._overlapping(pix, 0, self.width, fold + self.epi)
+        fold = self._fold([f"lum_col[{_times(self.st.step, pix)} + {j}]" for j in range(self.k.full[self.sep])])
+        return self._overlapping(pix, 0, self.width, fold + self.epi)
+
+    def separable_source(self, threads: int) -> str:
+        """A separable pool: each plane's rows (or a block of them, where the planes are too few to keep every
+        thread busy) in order, the columns of the next row reduced before the windows of this one, so that the
+        windows' loads do not wait on the stores just made (a 3x3 average pool over 256x27x27, 2 threads: 128 us
+        with the columns and windows of one row after another, 29 us a row apart)."""
+        k, sep = self.k, self.sep
+        assert sep is not None
+        dr, pdims = (self.outer[-1], self.outer[:-1]) if self.outer else (None, [])
+        rows = k.full[dr] if dr is not None else 1
+        planes = math.prod(k.full[d] for d in pdims)
+        want = PLANES_PER_THREAD * (threads or 64)
+        size = rows if planes >= want else -(-rows // min(rows, -(-want // planes)))
+        blocks = -(-rows // size)
+        span = self._span(sep)
+
+        def row(at: str, buf: str, lines: list[str]) -> list[str]:
+            index = [f"const int64_t i{dr} = {at};"] if dr is not None else []
+            return ["{", *_ind([*index, f"float *lum_col = lum_cols[{buf}];", *lines]), "}"]
+
+        first = row("lum_r0", "0", self.row_head() + self.columns())
+        ahead = row("lum_r + 1", "(lum_r + 1 - lum_r0) & 1", self.row_head() + self.columns())
+        this = row("lum_r", "(lum_r - lum_r0) & 1", self.windows())
+        plane, r0, r1 = "pl", "0", str(rows)
+        if blocks > 1:
+            plane, r0, r1 = f"(pl / {blocks})", f"(pl % {blocks}) * {size}", f"lum_min64(lum_r0 + {size}, {rows})"
+        body = [*(f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel(plane, tuple(k.full[d] for d in pdims)))),
+                f"const int64_t lum_r0 = {r0}, lum_r1 = {r1};", f"float lum_cols[2][{span}];", *first,
+                "for (int64_t lum_r = lum_r0; lum_r < lum_r1; lum_r++) {",
+                "    if (lum_r + 1 < lum_r1)", *_ind(_ind(ahead)), *_ind(this), "}"]
+        par = None
+        if threads != 1 and planes * blocks > 1 and math.prod(k.full) >= PAR_MIN:
+            par = "#pragma omp parallel for num_threads(nt) schedule(static)"
+        return self._with_helpers(_function(k, body, ("pl", planes * blocks), par), span, 0)
 
     def _overlapping(self, i: str, lo: int, hi: int, body: list[str]) -> list[str]:
         """``body`` for ``i`` in [lo, hi) in ``omp simd`` loops: whole vectors, then one more over the last lanes
@@ -552,8 +590,10 @@ class _Emitter:
                 *(self.max_interior("a", "b", bw) if self.max and self.st.step == 1 else self.interior("a", "b"))], bw
 
     def source(self, threads: int) -> str:
+        if self.sep is not None:
+            return self.separable_source(threads)
         k, width = self.k, self.width
-        body, bw = (self.separable(), 0) if self.sep is not None else self.body()
+        body, bw = self.body()
         # planes: the outer dims up to the last one the weight reads; rows: the others (a conv's output rows)
         # (a pool's planes: every outer dim but the rows, which then go in pairs)
         if self.st.w is None:
@@ -568,7 +608,7 @@ class _Emitter:
             pdims, rdims, planes, rows = [], self.outer, 1, planes * rows
         lines = [f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel("pl", tuple(k.full[d] for d in pdims)))]
         row = [f"const int64_t i{d} = {e};" for d, e in zip(rdims, unravel("r", tuple(k.full[d] for d in rdims)))]
-        rows_in = self.row_range() if self.sep is None else None
+        rows_in = self.row_range()
         if rows_in is None:
             row += self.row_head() + body
         else:
@@ -605,14 +645,17 @@ class _Emitter:
         par = None
         if threads != 1 and loop[1] > 1 and math.prod(k.full) >= PAR_MIN:
             par = "#pragma omp parallel for num_threads(nt) schedule(static)"
-        src = _function(k, lines, loop, par)
-        zeros = self.st.step * width if self.sep is None else self._span(self.sep)
+        return self._with_helpers(_function(k, lines, loop, par), self.st.step * width, bw)
+
+    def _with_helpers(self, src: str, zeros: int, bw: int) -> str:
+        """``src`` with what its kernel function uses declared before it: the zero row of ``zeros`` floats, the
+        scalar max, the vector helpers of ``bw`` lanes (0: none)."""
         head = [f"static const float lum_zero[{zeros}];"] if self.zero_row else []
         if self.max:
             head.append("static inline float lum_smax(float a, float b) { return a > b ? a : b; }")
         if bw:
             head += _vector_helpers(bw)
-        return src.replace("int lum_kernel(", "\n".join([*head, f"{epilogue_attribute(k)}int lum_kernel("]), 1)
+        return src.replace("int lum_kernel(", "\n".join([*head, f"{epilogue_attribute(self.k)}int lum_kernel("]), 1)
 
 
 def _vector_helpers(bw: int) -> list[str]:
