@@ -9,7 +9,6 @@ import pytest
 from codegen_util import compare_cpu, random_schedules
 from codegen_util import graph as _graph
 
-from luminal.codegen.c import schedule
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import plan_contraction
 from luminal.codegen.c.schedule import simd_width
@@ -145,7 +144,7 @@ def test_default_reads_in_place_where_rows_take_whole_panels(sixteen_lanes):
     than 6-row ones (7-row ones where those pad less than both); a row within one panel, cut by the padding on both
     sides, only against few rows."""
     be = CPUBackend()
-    vw = schedule.simd_width()  # the fixture's
+    vw = simd_width()  # the fixture's
     # rows of 7 vectors fill panels of one vector, up to 64 rows (``contraction.rows_of_vectors``); rows of 7.5
     # pad 7% in panels of two; rows of 7 against 96 rows, as rows of 1.9 vectors against 64, are packed
     for cout, width, nr in ((16, 4 * vw, 2 * vw), (64, 4 * vw - 3, 2 * vw), (20, 5 * vw // 2, 0),
