@@ -28,14 +28,6 @@ def _model(op: str, shape: tuple[int, ...], **attrs):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
 
 
-@pytest.fixture(autouse=True, params=["rule", "separable"])
-def separable_rule(request, monkeypatch):
-    """Each test by the default rule, and with every pool whose windows overlap along the row separable (the
-    rule keeps average pools over short rows unseparated, as most of the small shapes here)."""
-    if request.param == "separable":
-        monkeypatch.setattr(stencil, "SUM_SPAN", 0)
-
-
 def _source(op: str, shape: tuple[int, ...], **attrs) -> str:
     (k,) = [k for k in partition(load(_model(op, shape, **attrs)).graph, {}) if plan_stencil(k) is not None]
     be = CPUBackend()
@@ -57,6 +49,13 @@ def test_a_pool_is_separable_where_its_windows_overlap(op, shape, k, s, pads, sp
     assert ("lum_col[" in _source(op, shape, **_attrs(k, s, pads, 1, 0))) == (wide and k > s)
 
 
+def _impls(be: CPUBackend, k) -> list[dict]:
+    """The kernel's default schedule with each of the stencil's forms (a separable one where the pool is)."""
+    base = be.default_schedule(k)
+    forms = next(kn.choices for kn in be.space(k) if kn.name == "impl")
+    return [{**base, "impl": f} for f in forms if f != "loops"]
+
+
 def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs) -> None:
     """The pool's reduction is a stencil by default, and that, on one thread, and the reduction's loops agree
     with the reference."""
@@ -68,16 +67,18 @@ def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs
     assert plan_stencil(k) is not None
     be = CPUBackend()
     base = be.default_schedule(k)
-    assert base["impl"] == "stencil"
-    assert next(kn.choices for kn in be.space(k) if kn.name == "impl") == ("loops", "stencil")
-    if stencil.SUM_SPAN == 0:
-        # windows that overlap along the row (undilated, wider than the stride, over 2-D maps) share each
-        # column's reduction over the window's rows (a separable pool)
-        ks_, ss_ = attrs["kernel_shape"], attrs["strides"]
-        separable = len(ks_) == 2 and attrs.get("dilations", [1])[0] == 1 and ks_[-1] > ss_[-1]
-        assert ("lum_col[" in be.source(k, base)) == separable
+    # windows that overlap along the row (undilated, wider than the stride, over 2-D maps) may share each
+    # column's reduction over the window's rows (a separable pool)
+    ks_, ss_ = attrs["kernel_shape"], attrs["strides"]
+    overlap = len(ks_) == 2 and attrs.get("dilations", [1])[0] == 1 and ks_[-1] > ss_[-1]
+    assert next(kn.choices for kn in be.space(k) if kn.name == "impl") == \
+        ("loops", "stencil", *(["separable"] if overlap else []))
+    assert base["impl"] in ("stencil", "separable")
     feeds = {"x": RNG.standard_normal(shape).astype(np.float32) if x is None else x}
-    scheds = [base, {**base, "threads": 1}, {**base, "impl": "loops"}, {**base, "impl": "loops", "lanes": 0}]
+    forms = _impls(be, k)
+    assert [("lum_col[" in be.source(k, f)) for f in forms] == [False, *([True] if overlap else [])]
+    scheds = [*forms, *[{**f, "threads": 1} for f in forms], {**base, "impl": "loops"},
+              {**base, "impl": "loops", "lanes": 0}]
     for s in scheds:
         if s.get("lanes") == 0 and "lanes" not in base:
             continue
@@ -155,8 +156,8 @@ def test_max_pool_negative_inputs_with_masks():
         feeds = {"x": (-np.abs(RNG.standard_normal(shape)) - 1).astype(np.float32)}
         be = CPUBackend()
         base = be.default_schedule(kern)
-        assert base["impl"] == "stencil"
-        for sc in (base, {**base, "impl": "loops"}):
+        assert base["impl"] == "separable"
+        for sc in (*_impls(be, kern), {**base, "impl": "loops"}):
             compare_cpu(g, feeds, 1e-6, 1e-6, schedules=[sc if kk is kern else None for kk in ks], kernels=ks)
 
 

@@ -11,7 +11,7 @@ from ..kernel import Kernel
 from ..knobs import KnobValue, knob
 from .contraction import plan_contraction, swappable
 from .emit import lanes_apply
-from .stencil import plan_stencil
+from .stencil import plan_stencil, separable
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,12 @@ class _Loops:
     threads: int = _knob(lambda c: c.threads, accepts=_any_count)
 
 
+def _pool_impls(c: Ctx) -> tuple[KnobValue, ...]:
+    if plan_stencil(c.kernel) is None:
+        return ()
+    return ("loops", "stencil", "separable") if separable(c.kernel) else ("loops", "stencil")
+
+
 @dataclass(frozen=True)
 class ReductionSchedule(_Loops):
     rows_per_thread: int = _knob(lambda c: (0, 1, 4, 16, 64))
@@ -91,10 +97,9 @@ class ReductionSchedule(_Loops):
     # reductions that vectorise across their innermost kept dim: its block of output columns
     lanes: int | None = _knob(lambda c: (0, 16, 64, 256) if lanes_apply(c.kernel) else (), conditional=True)
     # reductions over a few taps of one input (a pool): the loops above, or a stencil (``stencil.py``) that
-    # reads only ``threads``; left out (a schedule stored before the knob): the loops
-    impl: Literal["loops", "stencil"] | None = _knob(
-        lambda c: ("loops", "stencil") if plan_stencil(c.kernel) is not None else (), conditional=True,
-        optional=True)
+    # reads only ``threads``, its taps one by one or (a pool whose windows overlap) separable; left out (a
+    # schedule stored before the knob): the loops
+    impl: Literal["loops", "stencil", "separable"] | None = _knob(_pool_impls, conditional=True, optional=True)
 
 
 @dataclass(frozen=True)

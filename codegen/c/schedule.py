@@ -13,7 +13,7 @@ from . import contraction
 from .contraction import TILE, Plan, halo_default, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
-from .stencil import plan_stencil, stencil_default
+from .stencil import plan_stencil, separable_default, stencil_default
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
 # 2-core VM, where softmaxes and layer norms of 0.6-1.0M operations ran 1.6-2x faster on one thread than on two,
@@ -87,12 +87,14 @@ def typed_default(kernel: Kernel, threads: int) -> CSchedule:
     return ElementwiseSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads), block=16384)
 
 
-def _reduction_impl(kernel: Kernel) -> Literal["loops", "stencil"] | None:
+def _reduction_impl(kernel: Kernel) -> Literal["loops", "stencil", "separable"] | None:
     """A pool's taps as a stencil (2 threads, 3x3 pools: max at stride 1 on 256x28x28 and stride 2 on 64x112x112,
-    average at stride 1, against the lanes loops: see ``stencil.py``)."""
+    average at stride 1, against the lanes loops: see ``stencil.py``), separable where ``separable_default``."""
     if plan_stencil(kernel) is None:
         return None
-    return "stencil" if stencil_default(kernel) else "loops"
+    if not stencil_default(kernel):
+        return "loops"
+    return "separable" if separable_default(kernel, simd_width()) else "stencil"
 
 
 def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedule:
@@ -249,7 +251,7 @@ def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
     t = typed(kernel, sched, threads)
     if t is None:
         return False
-    if isinstance(t, ReductionSchedule) and t.impl == "stencil":  # the loops' knobs mean nothing to it
+    if isinstance(t, ReductionSchedule) and t.impl in ("stencil", "separable"):  # the loops' knobs mean nothing
         return _as_default(t, typed_default(kernel, threads), ("impl", "threads"))
     if not isinstance(t, GemmSchedule):
         return not (t.vec and t.unroll > 1)  # unrolled loops are vectorised by gcc itself

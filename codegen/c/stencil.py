@@ -136,6 +136,45 @@ def _plan(k: Kernel) -> Stencil | None:
     return Stencil(x, w, red, din, step, reuse)
 
 
+def separable(kernel: Kernel) -> bool:
+    """Whether ``kernel`` is a pool that may be separable (see the module's docstring): its windows overlap
+    along the row, and the input's masks bound the columns alike for every tap of the other reduced dims."""
+    st = plan_stencil(kernel)
+    return st is not None and _side(normalize(kernel), st) is not None
+
+
+def separable_default(kernel: Kernel, vw: int) -> bool:
+    """Whether a separable pool is so by default: a max always, a sum (an average pool) where its rows span more
+    than ``SUM_SPAN`` vectors of ``vw`` lanes of input columns."""
+    st = plan_stencil(kernel)
+    if st is None or not separable(kernel):
+        return False
+    k = normalize(kernel)
+    return k.ops[st.red].op is Op.MaxReduce or _span(k, st, _side(k, st) or 0) > SUM_SPAN * vw
+
+
+def _side(k: Kernel, st: Stencil) -> int | None:
+    """The reduced dim whose taps lie side by side along the row where the pool ``k`` is separable, or None."""
+    xv: View = k.ops[st.x].attr("view")
+    side = [d for d in k.reduce_axes if xv.strides[d] == 1]
+    if st.w is not None or len(side) != 1 or k.full[side[0]] <= st.step:
+        return None
+    (h,) = side
+    if _span(k, st, h) > COLUMNS_MAX or math.prod(k.full[d] for d in k.reduce_axes if d != h) < 2:
+        return None
+    for c, _, _ in view_masks(xv):
+        rows = any(c[d] for d in k.reduce_axes if d != h)
+        outer = any(c[d] for d in range(len(k.full)) if d not in k.reduce_axes and d != st.din)
+        if (c[st.din] != st.step * c[h] or rows or outer) if c[st.din] else c[h]:
+            return None
+    return h
+
+
+def _span(k: Kernel, st: Stencil, h: int) -> int:
+    """The input columns a row of windows reads."""
+    return st.step * (k.full[st.din] - 1) + k.full[h]
+
+
 def _reads_zero_row(view: View, din: int) -> bool:
     """Whether a tap may read the static zero row: a mask constraint that holds or fails for a whole row."""
     return any(not c[din] for c, _, _ in view.mask)
@@ -161,11 +200,11 @@ def emit_stencil(kernel: Kernel, sched: GemmSchedule | ReductionSchedule, vw: in
     st = plan_stencil(kernel)
     if st is None:
         raise ValueError("not a stencil kernel")
-    return _Emitter(normalize(kernel), st, vw).source(sched.threads)
+    return _Emitter(normalize(kernel), st, vw, getattr(sched, "impl", None) == "separable").source(sched.threads)
 
 
 class _Emitter:
-    def __init__(self, k: Kernel, st: Stencil, vw: int):
+    def __init__(self, k: Kernel, st: Stencil, vw: int, sep: bool = False):
         self.k, self.st, self.vw = k, st, vw
         self.din, self.width = st.din, k.full[st.din]
         self.max = k.ops[st.red].op is Op.MaxReduce
@@ -188,30 +227,12 @@ class _Emitter:
                                    and reads_dim(op.attr("view"), self.din) for op in k.ops)
         self.rows_valid = False  # emitting rows where every live tap's row lies inside the input (no ok tests)
         self.active: set[int] | None = None  # the live taps of the rows being emitted (None: all)
-        self.sep = self._separable()
-
-    def _separable(self) -> int | None:
-        """The reduced dim whose taps lie side by side along the row where a pool is separable (see the module's
-        docstring): its windows overlap, and the input's masks bound the columns alike for every tap of the other
-        reduced dims. None: the taps are read one by one."""
-        k, step = self.k, self.st.step
-        side = [d for d in k.reduce_axes if self.xco[d] == 1]
-        if self.st.w is not None or not self.static or len(side) != 1 or k.full[side[0]] <= step:
-            return None
-        (h,) = side
-        span = self._span(h)
-        wide = self.max or span > SUM_SPAN * self.vw
-        if not wide or span > COLUMNS_MAX or math.prod(k.full[d] for d in k.reduce_axes if d != h) < 2:
-            return None
-        for c, _, _ in self.xmasks:
-            rows = any(c[d] for d in k.reduce_axes if d != h)
-            if (c[self.din] != step * c[h] or rows) if c[self.din] else c[h]:
-                return None
-        return h
+        self.sep = _side(k, st) if sep else None  # the reduced dim along the row of a separable pool
+        if sep and self.sep is None:
+            raise ValueError("not a separable pool")
 
     def _span(self, h: int) -> int:
-        """The input columns a row of windows reads."""
-        return self.st.step * (self.width - 1) + self.k.full[h]
+        return _span(self.k, self.st, h)
 
     def _heads(self) -> list[tuple[int, _Tap]]:
         """The taps whose input pointers a row needs: the live ones, or a separable pool's first column's."""
