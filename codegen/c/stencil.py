@@ -58,7 +58,7 @@ REUSE_MAX = 4
 # (288) 0.067 and 0.068, 3 -> 8 (216) 0.027 and 0.033, 1x1 8 -> 32 (256) 0.042 and 0.047
 WEIGHT_MAX = 160
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
-COLUMNS_MAX = 1 << 13  # floats of a separable pool's column buffer (on each thread's stack)
+COLUMNS_MAX = 1 << 13  # floats of each of a separable pool's two column buffers (on a thread's stack)
 # a sum (an average pool) is separable where its rows span more than this many vectors of input columns; a max
 # always. 2 threads, hot, against the taps read one by one (whose sums read whole vectors without the max's NaN
 # tests): 3x3 average pools at stride 1 over 256x27x27 39 -> 30 us, 128x21x21 15.9 -> 11.9, 512x14x14 20 -> 25,
@@ -139,18 +139,27 @@ def _plan(k: Kernel) -> Stencil | None:
 def separable(kernel: Kernel) -> bool:
     """Whether ``kernel`` is a pool that may be separable (see the module's docstring): its windows overlap
     along the row, and the input's masks bound the columns alike for every tap of the other reduced dims."""
-    st = plan_stencil(kernel)
-    return st is not None and _side(normalize(kernel), st) is not None
+    return _pool_side(kernel) is not None
 
 
 def separable_default(kernel: Kernel, vw: int) -> bool:
     """Whether a separable pool is so by default: a max always, a sum (an average pool) where its rows span more
     than ``SUM_SPAN`` vectors of ``vw`` lanes of input columns."""
-    st = plan_stencil(kernel)
-    if st is None or not separable(kernel):
+    found = _pool_side(kernel)
+    if found is None:
         return False
+    k, st, h = found
+    return k.ops[st.red].op is Op.MaxReduce or _span(k, st, h) > SUM_SPAN * vw
+
+
+def _pool_side(kernel: Kernel) -> tuple[Kernel, Stencil, int] | None:
+    """(the normalised kernel, its stencil, the reduced dim along the row) of a separable pool, or None."""
+    st = plan_stencil(kernel)
+    if st is None:
+        return None
     k = normalize(kernel)
-    return k.ops[st.red].op is Op.MaxReduce or _span(k, st, _side(k, st) or 0) > SUM_SPAN * vw
+    h = _side(k, st)
+    return None if h is None else (k, st, h)
 
 
 def _side(k: Kernel, st: Stencil) -> int | None:
