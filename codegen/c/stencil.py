@@ -77,6 +77,7 @@ class Stencil:
     din: int  # the innermost kept dim: the pixels of a row
     step: int
     reuse: int  # points of the kept dims the input does not read (a depthwise conv's channel multiplier)
+    side: int | None = None  # a separable pool's reduced dim along the row (see the module's docstring)
 
 
 def plan_stencil(kernel: Kernel) -> Stencil | None:
@@ -133,55 +134,52 @@ def _plan(k: Kernel) -> Stencil | None:
     if step < 1 or (_reads_zero_row(xv, din) and step * k.full[din] > ZERO_MAX) or (w is None and step > 2):
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
-    return Stencil(x, w, red, din, step, reuse)
+    return Stencil(x, w, red, din, step, reuse, None if w is not None else _side(k, xv, din, step))
 
 
 def separable(kernel: Kernel) -> bool:
     """Whether ``kernel`` is a pool that may be separable (see the module's docstring): its windows overlap
     along the row, and the input's masks bound the columns alike for every tap of the other reduced dims."""
-    return _pool_side(kernel) is not None
+    st = plan_stencil(kernel)
+    return st is not None and st.side is not None
 
 
 def separable_default(kernel: Kernel, vw: int) -> bool:
     """Whether a separable pool is so by default: a max always, a sum (an average pool) where its rows span more
     than ``SUM_SPAN`` vectors of ``vw`` lanes of input columns."""
-    found = _pool_side(kernel)
-    if found is None:
-        return False
-    k, st, h = found
-    return k.ops[st.red].op is Op.MaxReduce or _span(k, st, h) > SUM_SPAN * vw
-
-
-def _pool_side(kernel: Kernel) -> tuple[Kernel, Stencil, int] | None:
-    """(the normalised kernel, its stencil, the reduced dim along the row) of a separable pool, or None."""
     st = plan_stencil(kernel)
-    if st is None:
-        return None
+    if st is None or st.side is None:
+        return False
     k = normalize(kernel)
-    h = _side(k, st)
-    return None if h is None else (k, st, h)
+    return k.ops[st.red].op is Op.MaxReduce or _span(k, st.din, st.step, st.side) > SUM_SPAN * vw
 
 
-def _side(k: Kernel, st: Stencil) -> int | None:
-    """The reduced dim whose taps lie side by side along the row where the pool ``k`` is separable, or None."""
-    xv: View = k.ops[st.x].attr("view")
+def _side(k: Kernel, xv: View, din: int, step: int) -> int | None:
+    """The reduced dim whose taps lie side by side along the row where the pool ``k`` reading ``xv`` is
+    separable, or None."""
     side = [d for d in k.reduce_axes if xv.strides[d] == 1]
-    if st.w is not None or len(side) != 1 or k.full[side[0]] <= st.step:
+    if len(side) != 1 or k.full[side[0]] <= step:
         return None
     (h,) = side
-    if _span(k, st, h) > COLUMNS_MAX or math.prod(k.full[d] for d in k.reduce_axes if d != h) < 2:
+    if _span(k, din, step, h) > COLUMNS_MAX or math.prod(k.full[d] for d in k.reduce_axes if d != h) < 2:
         return None
     for c, _, _ in view_masks(xv):
         rows = any(c[d] for d in k.reduce_axes if d != h)
-        outer = any(c[d] for d in range(len(k.full)) if d not in k.reduce_axes and d != st.din)
-        if (c[st.din] != st.step * c[h] or rows or outer) if c[st.din] else c[h]:
+        outer = any(c[d] for d in range(len(k.full)) if d not in k.reduce_axes and d != din)
+        if (c[din] != step * c[h] or rows or outer) if c[din] else c[h]:
             return None
     return h
 
 
-def _span(k: Kernel, st: Stencil, h: int) -> int:
+def _span(k: Kernel, din: int, step: int, h: int) -> int:
     """The input columns a row of windows reads."""
-    return st.step * (k.full[st.din] - 1) + k.full[h]
+    return step * (k.full[din] - 1) + k.full[h]
+
+
+def _inside(e: int, c: int, b: int) -> tuple[int, int]:
+    """The [lo, hi) of the x with 0 <= e + c * x < b (c not 0)."""
+    first, last = (-e, b - 1 - e) if c > 0 else (e - b + 1, e)  # c * x in [first, last], |c| steps
+    return -(-first // abs(c)), last // abs(c) + 1
 
 
 def _reads_zero_row(view: View, din: int) -> bool:
@@ -209,7 +207,7 @@ def emit_stencil(kernel: Kernel, sched: GemmSchedule | ReductionSchedule, vw: in
     st = plan_stencil(kernel)
     if st is None:
         raise ValueError("not a stencil kernel")
-    return _Emitter(normalize(kernel), st, vw, getattr(sched, "impl", None) == "separable").source(sched.threads)
+    return _Emitter(normalize(kernel), st, vw, sched.impl == "separable").source(sched.threads)
 
 
 class _Emitter:
@@ -236,12 +234,9 @@ class _Emitter:
                                    and reads_dim(op.attr("view"), self.din) for op in k.ops)
         self.rows_valid = False  # emitting rows where every live tap's row lies inside the input (no ok tests)
         self.active: set[int] | None = None  # the live taps of the rows being emitted (None: all)
-        self.sep = _side(k, st) if sep else None  # the reduced dim along the row of a separable pool
+        self.sep = st.side if sep else None  # the reduced dim along the row of a separable pool
         if sep and self.sep is None:
             raise ValueError("not a separable pool")
-
-    def _span(self, h: int) -> int:
-        return _span(self.k, self.st, h)
 
     def _heads(self) -> list[tuple[int, _Tap]]:
         """The taps whose input pointers a row needs: the live ones, or a separable pool's first column's."""
@@ -250,28 +245,24 @@ class _Emitter:
         at = self.k.reduce_axes.index(self.sep)
         return [(t, tap) for t, tap in self._live() if tap.const[at] == 0]
 
-    def columns(self) -> list[str]:
-        """A separable pool's first pass over a row (after its head): each column reduced into ``lum_col``."""
-        h = self.sep
-        assert h is not None
-        span = self._span(h)
-        lo, hi = 0, span  # the columns inside the input: 0 <= e + c * x < b for every pixel constraint
+    def column_bounds(self, span: int) -> tuple[int, int]:
+        """The [lo, hi) of a separable pool's ``span`` columns that lie inside the input (the others read zero)."""
+        assert self.sep is not None
+        lo, hi = 0, span
         tap = self._heads()[0][1]
         for c, c0, b in self.xmasks:
             if c[self.din]:
-                e, cx = self._at(c, c0, tap), c[h]
-                first, last = (-e, b - 1 - e) if cx > 0 else (e - b + 1, e)
-                lo, hi = max(lo, -(-first // abs(cx))), min(hi, last // abs(cx) + 1)
-        lo, hi = (lo, hi) if lo < hi else (span, span)
-        lines = []
-        if lo:
-            lines.append(f"memset(lum_col, 0, {lo} * sizeof(float));")
-        if hi < span:
-            lines.append(f"memset(lum_col + {hi}, 0, {span - hi} * sizeof(float));")
-        if lo < hi:
-            fold = self._fold([f"p{t}[lum_x]" for t, _ in self._heads()])
-            lines += self._overlapping("lum_x", lo, hi, [*fold, "lum_col[lum_x] = acc;"])
-        return lines
+                a, z = _inside(self._at(c, c0, tap), c[self.sep], b)
+                lo, hi = max(lo, a), min(hi, z)
+        return (lo, hi) if lo < hi else (span, span)
+
+    def columns(self, lo: int, hi: int) -> list[str]:
+        """A separable pool's first pass over a row (after its head): the columns [lo, hi) reduced into
+        ``lum_col``."""
+        if lo >= hi:
+            return []
+        fold = self._fold([f"p{t}[lum_x]" for t, _ in self._heads()])
+        return self._overlapping("lum_x", lo, hi, [*fold, "lum_col[lum_x] = acc;"])
 
     def windows(self) -> list[str]:
         """A separable pool's second pass over a row: each window reduced over ``lum_col``, then the epilogue."""
@@ -293,26 +284,36 @@ class _Emitter:
         want = PLANES_PER_THREAD * (threads or 64)
         size = rows if planes >= want else -(-rows // min(rows, -(-want // planes)))
         blocks = -(-rows // size)
-        span = self._span(sep)
+        span = _span(k, self.din, self.st.step, sep)
+        lo, hi = self.column_bounds(span)
 
         def row(at: str, buf: str, lines: list[str]) -> list[str]:
             index = [f"const int64_t i{dr} = {at};"] if dr is not None else []
             return ["{", *_ind([*index, f"float *lum_col = lum_cols[{buf}];", *lines]), "}"]
 
-        first = row("lum_r0", "0", self.row_head() + self.columns())
-        ahead = row("lum_r + 1", "(lum_r + 1 - lum_r0) & 1", self.row_head() + self.columns())
+        first = row("lum_r0", "0", self.row_head() + self.columns(lo, hi))
+        ahead = row("lum_r + 1", "(lum_r + 1 - lum_r0) & 1", self.row_head() + self.columns(lo, hi))
         this = row("lum_r", "(lum_r - lum_r0) & 1", self.windows())
         plane, r0, r1 = "pl", "0", str(rows)
         if blocks > 1:
             plane, r0, r1 = f"(pl / {blocks})", f"(pl % {blocks}) * {size}", f"lum_min64(lum_r0 + {size}, {rows})"
+        # the columns in the padding read zero in every row: zeroed once, where the buffers are taken
+        zero = [f"memset(lum_cols[j], 0, {lo} * sizeof(float));" if lo else "",
+                f"memset(lum_cols[j] + {hi}, 0, {span - hi} * sizeof(float));" if hi < span else ""]
+        zero = ["for (int j = 0; j < 2; j++) {", *_ind([z for z in zero if z]), "}"] if any(zero) else []
         body = [*(f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel(plane, tuple(k.full[d] for d in pdims)))),
-                f"const int64_t lum_r0 = {r0}, lum_r1 = {r1};", f"float lum_cols[2][{span}];", *first,
+                f"const int64_t lum_r0 = {r0}, lum_r1 = {r1};", f"float lum_cols[2][{span}];", *zero, *first,
                 "for (int64_t lum_r = lum_r0; lum_r < lum_r1; lum_r++) {",
                 "    if (lum_r + 1 < lum_r1)", *_ind(_ind(ahead)), *_ind(this), "}"]
-        par = None
-        if threads != 1 and planes * blocks > 1 and math.prod(k.full) >= PAR_MIN:
-            par = "#pragma omp parallel for num_threads(nt) schedule(static)"
-        return self._with_helpers(_function(k, body, ("pl", planes * blocks), par), span, 0)
+        loop = ("pl", planes * blocks)
+        return self._with_helpers(_function(k, body, loop, self._parallel(threads, loop[1])), span, 0)
+
+    def _parallel(self, threads: int, count: int) -> str | None:
+        """The pragma that runs ``count`` iterations of the outer loop over the threads, or None (one thread, one
+        iteration, or too little work to wake a team)."""
+        if threads != 1 and count > 1 and math.prod(self.k.full) >= PAR_MIN:
+            return "#pragma omp parallel for num_threads(nt) schedule(static)"
+        return None
 
     def _overlapping(self, i: str, lo: int, hi: int, body: list[str]) -> list[str]:
         """``body`` for ``i`` in [lo, hi) in ``omp simd`` loops: whole vectors, then one more over the last lanes
@@ -583,9 +584,8 @@ class _Emitter:
                 cp = c[self.din]
                 if not cp:
                     continue
-                e = self._at(c, c0, tap)
-                first, last = (-e, b - 1 - e) if cp > 0 else (e - b + 1, e)  # cp * p in [first, last], |cp| steps
-                lo, hi = max(lo, -(-first // abs(cp))), min(hi, last // abs(cp) + 1)
+                a, z = _inside(self._at(c, c0, tap), cp, b)
+                lo, hi = max(lo, a), min(hi, z)
         return (lo, hi) if lo < hi else (self.width, self.width)
 
     def vector_width(self, lo: int, hi: int) -> int:
@@ -672,10 +672,7 @@ class _Emitter:
         else:
             lines += [*self.weights(), f"for (int64_t r = 0; r < {rows}LL; r++) {{", *_ind(row), "}"]
             loop = ("pl", planes)
-        par = None
-        if threads != 1 and loop[1] > 1 and math.prod(k.full) >= PAR_MIN:
-            par = "#pragma omp parallel for num_threads(nt) schedule(static)"
-        return self._with_helpers(_function(k, lines, loop, par), self.st.step * width, bw)
+        return self._with_helpers(_function(k, lines, loop, self._parallel(threads, loop[1])), self.st.step * width, bw)
 
     def _with_helpers(self, src: str, zeros: int, bw: int) -> str:
         """``src`` with what its kernel function uses declared before it: the zero row of ``zeros`` floats, the
