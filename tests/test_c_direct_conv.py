@@ -216,6 +216,25 @@ def test_random_points_of_a_conv_space_are_correct():
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
+@pytest.mark.parametrize("n,cin,cout,k,stride,group", [
+    (1, 24, 24, 5, 2, 24),   # depthwise, strided
+    (2, 16, 32, 3, 1, 16),   # depthwise with multiplier 2
+    (1, 32, 32, 3, 1, 4),    # grouped
+    (1, 40, 24, 1, 1, 1),    # 1x1
+    (2, 3, 20, 3, 2, 1),     # strided stem
+])
+def test_every_point_drawn_from_a_conv_space_emits(n, cin, cout, k, stride, group):
+    """Many valid points of each kind of conv's space give C source: a schedule the search may draw never fails in
+    the emitter (a depthwise conv swapped, its pixels as rows and no N dim, once did, ending ``luminal tune``)."""
+    g, _ = _conv_graph(n, cin, cout, (14, 14), k=k, stride=(stride, stride), pads=((k // 2,) * 2,) * 2, group=group)
+    _, c = _the_conv(g)
+    be = CPUBackend()
+    picked = random_schedules(be, c, 80, 3)
+    assert len(picked) == 80
+    for s in picked:
+        assert "lum_kernel" in be.source(c, s)
+
+
 @pytest.mark.parametrize("spatial,k,pads", [((45,), 5, ((2, 1),)), ((5, 6, 37), 3, ((1, 1), (0, 1), (1, 1)))])
 def test_1d_and_3d_convs(spatial, k, pads):
     """Runs of the innermost output dim in one and three spatial dims (the outer ones unravelled per run)."""

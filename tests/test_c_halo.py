@@ -194,6 +194,22 @@ def test_the_search_takes_either_orientation(n, cin, cout, stride):
                         kernels=ks)
 
 
+@pytest.mark.parametrize("k,stride", [(5, (2, 2)), (3, (1, 1))])
+def test_a_depthwise_conv_with_its_pixels_as_rows(k, stride):
+    """A depthwise conv swapped (its pixels as the rows, read from the padded copy) has no N dim: its tiles are one
+    column, stored along the pixels. Every such point of the space emits and gives the reference's outputs."""
+    g, feeds = _conv_graph(1, 24, 24, (14, 14), k=k, stride=stride, pads=((k // 2,) * 2,) * 2, group=24)
+    ks, c = _the_conv(g)
+    plan = plan_contraction(c, True)
+    assert plan is not None and not plan.n and plan.a_halo is not None
+    be = CPUBackend()
+    picked = random_schedules(be, c, 4, 3, lambda s, _: s["impl"] == "generated" and s["swap"] and not s["pack_a"])
+    assert len(picked) == 4
+    for s in picked:
+        assert "lum_mkh(" in be.source(c, s)
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
+
+
 def test_1x3_conv_with_a_tap_dim_of_one():
     """A window one row high, padded along the rows only, reads the copy as a 3x3 one does."""
     x = Tensor.input("x", (1, 43, 9, 30), DType.float32)

@@ -645,7 +645,10 @@ def _rows_walk_output(kernel: Kernel, plan: Plan) -> bool:
 def _walk_score(kernel: Kernel, plan: Plan) -> int:
     """How much more the epilogue's memory is contiguous along the rows than along the columns (``_rows_walk_output``).
     A halo tile (pixels as rows) is transposed unless the columns win: a channels-last output, whose rows of
-    channels the tile holds as they are stored."""
+    channels the tile holds as they are stored. A tile of one column (no N dim: a depthwise conv's pixels as rows)
+    walks its rows."""
+    if not plan.n:
+        return 1
     mi, ni = plan.m[-1], plan.n[-1]
     kept = _kept(kernel)
     score = (1 if kept and kept[-1] == mi else -1 if kept and kept[-1] == ni else 0)
