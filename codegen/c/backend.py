@@ -224,7 +224,7 @@ def typed_source(kernel: Kernel, sched: CSchedule, threads: int) -> str:
             return emit_stencil(kernel, sched, schedule.simd_width())
         return emit_contraction(kernel, sched, schedule.simd_width())
     if isinstance(sched, ReductionSchedule):
-        if sched.impl in ("stencil", "separable"):
+        if sched.stencil:
             return emit_stencil(kernel, sched, schedule.simd_width())
         if sched.lanes and lanes_apply(kernel):
             return emit_reduction_lanes(kernel, sched)

@@ -101,6 +101,11 @@ class ReductionSchedule(_Loops):
     # schedule stored before the knob): the loops
     impl: Literal["loops", "stencil", "separable"] | None = _knob(_pool_impls, conditional=True, optional=True)
 
+    @property
+    def stencil(self) -> bool:
+        """Whether the pool is read as a stencil (either form), which reads no knob but ``threads``."""
+        return self.impl in ("stencil", "separable")
+
 
 @dataclass(frozen=True)
 class ElementwiseSchedule(_Loops):

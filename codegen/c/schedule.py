@@ -251,7 +251,7 @@ def valid(kernel: Kernel, sched: Schedule, threads: int) -> bool:
     t = typed(kernel, sched, threads)
     if t is None:
         return False
-    if isinstance(t, ReductionSchedule) and t.impl in ("stencil", "separable"):  # the loops' knobs mean nothing
+    if isinstance(t, ReductionSchedule) and t.stencil:  # the loops' knobs mean nothing to it
         return _as_default(t, typed_default(kernel, threads), ("impl", "threads"))
     if not isinstance(t, GemmSchedule):
         return not (t.vec and t.unroll > 1)  # unrolled loops are vectorised by gcc itself

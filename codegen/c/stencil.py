@@ -291,16 +291,17 @@ class _Emitter:
             index = [f"const int64_t i{dr} = {at};"] if dr is not None else []
             return ["{", *_ind([*index, f"float *lum_col = lum_cols[{buf}];", *lines]), "}"]
 
-        first = row("lum_r0", "0", self.row_head() + self.columns(lo, hi))
-        ahead = row("lum_r + 1", "(lum_r + 1 - lum_r0) & 1", self.row_head() + self.columns(lo, hi))
+        columns = self.row_head() + self.columns(lo, hi)
+        first = row("lum_r0", "0", columns)
+        ahead = row("lum_r + 1", "(lum_r + 1 - lum_r0) & 1", columns)
         this = row("lum_r", "(lum_r - lum_r0) & 1", self.windows())
         plane, r0, r1 = "pl", "0", str(rows)
         if blocks > 1:
             plane, r0, r1 = f"(pl / {blocks})", f"(pl % {blocks}) * {size}", f"lum_min64(lum_r0 + {size}, {rows})"
         # the columns in the padding read zero in every row: zeroed once, where the buffers are taken
-        zero = [f"memset(lum_cols[j], 0, {lo} * sizeof(float));" if lo else "",
-                f"memset(lum_cols[j] + {hi}, 0, {span - hi} * sizeof(float));" if hi < span else ""]
-        zero = ["for (int j = 0; j < 2; j++) {", *_ind([z for z in zero if z]), "}"] if any(zero) else []
+        zero = [*([f"memset(lum_cols[j], 0, {lo} * sizeof(float));"] if lo else []),
+                *([f"memset(lum_cols[j] + {hi}, 0, {span - hi} * sizeof(float));"] if hi < span else [])]
+        zero = ["for (int j = 0; j < 2; j++) {", *_ind(zero), "}"] if zero else []
         body = [*(f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel(plane, tuple(k.full[d] for d in pdims)))),
                 f"const int64_t lum_r0 = {r0}, lum_r1 = {r1};", f"float lum_cols[2][{span}];", *zero, *first,
                 "for (int64_t lum_r = lum_r0; lum_r < lum_r1; lum_r++) {",
