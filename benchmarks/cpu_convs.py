@@ -88,6 +88,8 @@ LAYERS = [
     Layer("3x3 64->64 56 b8", 8, 64, 64, 56, 3),
     Layer("atrous 3x3 256 d2 28", 1, 256, 256, 28, 3, dilation=2),
     Layer("atrous 3x3 512 d4 33", 1, 512, 512, 33, 3, dilation=4),
+    Layer("aspp 3x3 960->256 d6 16", 1, 960, 256, 16, 3, dilation=6),
+    Layer("aspp 3x3 960->256 d12 16", 1, 960, 256, 16, 3, dilation=12),
 ]
 
 

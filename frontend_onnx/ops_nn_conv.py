@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -24,19 +25,10 @@ def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = Fa
     return strides, dilations, pads, outs
 
 
-SPLIT_LIVE = 0.65  # see conv
-
-
-def _bands(size: int, pad: int, out: int, k: int, stride: int, dilation: int) -> list[tuple[int, int, int, int]]:
-    """The runs [o0, o1) of output positions along a dim that read the same taps [lo, hi) of the input (not its
-    zero padding)."""
-    if out <= 0:
-        return []
-    first = pad - np.arange(out, dtype=np.int64) * stride  # where the input starts, from each window's start
-    lo = np.maximum(0, -(-first // dilation))
-    hi = np.maximum(lo, np.minimum(k, (first + size - 1) // dilation + 1))
-    starts = [0, *(np.flatnonzero((np.diff(lo) != 0) | (np.diff(hi) != 0)) + 1).tolist(), out]
-    return [(a, b, int(lo[a]), int(hi[a])) for a, b in itertools.pairwise(starts)]
+# a convolution splits by taps along a dim where its live (position, tap) pairs there are at most this share of all
+# and the pairs it drops hold at least SPLIT_MIN_MACS multiply-adds (see conv)
+SPLIT_LIVE = 0.8
+SPLIT_MIN_MACS = 1 << 20
 
 
 def _shift(x: Tensor, pads: list[tuple[int, int]], d: int, by: int) -> tuple[Tensor, list[tuple[int, int]]]:
@@ -51,34 +43,59 @@ def _shift(x: Tensor, pads: list[tuple[int, int]], d: int, by: int) -> tuple[Ten
     return x, pads
 
 
+def _live_taps(size: int, pad: int, out: int, k: int, stride: int, dilation: int) -> list[tuple[int, int, int]]:
+    """Per tap that reads the input at some output position along a dim: (tap, o0, o1), the run [o0, o1) of output
+    positions whose window position at that tap lies inside the input (not its zero padding)."""
+    taps = []
+    for t in range(k):
+        o0 = max(0, -(-(pad - t * dilation) // stride))
+        o1 = min(out, (size - 1 + pad - t * dilation) // stride + 1)
+        if o1 > o0:
+            taps.append((t, o0, o1))
+    return taps
+
+
+def _by_taps(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs, d: int,
+             taps: list[tuple[int, int, int]]) -> Tensor:
+    """The convolution as the sum over the live ``taps`` along spatial dim ``d`` of convolutions one tap wide
+    there, each over the output positions where its tap reads the input (zeros elsewhere)."""
+    parts = []
+    for t, o0, o1 in taps:
+        start = o0 * strides[d] + t * dilations[d] - pads[d][0]
+        at = [(0, s) for s in x.shape]
+        at[2 + d] = (start, start + (o1 - o0 - 1) * strides[d] + 1)
+        wt = [(0, s) for s in w.shape]
+        wt[2 + d] = (t, t + 1)
+        part = conv(x.shrink(at), w.shrink(wt).contiguous(), group, strides, dilations,
+                    [*pads[:d], (0, 0), *pads[d + 1:]], [*outs[:d], o1 - o0, *outs[d + 1:]])
+        parts.append(part.pad([(0, 0)] * (2 + d) + [(o0, outs[d] - o1)] + [(0, 0)] * (len(outs) - 1 - d)))
+    return functools.reduce(Tensor.add, parts)
+
+
 def conv(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Tensor:
     """N-d grouped convolution as one broadcast Mul + SumReduce over (C/group, k...), over the taps that read
-    the input somewhere: a dilated kernel over a small map (an atrous pyramid's rates 12-36 over 20-32 pixels)
-    reads only zero padding at its outer taps near the borders. Taps that do so at every output position leave
-    the contraction; where the output positions reading the input with fewer taps hold most of the work along
-    a dim (its live share at most SPLIT_LIVE), the output splits into bands along it, one contraction per band
-    over the band's own taps, concatenated."""
+    the input somewhere: a dilated kernel over a small map (an atrous pyramid's rates 6-36 over 16-33 pixels), or
+    a kernel not much smaller than its map, reads only zero padding at its outer taps near the borders. Taps that
+    do so at every output position leave the contraction (the weight sliced); where the live (position, tap)
+    pairs along a dim are at most SPLIT_LIVE of all and the others hold at least SPLIT_MIN_MACS multiply-adds,
+    the convolution splits there by taps: one contraction per tap over the positions it reads the input at, its
+    slice of the weight read once, the parts summed."""
     nd = len(outs)
     pads = [tuple(p) for p in pads]
+    macs = x.shape[0] * math.prod(w.shape) * math.prod(outs)
     for d in range(nd):
         k = w.shape[2 + d]
-        bands = _bands(x.shape[2 + d], pads[d][0], outs[d], k, strides[d], dilations[d])
-        live = sum((o1 - o0) * (hi - lo) for o0, o1, lo, hi in bands)
-        if len(bands) > 1 and live <= SPLIT_LIVE * outs[d] * k:
-            parts = []
-            for o0, o1, lo, hi in bands:
-                xb, pb = _shift(x, pads, d, o0 * strides[d])
-                ob = [*outs[:d], o1 - o0, *outs[d + 1:]]
-                if hi == lo:  # every tap over the padding: zeros
-                    parts.append(Tensor.full((x.shape[0], w.shape[0], *ob), 0, x.dtype))
-                else:
-                    parts.append(conv(xb, w, group, strides, dilations, pb, ob))
-            return concat(parts, 2 + d)
-        spans = [(lo, hi) for _, _, lo, hi in bands if hi > lo]
-        if spans and (min(spans)[0], max(hi for _, hi in spans)) != (0, k):
-            lo, hi = min(spans)[0], max(hi for _, hi in spans)
-            w = w.shrink([(0, s) if j != 2 + d else (lo, hi) for j, s in enumerate(w.shape)])
+        taps = _live_taps(x.shape[2 + d], pads[d][0], outs[d], k, strides[d], dilations[d])
+        if not taps:  # every window over the padding
+            return Tensor.full((x.shape[0], w.shape[0], *outs), 0, x.dtype)
+        live = sum(o1 - o0 for _, o0, o1 in taps)
+        if live <= SPLIT_LIVE * outs[d] * k and macs * (1 - live / (outs[d] * k)) >= SPLIT_MIN_MACS:
+            return _by_taps(x, w, group, strides, dilations, pads, outs, d, taps)
+        lo, hi = taps[0][0], taps[-1][0] + 1
+        if (lo, hi) != (0, k):
+            w = w.shrink([(0, s) if j != 2 + d else (lo, hi) for j, s in enumerate(w.shape)]).contiguous()
             x, pads = _shift(x, pads, d, lo * dilations[d])
+            macs = macs * (hi - lo) // k
     n = x.shape[0]
     m, cg = w.shape[:2]
     kernel = w.shape[2:]

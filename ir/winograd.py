@@ -203,9 +203,9 @@ def default_tile(red: Node) -> int:
     sums over and writes (the fewer of the two), its output map and its images: 4 on maps larger than SMALL_MAP
     from F4_MIN_CHANNELS (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps, and for a batch's that
     ``default_by_image`` computes image by image); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
-    smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (an atrous pyramid's
-    rate 6 over 16x16: 36 phases of 3x3, each padded to whole tiles); else 0 (directly). The search tries every
-    tile either way."""
+    smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7:
+    four phases of 4x4, each padded to whole tiles); else 0 (directly). The search tries every tile either
+    way."""
     found = _conv_of(red)
     if found is None:
         return 0

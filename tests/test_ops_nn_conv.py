@@ -9,6 +9,7 @@ import ops_nn_harness as h
 import pytest
 from codegen_util import compare_cpu
 
+from luminal.frontend_onnx import ops_nn_conv
 from luminal.ir import Op
 
 rand = h.rand
@@ -248,10 +249,11 @@ def test_conv_transpose_without_overlap_is_one_contraction(xs, ws, attrs, bias):
 
 
 # (input, weight, attributes, per spatial dim the (output position, tap) pairs the contractions keep: the
-# output's length times the taps kept, or where the output splits into bands, each band's length times its taps)
+# output's length times the taps kept, or where the convolution splits by taps, each tap's live positions)
 DEAD_TAP_CASES = [
     ((1, 8, 6, 6), (4, 8, 3, 3), dict(pads=[6, 6, 6, 6], dilations=[6, 6]), (6 * 1, 6 * 1)),  # an atrous 1x1
-    ((1, 8, 6, 6), (4, 8, 3, 3), dict(pads=[3, 3, 3, 3], dilations=[3, 3]), (6 * 3, 6 * 3)),  # 2/3 live: kept whole
+    ((1, 8, 6, 6), (4, 8, 3, 3), dict(pads=[3, 3, 3, 3], dilations=[3, 3]), (3 + 6 + 3, 3 + 6 + 3)),  # 2/3 live
+    ((1, 8, 4, 4), (4, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (4 * 3, 4 * 3)),  # 5/6 live: kept whole
     ((1, 4, 5, 7), (4, 4, 3, 3), dict(pads=[9, 0, 9, 0], dilations=[9, 3]), (5 * 1, 1 * 3)),
     # one output row, whose only live tap lies right of the input's start: a crop
     ((2, 4, 5, 5), (6, 2, 5, 3), dict(group=2, pads=[7, 1, 2, 1], dilations=[3, 1], strides=[2, 1]), (1 * 1, 5 * 3)),
@@ -259,7 +261,7 @@ DEAD_TAP_CASES = [
     # the first and last output positions read padding alone: bands of zeros
     ((1, 3, 4), (2, 3, 5), dict(pads=[5, 5], strides=[3]), (1 * 3 + 1 * 3,)),
     ((1, 2, 3, 4, 3), (3, 2, 3, 3, 3), dict(pads=[4, 1, 4, 4, 1, 4], dilations=[4, 1, 4]), (3 * 1, 4 * 3, 3 * 1)),
-    # 3/5 live along both dims: bands of 4, 2 and 4 rows reading taps 1-2, 1 and 0-1
+    # 3/5 live along both dims: taps 0, 1 and 2 over 4, 10 and 4 rows
     ((1, 4, 10, 10), (5, 4, 3, 3), dict(pads=[6, 6, 6, 6], dilations=[6, 6]), (18, 18)),
     ((2, 4, 10, 9), (6, 2, 3, 3), dict(group=2, pads=[6, 6, 6, 6], dilations=[6, 6], strides=[1, 2]), (18, 9)),
     ((1, 3, 9), (2, 3, 3), dict(pads=[9, 9], dilations=[9]), (9 * 1,)),  # only the centre tap ever reads
@@ -267,12 +269,44 @@ DEAD_TAP_CASES = [
 
 
 @pytest.mark.parametrize("xs,ws,attrs,pairs", DEAD_TAP_CASES)
-def test_conv_reads_only_live_taps(xs, ws, attrs, pairs):
+def test_conv_reads_only_live_taps(xs, ws, attrs, pairs, monkeypatch):
     """Taps that meet only the zero padding (a dilated kernel over a small map) leave the contraction: at every
-    output position, or, where that is most of the work, per band of output positions; the outputs as
-    onnxruntime's, on the reference executor and the C backend."""
+    output position, or, where the others are at most SPLIT_LIVE of the work, per tap over the positions it reads
+    the input at (the split's saving floor taken away for these small convs); the outputs as onnxruntime's, on
+    the reference executor and the C backend."""
+    monkeypatch.setattr(ops_nn_conv, "SPLIT_MIN_MACS", 0)
     inputs = [rand(*xs), rand(*ws, seed=1), rand(ws[0], seed=2)]
     g = h.check("Conv", inputs, attrs, consts={1, 2})
     macs = sum(math.prod(n.srcs[0][1].shape) for n in g.toposort() if n.op is Op.SumReduce)
     assert macs == xs[0] * ws[0] * ws[1] * math.prod(pairs)
     compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)
+
+
+def _weight_reads(g) -> int:
+    """Elements of constant operands the graph's contractions multiply by (each slice of a weight as often as it
+    is read)."""
+    return sum(math.prod(s.shape) for n in g.toposort() if n.op is Op.Mul for s, _ in n.srcs
+               if s.op is Op.Constant and len(s.shape) > 1)
+
+
+def test_an_atrous_conv_over_a_small_map_reads_each_tap_of_its_weight_once():
+    """An atrous pyramid's rate 12 over a 16x16 map (DeepLabV3's at a 256x256 input): along each dim taps 0 and 2
+    read the input at 4 of the 16 output positions, so the convolution splits by taps, nine contractions over 16
+    to 256 positions, and reads each tap's slice of the weight once (split into bands of positions that read the
+    same taps, the centre tap's would be read by all nine)."""
+    inputs = [rand(1, 256, 16, 16), rand(64, 256, 3, 3, seed=1), rand(64, seed=2)]
+    g = h.check("Conv", inputs, dict(pads=[12] * 4, dilations=[12, 12]), consts={1, 2}, atol=1e-4)  # 768-term sums
+    reduces = [n for n in g.toposort() if n.op is Op.SumReduce]
+    assert len(reduces) == 9
+    assert sum(math.prod(n.srcs[0][1].shape) for n in reduces) == 64 * 256 * (4 + 16 + 4) ** 2
+    assert _weight_reads(g) == 64 * 256 * 9
+    compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-4)
+
+
+def test_a_depthwise_conv_over_a_small_map_stays_whole():
+    """A depthwise 5x5 over a 4x4 map reads the padding at 30% of its (position, tap) pairs, but they are 80K
+    multiply-adds, less than the split's floor: one contraction (its stencil beats 25 small kernels and their
+    sum)."""
+    inputs = [rand(1, 672, 4, 4), rand(672, 1, 5, 5, seed=1)]
+    g = h.check("Conv", inputs, dict(pads=[2] * 4, group=672), consts={1})
+    assert [n.op for n in g.toposort()].count(Op.SumReduce) == 1
