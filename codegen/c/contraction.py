@@ -1011,13 +1011,10 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
     buffer by the micro-kernel (``panel``: B panel ``jr`` against the tile's rows), then passed through the
     epilogue."""
     mr, nr, mc, nc, mt, nt_ = t.mr, t.nr, t.mc, t.nc, t.mt, t.nt
-    # the tiles split statically, each thread a run of them in the same order at every call: a product of one row
-    # (a recurrence's steps) reads the same part of the weight from its own core's cache (bidirectional 2-layer
-    # recurrences, dynamic against static: GRU 256 -> 768 1.05x, LSTM 128 -> 512 1.08x), and a conv's output
-    # pixels split alike in consecutive kernels stay in the core that wrote them, where the cores are far apart
-    # (a cache line's round trip between the 2 vCPUs 0.4-0.5 us): whole models, one process, 2 threads, dynamic
-    # against static, YOLO-style detector 83.2 -> 76.8 ms, DB text detector 25.4 -> 22.4, SqueezeNet 7.8 -> 7.1,
-    # DenseNet-121 61.2 -> 57.9, ResNet-50 67.2 -> 65.9, MobileNetV3 9.3 -> 8.8
+    # a product of one row splits its columns statically: each thread reads the same part of the weight at every
+    # call (a recurrence's steps), from its own core's cache. Bidirectional 2-layer recurrences, dynamic against
+    # static: GRU 256 -> 768 1.05x, LSTM 128 -> 512 1.08x
+    split = "static" if t.M == 1 else "dynamic, 1"
     L = ["        #ifdef _OPENMP",
          f"        lum_t *ct = ctiles + (size_t)omp_get_thread_num() * {t.size_thread};",
          "        #else",
@@ -1025,7 +1022,7 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
          "        #endif",
          f"        lum_t *bt = ct + {mc * nc}; (void)bt;",
          f"        lum_t *tt = bt + {t.size_bt}; (void)tt;",
-         f"        #pragma omp for schedule(static){' nowait' if t.stream else ''}",
+         f"        #pragma omp for schedule({split}){' nowait' if t.stream else ''}",
          f"        for (int64_t t = 0; t < {t.nb * mt * nt_}LL; t++) {{",
          f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};"]
     if order == "mn":
