@@ -310,3 +310,21 @@ def test_a_depthwise_conv_over_a_small_map_stays_whole():
     inputs = [rand(1, 672, 4, 4), rand(672, 1, 5, 5, seed=1)]
     g = h.check("Conv", inputs, dict(pads=[2] * 4, group=672), consts={1})
     assert [n.op for n in g.toposort()].count(Op.SumReduce) == 1
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_a_conv_transpose_s_phases_are_stored_together(k):
+    """A ConvTranspose k x k at stride k (no overlap): the contraction's rows are (output channel, row phase,
+    column phase), the output's innermost dim the column phase, next to the input's columns. The epilogue stores
+    the k rows of a column phase together, so each store fills a run of the output; the outputs as onnxruntime's
+    and the reference executor's."""
+    from luminal.codegen.c.backend import CPUBackend, source
+    from luminal.codegen.partition import partition
+    from luminal.target import detect_target
+
+    inputs = [rand(1, 8, 6, 16), rand(8, 4, k, k, seed=1), rand(4, seed=2)]
+    g = h.check("ConvTranspose", inputs, dict(strides=[k, k]), consts={1, 2})
+    (kernel,) = [x for x in partition(g, {}) if x.form == "contraction"]
+    be = CPUBackend(detect_target("cpu"))
+    assert f"for (int64_t i = 0; i < mcur; i += {k}) {{" in source(kernel, be.default_schedule(kernel), 2)
+    compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)

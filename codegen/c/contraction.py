@@ -53,6 +53,7 @@ HALO_STRIDED_MIN_REUSE = 96
 ROWS_MIN_VECTORS = 4  # see rows_of_vectors
 ROWS_MAX_N = 64
 LINE_FLOATS = 16  # floats per cache line
+INTERLEAVE_MAX = 4  # see _interleaved
 STREAM_MIN_BYTES = 1 << 20  # outputs from which the epilogue stores past the caches (``_Tiling.stream``)
 
 
@@ -710,8 +711,16 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     step = t.run_cols if t.run else inner  # columns per run (with ``run``: padded to whole panels)
     runs = unravel("q", tuple(full[x] for x in plan.n[:-1]))
     outer = [f"const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], runs)]
-    one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *row,
-           *_indent(_run_loop(kernel, plan, t, "0", "ncur"), 4), "}"]
+    r = _interleaved(kernel, plan, t)
+    if r:
+        group = ["for (int64_t i = 0; i < mcur; i += " + str(r) + ") {", "    const int64_t m = ic + i; (void)m;"]
+        group += [f"    const int64_t i{d} = {e};" for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m)))
+                  if d != plan.m[-1]]
+        one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *group,
+               *_indent(_group_loop(kernel, plan, t, r), 4), "}"]
+    else:
+        one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *row,
+               *_indent(_run_loop(kernel, plan, t, "0", "ncur"), 4), "}"]
     epi += [f"if (jc % {step} + ncur <= {inner}) {{", *_indent(one, 4), "    return;", "}", *row,
             "    for (int64_t j0 = 0; j0 < ncur;) {",
             f"        const int64_t q = (jc + j0) / {step}, r0 = (jc + j0) % {step};",
@@ -719,6 +728,30 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     # the run's columns past its end (with ``run``) hold no output
     end = "j0 + len" if step == inner else f"j0 + lum_min64(len, {inner} - r0)"
     return stage + epi + _indent(_run_loop(kernel, plan, t, "j0", end), 8) + ["        j0 += len;", "    }", "}"]
+
+
+def _interleaved(kernel: Kernel, plan: Plan, t: _Tiling) -> int:
+    """The rows a tile's epilogue stores together, interleaved (0: one by one): the output's innermost dim, of at
+    most INTERLEAVE_MAX positions, is the innermost M dim and the next one out the innermost N dim (a ConvTranspose's
+    phases, y[.., x, p]), the row blocks whole groups of it. Row by row, each store would skip the other rows'
+    positions (a scatter); a group's rows fill whole runs (2x2 stride 2, 64 -> 32 at 80x80, hot, 2 threads: 1.69
+    -> 1.13 ms)."""
+    kept = _kept(kernel)
+    if t.halo or t.stream or len(kept) < 2 or not plan.m or not plan.n \
+            or (kept[-1], kept[-2]) != (plan.m[-1], plan.n[-1]):
+        return 0
+    r = kernel.full[plan.m[-1]]
+    return r if r <= INTERLEAVE_MAX and t.mc % r == 0 and t.M % r == 0 else 0
+
+
+def _group_loop(kernel: Kernel, plan: Plan, t: _Tiling, r: int) -> list[str]:
+    """The epilogue's vector loop over the tile's columns for rows i..i+r-1 (``_interleaved``), storing together."""
+    loop = ["#pragma omp simd", "for (int64_t j = 0; j < ncur; j++) {", "    const int64_t n = jc + j; (void)n;",
+            f"    const int64_t i{plan.n[-1]} = r0 + j;"]
+    for u in range(r):
+        loop += ["    {", f"        const int64_t m = ic + i + {u}, i{plan.m[-1]} = {u}; (void)m;",
+                 *_indent(_epilogue_stmts(kernel, plan, f"ct[(i + {u}) * {t.nc} + j]"), 8), "    }"]
+    return [*loop, "}"]
 
 
 def _run_loop(kernel: Kernel, plan: Plan, t: _Tiling, j0: str, end: str) -> list[str]:
