@@ -312,17 +312,17 @@ def test_a_depthwise_conv_over_a_small_map_stays_whole():
     assert [n.op for n in g.toposort()].count(Op.SumReduce) == 1
 
 
-@pytest.mark.parametrize("k", [2, 3, 4])
-def test_a_conv_transpose_s_phases_are_stored_together(k):
+@pytest.mark.parametrize("k,width", [(2, 16), (3, 16), (4, 16), (2, 10), (3, 9)])
+def test_a_conv_transpose_s_phases_are_stored_together(k, width):
     """A ConvTranspose k x k at stride k (no overlap): the contraction's rows are (output channel, row phase,
     column phase), the output's innermost dim the column phase, next to the input's columns. The epilogue stores
-    the k rows of a column phase together, so each store fills a run of the output; the outputs as onnxruntime's
-    and the reference executor's."""
+    the k rows of a column phase together, so each store fills a run of the output, also where a tile's columns
+    span input rows (a width short of the panels); the outputs as onnxruntime's and the reference executor's."""
     from luminal.codegen.c.backend import CPUBackend, source
     from luminal.codegen.partition import partition
     from luminal.target import detect_target
 
-    inputs = [rand(1, 8, 6, 16), rand(8, 4, k, k, seed=1), rand(4, seed=2)]
+    inputs = [rand(1, 8, 6, width), rand(8, 4, k, k, seed=1), rand(4, seed=2)]
     g = h.check("ConvTranspose", inputs, dict(strides=[k, k]), consts={1, 2})
     (kernel,) = [x for x in partition(g, {}) if x.form == "contraction"]
     be = CPUBackend(detect_target("cpu"))

@@ -697,13 +697,16 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
             epi.append(f"const int64_t i{d} = 0;")
     if t.tr:
         return stage + epi + _columns_epilogue(kernel, plan, t)
-    row = ["for (int64_t i = 0; i < mcur; i++) {"]
+    # rows one by one, or in groups of r stored together (``_interleaved``)
+    r = _interleaved(kernel, plan, t) or 1
+    row = [f"for (int64_t i = 0; i < mcur; i{' += ' + str(r) if r > 1 else '++'}) {{"]
     if t.halo:
         row += _indent(_halo_row(plan, t.halo, full), 4)
     else:
         row.append("    const int64_t m = ic + i; (void)m;")
         for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
-            row.append(f"    const int64_t i{d} = {e};")
+            if r == 1 or d != plan.m[-1]:
+                row.append(f"    const int64_t i{d} = {e};")
     # runs of the innermost N dim: the outer N indices are divided out once per run, not per element; where the
     # tile's columns lie in one run (every tile, where runs are whole panels), once per tile (a 1x1 conv of 16
     # channels at 112x112, hot, 2 threads: 256 -> 238 us; 64 -> 256 at 56x56 680 -> 620)
@@ -711,31 +714,23 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     step = t.run_cols if t.run else inner  # columns per run (with ``run``: padded to whole panels)
     runs = unravel("q", tuple(full[x] for x in plan.n[:-1]))
     outer = [f"const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], runs)]
-    r = _interleaved(kernel, plan, t)
-    if r:
-        group = ["for (int64_t i = 0; i < mcur; i += " + str(r) + ") {", "    const int64_t m = ic + i; (void)m;"]
-        group += [f"    const int64_t i{d} = {e};" for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m)))
-                  if d != plan.m[-1]]
-        one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *group,
-               *_indent(_group_loop(kernel, plan, t, r), 4), "}"]
-    else:
-        one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *row,
-               *_indent(_run_loop(kernel, plan, t, "0", "ncur"), 4), "}"]
+    one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *row,
+           *_indent(_run_loop(kernel, plan, t, "0", "ncur", r), 4), "}"]
     epi += [f"if (jc % {step} + ncur <= {inner}) {{", *_indent(one, 4), "    return;", "}", *row,
             "    for (int64_t j0 = 0; j0 < ncur;) {",
             f"        const int64_t q = (jc + j0) / {step}, r0 = (jc + j0) % {step};",
             f"        const int64_t len = lum_min64({step} - r0, ncur - j0); (void)q;", *_indent(outer, 8)]
     # the run's columns past its end (with ``run``) hold no output
     end = "j0 + len" if step == inner else f"j0 + lum_min64(len, {inner} - r0)"
-    return stage + epi + _indent(_run_loop(kernel, plan, t, "j0", end), 8) + ["        j0 += len;", "    }", "}"]
+    return stage + epi + _indent(_run_loop(kernel, plan, t, "j0", end, r), 8) + ["        j0 += len;", "    }", "}"]
 
 
 def _interleaved(kernel: Kernel, plan: Plan, t: _Tiling) -> int:
     """The rows a tile's epilogue stores together, interleaved (0: one by one): the output's innermost dim, of at
     most INTERLEAVE_MAX positions, is the innermost M dim and the next one out the innermost N dim (a ConvTranspose's
     phases, y[.., x, p]), the row blocks whole groups of it. Row by row, each store would skip the other rows'
-    positions (a scatter); a group's rows fill whole runs (2x2 stride 2, 64 -> 32 at 80x80, hot, 2 threads: 1.69
-    -> 1.13 ms)."""
+    positions (a scatter); a group's rows fill whole runs (2x2 stride 2, 64 -> 32 at 80x80, hot, 2 threads: 1.01
+    -> 0.77 ms)."""
     kept = _kept(kernel)
     if t.halo or t.stream or len(kept) < 2 or not plan.m or not plan.n \
             or (kept[-1], kept[-2]) != (plan.m[-1], plan.n[-1]):
@@ -744,23 +739,19 @@ def _interleaved(kernel: Kernel, plan: Plan, t: _Tiling) -> int:
     return r if r <= INTERLEAVE_MAX and t.mc % r == 0 and t.M % r == 0 else 0
 
 
-def _group_loop(kernel: Kernel, plan: Plan, t: _Tiling, r: int) -> list[str]:
-    """The epilogue's vector loop over the tile's columns for rows i..i+r-1 (``_interleaved``), storing together."""
-    loop = ["#pragma omp simd", "for (int64_t j = 0; j < ncur; j++) {", "    const int64_t n = jc + j; (void)n;",
-            f"    const int64_t i{plan.n[-1]} = r0 + j;"]
+def _run_loop(kernel: Kernel, plan: Plan, t: _Tiling, j0: str, end: str, r: int = 1) -> list[str]:
+    """The epilogue's vector loop over the tile columns [j0, end) of row ``i`` (or rows i..i+r-1, stored
+    together), positions r0 + (j - j0) of a run."""
+    loop = ["#pragma omp simd", f"for (int64_t j = {j0}; j < {end}; j++) {{", "    const int64_t n = jc + j; (void)n;"]
+    if plan.n:
+        loop.append(f"    const int64_t i{plan.n[-1]} = r0 + (j - {j0});")
+    if r == 1:
+        loop += [*_indent(_epilogue_stmts(kernel, plan, f"ct[i * {t.nc} + j]", t.stream, f"j - {j0}"), 4), "}"]
+        return _stream_run(kernel, t, "r0", loop, f"{end} - {j0}")
     for u in range(r):
         loop += ["    {", f"        const int64_t m = ic + i + {u}, i{plan.m[-1]} = {u}; (void)m;",
                  *_indent(_epilogue_stmts(kernel, plan, f"ct[(i + {u}) * {t.nc} + j]"), 8), "    }"]
     return [*loop, "}"]
-
-
-def _run_loop(kernel: Kernel, plan: Plan, t: _Tiling, j0: str, end: str) -> list[str]:
-    """The epilogue's vector loop over row ``i``'s tile columns [j0, end), positions r0 + (j - j0) of a run."""
-    loop = ["#pragma omp simd", f"for (int64_t j = {j0}; j < {end}; j++) {{", "    const int64_t n = jc + j; (void)n;"]
-    if plan.n:
-        loop.append(f"    const int64_t i{plan.n[-1]} = r0 + (j - {j0});")
-    loop += [*_indent(_epilogue_stmts(kernel, plan, f"ct[i * {t.nc} + j]", t.stream, f"j - {j0}"), 4), "}"]
-    return _stream_run(kernel, t, "r0", loop, f"{end} - {j0}")
 
 
 def _halo_row(plan: Plan, h: Halo, full: tuple[int, ...]) -> list[str]:
