@@ -89,7 +89,8 @@ def conv(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Te
         if not taps:  # every window over the padding
             return Tensor.full((x.shape[0], w.shape[0], *outs), 0, x.dtype)
         live = sum(o1 - o0 for _, o0, o1 in taps)
-        if live <= SPLIT_LIVE * outs[d] * k and macs * (1 - live / (outs[d] * k)) >= SPLIT_MIN_MACS:
+        dead = macs * (outs[d] * k - live) // (outs[d] * k)
+        if dead and dead >= SPLIT_MIN_MACS and live <= SPLIT_LIVE * outs[d] * k:
             return _by_taps(x, w, group, strides, dilations, pads, outs, d, taps)
         lo, hi = taps[0][0], taps[-1][0] + 1
         if (lo, hi) != (0, k):

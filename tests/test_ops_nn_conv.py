@@ -328,3 +328,34 @@ def test_a_conv_transpose_s_phases_are_stored_together(k, width):
     be = CPUBackend(detect_target("cpu"))
     assert f"for (int64_t i = 0; i < mcur; i += {k}) {{" in source(kernel, be.default_schedule(kernel), 2)
     compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)
+
+
+def _random_conv(rng):
+    """A random 1-d or 2-d convolution whose taps often reach past the input: (input shape, weight shape, attrs)."""
+    nd = int(rng.integers(1, 3))
+    group = int(rng.choice([1, 2]))
+    cg, mg = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    n = int(rng.integers(1, 3))
+    size = [int(rng.integers(2, 9)) for _ in range(nd)]
+    kernel = [int(rng.integers(1, 5)) for _ in range(nd)]
+    dil = [int(rng.integers(1, 5)) for _ in range(nd)]
+    stride = [int(rng.integers(1, 4)) for _ in range(nd)]
+    pads = [int(rng.integers(0, (k - 1) * d + 3)) for k, d in zip(kernel * 2, dil * 2)]
+    for d in range(nd):  # at least one output position
+        while size[d] + pads[d] + pads[nd + d] < (kernel[d] - 1) * dil[d] + 1:
+            pads[d] += 1
+    attrs = dict(group=group, strides=stride, dilations=dil, pads=pads, kernel_shape=kernel)
+    return (n, cg * group, *size), (mg * group, cg, *kernel), attrs
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_convs_split_by_taps_wherever_a_pair_reads_padding(seed, monkeypatch):
+    """With the split's thresholds taken away (any dead (position, tap) pair splits, at any size), random convs
+    (1-d and 2-d, groups, strides, dilations, pads past the kernel's reach) give onnxruntime's outputs on the
+    reference executor and the C backend."""
+    monkeypatch.setattr(ops_nn_conv, "SPLIT_LIVE", 1.0)
+    monkeypatch.setattr(ops_nn_conv, "SPLIT_MIN_MACS", 0)
+    xs, ws, attrs = _random_conv(np.random.default_rng(seed))
+    inputs = [rand(*xs, seed=seed), rand(*ws, seed=seed + 100), rand(ws[0], seed=seed + 200)]
+    g = h.check("Conv", inputs, attrs, consts={1, 2})
+    compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)
