@@ -359,3 +359,21 @@ def test_random_convs_split_by_taps_wherever_a_pair_reads_padding(seed, monkeypa
     inputs = [rand(*xs, seed=seed), rand(*ws, seed=seed + 100), rand(ws[0], seed=seed + 200)]
     g = h.check("Conv", inputs, attrs, consts={1, 2})
     compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_conv_transposes_without_overlap(seed):
+    """Random ConvTransposes whose taps never overlap (kernel <= stride: one contraction, its phases stored
+    together where the output's innermost dim is the column phase), over widths that do and do not fill the
+    panels, with groups, batches and output padding: onnxruntime's outputs on the reference executor and the C
+    backend."""
+    rng = np.random.default_rng(seed)
+    s = [int(rng.integers(2, 5)), int(rng.integers(2, 5))]
+    k = [int(rng.integers(1, s[0] + 1)), int(rng.integers(1, s[1] + 1))]
+    group, n = int(rng.choice([1, 2])), int(rng.integers(1, 3))
+    xs = (n, int(rng.integers(1, 5)) * group, int(rng.integers(2, 9)), int(rng.integers(3, 40)))
+    ws = (xs[1], int(rng.integers(1, 6)), *k)
+    attrs = dict(strides=s, group=group, output_padding=[int(rng.integers(0, s[0])), int(rng.integers(0, s[1]))])
+    inputs = [rand(*xs, seed=seed), rand(*ws, seed=seed + 100), rand(ws[1] * group, seed=seed + 200)]
+    g = h.check("ConvTranspose", inputs, attrs, consts={1, 2})
+    compare_cpu(g, {"i0": inputs[0]}, rtol=1e-4, atol=1e-5)
