@@ -77,7 +77,9 @@ class Stencil:
     din: int  # the innermost kept dim: the pixels of a row
     step: int
     reuse: int  # points of the kept dims the input does not read (a depthwise conv's channel multiplier)
+    max: bool  # the reduction is a max (a max pool)
     side: int | None = None  # a separable pool's reduced dim along the row (see the module's docstring)
+    span: int = 0  # and the input columns a row of its windows reads
 
 
 def plan_stencil(kernel: Kernel) -> Stencil | None:
@@ -134,7 +136,9 @@ def _plan(k: Kernel) -> Stencil | None:
     if step < 1 or (_reads_zero_row(xv, din) and step * k.full[din] > ZERO_MAX) or (w is None and step > 2):
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
-    return Stencil(x, w, red, din, step, reuse, None if w is not None else _side(k, xv, din, step))
+    side = None if w is not None else _side(k, xv, din, step)
+    return Stencil(x, w, red, din, step, reuse, k.ops[red].op is Op.MaxReduce, side,
+                   _span(k, din, step, side) if side is not None else 0)
 
 
 def separable(kernel: Kernel) -> bool:
@@ -148,10 +152,7 @@ def separable_default(kernel: Kernel, vw: int) -> bool:
     """Whether a separable pool is so by default: a max always, a sum (an average pool) where its rows span more
     than ``SUM_SPAN`` vectors of ``vw`` lanes of input columns."""
     st = plan_stencil(kernel)
-    if st is None or st.side is None:
-        return False
-    k = normalize(kernel)
-    return k.ops[st.red].op is Op.MaxReduce or _span(k, st.din, st.step, st.side) > SUM_SPAN * vw
+    return st is not None and st.side is not None and (st.max or st.span > SUM_SPAN * vw)
 
 
 def _side(k: Kernel, xv: View, din: int, step: int) -> int | None:
@@ -214,7 +215,7 @@ class _Emitter:
     def __init__(self, k: Kernel, st: Stencil, vw: int, sep: bool = False):
         self.k, self.st, self.vw = k, st, vw
         self.din, self.width = st.din, k.full[st.din]
-        self.max = k.ops[st.red].op is Op.MaxReduce
+        self.max = st.max
         kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
         self.outer = kept[:-1]
         xv: View = k.ops[st.x].attr("view")
@@ -284,7 +285,7 @@ class _Emitter:
         want = PLANES_PER_THREAD * (threads or 64)
         size = rows if planes >= want else -(-rows // min(rows, -(-want // planes)))
         blocks = -(-rows // size)
-        span = _span(k, self.din, self.st.step, sep)
+        span = self.st.span
         lo, hi = self.column_bounds(span)
 
         def row(at: str, buf: str, lines: list[str]) -> list[str]:
