@@ -43,6 +43,12 @@ def _shift(x: Tensor, pads: list[tuple[int, int]], d: int, by: int) -> tuple[Ten
     return x, pads
 
 
+def _tap_slice(w: Tensor, d: int, lo: int, hi: int) -> Tensor:
+    """The weight's taps [lo, hi) along spatial dim ``d``, a weight of their own (a constant's fold to one the GEMM
+    reads in place, not a strided view of the whole it would pack on every call)."""
+    return w.shrink([(lo, hi) if j == 2 + d else (0, s) for j, s in enumerate(w.shape)]).contiguous()
+
+
 def _live_taps(size: int, pad: int, out: int, k: int, stride: int, dilation: int) -> list[tuple[int, int, int]]:
     """Per tap that reads the input at some output position along a dim: (tap, o0, o1), the run [o0, o1) of output
     positions whose window position at that tap lies inside the input (not its zero padding)."""
@@ -64,9 +70,7 @@ def _by_taps(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs, d
         start = o0 * strides[d] + t * dilations[d] - pads[d][0]
         at = [(0, s) for s in x.shape]
         at[2 + d] = (start, start + (o1 - o0 - 1) * strides[d] + 1)
-        wt = [(0, s) for s in w.shape]
-        wt[2 + d] = (t, t + 1)
-        part = conv(x.shrink(at), w.shrink(wt).contiguous(), group, strides, dilations,
+        part = conv(x.shrink(at), _tap_slice(w, d, t, t + 1), group, strides, dilations,
                     [*pads[:d], (0, 0), *pads[d + 1:]], [*outs[:d], o1 - o0, *outs[d + 1:]])
         parts.append(part.pad([(0, 0)] * (2 + d) + [(o0, outs[d] - o1)] + [(0, 0)] * (len(outs) - 1 - d)))
     return functools.reduce(Tensor.add, parts)
@@ -94,7 +98,7 @@ def conv(x: Tensor, w: Tensor, group: int, strides, dilations, pads, outs) -> Te
             return _by_taps(x, w, group, strides, dilations, pads, outs, d, taps)
         lo, hi = taps[0][0], taps[-1][0] + 1
         if (lo, hi) != (0, k):
-            w = w.shrink([(0, s) if j != 2 + d else (lo, hi) for j, s in enumerate(w.shape)]).contiguous()
+            w = _tap_slice(w, d, lo, hi)
             x, pads = _shift(x, pads, d, lo * dilations[d])
             macs = macs * (hi - lo) // k
     n = x.shape[0]
