@@ -92,7 +92,7 @@ class StudyTask:
             for _attempt in range(MAX_ASK):
                 if self._exhausted(len(keys)) or time.monotonic() > t_end:
                     break
-                if self._claim(self._ask(), pending, keys):
+                if self._claim(pending, keys):
                     found = True
                     break
             while not found and not self._exhausted(len(keys)) and time.monotonic() <= t_end:
@@ -101,7 +101,7 @@ class StudyTask:
                     break
                 # queued, the point may be popped by another process, and this one may pop another's
                 self.study.enqueue_trial(self.space.encode(point))
-                found = self._claim(self._ask(), pending, keys)
+                found = self._claim(pending, keys)
             if not found:
                 break
         if not pending:
@@ -110,10 +110,19 @@ class StudyTask:
             self.state.done = True
         return pending
 
-    def _claim(self, trial: optuna.Trial, pending: list[tuple[optuna.Trial, Any]], keys: set[str]) -> bool:
-        """Keep ``trial``'s point for timing (True), or finish the trial at once: pruned where the point is
-        invalid, answered where this process or another has measured it or is measuring it."""
-        point = self.space.suggest(trial)
+    def _claim(self, pending: list[tuple[optuna.Trial, Any]], keys: set[str]) -> bool:
+        """Ask a trial and keep its point for timing (True), or finish the trial at once: pruned where the point
+        is invalid, answered where this process or another has measured it or is measuring it. A trial another
+        process failed while this one sampled it (this one stalled past the grace period, a server away; the
+        point is asked again there) is dropped, as ``_finish`` leaves one failed while it was timed."""
+        trial = None
+        try:
+            trial = self._ask()
+            point = self.space.suggest(trial)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            if trial is not None and self.heartbeats is not None:
+                self.heartbeats.release(trial)
+            return False
         k = self.key(point)
         if k in self.invalid or not self.space.valid(point):
             self.invalid.add(k)

@@ -494,3 +494,25 @@ def test_a_worker_that_failed_to_start_closes_quietly(monkeypatch):
         w.submit("job")
     assert w.proc is None
     w.close()
+
+
+def test_a_trial_failed_by_another_process_while_it_is_sampled_is_dropped(monkeypatch):
+    """A server away for longer than the grace period: another process fails this one's running trial as stale
+    while this one still draws its point. The trial is dropped and another asked, not an internal error."""
+    from luminal.search.tasks import KernelTask
+
+    k = partition(helpers.small_graph())[0]
+    study = optuna.create_study()
+    task = KernelTask(k, k.signature, study, ScheduleSpace(helpers.FakeBackend(), k), 1, None)
+    draw, failed = task.space.suggest, []
+
+    def failed_meanwhile(trial):
+        if not failed:
+            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            failed.append(trial.number)
+        return draw(trial)
+
+    monkeypatch.setattr(task.space, "suggest", failed_meanwhile)
+    ((trial, _),) = task.ask(1)
+    assert failed == [0] and trial.number == 1
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING]
