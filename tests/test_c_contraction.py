@@ -541,3 +541,23 @@ def test_a_1x1_convs_input_read_in_place_where_its_pixels_do_not_fill_whole_pane
              "r": RNG.standard_normal((n, cout, h, w)).astype(np.float32)}
     for s in [d, *scheds]:
         _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("cin,cout,hw", [(64, 32, 14), (24, 40, 7), (33, 20, 9)])
+def test_a_1x1_conv_over_a_channels_last_input_reads_it_in_place_against_the_weight_packed_once(cin, cout, hw):
+    """A 1x1 conv whose input has its channels innermost (a block output kept channels-last by the kernel that
+    wrote it): with the pixels as the columns each would be gathered across the channels on every call, one
+    float per cache line; the pixels become the rows instead, read in place, and the weight the B packed once."""
+    x = Tensor.input("x", (1, hw, hw, cin), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((cout, cin, 1, 1)).astype(np.float32))
+    y = conv(x.permute((0, 3, 1, 2)), wt, 1, [1, 1], [1, 1], [(0, 0), (0, 0)], [hw, hw]).relu()
+    g = _graph([x], [y])
+    ks, (c,) = _contractions(g)
+    plan = plan_contraction(c)
+    assert plan.sizes[1:] == (hw * hw, cout, cin) and plan.a_direct and plan.b_const
+    other = plan_contraction(c, True)
+    assert not other.b_direct and not other.b_const
+    feeds = {"x": RNG.standard_normal((1, hw, hw, cin)).astype(np.float32)}
+    be = CPUBackend()
+    for s in (be.default_schedule(c), {**be.default_schedule(c), "swap": True, "pack_a": False, "pack_b": True}):
+        _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)
