@@ -199,8 +199,13 @@ def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]]
 # 1024 -> 256 at 14x14 0.37 / 0.25 / 0.26, 512 -> 2048 at 7x7 0.29 / 0.26 / 0.28, 512 -> 128 at 28x28
 # 0.25 / 0.23 / 0.38, 256 -> 64 at 56x56 0.25 / 0.24 / 0.36; a 3x3 reading a channels-last input is as fast
 # computed directly (0.61 / 0.71 / 0.63 at 14x14, 256 channels) and 1.5-2x slower by Winograd (whose input
-# transforms then walk the pixels at the channels' stride)
-SHORT_ROWS = 14 * 14  # the contraction's rows: the product of the kept axes the weight does not read
+# transforms then walk the pixels at the channels' stride). The input channels-last only, as the next 1x1 reads
+# it, ran slower there by gathering it against its grain; read in place (``contraction._gathered``), maps up to
+# 28x28 gain in the model (2 threads, one process, interleaved, default at 14x14 / 28x28 rows: MobileNetV3 9.43 /
+# 8.88 ms on two dies, 6.26 / 6.24 on one; SqueezeNet 7.93 / 7.54 and 5.78 / 5.84; Inception-v1 21.67 / 20.94,
+# Inception-v2 27.10 / 26.67, ResNet-50 64.1 / 63.4, its light graph 63.9 / 63.0; DenseNet, YOLO-style, DeepLab
+# at par)
+SHORT_ROWS = 28 * 28  # the contraction's rows: the product of the kept axes the weight does not read
 
 
 def _one_by_one(red: Node) -> bool:

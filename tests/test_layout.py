@@ -290,7 +290,8 @@ def _chain(hw: int, then: str, out_too: bool = False):
 @pytest.mark.parametrize(("hw", "then", "out_too", "stored"), [
     (7, "1x1", False, True),    # short rows read by a 1x1 conv (and an add that follows the layout)
     (14, "1x1", False, True),
-    (28, "1x1", False, False),  # long rows: the logical order's vectors are full
+    (28, "1x1", False, True),
+    (56, "1x1", False, False),  # long rows: the logical order's vectors are full
     (7, "3x3", False, False),   # a 3x3 reads it
     (7, "1x1", True, False),    # a graph output
 ])
@@ -300,7 +301,7 @@ def test_untuned_compiles_store_channels_last_where_the_cost_model_prefers_it(hw
     first = layout_convs(g)[0]
     assert (ChannelsLast(first) in default_algorithms(g)) == stored
     names = [n.origin[0] for n in layout.defaults(g, g.toposort())]
-    assert ("a" in names) == stored and ("b" in names) == (then == "1x1" and hw <= 14)  # B: 1x1 read by a 1x1
+    assert ("a" in names) == stored and ("b" in names) == (then == "1x1" and hw <= 28)  # B: 1x1 read by a 1x1
     want = run_ort(model, feeds)
     _close(run_graph(g, feeds), want)
     space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g),
