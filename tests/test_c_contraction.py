@@ -435,8 +435,8 @@ def test_the_thread_count_of_a_contraction_is_its_schedules():
 
 def test_a_product_of_one_row_takes_a_second_thread_at_half_the_grain_and_splits_its_columns_statically():
     """A recurrence's step: one row against a 256 -> 512 weight (3 x 131072 operations, short of two grains) runs
-    on two threads, each reading the same columns of the weight at every call; a product of more rows shares its
-    tiles dynamically."""
+    on two threads, each reading the same columns of the weight at every call; a product of more rows takes its
+    tiles by shares a thread may take over."""
     from luminal.codegen.c import schedule
     from luminal.codegen.c.backend import source
 
@@ -561,3 +561,22 @@ def test_a_1x1_conv_over_a_channels_last_input_reads_it_in_place_against_the_wei
     be = CPUBackend()
     for s in (be.default_schedule(c), {**be.default_schedule(c), "swap": True, "pack_a": False, "pack_b": True}):
         _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_every_tile_runs_once_whichever_thread_takes_it(threads):
+    """The tiles are split into contiguous shares, one per thread, each taken first by its own thread and what is
+    left of it by the others: with more threads than tiles, shares of one tile and empty ones, and more threads
+    than cores (threads that arrive late), each tile is computed exactly once."""
+    from luminal.codegen.c.backend import source
+
+    x = Tensor.input("x", (40, 96), DType.float32)
+    w = Tensor.const(RNG.standard_normal((96, 70)).astype(np.float32))
+    g = _graph([x], [x.matmul(w).relu()])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend(replace(detect_target("cpu"), threads=threads))
+    for s in ({**be.default_schedule(c), "mc": 24, "nc": 32}, {**be.default_schedule(c), "mc": 6, "nc": 16}):
+        assert "lum_next" in source(c, s, threads)
+        for _ in range(3):
+            _compare(g, {"x": RNG.standard_normal((40, 96)).astype(np.float32)}, schedules=[s], kernels=ks,
+                     backend=be)
