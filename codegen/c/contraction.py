@@ -900,7 +900,10 @@ def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[st
     """Pack A: panel (ib, p) holds K x MR."""
     ax, aok = _operand(buf, dt, va, names_a, {"batch": "ib", "m": "m", "k": "k"})
     mr, K, M = t.mr, t.K, t.M
-    return ["        #pragma omp for schedule(dynamic, 1)" + (" nowait" if t.size_b else ""),
+    # panels split statically, in order, as the tiles' shares (``_stealing``) split the batches and rows that read
+    # them: a Winograd product's thread packs mostly the panels it multiplies (2 threads on two dies, one
+    # process, interleaved, dynamic / static: Inception-v2 33.2 / 31.6 ms, MobileNetV3 8.11 / 7.76)
+    return ["        #pragma omp for schedule(static)" + (" nowait" if t.size_b else ""),
             f"        for (int64_t t = 0; t < {t.nb * t.pm}LL; t++) {{",
             f"            int64_t ib = t / {t.pm}, p = t % {t.pm}; (void)ib;",
             f"            lum_t *dst = ap + t * {K * mr};",
