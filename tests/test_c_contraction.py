@@ -575,7 +575,8 @@ def test_every_tile_runs_once_whichever_thread_takes_it(threads):
     g = _graph([x], [x.matmul(w).relu()])
     ks, (c,) = _contractions(g)
     be = CPUBackend(replace(detect_target("cpu"), threads=threads))
-    for s in ({**be.default_schedule(c), "mc": 24, "nc": 32}, {**be.default_schedule(c), "mc": 6, "nc": 16}):
+    for mc, nc in ((48, 64), (24, 32), (6, 16)):  # 2 tiles, 6 and 35
+        s = {**be.default_schedule(c), "mc": mc, "nc": nc}
         assert "lum_next" in source(c, s, threads)
         for _ in range(3):
             _compare(g, {"x": RNG.standard_normal((40, 96)).astype(np.float32)}, schedules=[s], kernels=ks,
