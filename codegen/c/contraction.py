@@ -475,7 +475,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         L += _stream_helpers()
     L += _epilogue_function(kernel, plan, t)
     L += _entry(kernel, t, fill_a + fill_b, len_a + len_b + 1)
-    if t.M != 1:  # each thread's next tile of its share (``_stealing``), a cache line apart
+    if t.shares:  # each thread's next tile of its share (``_shares``), a cache line apart
         L.append("    int64_t lum_next[8 * (nt > 0 ? nt : 1)]; memset(lum_next, 0, sizeof lum_next);")
     L.append("    #pragma omp parallel num_threads(nt)")
     L.append("    {")
@@ -580,6 +580,11 @@ class _Tiling:
         """All of K in one step: each NR panel's epilogue runs right after it, while the panel is in L1, not
         after the whole tile (2 threads: 1x1 32->64 at 160x160 0.79 -> 0.72 ms; par where K is larger)."""
         return self.kc == self.K
+
+    @property
+    def shares(self) -> bool:
+        """Tiles taken by shares a thread may take over (``_shares``); a product of one row splits statically."""
+        return self.M != 1
 
     @property
     def tile_b(self) -> bool:
@@ -900,7 +905,7 @@ def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[st
     """Pack A: panel (ib, p) holds K x MR."""
     ax, aok = _operand(buf, dt, va, names_a, {"batch": "ib", "m": "m", "k": "k"})
     mr, K, M = t.mr, t.K, t.M
-    # panels split statically, in order, as the tiles' shares (``_stealing``) split the batches and rows that read
+    # panels split statically, in order, as the tiles' shares (``_shares``) split the batches and rows that read
     # them: a Winograd product's thread packs mostly the panels it multiplies (2 threads on two dies, one
     # process, interleaved, dynamic / static: Inception-v2 33.2 / 31.6 ms, MobileNetV3 8.11 / 7.76)
     return ["        #pragma omp for schedule(static)" + (" nowait" if t.size_b else ""),
@@ -1060,7 +1065,9 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
     # a product of one row splits its columns statically: each thread reads the same part of the weight at every
     # call (a recurrence's steps), from its own core's cache. Bidirectional 2-layer recurrences, dynamic against
     # static: GRU 256 -> 768 1.05x, LSTM 128 -> 512 1.08x
-    split = "static" if t.M == 1 else "dynamic, 1"
+    tiles = t.nb * mt * nt_
+    head = _shares(tiles) if t.shares else [f"        #pragma omp for schedule(static){' nowait' if t.stream else ''}",
+                                            f"        for (int64_t t = 0; t < {tiles}LL; t++) {{"]
     L = ["        #ifdef _OPENMP",
          f"        lum_t *ct = ctiles + (size_t)omp_get_thread_num() * {t.size_thread};",
          "        #else",
@@ -1068,8 +1075,7 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
          "        #endif",
          f"        lum_t *bt = ct + {mc * nc}; (void)bt;",
          f"        lum_t *tt = bt + {t.size_bt}; (void)tt;",
-         f"        #pragma omp for schedule({split}){' nowait' if t.stream else ''}",
-         f"        for (int64_t t = 0; t < {t.nb * mt * nt_}LL; t++) {{",
+         *head,
          f"            int64_t ib = t / {mt * nt_}, rest = t % {mt * nt_};"]
     if order == "mn":
         L.append(f"            int64_t ic = (rest / {nt_}) * {mc}, jc = (rest % {nt_}) * {nc};")
@@ -1100,12 +1106,12 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
               *([f"            lum_tr(ct, {nc}, mcur, ncur, tt, {t.mt_pad});"] if t.tr else []),
               f"            lum_epilogue(b, {tile}, ib, ic, jc, mcur, ncur);",
               "        }"]
-    return _stealing(L, t.nb * mt * nt_) if t.M != 1 else L
+    return [*L, "        }", "        }"] if t.shares else L  # the shares' passes and their block
 
 
-def _stealing(L: list[str], tiles: int) -> list[str]:
-    """The tile loop ``L`` (an ``omp for`` over t) with each thread taking the tiles of its own contiguous share
-    first, from a counter of its own, then what is left of the others' shares: the tiles of a thread that is late
+def _shares(tiles: int) -> list[str]:
+    """The head of the tile loop over t: each thread takes the tiles of its own contiguous share first, from a
+    counter of its own, then what is left of the others' shares (two more blocks to close): the tiles of a late thread
     (its vCPU taken by the host) are not waited for, as with a dynamic split, and each thread otherwise writes the
     same part of the output at every call and reads its own part of what the previous kernel wrote. Handed out
     one by one from a shared counter (``schedule(dynamic, 1)``), with the host's two vCPUs on different dies every
@@ -1113,8 +1119,7 @@ def _stealing(L: list[str], tiles: int) -> list[str]:
     two dies ResNet-50 63.7 / 60.2 ms, SqueezeNet 7.63 / 6.59, the YOLO-style detector 79.7 / 74.5, the DB text
     detector 23.6 / 21.5, MobileNetV3 8.64 / 8.82; on one die 51.8 / 51.0, 5.13 / 4.99, 63.3 / 62.6, and 6.11 /
     6.25. A static split (no taking over) lost 7-10% on one die."""
-    i = next(n for n, ln in enumerate(L) if "#pragma omp for" in ln)
-    head = ["        {",
+    return ["        {",
             "        #ifdef _OPENMP",
             "        const int64_t lum_nth = omp_get_num_threads(), lum_me = omp_get_thread_num();",
             "        #else",
@@ -1126,4 +1131,3 @@ def _stealing(L: list[str], tiles: int) -> list[str]:
             "        for (;;) {",
             "            const int64_t t = lum_lo + __atomic_fetch_add(&lum_next[lum_o * 8], 1, __ATOMIC_RELAXED);",
             "            if (t >= lum_hi) break;"]
-    return [*L[:i], *head, *L[i + 2:], "        }", "        }"]
