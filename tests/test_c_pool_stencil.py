@@ -93,6 +93,7 @@ CASES = [
     ((2, 5, 9, 11), 3, 2, (1, 1, 1, 1), 1, 0),          # odd sizes, batch 2
     ((1, 7, 13, 37), 3, 2, (0, 1, 1, 0), 1, 0),         # asymmetric pads
     ((1, 3, 12, 21), 2, 2, (0, 0, 0, 0), 1, 0),         # 2x2 stride 2, no padding: no masks
+    ((1, 4, 10, 80), 2, 2, (0, 0, 0, 0), 1, 0),         # 2x2 stride 2, rows of 40: whole vectors
     ((1, 6, 10, 21), 3, 1, (2, 2, 2, 2), 2, 0),         # dilation 2
     ((1, 3, 8, 9), 5, 1, (2, 2, 2, 2), 1, 0),           # 5x5, a row narrower than a vector
     ((1, 20, 7, 7), 3, 1, (1, 1, 1, 1), 1, 0),          # a 7x7 map
@@ -134,8 +135,8 @@ def test_max_pool_nan_and_infinities():
     x[0, 5, -1, -3:] = np.nan  # and at the bottom right corner
     x[0, 6, ::2, ::2] = np.inf  # windows holding both infinities (whose sum is NaN) and no NaN
     x[0, 6, 1::2, 1::2] = -np.inf
-    for s, pads in ((1, (1, 1, 1, 1)), (2, (1, 0, 0, 1))):
-        _check("MaxPool", shape, x, **_attrs(3, s, pads, 1, 0))
+    for k, s, pads in ((3, 1, (1, 1, 1, 1)), (3, 2, (1, 0, 0, 1)), (2, 2, (0, 0, 0, 0))):
+        _check("MaxPool", shape, x, **_attrs(k, s, pads, 1, 0))
     _check("AveragePool", shape, np.where(np.isnan(x), 1.0, x).astype(np.float32),
            **_attrs(3, 1, (1, 1, 1, 1), 1, 0))
 

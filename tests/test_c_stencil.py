@@ -73,6 +73,10 @@ def _check(inputs: list[Tensor], y: Tensor, stencil: bool = True) -> None:
     (1, 3, 9, 17, 3, 1, 1, ((3, 0), (0, 4))),        # pads past the window: whole taps in the padding
     (3, 18, 16, 16, 3, 2, 2, ((2, 1), (1, 2))),      # stride 2 and dilation 2
     (1, 24, 14, 14, 5, 2, 1, ((2, 2), (2, 2))),      # 5x5 stride 2 to a 7x7 map (MobileNetV3's downsampling)
+    (1, 5, 9, 70, 3, 2, 1, ((1, 1), (1, 1))),        # stride 2 over rows of 35: whole vectors between the borders
+    (2, 3, 11, 90, 5, 2, 1, ((2, 2), (2, 2))),       # 5x5 stride 2, rows of 45: a row's 5 taps, 3 pairs of loads
+    (1, 4, 9, 66, 3, 2, 2, ((2, 2), (2, 2))),        # stride 2, dilation 2, rows of 33: no tap shares a load
+    (1, 2, 7, 64, 3, 2, 1, ((1, 1), (0, 1))),        # rows of 32, the last one's loads reaching past the buffer
 ])
 def test_depthwise(n, c, h, w, ksz, stride, dil, pads):
     x = Tensor.input("x", (n, c, h, w), DType.float32)
