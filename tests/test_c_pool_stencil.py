@@ -205,6 +205,29 @@ def test_a_max_pool_over_values_of_at_least_0_reads_its_padding_as_0(pre, copies
     np.testing.assert_array_equal(got, want)
 
 
+def test_a_lowest_value_copy_reads_its_constant_mask_before_selecting():
+    """The padded copy under a 5x5 max pool over a LeakyRelu, its rows too short to stage their masked reads,
+    reads its mask (a constant, one element whatever the index) before selecting, which the vectoriser
+    if-converts (a byte read under the window's mask was a branch per element: AVX2 has no masked byte load);
+    the input, outside its buffer in the padding, stays under the mask. Against onnxruntime."""
+    import onnxruntime as ort
+
+    from luminal.runtime.compile import compile_graph
+
+    shape = (2, 5, 13, 20)
+    m = _pooled([helper.make_node("LeakyRelu", ["x"], ["r"], alpha=0.1)], shape, kernel_shape=[5, 5],
+                pads=[2, 2, 2, 2], strides=[1, 1])
+    g = load(m).graph
+    (copy,) = [k for k in partition(g, {}) if any(o.op is Op.Where for o in k.ops) and k.full[-1] > shape[-1]]
+    be = CPUBackend()
+    src = be.source(copy, be.default_schedule(copy))
+    assert "const uint8_t lum_x = " in src and "? in" in src
+    x = (RNG.standard_normal(shape) - 1).astype(np.float32)
+    (got,) = compile_graph(g, "cpu").run({"x": x})
+    (want,) = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
 def test_a_max_pool_asked_for_indices_keeps_the_lowest_padding():
     """An index of a maximum of 0 could land on padding read as 0: with Indices the padding stays the lowest."""
     import onnxruntime as ort
