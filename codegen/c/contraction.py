@@ -913,12 +913,23 @@ def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[st
             f"            int64_t ib = t / {t.pm}, p = t % {t.pm}; (void)ib;",
             f"            lum_t *dst = ap + t * {K * mr};",
             f"            const int64_t mv = lum_min64({mr}, {M} - p * {mr});",
-            f"            for (int64_t k = 0; k < {K}; k++) {{",
-            "                for (int64_t i = 0; i < mv; i++) {",
-            f"                    const int64_t m = p * {mr} + i;",
-            f"                    dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
+            # a whole panel's rows in a loop of a constant count, which the compiler unrolls (the 1x1 conv 672 ->
+            # 112 at 14x14 over an NCHW input, its A the pixels: 300 -> 251 us hot, the pack a quarter of it)
+            f"            if (mv == {mr}) {{",
+            f"                for (int64_t k = 0; k < {K}; k++) {{",
+            f"                    for (int64_t i = 0; i < {mr}; i++) {{",
+            f"                        const int64_t m = p * {mr} + i;",
+            f"                        dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
+            "                    }",
             "                }",
-            f"                for (int64_t i = mv; i < {mr}; i++) dst[k*{mr} + i] = 0;",
+            "            } else {",
+            f"                for (int64_t k = 0; k < {K}; k++) {{",
+            "                    for (int64_t i = 0; i < mv; i++) {",
+            f"                        const int64_t m = p * {mr} + i;",
+            f"                        dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
+            "                    }",
+            f"                    for (int64_t i = mv; i < {mr}; i++) dst[k*{mr} + i] = 0;",
+            "                }",
             "            }",
             "        }"]
 
