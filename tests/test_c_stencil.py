@@ -83,6 +83,17 @@ def test_depthwise(n, c, h, w, ksz, stride, dil, pads):
     _check([x], _conv(x, c, c, (ksz, ksz), stride, dil, pads))
 
 
+@pytest.mark.parametrize("vw", [4, 16])
+def test_stride_2_lanes_on_other_vector_widths(lanes, vw):
+    """At stride 2 a tap's lanes come in the order a shuffle within 128-bit lanes leaves them: the pixels' own on
+    4-lane vectors, interleaved across the four 128-bit lanes of 16 (AVX-512), restored before the epilogue."""
+    lanes(vw)
+    x = Tensor.input("x", (2, 3, 9, 70), DType.float32)
+    _check([x], _bias(_conv(x, 3, 3, (3, 3), 2, 1, ((1, 1), (1, 1)))).relu())
+    x = Tensor.input("x", (1, 4, 11, 90), DType.float32)
+    _check([x], _conv(x, 4, 4, (5, 5), 2, 1, ((2, 2), (2, 2))))
+
+
 @pytest.mark.parametrize("mult,stride", [(2, 1), (2, 2), (3, 1)])
 def test_depthwise_channel_multiplier(mult, stride):
     x = Tensor.input("x", (2, 6, 11, 19), DType.float32)
