@@ -275,8 +275,8 @@ def extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
     padded window's rows, o + k, read at the rows' stride), the mask bounds that part of the sum."""
     bounds: dict[tuple[int, ...], tuple[int, int]] = {}
     for c, a, b in view.mask:
-        box = _box(c, view.shape)
-        lo, hi = bounds.get(c, (box[0], box[1] + 1))
+        bx = box(c, view.shape)
+        lo, hi = bounds.get(c, (bx[0], bx[1] + 1))
         bounds[c] = (max(lo, a), min(hi, b))
     lo = hi = 0
     free = [c != 0 for c in coef]
@@ -288,11 +288,11 @@ def extent(view: View, coef: tuple[int, ...]) -> tuple[int, int]:
         lo, hi = lo + min(m * a, m * (b - 1)), hi + max(m * a, m * (b - 1))
         for k in dims:
             free[k] = False
-    rest = _box(tuple(x if f else 0 for x, f in zip(coef, free)), view.shape)
+    rest = box(tuple(x if f else 0 for x, f in zip(coef, free)), view.shape)
     return lo + rest[0], hi + rest[1]
 
 
-def _box(coef: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, int]:
+def box(coef: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, int]:
     """The least and greatest value of ``coef . index`` over indices in ``shape``."""
     return (sum(min(0, c * (s - 1)) for c, s in zip(coef, shape)),
             sum(max(0, c * (s - 1)) for c, s in zip(coef, shape)))

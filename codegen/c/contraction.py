@@ -905,6 +905,18 @@ def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[st
     """Pack A: panel (ib, p) holds K x MR."""
     ax, aok = _operand(buf, dt, va, names_a, {"batch": "ib", "m": "m", "k": "k"})
     mr, K, M = t.mr, t.K, t.M
+
+    def rows(count: str, zero: bool = False) -> list[str]:
+        """Each K row's ``count`` rows of the panel (the rest zero): a whole panel's in a loop of a constant
+        count, which the compiler unrolls (the 1x1 conv 672 -> 112 at 14x14 over an NCHW input, its A the
+        pixels: 300 -> 251 us hot, the pack a quarter of it; one loop testing ``i < mv`` 443)."""
+        rest = [f"                    for (int64_t i = {count}; i < {mr}; i++) dst[k*{mr} + i] = 0;"] if zero else []
+        return [f"                for (int64_t k = 0; k < {K}; k++) {{",
+                f"                    for (int64_t i = 0; i < {count}; i++) {{",
+                f"                        const int64_t m = p * {mr} + i;",
+                f"                        dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
+                "                    }", *rest, "                }"]
+
     # panels split statically, in order, as the tiles' shares (``_shares``) split the batches and rows that read
     # them: a Winograd product's thread packs mostly the panels it multiplies (2 threads on two dies, one
     # process, interleaved, dynamic / static: Inception-v2 33.2 / 31.6 ms, MobileNetV3 8.11 / 7.76)
@@ -913,23 +925,7 @@ def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[st
             f"            int64_t ib = t / {t.pm}, p = t % {t.pm}; (void)ib;",
             f"            lum_t *dst = ap + t * {K * mr};",
             f"            const int64_t mv = lum_min64({mr}, {M} - p * {mr});",
-            # a whole panel's rows in a loop of a constant count, which the compiler unrolls (the 1x1 conv 672 ->
-            # 112 at 14x14 over an NCHW input, its A the pixels: 300 -> 251 us hot, the pack a quarter of it)
-            f"            if (mv == {mr}) {{",
-            f"                for (int64_t k = 0; k < {K}; k++) {{",
-            f"                    for (int64_t i = 0; i < {mr}; i++) {{",
-            f"                        const int64_t m = p * {mr} + i;",
-            f"                        dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
-            "                    }",
-            "                }",
-            "            } else {",
-            f"                for (int64_t k = 0; k < {K}; k++) {{",
-            "                    for (int64_t i = 0; i < mv; i++) {",
-            f"                        const int64_t m = p * {mr} + i;",
-            f"                        dst[k*{mr} + i] = ({aok}) ? {ax} : 0;",
-            "                    }",
-            f"                    for (int64_t i = mv; i < {mr}; i++) dst[k*{mr} + i] = 0;",
-            "                }",
+            f"            if (mv == {mr}) {{", *rows(str(mr)), "            } else {", *rows("mv", zero=True),
             "            }",
             "        }"]
 

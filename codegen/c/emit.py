@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ...ir.dtypes import DType
 from ...ir.graph import Op
-from ...ir.view import View, contiguous_strides
+from ...ir.view import View, box, contiguous_strides
 from ..index import digits, view_exprs, view_masks
 from ..kernel import REDUCE_OPS, Kernel, KOp, Leaf, Space
 from . import ctypes_map as ct
@@ -627,6 +627,5 @@ class _Lanes:
 
 def _inside(view: View, numel: int) -> bool:
     """Whether every element ``view`` addresses, its masks aside, lies inside a buffer of ``numel``."""
-    lo = view.offset + sum(min(0, c * (n - 1)) for c, n in zip(view.strides, view.shape))
-    hi = view.offset + sum(max(0, c * (n - 1)) for c, n in zip(view.strides, view.shape))
-    return lo >= 0 and hi < numel
+    lo, hi = box(view.strides, view.shape)
+    return view.offset + lo >= 0 and view.offset + hi < numel

@@ -495,7 +495,7 @@ class _Emitter:
         """The epilogue and stores of the vector ``vacc`` of the ``bw`` pixels from ``start`` (an expression:
         a whole vector inside the row)."""
         order = []
-        if self.st.step == 2 and bw > 4:
+        if self.st.step == 2 and _lane_pixel(bw) != list(range(bw)):
             order = [f"const lum_bv lum_inorder = lum_px({vacc});"]
             vacc = "lum_inorder"
         lines = [*order, f"float lum_tmp[{bw}];", f"memcpy(lum_tmp, &{vacc}, sizeof {vacc});",
