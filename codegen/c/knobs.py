@@ -57,7 +57,7 @@ class GemmSchedule:
     nr: int = _knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
     mc: int = _knob(lambda c: (24, 48, 72, 96, 144, 192, 288, 384))
     nc: int = _knob(lambda c: (64, 128, 256, 512, 1024))
-    kc: int = _knob(lambda c: (0, 128, 256, 512))
+    kc: int = _knob(lambda c: (0, 64, 128, 256, 512))
     order: Literal["mn", "nm"] = _knob(lambda c: ("mn", "nm"))
     pack_b: bool = _knob(lambda c: (True, False))
     pack_a: bool = _knob(lambda c: (True, False))

@@ -157,6 +157,14 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
     most = next((r for r in (12, 8, 7) if _fits(r, nr, vw)), 0)  # the most rows the registers hold
+    # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel call
+    # reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did not
+    # (2 threads, hot, 3x3 stride 2: 128 -> 128 at 56x56 1.83 -> 1.62 ms, 256 -> 256 at 28x28 1.55 -> 1.47, 128
+    # -> 256 at 40x40 1.53 -> 1.42, 512 -> 512 at 14x14 1.77 -> 1.68; at unit stride, where a channel's taps
+    # share lines, 64 -> 64 at 14x14 1.09x, 96 -> 96 0.98x, 128 and 160 at 7x7 par). A K that one step of 256
+    # covers stays one step (ResNet's 7x7 stride-2 stem, K = 147: 1.39 ms, 1.45 in steps of 64)
+    if plan.a_halo is not None and halo_default(plan) and max(plan.a_halo.split) > 1 and k > kc:
+        kc = 64
     if halo_default(plan) and plan.a_halo is not None and most:
         wide = plan.a_halo.wide
         best = _fewest_rows(wide, (12, 8, 7), nr, vw)
