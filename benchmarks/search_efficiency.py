@@ -85,7 +85,8 @@ def kernels():
     """(name, kernel, knobs kept or None for all, knobs fixed): GEMMs, convs, softmaxes, a layer norm, an
     elementwise chain."""
     out = []
-    # the GEMMs' five blocking knobs whole (every choice the tuner has); their layout and thread knobs fixed
+    # the GEMMs' five blocking knobs whole (every choice the tuner had when the tables were measured: KC 64 came
+    # later, the default of strided convs read from their padded copy alone); their layout and thread knobs fixed
     gemm_keep = {"mr": (4, 6, 8, 12), "nr": (8, 16, 24, 32), "mc": (24, 48, 72, 96, 144, 192, 288),
                  "nc": (64, 128, 256, 512, 1024), "kc": (0, 128, 256, 512)}
     gemm_fix = {"impl": "generated", "threads": 1, "order": "nm", "pack_b": True}
