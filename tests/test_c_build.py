@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -129,17 +130,24 @@ def test_thread_count_from_env_and_schedule(monkeypatch):
 
 
 def test_the_default_thread_count_grows_with_the_work(monkeypatch):
-    """One thread per GRAIN operations, at most the configured count: a small kernel does not wake a team."""
+    """One thread per LOOP_GRAIN operations for a kernel without a GEMM (GRAIN for a product), at most the
+    configured count: a small kernel does not wake a team."""
     monkeypatch.setenv("LUMINAL_NUM_THREADS", "8")
     be = CPUBackend()
     counts = []
-    for rows in (64, 512, 4096):
+    for rows in (8, 64, 512):
         x = Tensor.input("x", (rows, 512), DType.float32)
         (k,) = partition(graph([x], [x.softmax(-1)]), {})
         counts.append(be.default_schedule(k)["threads"])
         work = k.flops + rows * 512
-        assert counts[-1] == max((c for c in (2, 4, 8) if c * schedule.GRAIN <= work), default=1)
+        assert counts[-1] == max((c for c in (2, 4, 8) if c * schedule.LOOP_GRAIN <= work), default=1)
     assert counts[0] == 1 and counts[-1] == 8 and counts == sorted(counts)
+    # a product keeps GRAIN: 64 x 64 x 64 (786K operations) on 2 threads, where a loop's grain would take 8
+    a = Tensor.input("a", (64, 64), DType.float32)
+    w = Tensor.const(RNG.standard_normal((64, 64)).astype(np.float32))
+    (p,) = [k for k in partition(graph([a], [a.matmul(w)]), {}) if k.form == "contraction"]
+    work = p.flops + math.prod(p.full)
+    assert be.default_schedule(p)["threads"] == max(c for c in (1, 2, 4, 8) if c * schedule.GRAIN <= work) == 2
 
 
 def test_buffers_are_aligned():
