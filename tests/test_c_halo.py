@@ -9,7 +9,6 @@ from codegen_util import compare_cpu, random_schedules
 from codegen_util import graph as _graph
 from test_c_direct_conv import _conv_graph, _out, _the_conv
 
-from luminal.codegen.c import schedule
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import HALO_MIN_N, halo_default, plan_contraction
 from luminal.codegen.c.halo import halo_size, plan_halo, reach
@@ -302,48 +301,59 @@ def test_3_vector_tiles_where_they_pad_the_output_channels_less(sixteen_lanes, c
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
-@pytest.mark.parametrize("hw,threads,mc", [(112, 2, 384), (80, 2, 192), (56, 2, 96), (112, 8, 96)])
-def test_large_maps_take_long_row_blocks(sixteen_lanes, hw, threads, mc):
-    """On 16-lane vectors, the default's row block grows with the map while every thread keeps 16 tiles (a tile's
-    transposition and epilogue are paid per tile): 112 x 114 wide pixels of 96 output channels in blocks of 384 on 2
-    threads, 80 x 82 in 192s, 56 x 58 in the 96 every conv had; 8 threads split 112x112 in 96s too. Computed in long
-    blocks and with 7-row tiles (the block rounded down to whole tiles), the conv matches the reference."""
+@pytest.mark.parametrize("vw,hw,threads,mc", [(16, 112, 2, 384), (16, 80, 2, 192), (16, 56, 2, 96), (16, 112, 8, 96),
+                                               (8, 112, 2, 384), (8, 80, 2, 192)])
+def test_large_maps_take_long_row_blocks(lanes, vw, hw, threads, mc):
+    """On 16- and 8-lane vectors, the default's row block grows with the map while every thread keeps 16 tiles (a
+    tile's transposition and epilogue are paid per tile): 112 x 114 wide pixels of 96 output channels in blocks of 384
+    on 2 threads, 80 x 82 in 192s, 56 x 58 in the 96 every conv had; 8 threads split 112x112 in 96s too. Computed in
+    long blocks and with 7-row tiles on 16 lanes (the block rounded down to whole tiles), the conv matches the
+    reference."""
     from luminal.codegen.c.schedule import typed_default
 
+    lanes(vw)
     g, feeds = _conv_graph(1, 16, 96, (hw, hw))
     ks, c = _the_conv(g)
     d = typed_default(c, threads)
     assert d.mc == mc and not d.pack_a and plan_contraction(c).a_halo is not None
     if hw == 112:
         be = CPUBackend()
-        scheds = [{**be.default_schedule(c), "mc": 384, "threads": 2, "mr": mr} for mr in (12, 7)]
+        rows = (12, 7) if vw == 16 else (6, 4)
+        scheds = [{**be.default_schedule(c), "mc": 384, "threads": 2, "mr": mr} for mr in rows]
         for s in scheds:
             assert be.valid(c, s) and "lum_mkh(" in be.source(c, s)
             compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
-@pytest.mark.parametrize("cout,hw,rows", [(32, 112, True), (64, 80, True), (16, 160, True), (32, 56, False),
-                                          (96, 112, False)])
-def test_rows_of_whole_vectors_keep_the_pixels_as_columns(sixteen_lanes, cout, hw, rows):
-    """On 16-lane vectors, a conv of at most 64 output channels whose output rows are whole vectors (at least four)
-    reads its input in place by rows, in panels of one or two vectors that pad no row, where the padded copy would
-    otherwise take its pixels as rows: no copy, no transposed tile, no wide-row columns. Rows of 56 (3.5 vectors) and 96
-    channels keep the copy; the search still has the other orientation. Both match the reference."""
+@pytest.mark.parametrize("vw,cout,hw,rows", [
+    (16, 32, 112, True), (16, 64, 80, True), (16, 32, 160, True),  # rows of 7, 5 and 10 vectors: 8 x 16, 8 x 32 tiles
+    (16, 32, 56, False), (16, 96, 112, False),  # 3.5 vectors; 96 channels
+    (8, 32, 56, True), (8, 48, 40, True),       # 7 and 5 vectors: 8 x 8 tiles
+    (8, 32, 112, False),                        # 14: two-vector panels in 6-row tiles, where the copy's blocks win
+])
+def test_rows_of_whole_vectors_keep_the_pixels_as_columns(lanes, vw, cout, hw, rows):
+    """A conv of at most 64 output channels whose output rows are whole vectors (at least four) reads its input in
+    place by rows, in panels of one vector (two where those pad the rows no more) whose 8-row tiles fit the
+    registers, where the padded copy would otherwise take its pixels as rows: no copy, no transposed tile, no
+    wide-row columns. Rows of 3.5 vectors, 96 channels, and on 8 lanes rows of an even number of vectors (8 x 16
+    tiles do not fit 16 registers) keep the copy; the search still has the other orientation. Both match the
+    reference."""
     from luminal.codegen.c.contraction import rows_of_vectors
 
-    vw = schedule.simd_width()  # the fixture's
+    lanes(vw)
     g, feeds = _conv_graph(1, 24, cout, (hw, hw))
     ks, c = _the_conv(g)
     be = CPUBackend()
     d = be.default_schedule(c)
     plan = plan_contraction(c)
-    rows = rows and hw % vw == 0 and hw >= 4 * vw
     assert rows_of_vectors(plan) is rows and (plan.a_halo is None) is rows
+    assert ("lum_mkh(" in be.source(c, d)) is not rows
     if rows:
-        assert d["nr"] in (vw, 2 * vw) and hw % d["nr"] == 0 and not d["pack_b"] and "lum_mkh(" not in be.source(c, d)
-    copy = {**d, "swap": True, "mr": 12, "nr": 2 * vw, "mc": 96, "nc": 128, "kc": 256, "pack_b": True}
+        assert d["nr"] in (vw, 2 * vw) and hw % d["nr"] == 0 and not d["pack_b"]
+    copy = {**d, "swap": True, "mr": 12 if vw == 16 else 6, "nr": 2 * vw, "mc": 96, "nc": 128, "kc": 256,
+            "pack_b": True}
     others = [copy] if rows else []
-    if rows:  # the copy's orientation, as the rule before took it
+    if rows:  # the copy's orientation
         assert plan_contraction(c, True).a_halo is not None and be.valid(c, copy) and "lum_mkh(" in be.source(c, copy)
     for s in [d, *others]:
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)

@@ -208,8 +208,20 @@ def rows_of_vectors(plan: Plan) -> bool:
     threads, the copy's 12 x 32 tiles against 8 x 16 tiles over the rows: 3x3 16 -> 64 at 112x112 1.55 -> 1.14 ms,
     32 -> 32 1.20 -> 1.10, 16 -> 32 0.64 -> 0.57, 24 -> 48 1.33 -> 1.23, 32 -> 48 1.74 -> 1.63, 64 -> 64 4.46 ->
     4.19; at 80x80 32 -> 32 0.63 -> 0.57, 48 -> 48 1.30 -> 1.24; at 56x56 (rows of 3.5 vectors) 32 -> 32 and 32 ->
-    64 at par or 2% slower."""
-    return whole_vector_rows(plan) and plan.full[plan.n[-1]] >= ROWS_MIN_VECTORS * host_simd_width()
+    64 at par or 2% slower. That holds where the rows' panels take 8-row tiles in the registers: with 16 of them
+    (AVX2) rows of an even number of vectors take panels of two (112 pixels in 8-lane vectors), which leave room
+    for 6-row tiles only, as the copy's, and there the copy's long row blocks win (2 threads, hot, rows against the
+    copy: 3x3 32 -> 32 at 112x112 1.62 -> 1.38 ms, at 80x80 0.85 -> 0.73, 16 -> 32 at 112x112 0.79 -> 0.73, 24 ->
+    48 1.60 -> 1.54, 32 -> 48 2.16 -> 2.06, 16 -> 64 1.42 -> 1.40)."""
+    vw = host_simd_width()
+    vectors = plan.full[plan.n[-1]] // vw
+    panel = vw if vectors % 2 else 2 * vw  # ``schedule._rows_nr``: the wider of two widths that pad the rows alike
+    return whole_vector_rows(plan) and vectors >= ROWS_MIN_VECTORS and fits(8, panel, vw)
+
+
+def fits(mr: int, nr: int, vw: int) -> bool:
+    """Whether an MR x NR tile's accumulators, a row of B and an element of A fit the vector registers."""
+    return mr * (nr // vw) + nr // vw + 1 <= (32 if vw == 16 else 16)
 
 
 def _kept(kernel: Kernel) -> list[int]:

@@ -10,7 +10,7 @@ from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
 from . import contraction
-from .contraction import TILE, Plan, halo_default, plan_contraction, swappable, whole_vector_rows
+from .contraction import TILE, Plan, fits, halo_default, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
 from .stencil import plan_stencil, separable_default, stencil_default
@@ -150,7 +150,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # 3-vector tiles where they pad N less than 2-vector ones (a conv's 48 output channels in one panel of 48, not
     # two of 32 with a quarter of the multiplies on padding: 2 threads, 3x3 48->48 at 80x80 0.70 -> 0.54 ms, at
     # 40x40 0.19 -> 0.15); where the registers hold 8 rows of them (AVX-512)
-    elif not direct and nr == TILE[1] * vw and _fits(8, 3 * vw, vw) and _padded(n, 3 * vw) < _padded(n, nr):
+    elif not direct and nr == TILE[1] * vw and fits(8, 3 * vw, vw) and _padded(n, 3 * vw) < _padded(n, nr):
         nr = 3 * vw
     # 8-row tiles where they pad M no more than 6-row ones and fit the vector registers. 1 thread, convs
     # packed: 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x; 2 threads: 1x1
@@ -163,7 +163,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
-    most = next((r for r in (12, 8, 7) if _fits(r, nr, vw)), 0)  # the most rows the registers hold
+    most = next((r for r in (12, 8, 7) if fits(r, nr, vw)), 0)  # the most rows the registers hold
     # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel call
     # reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did not
     # (2 threads, hot, 3x3 stride 2: 128 -> 128 at 56x56 1.83 -> 1.62 ms, 256 -> 256 at 28x28 1.55 -> 1.47, 128
@@ -172,10 +172,11 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # covers stays one step (ResNet's 7x7 stride-2 stem, K = 147: 1.39 ms, 1.45 in steps of 64)
     if plan.a_halo is not None and halo_default(plan) and max(plan.a_halo.split) > 1 and k > kc:
         kc = 64
-    if halo_default(plan) and plan.a_halo is not None and most:
+    if halo_default(plan) and plan.a_halo is not None:
         wide = plan.a_halo.wide
-        best = _fewest_rows(wide, (12, 8, 7), nr, vw)
-        mr = best if _padded(wide, best) < 0.98 * _padded(wide, most) else most
+        if most:
+            best = _fewest_rows(wide, (12, 8, 7), nr, vw)
+            mr = best if _padded(wide, best) < 0.98 * _padded(wide, most) else most
         mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
@@ -183,7 +184,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     if m <= 4:
         mr = m if m <= 2 else 4
         if not (direct or rows_nr):
-            nr = max(v * vw for v in (1, 2, 3, 4) if _fits(mr, v * vw, vw))
+            nr = max(v * vw for v in (1, 2, 3, 4) if fits(mr, v * vw, vw))
     # one row against a batch of B blocks (a depthwise conv: M = 1, K = its taps) reuses nothing a GEMM
     # tile could keep: loops that sum the taps over a block of output columns
     # a depthwise conv: every tap's weight in a register, each input row read in place (stencil.py)
@@ -236,12 +237,7 @@ def _padded(m: int, tile: int) -> int:
 
 def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
     """The MR of ``choices`` (by preference: the first of those that pad M equally) that pads M least and fits."""
-    return min((r for r in choices if _fits(r, nr, vw)), key=lambda r: _padded(m, r))
-
-
-def _fits(mr: int, nr: int, vw: int) -> bool:
-    """Whether an MR x NR tile's accumulators, a row of B and an element of A fit the vector registers."""
-    return mr * (nr // vw) + nr // vw + 1 <= (32 if vw == 16 else 16)
+    return min((r for r in choices if fits(r, nr, vw)), key=lambda r: _padded(m, r))
 
 
 def _halo_row_block(mc: int, col_blocks: int, wide: int, threads: int) -> int:
@@ -294,7 +290,7 @@ def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False
     vw = simd_width()
-    if s.nr % vw or not _fits(s.mr, s.nr, vw):
+    if s.nr % vw or not fits(s.mr, s.nr, vw):
         return False
     if not s.pack_b and not plan.b_run_stride and (not plan.b_direct or plan.sizes[2] % s.nr):
         return False
