@@ -25,8 +25,9 @@ GRAIN = 1 << 18
 # activations the kernels before it wrote on every thread, half in the other core's cache: a quarter of GRAIN,
 # about the 32768 elements per thread of PyTorch's parallel_for at two operations an element (2 threads, one
 # process, interleaved, mostly two dies: the light ShuffleNet 4.23 -> 3.92-3.99 ms, the DB text detector 19.7 ->
-# 18.9, the CRNN 7.21 -> 6.91-6.98, the other CNNs and the small transformers at par). Products keep GRAIN: at a
-# quarter of it a small ViT's 17 x 64 x 64 projections on two threads took it 0.150 -> 0.158 ms
+# 18.9, the CRNN 7.21 -> 6.91-6.98, the other CNNs, BERT-base, GPT-2, ViT-B/16 and ResNet-18 at par or better).
+# Products keep GRAIN: at a quarter of it a small ViT's 17 x 64 x 64 projections on two threads took it 0.150 ->
+# 0.158 ms
 LOOP_GRAIN = GRAIN // 4
 HALO_ROW_BLOCKS = (192, 288, 384)
 HALO_TILES_PER_THREAD = 16
@@ -164,20 +165,20 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
     most = next((r for r in (12, 8, 7) if fits(r, nr, vw)), 0)  # the most rows the registers hold
-    # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel call
-    # reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did not
-    # (2 threads, hot, 3x3 stride 2: 128 -> 128 at 56x56 1.83 -> 1.62 ms, 256 -> 256 at 28x28 1.55 -> 1.47, 128
-    # -> 256 at 40x40 1.53 -> 1.42, 512 -> 512 at 14x14 1.77 -> 1.68; at unit stride, where a channel's taps
-    # share lines, 64 -> 64 at 14x14 1.09x, 96 -> 96 0.98x, 128 and 160 at 7x7 par). A K that one step of 256
-    # covers stays one step (ResNet's 7x7 stride-2 stem, K = 147: 1.39 ms, 1.45 in steps of 64)
-    if plan.a_halo is not None and halo_default(plan) and max(plan.a_halo.split) > 1 and k > kc:
-        kc = 64
     if halo_default(plan) and plan.a_halo is not None:
         wide = plan.a_halo.wide
         if most:
             best = _fewest_rows(wide, (12, 8, 7), nr, vw)
             mr = best if _padded(wide, best) < 0.98 * _padded(wide, most) else most
         mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
+        # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel
+        # call reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did
+        # not (2 threads, hot, 3x3 stride 2: 128 -> 128 at 56x56 1.83 -> 1.62 ms, 256 -> 256 at 28x28 1.55 ->
+        # 1.47, 128 -> 256 at 40x40 1.53 -> 1.42, 512 -> 512 at 14x14 1.77 -> 1.68; at unit stride, where a
+        # channel's taps share lines, 64 -> 64 at 14x14 1.09x, 96 -> 96 0.98x, 128 and 160 at 7x7 par). A K that
+        # one step of 256 covers stays one step (ResNet's 7x7 stride-2 stem, K = 147: 1.39 ms, 1.45 by 64)
+        if max(plan.a_halo.split) > 1 and k > kc:
+            kc = 64
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
