@@ -208,15 +208,50 @@ def rows_of_vectors(plan: Plan) -> bool:
     threads, the copy's 12 x 32 tiles against 8 x 16 tiles over the rows: 3x3 16 -> 64 at 112x112 1.55 -> 1.14 ms,
     32 -> 32 1.20 -> 1.10, 16 -> 32 0.64 -> 0.57, 24 -> 48 1.33 -> 1.23, 32 -> 48 1.74 -> 1.63, 64 -> 64 4.46 ->
     4.19; at 80x80 32 -> 32 0.63 -> 0.57, 48 -> 48 1.30 -> 1.24; at 56x56 (rows of 3.5 vectors) 32 -> 32 and 32 ->
-    64 at par or 2% slower. That holds where the rows' panels take 8-row tiles in the registers: with 16 of them
-    (AVX2) rows of an even number of vectors take panels of two (112 pixels in 8-lane vectors), which leave room
-    for 6-row tiles only, as the copy's, and there the copy's long row blocks win (2 threads, hot, rows against the
-    copy: 3x3 32 -> 32 at 112x112 1.62 -> 1.38 ms, at 80x80 0.85 -> 0.73, 16 -> 32 at 112x112 0.79 -> 0.73, 24 ->
-    48 1.60 -> 1.54, 32 -> 48 2.16 -> 2.06, 16 -> 64 1.42 -> 1.40)."""
+    64 at par or 2% slower. That holds where the rows' panels (``rows_nr``) take 8-row tiles in the registers:
+    with 16 of them (AVX2) rows of an even number of vectors take panels of two (112 pixels in 8-lane vectors),
+    which leave room for 6-row tiles only, as the copy's, and there the copy's long row blocks win (2 threads,
+    hot, rows against the copy: 3x3 32 -> 32 at 112x112 1.62 -> 1.38 ms, at 80x80 0.85 -> 0.73, 16 -> 32 at 112x112
+    0.79 -> 0.73, 24 -> 48 1.60 -> 1.54, 32 -> 48 2.16 -> 2.06, 16 -> 64 1.42 -> 1.40)."""
     vw = host_simd_width()
-    vectors = plan.full[plan.n[-1]] // vw
-    panel = vw if vectors % 2 else 2 * vw  # ``schedule._rows_nr``: the wider of two widths that pad the rows alike
-    return whole_vector_rows(plan) and vectors >= ROWS_MIN_VECTORS and fits(8, panel, vw)
+    return (whole_vector_rows(plan) and plan.full[plan.n[-1]] >= ROWS_MIN_VECTORS * vw
+            and fits(8, rows_nr(plan, vw), vw))
+
+
+def rows_nr(plan: Plan, vw: int) -> int:
+    """The panel width at which a conv's input is read by rows (two vectors; one only for few rows), where the
+    padding its output rows take in whole panels costs less than the pack would; else 0. The pack's share of
+    the work falls with the rows M sharing each panel and grows with the share s of its panels that straddle
+    two output rows (two segments): padding up to 1 + (5 + 20 s)/M, at most 15%. One thread, by rows over
+    packed: 3x3 64->16 at 160x160 (no padding) 1.4x, 36->20 at 57x57 (12%) 1.5x, 32->32 at 112x112 (14%)
+    1.06x, 64->64 at 56x56 (14%) 1.02-1.05x, 128->128 at 28x28 (14%) 1.08x; 96->96 at 56x56 0.97x,
+    128->128 at 56x56 0.94x, 64->64 at 112x112 0.95x (one vector wide 0.93x), 128->128 at 112x112 0.87x,
+    512->512 at 28x28 0.94x; missed: 256->256 at 56x56 1.07x. A strided conv's rows are gathered, which
+    beats the pack where few rows share each panel (3x3 stride 2, 3->16 at 640x640, 1.4 -> 1.0 ms) but not
+    with more (7x7 stride 2, 3->64, 0.95x). A row no longer than the panel lies in one panel that the padding
+    cuts on both sides, most of its K rows copied: with 32 rows or more the pack wins (2 threads, AMD Zen 5,
+    rows of 28 against packed: 64->96 0.56 -> 0.83x onnxruntime, 96->96 0.52 -> 0.64x, 64->64 0.51 -> 0.61x,
+    32->32 0.43 -> 0.59x in panels of one vector; 16->16 and 24->24 at 28x28 and 30x30 lose 15%)."""
+    m = plan.sizes[1]
+    if not plan.b_run_stride or plan.b_direct or (plan.b_run_stride > 1 and (m > 32 or plan.b_run_stride > 2)):
+        return 0
+    run = plan.full[plan.n[-1]]
+    if m < 32 and run < vw:
+        # rows shorter than a vector: the pack copies them a few elements at a time, which costs more than a
+        # panel's idle lanes (grouped 3x3s of 8 channels per group at 7x7, RegNet's: 55 groups 0.32 -> 0.05 ms,
+        # 440 at 14x14 stride 2 0.23 -> 0.13)
+        return vw
+    # the width that pads the rows least, the wider of two that pad them alike; one vector past 32 rows only over
+    # rows of whole vectors (``rows_of_vectors``: 8 x 16 tiles over 112-pixel rows beat 8 x 32 by 10%)
+    widths = (2 * vw, vw) if m <= 32 or whole_vector_rows(plan) else (2 * vw,)
+    for nr in sorted(widths, key=lambda w: -(-run // w) * w) if plan.b_run_stride == 1 else widths:
+        if run <= nr and m >= 32:  # one panel per row, cut by the padding on both sides (see above)
+            continue
+        panels = math.lcm(run, nr) // nr  # the pack's panels repeat their split every lcm columns
+        split = sum(q * nr // run != (q * nr + nr - 1) // run for q in range(panels)) / panels
+        if -(-run // nr) * nr <= min(1.15, 1 + (5 + 20 * split) / m) * run:
+            return nr
+    return 0
 
 
 def fits(mr: int, nr: int, vw: int) -> bool:

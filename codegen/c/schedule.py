@@ -118,7 +118,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # and where N is not a multiple of the panel (a 1x1 conv at 28x28, 13x13, 55x55), as one run whose last
     # panel is cut (2 threads, 1x1 convs against the pack: 256->48 at 13x13 48 -> 28 us, 48->192 at 13x13 27 -> 23,
     # 96->16 at 55x55 62 -> 49, 64->256 at 27x27 154 -> 135, 128->512 at 28x28 564 -> 527, 512->128 975 -> 936)
-    rows_nr = (vw if n <= vw else 2 * vw) if in_place and not direct else _rows_nr(plan, vw)
+    rows_nr = (vw if n <= vw else 2 * vw) if in_place and not direct else contraction.rows_nr(plan, vw)
     mc = _row_block(m, direct)
     # B not packed once: 512 columns a tile (2 threads, one process, interleaved, against 256: MobileNetV3 7.18 ->
     # 6.76 ms, DB text detector 20.2 -> 18.9, YOLO-style 70.0 -> 66.9, ResNet-50 and SqueezeNet at par; the 1x1
@@ -193,42 +193,6 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         else "generated"
     return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=kc, order="nm", pack_b=not (direct or rows_nr),
                         pack_a=not direct_a, lanes=LANES, threads=threads)
-
-
-def _rows_nr(plan: Plan, vw: int) -> int:
-    """The panel width at which a conv's input is read by rows (two vectors; one only for few rows), where the
-    padding its output rows take in whole panels costs less than the pack would; else 0. The pack's share of
-    the work falls with the rows M sharing each panel and grows with the share s of its panels that straddle
-    two output rows (two segments): padding up to 1 + (5 + 20 s)/M, at most 15%. One thread, by rows over
-    packed: 3x3 64->16 at 160x160 (no padding) 1.4x, 36->20 at 57x57 (12%) 1.5x, 32->32 at 112x112 (14%)
-    1.06x, 64->64 at 56x56 (14%) 1.02-1.05x, 128->128 at 28x28 (14%) 1.08x; 96->96 at 56x56 0.97x,
-    128->128 at 56x56 0.94x, 64->64 at 112x112 0.95x (one vector wide 0.93x), 128->128 at 112x112 0.87x,
-    512->512 at 28x28 0.94x; missed: 256->256 at 56x56 1.07x. A strided conv's rows are gathered, which
-    beats the pack where few rows share each panel (3x3 stride 2, 3->16 at 640x640, 1.4 -> 1.0 ms) but not
-    with more (7x7 stride 2, 3->64, 0.95x). A row no longer than the panel lies in one panel that the padding
-    cuts on both sides, most of its K rows copied: with 32 rows or more the pack wins (2 threads, AMD Zen 5,
-    rows of 28 against packed: 64->96 0.56 -> 0.83x onnxruntime, 96->96 0.52 -> 0.64x, 64->64 0.51 -> 0.61x,
-    32->32 0.43 -> 0.59x in panels of one vector; 16->16 and 24->24 at 28x28 and 30x30 lose 15%)."""
-    m = plan.sizes[1]
-    if not plan.b_run_stride or plan.b_direct or (plan.b_run_stride > 1 and (m > 32 or plan.b_run_stride > 2)):
-        return 0
-    run = plan.full[plan.n[-1]]
-    if m < 32 and run < vw:
-        # rows shorter than a vector: the pack copies them a few elements at a time, which costs more than a
-        # panel's idle lanes (grouped 3x3s of 8 channels per group at 7x7, RegNet's: 55 groups 0.32 -> 0.05 ms,
-        # 440 at 14x14 stride 2 0.23 -> 0.13)
-        return vw
-    # the width that pads the rows least, the wider of two that pad them alike; one vector past 32 rows only over
-    # rows of whole vectors (``contraction.rows_of_vectors``: 8 x 16 tiles over 112-pixel rows beat 8 x 32 by 10%)
-    widths = (2 * vw, vw) if m <= 32 or whole_vector_rows(plan) else (2 * vw,)
-    for nr in sorted(widths, key=lambda w: _padded(run, w)) if plan.b_run_stride == 1 else widths:
-        if run <= nr and m >= 32:  # one panel per row, cut by the padding on both sides (see above)
-            continue
-        panels = math.lcm(run, nr) // nr  # the pack's panels repeat their split every lcm columns
-        split = sum(q * nr // run != (q * nr + nr - 1) // run for q in range(panels)) / panels
-        if -(-run // nr) * nr <= min(1.15, 1 + (5 + 20 * split) / m) * run:
-            return nr
-    return 0
 
 
 def _padded(m: int, tile: int) -> int:
