@@ -141,6 +141,17 @@ def test_max_pool_nan_and_infinities():
            **_attrs(3, 1, (1, 1, 1, 1), 1, 0))
 
 
+def test_max_pool_nan_at_every_tap():
+    """A NaN at any one tap of a window (plane c holds it at tap c of the windows around it) gives NaN: the
+    max keeps the first tap's NaN, the flags the others'."""
+    shape = (1, 9, 11, 40)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    for c in range(9):
+        x[0, c, 4 + c // 3, 17 + c % 3] = np.nan
+    for k, s, pads in ((3, 1, (0, 0, 0, 0)), (3, 2, (0, 0, 0, 0)), (3, 1, (1, 1, 1, 1))):
+        _check("MaxPool", shape, x, **_attrs(k, s, pads, 1, 0))
+
+
 def test_max_pool_negative_inputs_with_masks():
     """A max over masked taps (the IR's masked loads read zero) sees zero where a tap lies outside the input,
     in every part of a row: the padding rows, the border vectors, the interior."""

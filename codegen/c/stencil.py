@@ -796,27 +796,36 @@ def _sums(terms: list[str], typ: str = "float", name: str = "acc") -> list[str]:
 
 
 def _maxes(terms: list[str], vec: bool, name: str, dead: bool, screen: bool = False) -> list[str]:
-    """``name`` = the greatest of ``terms`` (and zero where ``dead``; see ``_tree``), NaN where any term is NaN
-    (a compare's NaN is false: a flag per lane, as the reduction's), over floats or vectors ``lum_bv``.
-    ``screen`` (vectors): the flags only where the sum of the terms is NaN in some lane (a NaN term, or
-    infinities of both signs), one add per term instead of a compare and an or (a 3x3 max pool 1.4x faster)."""
+    """``name`` = the greatest of ``terms`` (and zero where ``dead``; see ``_tree``), NaN where any term is NaN,
+    over floats or vectors ``lum_bv``. The max keeps a NaN it finds in its second operand (a compare's NaN is
+    false), where every partial result stays from the first term on: that term's NaN reaches the result, and
+    only the others need a flag per lane, two at a time on floats (an unordered compare; a 3x3 max pool at stride
+    2, 64 x 111 x 111, 2 threads: 92 -> 70 us, against 58 with no flags at all). ``screen`` (vectors): the flags
+    only where the sum of the terms is NaN in some lane (a NaN term, or infinities of both signs), one add per
+    term instead of a compare and an or (a 3x3 max pool 1.4x faster)."""
     typ, zero, fmax = ("lum_bv", "(lum_bv){0}", "lum_vmax") if vec else ("float", "0.0f", "lum_smax")
-    if dead:
-        terms = [*terms, zero]
     if not terms:
         return [f"const {typ} {name} = {zero};"]
     xs = [f"{name}_x{i}" for i in range(len(terms))]
     st = [f"const {typ} {x} = {t};" for x, t in zip(xs, terms)]
-    st += _tree(xs, typ, f"{name}_m", lambda a, b: f"{fmax}({a}, {b})")
-    nan = " | ".join(f"({x} != {x})" for x in xs)
-    if vec and screen:
+    if dead:
+        xs.append(zero)  # never NaN: no flag
+    st += _tree(xs, typ, f"{name}_m", lambda acc, x: f"{fmax}({x}, {acc})")
+    flagged = [x for x in xs[1:] if x != zero]
+    if not flagged:
+        return [*st, f"const {typ} {name} = {name}_m;"]
+    if not vec:
+        pairs = [flagged[i:i + 2] for i in range(0, len(flagged), 2)]
+        nan = " | ".join(f"__builtin_isunordered({p[0]}, {p[1]})" if len(p) == 2 else f"({p[0]} != {p[0]})"
+                         for p in pairs)
+        return [*st, f"const int {name}_n = {nan};", f"const float {name} = {name}_n ? NAN : {name}_m;"]
+    nan = " | ".join(f"({x} != {x})" for x in flagged)
+    if screen:
         return [*st, *_sums(xs, "lum_bv", f"{name}_s"), f"lum_bv {name} = {name}_m;",
                 f"if (lum_any({name}_s != {name}_s)) {{", f"    const lum_bi {name}_n = {nan};",
                 f"    {name} = (lum_bv)((lum_bi){name} | ({name}_n & 0x7fc00000));", "}"]
-    if vec:
-        return [*st, f"const lum_bi {name}_n = {nan};",
-                f"const lum_bv {name} = (lum_bv)((lum_bi){name}_m | ({name}_n & 0x7fc00000));"]
-    return [*st, f"const int {name}_n = {nan};", f"const float {name} = {name}_n ? NAN : {name}_m;"]
+    return [*st, f"const lum_bi {name}_n = {nan};",
+            f"const lum_bv {name} = (lum_bv)((lum_bi){name}_m | ({name}_n & 0x7fc00000));"]
 
 
 def _times(c: int, e: str) -> str:
