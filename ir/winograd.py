@@ -190,7 +190,11 @@ ONE_IMAGE_F4_MIN_CHANNELS = 48  # F(4x4) on one image's maps larger than SMALL_M
 SMALL_MAP = 14 * 14
 SMALL_MAP_MIN_CHANNELS = 128  # F(2x2) on maps larger than TINY_MAP, of at most SMALL_MAP pixels
 TINY_MAP = 7 * 7
-TINY_MAP_MIN_CHANNELS = 192  # F(2x2) on maps of at most TINY_MAP pixels
+# On maps of at most TINY_MAP pixels, F(2x2)'s transformed weight (1.8x the direct one) streams from memory for
+# 16 tiles: inside Inception-v2 (2 threads, Zen 2, each kernel's in-run span) its 7x7 convs of 192-224 channels
+# ran directly 8-13% faster (192 -> 320 687 -> 600 us, 224 -> 224 534 -> 495, 192 -> 224 472 -> 427; the model
+# 29.3-29.5 -> 28.6 ms), ResNet-50's 512 -> 512 15% slower (1.61-1.65 -> 1.83-1.90 ms)
+TINY_MAP_MIN_CHANNELS = 256  # F(2x2) on maps of at most TINY_MAP pixels
 # a batch image by image from this many images, F(4x4) then from as few channels as one image's. F(4x4) image by
 # image against all images at once, a conv with bias and ReLU, whole, 2 threads, Zen 5, two runs each: 64 at 56x56
 # over 2 images 0.87-0.88x, 4 1.03-1.08x, 8 1.19-1.20x; 96 at 40x40 over 4 0.97-0.98x; 128 at 28x28 over 2

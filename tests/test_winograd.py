@@ -128,11 +128,11 @@ def test_dilated_convolutions_compute_by_phases(n, hw, dilation, stride, pads, t
     np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize(("c", "hw", "dilation", "tile"), [(128, 32, 2, 4), (64, 32, 2, 0), (192, 7, 2, 0)])
+@pytest.mark.parametrize(("c", "hw", "dilation", "tile"), [(128, 32, 2, 4), (64, 32, 2, 0), (256, 7, 2, 0)])
 def test_a_dilated_convolution_s_phases_count_as_images(c, hw, dilation, tile):
     """One image's 32x32 map at dilation 2 is four phases of 16x16: the untuned default takes F(4x4) from the
     channels a batch needs. A 7x7 map at dilation 2 is four phases of 4x4, too small for any tile (on one 7x7
-    image F(2x2) takes 192 channels)."""
+    image F(2x2) takes 256 channels)."""
     model, _ = _conv_model(1, c, c, (hw, hw), (dilation,) * 4, dilation=dilation)
     (red,) = [r for r in load(model).graph.toposort() if winograd.eligible(r)]
     assert winograd.default_tile(red) == tile
@@ -240,7 +240,7 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
     (1, 128, 128, 16, 4), (1, 128, 96, 16, 4),  # F(4x4): many channels on maps above 14x14
     (2, 96, 128, 16, 4), (1, 64, 64, 16, 4), (1, 48, 80, 16, 4),  # fewer for one image than for a batch
     (1, 192, 192, 14, 2), (1, 128, 160, 10, 2),  # F(2x2) on small maps, from as many channels for a batch as for one
-    (4, 128, 128, 14, 2), (1, 256, 256, 6, 2), (1, 192, 192, 6, 2),  # image; more on the smallest maps
+    (4, 128, 128, 14, 2), (1, 256, 256, 6, 2), (1, 224, 224, 7, 0),  # image; more on the smallest maps
     (1, 96, 128, 14, 0), (1, 128, 128, 7, 0), (1, 64, 64, 6, 0), (1, 32, 48, 14, 0),  # fewer on a small map
     (2, 64, 64, 16, 0), (1, 40, 96, 16, 0), (1, 32, 256, 16, 0), (1, 16, 16, 6, 0),  # fewer on a larger map; few
 ])
