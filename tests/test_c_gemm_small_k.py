@@ -4,19 +4,23 @@ in 8-row tiles. Against the reference executor."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
-from codegen_util import compare_cpu, random_schedules
+from codegen_util import compare_cpu, graph, random_schedules
 from test_c_direct_conv import _conv_graph, _the_conv
 
 from luminal.codegen.c import schedule
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.check import run_graph
 from luminal.codegen.c.contraction import plan_contraction
-from luminal.ir import DType, run_reference
+from luminal.frontend_onnx.ops_nn_conv import conv
+from luminal.ir import DType, Tensor, run_reference
 from luminal.target import host_simd_width
 
 NOPAD = ((0, 0), (0, 0))
+RNG = np.random.default_rng(31)
 PER_PANEL = "lum_epilogue(b, ct + jr * "  # the epilogue call inside the panel loop
 
 
@@ -135,3 +139,45 @@ def test_default_tiles_fit_the_registers(lanes, vw):
         assert be.valid(c, s), s
         m = plan_contraction(c).sizes[1]
         assert (s["mr"] == 8) == (m % 8 == 0 and (vw == 16 or s["nr"] == vw)), s
+
+
+FUSED_CALL = re.compile(r"lum_mk[tp]?e\(kcur")  # a panel's call of the micro-kernel's fused twin
+PREFETCH_IN = "__builtin_prefetch((const void *)((uintptr_t)in"  # of an epilogue input's line, a row ahead
+
+
+def _channels_last_residual(n: int, cin: int, cout: int, hw: tuple[int, int]):
+    """A 1x1 conv whose output, with bias, a residual add and ReLU, is stored channels-last: its rows (pixels)
+    along the output's rows of channels, the residual read per pixel."""
+    x = Tensor.input("x", (n, cin, *hw), DType.float32)
+    w = Tensor.const(RNG.standard_normal((cout, cin, 1, 1)).astype(np.float32))
+    y = conv(x, w, 1, [1, 1], [1, 1], list(NOPAD), list(hw))
+    y = y.add(Tensor.const(RNG.standard_normal(cout).astype(np.float32)).reshape((1, cout, 1, 1)).expand(y.shape))
+    r = Tensor.input("r", (n, *hw, cout), DType.float32)
+    out = y.permute((0, 2, 3, 1)).add(r).relu()
+    feeds = {"x": RNG.standard_normal(x.shape).astype(np.float32), "r": RNG.standard_normal(r.shape).astype(np.float32)}
+    return graph([x, r], [out]), feeds
+
+
+@pytest.mark.parametrize("n,cin,cout,hw", [
+    (1, 32, 48, (5, 7)),    # 35 pixels: a last row panel of 5 past 5 whole ones of 6
+    (2, 24, 40, (4, 4)),    # 2 images; 40 channels: the last column panel partial, its epilogue over the buffer
+    (1, 128, 64, (6, 9)),   # K = 128 in one step
+])
+def test_whole_tiles_take_the_epilogue_from_the_registers(n, cin, cout, hw):
+    """Where K takes one step, whole MR x NR tiles inside one run of the output go through the epilogue in the
+    micro-kernel's fused twin, which first prefetches the next row panel's residual and output lines; the rows and
+    columns past whole tiles keep the epilogue over the tile buffer. Every schedule, in either orientation (the
+    fused twin where the tile's rows are pixels), matches the reference."""
+    g, feeds = _channels_last_residual(n, cin, cout, hw)
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    k = plan_contraction(c).sizes[3]
+    fused = 0
+    both = [x for s in _schedules(be, c) for x in (s, {**s, "swap": not s.get("swap")}) if be.valid(c, x)]
+    for s in both:
+        src = be.source(c, s)
+        one_step = s["kc"] in (0,) or s["kc"] >= k
+        assert bool(FUSED_CALL.search(src)) == (one_step and PREFETCH_IN in src), s
+        fused += one_step and bool(FUSED_CALL.search(src))
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
+    assert fused >= 2

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from ...ir.dtypes import DType
-from ...ir.view import View
+from ...ir.view import View, reads_dim
 from ...target import host_simd_width
 from ..index import run_coeff, view_exprs, view_masks
 from ..kernel import Contraction, Kernel, Leaf, Space
@@ -55,6 +55,8 @@ ROWS_MAX_N = 64
 LINE_FLOATS = 16  # floats per cache line
 INTERLEAVE_MAX = 4  # see _interleaved
 STREAM_MIN_BYTES = 1 << 20  # outputs from which the epilogue stores past the caches (``_Tiling.stream``)
+FUSED_MAX_OPS = 24  # see _fused
+Fused = tuple[list[str], list[str]]  # a fused micro-kernel's statements before its K loop and after it
 
 
 @dataclass(frozen=True)
@@ -358,15 +360,18 @@ def _operand(buf: int, dt: DType, view: View, terms: dict, gidx: dict[str, str])
 
 
 def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a: bool = False,
-                  name: str = "lum_mk", rows: bool = False) -> list[str]:
+                  name: str = "lum_mk", rows: bool = False, fused: Fused | None = None) -> list[str]:
     """C[MR x NR] (+)= A (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table, or (``rows``)
     at the pointer bq[k]. A is a packed panel (a[k*MR + i]) or, read in place, rows a + i*lda (rows past
-    ``arows`` repeat the last valid row: their results land in unused rows of the tile buffer)."""
+    ``arows`` repeat the last valid row: their results land in unused rows of the tile buffer). With ``fused``
+    (``_register_epilogue``) the tile at (ic, jc) of batch ``ib`` goes through the epilogue from the registers,
+    not into C."""
     nv = nr // vw
     pad = " " * (len(name) + 20)
     L = [f"static inline void {name}(int64_t kc, const lum_t *restrict a, int64_t lda, int64_t arows,",
          f"{pad}const lum_t *{'const *' if rows else ''}restrict {'bq' if rows else 'bp'}, int64_t ldb,",
-         f"{pad}const int64_t *restrict bk, lum_t *restrict c, int64_t ldc, int first) {{",
+         f"{pad}const int64_t *restrict bk, lum_t *restrict c, int64_t ldc, int first"
+         f"{', void **b, int64_t ib, int64_t ic, int64_t jc' if fused is not None else ''}) {{",
          "    (void)ldb; (void)bk; (void)lda; (void)arows;"]
     if direct_a:
         for i in range(mr):
@@ -378,20 +383,26 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     # ResNet-50 69.1 -> 66.7 ms; on one die at par)
     ahead = [f"__builtin_prefetch(br + {nr}, 0, 3);"] if direct else []
     return L + _mk_loop_body(mr, nv, vw, [f"const lum_t *br = {brow};", *ahead], "lum_vu" if direct else "lum_v",
-                             aval)
+                             aval, fused)
 
 
-def _mk_loop_body(mr: int, nv: int, vw: int, rows: list[str], bvec: str, aval: Callable[[int], str]) -> list[str]:
+def _mk_loop_body(mr: int, nv: int, vw: int, rows: list[str], bvec: str, aval: Callable[[int], str],
+                  fused: Fused | None = None) -> list[str]:
     """A micro-kernel's accumulators, its K loop (``rows``: statements setting the row pointers, then B's row
-    ``br`` read as ``bvec`` vectors, A's value for tile row i ``aval(i)``) and the stores that end it."""
+    ``br`` read as ``bvec`` vectors, A's value for tile row i ``aval(i)``) and the stores that end it, or the
+    ``fused`` epilogue in their place (its head before the K loop)."""
     L = [f"    lum_v c{i}_{v} = first ? (lum_v){{0}} : *(const lum_vu *)(c + {i}*ldc + {v * vw});"
          for i in range(mr) for v in range(nv)]
+    if fused is not None:
+        L += fused[0]
     L += ["    for (int64_t k = 0; k < kc; k++) {", *(f"        {r}" for r in rows)]
     L += [f"        lum_v b{v} = *(const {bvec} *)(br + {v * vw});" for v in range(nv)]
     for i in range(mr):
         L += [f"        {{ const lum_t ai = {aval(i)};", *(f"          c{i}_{v} += ai * b{v};" for v in range(nv)),
               "        }"]
     L.append("    }")
+    if fused is not None:
+        return [*L, *fused[1], "}"]
     L += [f"    *(lum_vu *)(c + {i}*ldc + {v * vw}) = c{i}_{v};" for i in range(mr) for v in range(nv)]
     return [*L, "}"]
 
@@ -501,21 +512,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     fill_b, names_b, len_b = _tables("tb", vb, {g: ds for g, ds in groups.items() if g != "n" or not t.run},
                                      kernel.full)
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
-    L = _header(elem, vw)
-    if t.run:  # B in place through its K table, or through a pointer per row (one of them to a row of zeros)
-        L.append(f"static const lum_t lum_zrow[{t.nr}] __attribute__((aligned(64)));")
-        # a row cut by the padding: its bits and a mask of the columns inside (lum_t is 4 bytes)
-        L += [f"typedef int32_t lum_iv __attribute__((vector_size({vw * 4})));",
-              f"typedef int32_t lum_ivu __attribute__((vector_size({vw * 4}), aligned(4)));",
-              f"static const lum_iv lum_iota = {{{', '.join(str(i) for i in range(vw))}}};"]
-        if vb.strides[plan.n[-1]] == 1:
-            L += _micro_kernel(t.mr, t.nr, vw, True, names_b.get((0, "k"), ("lin", 0))[0] == "tab", t.direct_a,
-                               name="lum_mkt")
-        L += _micro_kernel(t.mr, t.nr, vw, True, False, t.direct_a, name="lum_mkp", rows=True)
-    elif t.halo:
-        L += _halo_micro_kernel(t.mr, t.nr, vw)
-    else:
-        L += _micro_kernel(t.mr, t.nr, vw, t.direct, t.direct and names_b[(0, "k")][0] == "tab", t.direct_a)
+    L = _header(elem, vw) + _micro_kernels(kernel, plan, t, vw, vb, names_b)
     if t.tr:
         L += _transpose(vw)
     if t.stream:
@@ -541,7 +538,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     else:
         b_stmts, bptr, bkp = _b_source(ob.attr("buf"), vb, names_b, t)
         panel = b_stmts + _indent(_mk_loop("lum_mk", _a_source(oa.attr("buf"), va, names_a, t), bptr, bkp, t), 20)
-    L += _tile_loop(t, sched.order, pack_b, panel)
+    L += _tile_loop(t, sched.order, pack_b, _fuse_guard(kernel, plan, t) + panel)
     if t.stream:
         L.append("        lum_sfence();")
     L.append("    }")
@@ -549,6 +546,38 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         L.append("    *lum_packed = 1;")
     L += ["    free(lum_tab);", "    return 0;", "}"]
     return "\n".join(L) + "\n"
+
+
+def _micro_kernels(kernel: Kernel, plan: Plan, t: _Tiling, vw: int, vb: View, names_b: dict) -> list[str]:
+    """The micro-kernels the tiles call, each with its fused twin (name + "e") where ``t.fused``."""
+    fused = _register_epilogue(kernel, plan, t, vw) if t.fused else None
+
+    def micro(name: str, direct: bool, table: bool, rows: bool = False) -> list[str]:
+        plain = _micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name, rows)
+        return plain + (_micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name + "e", rows, fused)
+                        if fused is not None else [])
+
+    if t.run:  # B in place through its K table, or through a pointer per row (one of them to a row of zeros)
+        # a row cut by the padding: its bits and a mask of the columns inside (lum_t is 4 bytes)
+        L = [f"static const lum_t lum_zrow[{t.nr}] __attribute__((aligned(64)));",
+             f"typedef int32_t lum_iv __attribute__((vector_size({vw * 4})));",
+             f"typedef int32_t lum_ivu __attribute__((vector_size({vw * 4}), aligned(4)));",
+             f"static const lum_iv lum_iota = {{{', '.join(str(i) for i in range(vw))}}};"]
+        if vb.strides[plan.n[-1]] == 1:
+            L += micro("lum_mkt", True, names_b.get((0, "k"), ("lin", 0))[0] == "tab")
+        return L + micro("lum_mkp", True, False, rows=True)
+    if t.halo:
+        return _halo_micro_kernel(t.mr, t.nr, vw)
+    return micro("lum_mk", t.direct, t.direct and names_b[(0, "k")][0] == "tab")
+
+
+def _fuse_guard(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
+    """With ``t.fused``, the panel's flag for the fused micro-kernel: its columns whole and inside one run."""
+    if not t.fused:
+        return []
+    step, inner = _run_step(kernel, plan, t)
+    return [f"                    const int lum_fuse = ncur - jr * {t.nr} >= {t.nr} && "
+            f"(jc + jr * {t.nr}) % {step} + {t.nr} <= {inner};"]
 
 
 def _merged(kernel: Kernel, swap: bool) -> tuple[Kernel, Plan]:
@@ -593,6 +622,7 @@ class _Tiling:
     # output is otherwise read into them before it is written over, and nothing in the model reads it back
     stream: tuple[int, ...] = ()
     axis: int = -1  # the output dim the epilogue's runs walk: M's innermost with ``tr``, else N's (-1: N is empty)
+    fused: bool = False  # whole tiles whose columns lie in one run take the epilogue from the registers (``_fused``)
 
     @property
     def stage(self) -> int:  # with ``stream``: the floats of an output run the epilogue stages
@@ -680,12 +710,13 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such;
     # a block holds whole panels (7-row tiles: MC rounded down to them; 3-vector ones: NC)
     mc, nc = min(sched.mc // mr * mr, -(-M // mr) * mr), min(sched.nc // nr * nr, -(-N // nr) * nr)
-    return _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
+    t = _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
                    direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,
                    tr=(tr := _walk_score(kernel, plan) >= 0 if halo else _rows_walk_output(kernel, plan)),
                    stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1,
                                    tr and halo is not None), axis=axis)
+    return replace(t, fused=_fused(kernel, plan, t))
 
 
 def _streams(kernel: Kernel, axis: int, cut: bool) -> tuple[int, ...]:
@@ -757,15 +788,84 @@ def _epilogue_function(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
             "    (void)ib;", *_buffers(kernel), *_indent(_epilogue_body(kernel, plan, t), 4), "}"]
 
 
+def _fixed_indices(kernel: Kernel, plan: Plan) -> list[str]:
+    """The epilogue's indices that one tile fixes: the batch dims' (of batch ``ib``), and 0 on dims of one element."""
+    full = kernel.full
+    batch = unravel("ib", tuple(full[x] for x in plan.batch))
+    lines = [f"const int64_t i{d} = {e};" for d, e in zip(plan.batch, batch)]
+    return lines + [f"const int64_t i{d} = 0;" for d, s in enumerate(full) if s == 1 and d not in kernel.reduce_axes]
+
+
+def _run_step(kernel: Kernel, plan: Plan, t: _Tiling) -> tuple[int, int]:
+    """(the columns a run of the innermost N dim takes in the tile, padded to whole panels with ``run``; its
+    length)."""
+    inner = _run(kernel, plan)
+    return (t.run_cols if t.run else inner), inner
+
+
+def _fused(kernel: Kernel, plan: Plan, t: _Tiling) -> bool:
+    """Whether the micro-kernel applies the epilogue to its registers (``_register_epilogue``): K in one step, the
+    tile's rows stored one by one along the output's columns (not transposed, staged or interleaved), and an
+    epilogue of at most FUSED_MAX_OPS row-space ops (a long one would take the micro-kernel's registers)."""
+    return (t.epi_panel and bool(plan.n) and not (t.tr or t.stream or t.halo) and not _interleaved(kernel, plan, t)
+            and not epilogue_attribute(kernel) and sum(op.space is Space.row for op in kernel.ops) <= FUSED_MAX_OPS)
+
+
+def _register_epilogue(kernel: Kernel, plan: Plan, t: _Tiling, vw: int) -> Fused:
+    """The head and the end of a fused micro-kernel (``_fused``). The end: the MR x NR tile at (ic, jc), whose
+    columns lie in one run, out of its registers into a small local tile, then row by row through the epilogue
+    into the outputs. The local tile is indexed by a loop: unrolled rows (an array per row) left every accumulator
+    on the stack through the K loop. The head, before the K loop: prefetches of the lines the next row panel's
+    epilogue reads per row (a residual) and writes, which its K loop then hides. Without them each tile waited on
+    its rows' lines from memory: a 1x1 conv 128 -> 512 at 28x28 with a residual add, channels-last, 2 threads,
+    with cold outputs and residual: 877 us with the epilogue over the tile buffer, 1044-1082 fused, 689-702 fused
+    with the prefetches (hot: 714, 609-616, 598-602)."""
+    full = kernel.full
+    step, _ = _run_step(kernel, plan, t)
+    rows, cols = tuple(full[x] for x in plan.m), tuple(full[x] for x in plan.n[:-1])
+    head = [*_buffers(kernel), *_indent(_fixed_indices(kernel, plan), 4),
+            f"    const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;",
+            *(f"    const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], unravel("q", cols)))]
+    lines = _row_lines(kernel, plan)
+    if lines:
+        head += [f"    for (int64_t m = ic + {t.mr}; m < lum_min64(ic + {2 * t.mr}, {math.prod(rows)}); m++) {{",
+                 *(f"        const int64_t i{d} = {e};" for d, e in zip(plan.m, unravel("m", rows))),
+                 *(f"        {{ const int64_t i{plan.n[-1]} = r0 + {j}; {p} }}" for j in (0, t.nr - 1) for p in lines),
+                 "    }"]
+    tail = [f"    lum_t lum_r[{t.mr * t.nr}] __attribute__((aligned(64)));",
+            *(f"    *(lum_v *)(lum_r + {i * t.nr + v * vw}) = c{i}_{v};"
+              for i in range(t.mr) for v in range(t.nr // vw)),
+            f"    for (int64_t i = 0; i < {t.mr}; i++) {{", "        const int64_t m = ic + i; (void)m;",
+            *(f"        const int64_t i{d} = {e};" for d, e in zip(plan.m, unravel("m", rows))),
+            "        #pragma omp simd", f"        for (int64_t j = 0; j < {t.nr}; j++) {{",
+            "            const int64_t n = jc + j; (void)n;", f"            const int64_t i{plan.n[-1]} = r0 + j;",
+            *_indent(_epilogue_stmts(kernel, plan, f"lum_r[i * {t.nr} + j]"), 12), "        }", "    }"]
+    return head, tail
+
+
+def _row_lines(kernel: Kernel, plan: Plan) -> list[str]:
+    """Prefetches of the element of each epilogue input that a row of the output reads (one that moves with M)
+    and of each output's, with every index variable set (a prefetch does not fault, so masks are not asked)."""
+    body = Body(kernel)
+    out = []
+    for op in kernel.ops:
+        view = op.attr("view") if op.op is Leaf.Load and op.space is Space.row else None
+        if view is not None and any(reads_dim(view, d) for d in plan.m):
+            at, _ = Body.read(view, body.idx_for(view.shape, op.space))
+            out.append(_prefetch(f"in{op.attr('buf')}", at, 0))
+    lin = body.linear(Space.row)
+    return out + [_prefetch(f"out{j}", lin, 1) for j in range(len(kernel.outputs))]
+
+
+def _prefetch(buf: str, at: str, write: int) -> str:
+    # the address as an integer: an offset past the buffer (a masked read's) is no pointer arithmetic
+    return f"__builtin_prefetch((const void *)((uintptr_t){buf} + (uintptr_t)({at}) * sizeof *{buf}), {write}, 3);"
+
+
 def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     full = kernel.full
     stage = [f"float lum_s{j}[{t.stage}] __attribute__((aligned(64)));" for j in t.stream]
-    epi: list[str] = []
-    for d, e in zip(plan.batch, unravel("ib", tuple(full[x] for x in plan.batch))):
-        epi.append(f"const int64_t i{d} = {e};")
-    for d, s in enumerate(full):
-        if s == 1 and d not in kernel.reduce_axes:
-            epi.append(f"const int64_t i{d} = 0;")
+    epi = _fixed_indices(kernel, plan)
     if t.tr:
         return stage + epi + _columns_epilogue(kernel, plan, t)
     # rows one by one, or in groups of r stored together (``_interleaved``)
@@ -781,8 +881,7 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     # runs of the innermost N dim: the outer N indices are divided out once per run, not per element; where the
     # tile's columns lie in one run (every tile, where runs are whole panels), once per tile (a 1x1 conv of 16
     # channels at 112x112, hot, 2 threads: 256 -> 238 us; 64 -> 256 at 56x56 680 -> 620)
-    inner = _run(kernel, plan)
-    step = t.run_cols if t.run else inner  # columns per run (with ``run``: padded to whole panels)
+    step, inner = _run_step(kernel, plan, t)
     runs = unravel("q", tuple(full[x] for x in plan.n[:-1]))
     outer = [f"const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], runs)]
     one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *row,
@@ -1014,10 +1113,16 @@ def _a_source(buf: int, va: View, names_a: dict, t: _Tiling) -> str:
 
 
 def _mk_loop(fn: str, aptr: str, bptr: str, bkp: str, t: _Tiling) -> list[str]:
-    """The micro-kernel ``fn`` over the row panels of the tile, against B panel ``jr``."""
+    """The micro-kernel ``fn`` over the row panels of the tile, against B panel ``jr``; with ``t.fused``, its fused
+    twin on whole row panels where the panel takes it (``lum_fuse``)."""
+    args = f"kcur, {aptr}, {bptr}, {bkp}, ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0"
+    if not t.fused:
+        return ["for (int64_t ir = 0; ir < mp; ir++) {", f"    {fn}({args});", "}"]
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
-            f"    {fn}(kcur, {aptr},",
-            f"           {bptr}, {bkp}, ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0);",
+            f"    if (lum_fuse && ir * {t.mr} + {t.mr} <= mcur)",
+            f"        {fn}e({args}, b, ib, ic + ir * {t.mr}, jc + jr * {t.nr});",
+            "    else",
+            f"        {fn}({args});",
             "}"]
 
 
@@ -1151,9 +1256,15 @@ def _tile_loop(t: _Tiling, order: str, pack_b: list[str], panel: list[str]) -> l
     if t.epi_panel:  # each panel finished in one K step: its epilogue while the panel is in L1
         tr = [f"                    lum_tr(ct + jr * {nr}, {nc}, mcur, lum_min64({nr}, ncur - jr * {nr}), tt, "
               f"{t.mt_pad});"] if t.tr else []
-        L += [*tr, f"                    lum_epilogue(b, {'tt' if t.tr else f'ct + jr * {nr}'}, ib, ic, "
-                   f"jc + jr * {nr}, mcur, lum_min64({nr}, ncur - jr * {nr}));", "                }", "            }",
-              "        }"]
+        call = (f"lum_epilogue(b, {'tt' if t.tr else f'ct + jr * {nr}'}, ib, ic, jc + jr * {nr}, mcur, "
+                f"lum_min64({nr}, ncur - jr * {nr}));")
+        if t.fused:  # the rows past the last whole row panel
+            L += [f"                    if (!lum_fuse) {call}",
+                  f"                    else if (mcur % {mr}) lum_epilogue(b, ct + mcur / {mr} * {mr * nc} + "
+                  f"jr * {nr}, ib, ic + mcur / {mr} * {mr}, jc + jr * {nr}, mcur % {mr}, {nr});"]
+        else:
+            L += [*tr, f"                    {call}"]
+        L += ["                }", "            }", "        }"]
     else:
         L += ["                }",
               "            }",
