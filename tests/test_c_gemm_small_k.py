@@ -52,7 +52,7 @@ def _check(g, feeds, per_panel: bool | None = None) -> None:
     seen = set()
     for s in _schedules(be, c):
         src = be.source(c, s)
-        one_step = s["kc"] in (0,) or s["kc"] >= k
+        one_step = not s["kc"] or s["kc"] >= k
         assert (PER_PANEL in src) == one_step, s
         seen.add(one_step)
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
@@ -176,7 +176,7 @@ def test_whole_tiles_take_the_epilogue_from_the_registers(n, cin, cout, hw):
     both = [x for s in _schedules(be, c) for x in (s, {**s, "swap": not s.get("swap")}) if be.valid(c, x)]
     for s in both:
         src = be.source(c, s)
-        one_step = s["kc"] in (0,) or s["kc"] >= k
+        one_step = not s["kc"] or s["kc"] >= k
         assert bool(FUSED_CALL.search(src)) == (one_step and PREFETCH_IN in src), s
         fused += one_step and bool(FUSED_CALL.search(src))
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)

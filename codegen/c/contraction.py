@@ -820,27 +820,41 @@ def _register_epilogue(kernel: Kernel, plan: Plan, t: _Tiling, vw: int) -> Fused
     its rows' lines from memory: a 1x1 conv 128 -> 512 at 28x28 with a residual add, channels-last, 2 threads,
     with cold outputs and residual: 877 us with the epilogue over the tile buffer, 1044-1082 fused, 689-702 fused
     with the prefetches (hot: 714, 609-616, 598-602)."""
-    full = kernel.full
-    step, _ = _run_step(kernel, plan, t)
-    rows, cols = tuple(full[x] for x in plan.m), tuple(full[x] for x in plan.n[:-1])
-    head = [*_buffers(kernel), *_indent(_fixed_indices(kernel, plan), 4),
-            f"    const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;",
-            *(f"    const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], unravel("q", cols)))]
+    rows = math.prod(kernel.full[x] for x in plan.m)
+    head = [*_buffers(kernel), *_indent([*_fixed_indices(kernel, plan), *_run_head(kernel, plan, t)], 4)]
     lines = _row_lines(kernel, plan)
     if lines:
-        head += [f"    for (int64_t m = ic + {t.mr}; m < lum_min64(ic + {2 * t.mr}, {math.prod(rows)}); m++) {{",
-                 *(f"        const int64_t i{d} = {e};" for d, e in zip(plan.m, unravel("m", rows))),
+        head += [f"    for (int64_t m = ic + {t.mr}; m < lum_min64(ic + {2 * t.mr}, {rows}); m++) {{",
+                 *_indent(_row_indices(kernel, plan), 8),
                  *(f"        {{ const int64_t i{plan.n[-1]} = r0 + {j}; {p} }}" for j in (0, t.nr - 1) for p in lines),
                  "    }"]
     tail = [f"    lum_t lum_r[{t.mr * t.nr}] __attribute__((aligned(64)));",
             *(f"    *(lum_v *)(lum_r + {i * t.nr + v * vw}) = c{i}_{v};"
               for i in range(t.mr) for v in range(t.nr // vw)),
             f"    for (int64_t i = 0; i < {t.mr}; i++) {{", "        const int64_t m = ic + i; (void)m;",
-            *(f"        const int64_t i{d} = {e};" for d, e in zip(plan.m, unravel("m", rows))),
-            "        #pragma omp simd", f"        for (int64_t j = 0; j < {t.nr}; j++) {{",
-            "            const int64_t n = jc + j; (void)n;", f"            const int64_t i{plan.n[-1]} = r0 + j;",
-            *_indent(_epilogue_stmts(kernel, plan, f"lum_r[i * {t.nr} + j]"), 12), "        }", "    }"]
+            *_indent(_row_indices(kernel, plan), 8),
+            *_indent(_run_loop(kernel, plan, t, "0", str(t.nr), acc=f"lum_r[i * {t.nr} + j]"), 8), "    }"]
     return head, tail
+
+
+def _row_indices(kernel: Kernel, plan: Plan, skip: int = -1) -> list[str]:
+    """The indices of the M dims (but ``skip``) at output row ``m``."""
+    full = kernel.full
+    return [f"const int64_t i{d} = {e};" for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m)))
+            if d != skip]
+
+
+def _run_head(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
+    """Where a tile's columns from ``jc`` lie in one run of the innermost N dim: its run ``q``, the position ``r0`` of
+    its first column there, and the outer N dims' indices, divided out once per tile."""
+    step, _ = _run_step(kernel, plan, t)
+    return [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *_run_outer(kernel, plan)]
+
+
+def _run_outer(kernel: Kernel, plan: Plan) -> list[str]:
+    """The indices of the N dims outside the innermost one at run ``q``."""
+    runs = unravel("q", tuple(kernel.full[x] for x in plan.n[:-1]))
+    return [f"const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], runs)]
 
 
 def _row_lines(kernel: Kernel, plan: Plan) -> list[str]:
@@ -875,17 +889,13 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
         row += _indent(_halo_row(plan, t.halo, full), 4)
     else:
         row.append("    const int64_t m = ic + i; (void)m;")
-        for d, e in zip(plan.m, unravel("m", tuple(full[x] for x in plan.m))):
-            if r == 1 or d != plan.m[-1]:
-                row.append(f"    const int64_t i{d} = {e};")
+        row += _indent(_row_indices(kernel, plan, plan.m[-1] if r > 1 else -1), 4)
     # runs of the innermost N dim: the outer N indices are divided out once per run, not per element; where the
     # tile's columns lie in one run (every tile, where runs are whole panels), once per tile (a 1x1 conv of 16
     # channels at 112x112, hot, 2 threads: 256 -> 238 us; 64 -> 256 at 56x56 680 -> 620)
     step, inner = _run_step(kernel, plan, t)
-    runs = unravel("q", tuple(full[x] for x in plan.n[:-1]))
-    outer = [f"const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], runs)]
-    one = [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *outer, *row,
-           *_indent(_run_loop(kernel, plan, t, "0", "ncur", r), 4), "}"]
+    outer = _run_outer(kernel, plan)
+    one = [*_run_head(kernel, plan, t), *row, *_indent(_run_loop(kernel, plan, t, "0", "ncur", r), 4), "}"]
     epi += [f"if (jc % {step} + ncur <= {inner}) {{", *_indent(one, 4), "    return;", "}", *row,
             "    for (int64_t j0 = 0; j0 < ncur;) {",
             f"        const int64_t q = (jc + j0) / {step}, r0 = (jc + j0) % {step};",
@@ -909,14 +919,15 @@ def _interleaved(kernel: Kernel, plan: Plan, t: _Tiling) -> int:
     return r if r <= INTERLEAVE_MAX and t.mc % r == 0 and t.M % r == 0 else 0
 
 
-def _run_loop(kernel: Kernel, plan: Plan, t: _Tiling, j0: str, end: str, r: int = 1) -> list[str]:
+def _run_loop(kernel: Kernel, plan: Plan, t: _Tiling, j0: str, end: str, r: int = 1, acc: str = "") -> list[str]:
     """The epilogue's vector loop over the tile columns [j0, end) of row ``i`` (or rows i..i+r-1, stored
-    together), positions r0 + (j - j0) of a run."""
+    together), positions r0 + (j - j0) of a run; each accumulated value ``acc`` (the tile buffer's by default)."""
     loop = ["#pragma omp simd", f"for (int64_t j = {j0}; j < {end}; j++) {{", "    const int64_t n = jc + j; (void)n;"]
     if plan.n:
         loop.append(f"    const int64_t i{plan.n[-1]} = r0 + (j - {j0});")
     if r == 1:
-        loop += [*_indent(_epilogue_stmts(kernel, plan, f"ct[i * {t.nc} + j]", t.stream, f"j - {j0}"), 4), "}"]
+        loop += [*_indent(_epilogue_stmts(kernel, plan, acc or f"ct[i * {t.nc} + j]", t.stream, f"j - {j0}"), 4),
+                 "}"]
         return _stream_run(kernel, t, "r0", loop, f"{end} - {j0}")
     for u in range(r):
         loop += ["    {", f"        const int64_t m = ic + i + {u}, i{plan.m[-1]} = {u}; (void)m;",

@@ -164,9 +164,9 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
     # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
     # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
-    most = next((r for r in (12, 8, 7) if fits(r, nr, vw)), 0)  # the most rows the registers hold
     if halo_default(plan) and plan.a_halo is not None:
         wide = plan.a_halo.wide
+        most = next((r for r in (12, 8, 7) if fits(r, nr, vw)), 0)  # the most rows the registers hold
         if most:
             best = _fewest_rows(wide, (12, 8, 7), nr, vw)
             mr = best if _padded(wide, best) < 0.98 * _padded(wide, most) else most
