@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import onnx
@@ -28,6 +28,16 @@ class IOSpec:
     @functools.cached_property
     def dtype(self) -> np.dtype:
         return np.dtype(helper.tensor_dtype_to_np_dtype(self.elem))
+
+    @functools.cached_property
+    def sized(self) -> tuple[tuple[int, int], ...]:
+        """(axis, size) of each dim declared by its size."""
+        return tuple((k, d) for k, d in enumerate(self.dims or ()) if isinstance(d, int))
+
+    @functools.cached_property
+    def shared(self) -> tuple[tuple[int, str], ...]:
+        """(axis, name) of each dim declared by a name, one size across the inputs in a run (not a placeholder)."""
+        return tuple((k, d) for k, d in enumerate(self.dims or ()) if isinstance(d, str) and not is_placeholder(d))
 
     @property
     def type(self) -> str:
@@ -97,18 +107,14 @@ def check_feeds(specs: Sequence[IOSpec], input_feed: object) -> dict[str, np.nda
     and a shape that fits its dims, each dim name taking one size across the inputs."""
     if not isinstance(input_feed, dict):
         raise LuminalError("input_feed must be a dict of input name -> array")
-    by_name = {s.name: s for s in specs}
-    unknown = [k for k in input_feed if k not in by_name]
-    if unknown:
-        raise LuminalError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
-                           f"expected {', '.join(map(repr, by_name))}")
-    missing = [k for k in by_name if k not in input_feed]
-    if missing:
-        raise LuminalError(f"missing input(s) {', '.join(map(repr, missing))}")
+    if len(input_feed) != len(specs):
+        _refuse_names(specs, input_feed)
     feeds: dict[str, np.ndarray] = {}
-    seen: dict[str, tuple[int, str]] = {}
+    seen: dict[str, tuple[int, str, int]] = {}  # a dim name's size, where it was read
     for s in specs:
-        arr = input_feed[s.name]
+        arr = input_feed.get(s.name, _MISSING)
+        if arr is _MISSING:
+            _refuse_names(specs, input_feed)
         if type(arr) is not np.ndarray:
             arr = np.asarray(arr)
         want = s.dtype
@@ -121,7 +127,21 @@ def check_feeds(specs: Sequence[IOSpec], input_feed: object) -> dict[str, np.nda
     return feeds
 
 
-def _check_shape(spec: IOSpec, shape: tuple[int, ...], seen: dict[str, tuple[int, str]]) -> None:
+_MISSING = object()
+
+
+def _refuse_names(specs: Sequence[IOSpec], input_feed: dict) -> NoReturn:
+    """Refuse feeds that name an input the model lacks, or lack one it has."""
+    by_name = {s.name: s for s in specs}
+    unknown = [k for k in input_feed if k not in by_name]
+    if unknown:
+        raise LuminalError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
+                           f"expected {', '.join(map(repr, by_name))}")
+    missing = [k for k in by_name if k not in input_feed]
+    raise LuminalError(f"missing input(s) {', '.join(map(repr, missing))}")
+
+
+def _check_shape(spec: IOSpec, shape: tuple[int, ...], seen: dict[str, tuple[int, str, int]]) -> None:
     if spec.dims is None:
         return
     if len(spec.dims) != len(shape):
@@ -129,16 +149,18 @@ def _check_shape(spec: IOSpec, shape: tuple[int, ...], seen: dict[str, tuple[int
                            f"got shape {list(shape)}")
     if spec.dims == shape:  # every dim fixed and matching: the steady state of a static model
         return
-    for k, (d, v) in enumerate(zip(spec.dims, shape)):
-        if isinstance(d, int) and d != v:
-            raise LuminalError(f"input {spec.name!r} dim {k}: expected {d} (shape {_written(spec.dims)}), "
+    for k, size in spec.sized:
+        if shape[k] != size:
+            raise LuminalError(f"input {spec.name!r} dim {k}: expected {size} (shape {_written(spec.dims)}), "
                                f"got shape {list(shape)}")
-        if isinstance(d, str) and not is_placeholder(d):
-            if d in seen and seen[d][0] != v:
-                raise LuminalError(f"input {spec.name!r} dim {k} is dimension {d!r} = {v}, but {seen[d][1]} makes it "
-                                   f"{seen[d][0]}: a dimension takes one size in a run")
-            if d not in seen:
-                seen[d] = (v, f"input {spec.name!r} dim {k}")
+    for k, dim in spec.shared:
+        v = shape[k]
+        if dim not in seen:
+            seen[dim] = (v, spec.name, k)
+        elif seen[dim][0] != v:
+            was, name, axis = seen[dim]
+            raise LuminalError(f"input {spec.name!r} dim {k} is dimension {dim!r} = {v}, but input {name!r} dim "
+                               f"{axis} makes it {was}: a dimension takes one size in a run")
 
 
 def _written(dims: tuple[Dim, ...]) -> str:

@@ -19,6 +19,10 @@ from .alias import elide_concats
 from .hostio import Bound, HostIO, Rebinding
 from .plan import plan_kernels
 
+# an output from which a run writes it into a fresh array, not copied out of its buffer: an aligned array and
+# its binding and unbinding cost 5 us, the copy of a 64 KiB output 2 us
+REBIND_MIN_BYTES = 1 << 16
+
 
 @dataclass
 class TensorSpec:
@@ -106,8 +110,8 @@ class CompiledModel:
                                     buffer)
 
     def _host_io(self) -> HostIO | None:
-        """Where the launcher can rebind host buffers: the inputs no output passes through, and the outputs that one
-        kernel writes (each node once)."""
+        """Where the launcher can rebind host buffers: the inputs no output passes through, and the outputs of
+        REBIND_MIN_BYTES or more that one kernel writes (each node once)."""
         launch = self._launch
         if not isinstance(launch, Rebinding):
             return None
@@ -118,7 +122,8 @@ class CompiledModel:
         inputs = [(s.name, Bound(v[s.node], None if s.node in passed else launch.binder(v[s.node])))
                   for s in self.inputs]
         outputs = [(n, v[n], launch.binder(v[n])) for n in dict.fromkeys(o.node for o in self.outputs)
-                   if writers[n] == 1 and n not in fed and n not in self._const_outputs]
+                   if writers[n] == 1 and n not in fed and n not in self._const_outputs
+                   and v[n].nbytes >= REBIND_MIN_BYTES]
         return HostIO(launch, inputs, outputs)
 
     def _write_inputs(self, feeds: dict[str, np.ndarray]) -> None:

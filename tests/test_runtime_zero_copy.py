@@ -17,10 +17,10 @@ from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.partition import fusible_edges
 from luminal.ir import DType, Graph, Tensor, optimize, run_reference
 from luminal.runtime.compile import compile_graph
-from luminal.runtime.model import CompiledModel
+from luminal.runtime.model import REBIND_MIN_BYTES, CompiledModel
 from luminal.runtime.session import InferenceSession
 
-SHAPE = (2, 3, 16, 16)
+SHAPE = (2, 3, 64, 64)  # outputs of 96 KiB: written in place
 
 
 def _chain() -> Graph:
@@ -69,6 +69,9 @@ def _feeds(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
         raw = np.empty(n + 1, np.float32)
         raw[1:] = x.ravel()
         return raw[1:].reshape(shape)
+    if kind == "readonly":  # read in place too (its address taken another way)
+        x.flags.writeable = False
+        return x
     if kind == "byte_offset":  # not aligned to its element: copied
         raw = np.zeros(x.nbytes + 1, np.uint8)
         raw[1:] = x.view(np.uint8).ravel()
@@ -79,7 +82,7 @@ def _feeds(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
     return x.astype(np.float64)
 
 
-KINDS = ["contiguous", "transposed", "offset", "byte_offset", "float64"]
+KINDS = ["contiguous", "transposed", "offset", "readonly", "byte_offset", "float64"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -115,6 +118,28 @@ def test_in_place_path_taken(chain, monkeypatch):
     assert calls == [False]
     np.testing.assert_array_equal(y2, y)
     np.testing.assert_array_equal(e2, e)
+
+
+def test_small_outputs_are_copied_out_of_their_buffers(monkeypatch):
+    """An output below REBIND_MIN_BYTES is computed into its own buffer and copied out (cheaper than a fresh array
+    bound for the run); a larger one is written into the array returned. Each run's arrays are its own."""
+    x = Tensor.input("x", (64, 512), DType.float32)
+    g = optimize(Graph([x.node], [x.relu().contiguous().node, x.sum((1,)).contiguous().node], ["big", "small"]))
+    m = compile_graph(g, CPUBackend())
+    assert m._host is not None
+    big, small = (o.node for o in m.outputs)
+    assert m._values[big].nbytes >= REBIND_MIN_BYTES > m._values[small].nbytes
+    assert [n for n, _, _ in m._host.outputs] == [big]
+    copied = []
+    to_numpy = m.backend.to_numpy
+    monkeypatch.setattr(m.backend, "to_numpy", lambda buf: (copied.append(buf.nbytes), to_numpy(buf))[1])
+    a, b = _feeds("contiguous", (64, 512), 5), _feeds("contiguous", (64, 512), 6)
+    ra, rb = m.run({"x": a}), m.run({"x": b})
+    assert copied == [m._values[small].nbytes] * 2
+    for got, x_ in ((ra, a), (rb, b)):
+        np.testing.assert_array_equal(got[0], np.maximum(x_, 0))
+        np.testing.assert_allclose(got[1], x_.sum(1), rtol=1e-5, atol=1e-4)
+    assert not any(np.shares_memory(p, q) for p, q in zip(ra, rb))
 
 
 def test_intermediates_share_slots_but_never_the_input(chain):

@@ -25,13 +25,22 @@ from .stencil import emit_stencil
 ALIGN = 64
 
 
+def address(array: np.ndarray) -> int:
+    """Where ``array``'s data starts: ``array.ctypes.data``, which costs 2 us a call, taken from a writable
+    contiguous array's buffer in a quarter of that (a run binds and unbinds its inputs and outputs by address)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]  # numpy exports its buffer
+    except (TypeError, ValueError, BufferError):  # read-only, empty or not contiguous
+        return array.ctypes.data
+
+
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     n = math.prod(shape) * dtype.itemsize
     if n == 0:
         return np.empty(shape, dtype)
     raw = np.empty(n + ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
+    start = (-address(raw)) % ALIGN
     return raw[start:start + n].view(dtype).reshape(shape)
 
 
@@ -166,11 +175,12 @@ class Launch:
         sites = self._sites.get(id(buffer), [])
         pointers = [(slots, i, shift) for slots, i, shift in sites if not isinstance(slots, list)]
         lists = [(slots, i) for slots, i, _ in sites if isinstance(slots, list)]
+        home = address(buffer)
 
         def bind(array: np.ndarray) -> None:
-            address = array.ctypes.data
+            at = home if array is buffer else address(array)
             for slots, i, shift in pointers:
-                slots[i] = address + shift
+                slots[i] = at + shift
             for slots, i in lists:
                 slots[i] = array
 
