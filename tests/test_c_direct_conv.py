@@ -81,6 +81,8 @@ def _check_in_place(g, feeds, rtol=2e-5, atol=2e-5):
         assert be.valid(c, s), s
         src = be.source(c, s)
         assert "lum_mkp(" in src and ("lum_mkt(" in src) == (plan.b_run_stride == 1)  # B in place with unit stride
+        # gathered rows prefetch their lines two panels ahead
+        assert ("__builtin_prefetch((const void *)((uintptr_t)src + " in src) == (plan.b_run_stride > 1)
         compare_cpu(g, feeds, rtol, atol, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
