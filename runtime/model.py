@@ -19,8 +19,8 @@ from .alias import elide_concats
 from .hostio import Bound, HostIO, Rebinding
 from .plan import plan_kernels
 
-# an output from which a run writes it into a fresh array, not copied out of its buffer: an aligned array and
-# its binding and unbinding cost 5 us, the copy of a 64 KiB output 2 us
+# the size from which a run writes an output into a fresh array bound for it rather than copying it out of its
+# buffer: the aligned array and its binding and unbinding cost 5 us, the copy of 64 KiB 2 us
 REBIND_MIN_BYTES = 1 << 16
 
 

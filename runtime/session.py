@@ -97,11 +97,12 @@ class InferenceSession:
 
     def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None
             ) -> list[np.ndarray]:
-        if output_names:
+        wanted = list(output_names) if output_names else None
+        if wanted:
             names = [o.name for o in self._model.outputs]
-            bad = [n for n in output_names if n not in names]
+            bad = [n for n in wanted if n not in names]
             if bad:
                 raise LuminalError(f"unknown output name(s) {', '.join(map(repr, bad))}; "
                                    f"expected {', '.join(map(repr, names))}")
         results = self._model.run(input_feed)  # by name, in the graph's order
-        return list(results.values()) if not output_names else [results[n] for n in output_names]
+        return [results[n] for n in wanted] if wanted else list(results.values())

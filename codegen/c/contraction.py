@@ -1206,9 +1206,10 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
     if direct:
         L.append("        if (bq[k]) continue;")
     else:
-        # each row's lines two panels on, which no hardware prefetcher follows (a row per k, each a stream of its
-        # own: 48-147 of them in a stem), asked for while this panel is computed (2 threads, in the YOLO-style
-        # detector: 3x3 stride 2 16 -> 32 at 160x160 2.81-2.88 -> 2.59 ms, its 3 -> 16 stem 2.29-2.30 -> 2.17)
+        # each row's lines two panels on, which no hardware prefetcher follows (a stream per K row, at the K
+        # table's irregular offsets: 27 in a 3x3 stem of 3 channels, 144 in a 3x3 conv of 16), asked for while this
+        # panel is computed (2 threads, in the YOLO-style detector: 3x3 stride 2 16 -> 32 at 160x160 2.81-2.88 ->
+        # 2.59 ms, its 3 -> 16 stem 2.29-2.30 -> 2.17)
         ahead = [_prefetch("src", f"{2 * step[0] * nr + x}", 0) for x in range(0, step[0] * nr, 16)]
         L += ["        if (bq[k]) {", "            const lum_t *restrict src = bq[k];", *(" " * 12 + a for a in ahead),
               f"            lum_t *restrict ds = bt + k * {nr};", "            #pragma omp simd",
