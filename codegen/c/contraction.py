@@ -108,7 +108,7 @@ def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, 
         return None
     nb, _, n, k = plan.sizes
     nr = sched.nr
-    return kernel.ops[plan.b].attr("buf"), nb * -(-n // nr) * k * nr, (kernel.signature, nr)
+    return kernel.ops[plan.b].attr("buf"), nb * padded(n, nr) * k, (kernel.signature, nr)
 
 
 def _packs_b_once(plan: Plan, sched: GemmSchedule) -> bool:
@@ -182,9 +182,9 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     # (the pixels, strided) on every call, which costs a small product more than the padded lanes (2 threads,
     # 1x1 convs at 14x14, 196 pixels in 224 lanes: 64 -> 384 0.043 -> 0.033 ms, 384 -> 64 0.040 -> 0.034,
     # 96 -> 576 0.079 -> 0.068, 576 -> 128 par; from 1024 -> 256 (51M multiply-adds) on they lose 5%)
-    small = math.prod(plan.sizes) < SWAP_MAX_MACS and _padded(plan, cols=True) < WASTE_SMALL and not swapped.a_direct
-    if (swapped.b_const or not plan.b_const) and _padded(plan, cols=True) >= WASTE \
-            and _padded(swapped) < _padded(plan) / WASTE and not small:
+    small = math.prod(plan.sizes) < SWAP_MAX_MACS and _pad_ratio(plan, cols=True) < WASTE_SMALL and not swapped.a_direct
+    if (swapped.b_const or not plan.b_const) and _pad_ratio(plan, cols=True) >= WASTE \
+            and _pad_ratio(swapped) < _pad_ratio(plan) / WASTE and not small:
         return swapped, plan
     return plan, swapped
 
@@ -246,14 +246,19 @@ def rows_nr(plan: Plan, vw: int) -> int:
     # the width that pads the rows least, the wider of two that pad them alike; one vector past 32 rows only over
     # rows of whole vectors (``rows_of_vectors``: 8 x 16 tiles over 112-pixel rows beat 8 x 32 by 10%)
     widths = (2 * vw, vw) if m <= 32 or whole_vector_rows(plan) else (2 * vw,)
-    for nr in sorted(widths, key=lambda w: -(-run // w) * w) if plan.b_run_stride == 1 else widths:
+    for nr in sorted(widths, key=lambda w: padded(run, w)) if plan.b_run_stride == 1 else widths:
         if run <= nr and m >= 32:  # one panel per row, cut by the padding on both sides (see above)
             continue
         panels = math.lcm(run, nr) // nr  # the pack's panels repeat their split every lcm columns
         split = sum(q * nr // run != (q * nr + nr - 1) // run for q in range(panels)) / panels
-        if -(-run // nr) * nr <= min(1.15, 1 + (5 + 20 * split) / m) * run:
+        if padded(run, nr) <= min(1.15, 1 + (5 + 20 * split) / m) * run:
             return nr
     return 0
+
+
+def padded(m: int, tile: int) -> int:
+    """``m`` rounded up to whole tiles of ``tile`` (rows or columns)."""
+    return -(-m // tile) * tile
 
 
 def fits(mr: int, nr: int, vw: int) -> bool:
@@ -298,11 +303,11 @@ def _short_runs(kernel: Kernel, plan: Plan, kept: list[int]) -> bool:
         and kernel.full[kept[-1]] < host_simd_width()
 
 
-def _padded(plan: Plan, cols: bool = False) -> float:
+def _pad_ratio(plan: Plan, cols: bool = False) -> float:
     """How much larger the default tiles (TILE) make the product than it is (``cols``: its columns only)."""
     _, m, n, _ = plan.sizes
     mr, nr = TILE[0], TILE[1] * host_simd_width()
-    return (1 if cols else -(-m // mr) * mr / m) * -(-n // nr) * nr / n
+    return (1 if cols else padded(m, mr) / m) * padded(n, nr) / n
 
 
 def _tables(name: str, view: View, groups: dict[str, tuple[int, ...]], full) -> tuple[list[str], dict, int]:
@@ -703,13 +708,13 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     mr, nr = sched.mr, sched.nr
     run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b and (N % nr or not plan.b_direct) else 0
     if run:
-        N = N // run * -(-run // nr) * nr
+        N = N // run * padded(run, nr)
     halo = plan.a_halo if not sched.pack_a else None
     if halo:
         M = halo.wide
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such;
     # a block holds whole panels (7-row tiles: MC rounded down to them; 3-vector ones: NC)
-    mc, nc = min(sched.mc // mr * mr, -(-M // mr) * mr), min(sched.nc // nr * nr, -(-N // nr) * nr)
+    mc, nc = min(sched.mc // mr * mr, padded(M, mr)), min(sched.nc // nr * nr, padded(N, nr))
     t = _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
                    direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,

@@ -10,7 +10,7 @@ from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
 from . import contraction
-from .contraction import TILE, Plan, fits, halo_default, plan_contraction, swappable, whole_vector_rows
+from .contraction import TILE, Plan, fits, halo_default, padded, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
 from .stencil import plan_stencil, separable_default, stencil_default
@@ -151,7 +151,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # 3-vector tiles where they pad N less than 2-vector ones (a conv's 48 output channels in one panel of 48, not
     # two of 32 with a quarter of the multiplies on padding: 2 threads, 3x3 48->48 at 80x80 0.70 -> 0.54 ms, at
     # 40x40 0.19 -> 0.15); where the registers hold 8 rows of them (AVX-512)
-    elif not direct and nr == TILE[1] * vw and fits(8, 3 * vw, vw) and _padded(n, 3 * vw) < _padded(n, nr):
+    elif not direct and nr == TILE[1] * vw and fits(8, 3 * vw, vw) and padded(n, 3 * vw) < padded(n, nr):
         nr = 3 * vw
     # 8-row tiles where they pad M no more than 6-row ones and fit the vector registers. 1 thread, convs
     # packed: 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x; 2 threads: 1x1
@@ -169,7 +169,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         most = next((r for r in (12, 8, 7) if fits(r, nr, vw)), 0)  # the most rows the registers hold
         if most:
             best = _fewest_rows(wide, (12, 8, 7), nr, vw)
-            mr = best if _padded(wide, best) < 0.98 * _padded(wide, most) else most
+            mr = best if padded(wide, best) < 0.98 * padded(wide, most) else most
         mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
         # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel
         # call reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did
@@ -195,14 +195,9 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
                         pack_a=not direct_a, lanes=LANES, threads=threads)
 
 
-def _padded(m: int, tile: int) -> int:
-    """``m`` rounded up to whole tiles of ``tile`` (rows or columns)."""
-    return -(-m // tile) * tile
-
-
 def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
     """The MR of ``choices`` (by preference: the first of those that pad M equally) that pads M least and fits."""
-    return min((r for r in choices if fits(r, nr, vw)), key=lambda r: _padded(m, r))
+    return min((r for r in choices if fits(r, nr, vw)), key=lambda r: padded(m, r))
 
 
 def _halo_row_block(mc: int, col_blocks: int, wide: int, threads: int) -> int:

@@ -808,10 +808,8 @@ def _maxes(terms: list[str], vec: bool, name: str, dead: bool, screen: bool = Fa
         return [f"const {typ} {name} = {zero};"]
     xs = [f"{name}_x{i}" for i in range(len(terms))]
     st = [f"const {typ} {x} = {t};" for x, t in zip(xs, terms)]
-    if dead:
-        xs.append(zero)  # never NaN: no flag
-    st += _tree(xs, typ, f"{name}_m", lambda acc, x: f"{fmax}({x}, {acc})")
-    flagged = [x for x in xs[1:] if x != zero]
+    st += _tree([*xs, zero] if dead else xs, typ, f"{name}_m", lambda acc, x: f"{fmax}({x}, {acc})")
+    flagged = xs[1:]  # the dead zero is never NaN
     if not flagged:
         return [*st, f"const {typ} {name} = {name}_m;"]
     if not vec:
