@@ -47,12 +47,14 @@ static inline uint16_t lum_f2bf(float x) {
 }
 static inline float lum_rbf(float x) { return lum_bf2f(lum_f2bf(x)); }
 
-/* 2**x: round-to-nearest split, degree-6 polynomial on [-0.5, 0.5] (rel. error < 2e-7),
-   scaled by two exact powers of two so that overflow gives inf and underflow denormals/0. */
+/* 2**x: x rounded to the nearest integer n by adding 1.5 * 2**23 (the sum's low mantissa bits are n, so no
+   conversion is needed), a degree-6 polynomial of the rest in [-0.5, 0.5] (rel. error < 2e-7), scaled by two exact
+   powers of two so that overflow gives inf and underflow denormals/0; a NaN stays NaN through the polynomial. */
 static inline float lum_exp2(float x) {
-    float xc = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
-    float fi = floorf(xc + 0.5f);
-    float f = xc - fi;
+    float xc = x < -151.0f ? -151.0f : x;
+    xc = xc > 129.0f ? 129.0f : xc;
+    float r = xc + 12582912.0f;
+    float f = xc - (r - 12582912.0f);
     float p = 1.535336188319500e-4f;
     p = p * f + 1.339887440266574e-3f;
     p = p * f + 9.618437357674640e-3f;
@@ -60,9 +62,9 @@ static inline float lum_exp2(float x) {
     p = p * f + 2.402264791363012e-1f;
     p = p * f + 6.931472028550421e-1f;
     p = p * f + 1.0f;
-    int32_t i = (int32_t)(fi == fi ? fi : 0.0f);
+    int32_t i = (int32_t)(lum_f2u(r) - 0x4b400000u);
     int32_t i1 = i >> 1, i2 = i - i1;
-    return p * lum_i2f((i1 + 127) << 23) * lum_i2f((i2 + 127) << 23);
+    return p * lum_u2f((uint32_t)(i1 + 127) << 23) * lum_u2f((uint32_t)(i2 + 127) << 23);
 }
 
 /* log2(x): x = m * 2**e with m in [sqrt(1/2), sqrt(2)), ln(m) by the Cephes logf polynomial (rel. error
