@@ -95,6 +95,7 @@ def _check_in_place(g, feeds, rtol=2e-5, atol=2e-5):
     (1, 3, 5, (10, 50), (1, 1), 1, ((0, 2), (3, 1)), 1),      # asymmetric pads
     (1, 3, 9, (6, 41), (1, 1), 1, ((0, 0), (0, 0)), 1),       # no padding: no masks, rows narrower than the input
     (2, 3, 16, (21, 67), (2, 2), 1, ((1, 1), (1, 1)), 1),     # stride 2: rows gathered
+    (1, 3, 52, (17, 65), (2, 2), 1, ((0, 0), (0, 0)), 1),     # stride 2 unpadded, 52 rows: gathered by default
     (1, 4, 5, (14, 50), (1, 3), 2, ((1, 2), (0, 3)), 1),      # stride 3 along rows, dilation 2, asymmetric pads
     (1, 3, 16, (64, 130), (1, 1), 1, ((1, 1), (1, 1)), 1),    # K = 27 (odd) on two threads: per-thread buffers
 ])
@@ -160,8 +161,8 @@ def test_default_reads_in_place_where_rows_take_whole_panels(sixteen_lanes):
         assert not nr or s["nr"] == nr
         # 16 rows: two panels of 8, not three of 6; 64: eight of 8; 20: three of 7, not of 8
         assert s["mr"] == (7 if cout == 20 else 8 if cout < 96 else s["mr"])
-    # a strided conv's rows are gathered by default where few rows share each panel
-    for cout, gathered in ((16, True), (64, False)):
+    # a strided conv's rows are gathered by default where at most 64 rows share each panel
+    for cout, gathered in ((16, True), (64, True), (72, False)):
         g, _ = _conv_graph(1, 3, cout, (12, 8 * vw), stride=(2, 2))
         _, c = _the_conv(g)
         assert be.default_schedule(c)["pack_b"] is not gathered

@@ -228,14 +228,15 @@ def rows_nr(plan: Plan, vw: int) -> int:
     packed: 3x3 64->16 at 160x160 (no padding) 1.4x, 36->20 at 57x57 (12%) 1.5x, 32->32 at 112x112 (14%)
     1.06x, 64->64 at 56x56 (14%) 1.02-1.05x, 128->128 at 28x28 (14%) 1.08x; 96->96 at 56x56 0.97x,
     128->128 at 56x56 0.94x, 64->64 at 112x112 0.95x (one vector wide 0.93x), 128->128 at 112x112 0.87x,
-    512->512 at 28x28 0.94x; missed: 256->256 at 56x56 1.07x. A strided conv's rows are gathered, which
-    beats the pack where few rows share each panel (3x3 stride 2, 3->16 at 640x640, 1.4 -> 1.0 ms) but not
-    with more (7x7 stride 2, 3->64, 0.95x). A row no longer than the panel lies in one panel that the padding
-    cuts on both sides, most of its K rows copied: with 32 rows or more the pack wins (2 threads, AMD Zen 5,
+    512->512 at 28x28 0.94x; missed: 256->256 at 56x56 1.07x. A strided conv's rows are gathered (each K row
+    prefetched two panels ahead), which beats the pack where up to 64 rows share each panel (3x3 stride 2, 2
+    threads: 3->16 at 640x640 1.4 -> 1.0 ms; SqueezeNet's 3->64 at 224x224 0.45 -> 0.39, 8->48 at 160x160 at
+    par; the bound was 32 rows before the prefetch). A row no longer than the panel lies in one panel that the
+    padding cuts on both sides, most of its K rows copied: with 32 rows or more the pack wins (2 threads, AMD Zen 5,
     rows of 28 against packed: 64->96 0.56 -> 0.83x onnxruntime, 96->96 0.52 -> 0.64x, 64->64 0.51 -> 0.61x,
     32->32 0.43 -> 0.59x in panels of one vector; 16->16 and 24->24 at 28x28 and 30x30 lose 15%)."""
     m = plan.sizes[1]
-    if not plan.b_run_stride or plan.b_direct or (plan.b_run_stride > 1 and (m > 32 or plan.b_run_stride > 2)):
+    if not plan.b_run_stride or plan.b_direct or (plan.b_run_stride > 1 and (m > 64 or plan.b_run_stride > 2)):
         return 0
     run = plan.full[plan.n[-1]]
     if m < 32 and run < vw:
