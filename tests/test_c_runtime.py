@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from sample_graphs import small_cnn, transformer_layer
@@ -102,3 +104,31 @@ def test_kernel_called_with_new_buffers_uses_their_addresses():
         np.testing.assert_allclose(out, a * 2 + 1, rtol=1e-6)
         del a, out
         gc.collect()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="thread affinity is Linux's, and needs two CPUs")
+def test_a_run_keeps_its_workers_off_the_callers_cpu():
+    """A run sets the OpenMP team's other threads to the caller's CPUs but the one it runs on (a worker woken onto
+    the caller's own vCPU took turns with it there); the caller's own affinity stays as it was."""
+    from luminal.ir import DType, Graph, Tensor, optimize
+
+    rng = np.random.default_rng(4)
+    x = Tensor.input("x", (256, 256), DType.float32)
+    w = Tensor.const(rng.standard_normal((256, 256)).astype(np.float32))
+    g = optimize(Graph([x.node], [x.matmul(w).node], ["y"]))
+    m = compile_graph(g, "cpu")
+    assert max(s.get("threads", 1) for s in m.schedules) >= 2
+    allowed = os.sched_getaffinity(0)
+    tasks = {int(t) for t in os.listdir("/proc/self/task")}
+    masks = {t: os.sched_getaffinity(t) for t in tasks}
+    v = rng.standard_normal((256, 256)).astype(np.float32)
+    got, = m.run({"x": v})
+    np.testing.assert_allclose(got, run_reference(g, {"x": v})[0], rtol=1e-4, atol=1e-3)
+    assert os.sched_getaffinity(0) == allowed
+    after = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+    # the workers: each allowed every CPU of the caller's but one
+    workers = [t for t, mask in after.items() if mask < allowed and len(mask) == len(allowed) - 1]
+    assert workers
+    # no other thread's affinity changed
+    assert all(after[t] == masks[t] for t in tasks & after.keys() if t not in workers)
