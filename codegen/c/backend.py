@@ -119,8 +119,10 @@ static _Thread_local pid_t lum_tids[LUM_TEAM_MAX];
 static _Thread_local int lum_asked = 0, lum_team = 0, lum_home = -1;
 static _Thread_local pid_t lum_pid = 0;
 static void lum_place(int nt) {
+    if (nt < 2)
+        return;
     const int here = sched_getcpu();
-    if (nt < 2 || here < 0)
+    if (here < 0)
         return;
     const pid_t pid = getpid();
     if (nt > lum_asked || pid != lum_pid) {  /* learn the team's thread ids (again after a fork) */
