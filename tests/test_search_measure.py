@@ -93,6 +93,24 @@ def test_a_lost_device_answers_for_every_candidate():
         assert reply.outcomes[1].message == "device context lost"
 
 
+def test_kernel_candidates_are_timed_through_the_launcher():
+    """A kernel candidate runs timed the way a compiled model runs it: through the backend's launcher, bound once to
+    its buffers (the cpu backend's keeps the OpenMP workers off the caller's CPU there)."""
+    from luminal.search.jobs import JobRunner, KernelJob
+
+    bound = []
+
+    class Counting(helpers.FakeBackend):
+        def launcher(self, compiled, buffers):
+            bound.append(len(compiled))
+            return super().launcher(compiled, buffers)
+
+    kernel = partition(helpers.small_graph())[0]
+    reply = JobRunner(Counting(), None).handle(KernelJob(kernel, [{"speed": 1}, {"speed": 2}], 0, PLAN))
+    assert [o.status for o in reply.outcomes] == ["ok", "ok"]
+    assert bound == [1, 1] and all(len(o.samples_ns) >= PLAN.min_reps for o in reply.outcomes)
+
+
 def test_interpret_is_never_timed():
     from luminal.errors import LuminalError
 
