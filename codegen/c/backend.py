@@ -95,15 +95,15 @@ class CKernel:
             raise MemoryError("a C kernel could not allocate its workspace")
 
 
-# runs a sequence of kernels bound to fixed buffers in one call: b = {count, kernels, arguments, threads};
-# built once per toolchain: an artifact ships its library with the kernels'. First it keeps the OpenMP team's
-# workers off the caller's CPU (``lum_place``): on a virtual machine whose idle vCPUs halt, a worker woken after an
-# idle gap was placed on the caller's own vCPU, where the two took turns, the caller spinning at each barrier while
-# the worker waited, until the scheduler's load balancer moved it back (MobileNetV3, 2 threads, runs 50 ms apart:
-# median 8.6-14.9 ms, p90 21-39, two migrations and up to 49 context switches a slow run; back to back 6.5-6.7;
-# with the workers kept off the caller's CPU 7.3-7.7, p90 7.5-8.0). The caller's own affinity is never changed:
-# only the team's other threads, whose ids the first run learns, are set to the caller's CPUs but the one it runs
-# on, again whenever it runs on another.
+# runs a sequence of kernels bound to fixed buffers in one call: b = {count, kernels, arguments, their threads, the
+# most of those}; built once per toolchain: an artifact ships its library with the kernels'. First it keeps the
+# OpenMP team's workers off the caller's CPU (``lum_place``): on a virtual machine whose idle vCPUs halt, a worker
+# woken after an idle gap was placed on the caller's own vCPU, where the two took turns, the caller spinning at each
+# barrier while the worker waited, until the scheduler's load balancer moved it back (MobileNetV3, 2 threads, runs
+# 50 ms apart: median 8.6-14.9 ms, p90 21-39, two migrations and up to 49 context switches a slow run; back to back
+# 6.5-6.7; with the workers kept off the caller's CPU 7.3-7.7, p90 7.5-8.0). The caller's own affinity is never
+# changed: only the team's other threads, whose ids the first run learns, are set to the caller's CPUs but the one
+# it runs on, again whenever it runs on another.
 SEQUENCE_SOURCE = """
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -117,15 +117,13 @@ typedef int (*lum_fn_t)(void **, int);
 /* per calling thread, as OpenMP keeps a team per calling thread */
 static _Thread_local pid_t lum_tids[LUM_TEAM_MAX];
 static _Thread_local int lum_asked = 0, lum_team = 0, lum_home = -1;
-static _Thread_local pid_t lum_pid = 0;
 static void lum_place(int nt) {
     if (nt < 2)
         return;
     const int here = sched_getcpu();
     if (here < 0)
         return;
-    const pid_t pid = getpid();
-    if (nt > lum_asked || pid != lum_pid) {  /* learn the team's thread ids (again after a fork) */
+    if (nt > lum_asked) {  /* learn the team's thread ids */
         pid_t got[LUM_TEAM_MAX] = {0};
         int size = 0;
         #pragma omp parallel num_threads(nt)
@@ -137,7 +135,6 @@ static void lum_place(int nt) {
         lum_asked = nt;
         lum_team = size < LUM_TEAM_MAX ? size : LUM_TEAM_MAX;
         for (int t = 0; t < lum_team; t++) lum_tids[t] = got[t];
-        lum_pid = pid;
         lum_home = -1;
     }
     if (here == lum_home)
@@ -146,7 +143,9 @@ static void lum_place(int nt) {
     if (sched_getaffinity(0, sizeof cpus, &cpus) || !CPU_ISSET(here, &cpus) || CPU_COUNT(&cpus) < 2)
         return;
     CPU_CLR(here, &cpus);
-    for (int t = 1; t < lum_team; t++)  /* only threads of this process: a gone one is learnt again next run */
+    const pid_t pid = getpid();
+    /* only threads of this process (none after a fork): one gone, the team is learnt again next run */
+    for (int t = 1; t < lum_team; t++)
         if (lum_tids[t] <= 0 || syscall(SYS_tgkill, pid, lum_tids[t], 0)
                 || sched_setaffinity(lum_tids[t], sizeof cpus, &cpus))
             lum_asked = lum_team = 0;
@@ -161,10 +160,7 @@ int lum_kernel(void **b, int nt) {
     const uintptr_t *fns = (const uintptr_t *)b[1];
     void **const *args = (void **const *)b[2];
     const int *nts = (const int *)b[3];
-    int most = 1;
-    for (int64_t i = 0; i < n; i++)
-        most = nts[i] > most ? nts[i] : most;
-    lum_place(most);
+    lum_place((int)(intptr_t)b[4]);
     for (int64_t i = 0; i < n; i++)
         if (((lum_fn_t)fns[i])(args[i], nts[i])) return (int)(i + 1);
     return 0;
@@ -252,7 +248,8 @@ class Launch:
         fns = (ctypes.c_void_p * n)(*[p[0] for p in pending])
         args = (ctypes.c_void_p * n)(*[ctypes.addressof(p[1]) for p in pending])
         nts = (ctypes.c_int * n)(*[p[2] for p in pending])
-        head = (ctypes.c_void_p * 4)(n, ctypes.addressof(fns), ctypes.addressof(args), ctypes.addressof(nts))
+        head = (ctypes.c_void_p * 5)(n, ctypes.addressof(fns), ctypes.addressof(args), ctypes.addressof(nts),
+                                     max(p[2] for p in pending))
         self._keep.append((fns, args, nts, [p[1] for p in pending]))
         self._steps.append((None, head))
 

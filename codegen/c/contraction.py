@@ -850,17 +850,13 @@ def _row_indices(kernel: Kernel, plan: Plan, skip: int = -1) -> list[str]:
             if d != skip]
 
 
-def _run_head(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
-    """Where a tile's columns from ``jc`` lie in one run of the innermost N dim: its run ``q``, the position ``r0`` of
-    its first column there, and the outer N dims' indices, divided out once per tile."""
+def _run_head(kernel: Kernel, plan: Plan, t: _Tiling, col: str = "jc") -> list[str]:
+    """Where the tile's column ``col`` lies in the runs of the innermost N dim: its run ``q``, its position ``r0``
+    there, and the outer N dims' indices at that run, divided out once per run."""
     step, _ = _run_step(kernel, plan, t)
-    return [f"const int64_t q = jc / {step}, r0 = jc % {step}; (void)q;", *_run_outer(kernel, plan)]
-
-
-def _run_outer(kernel: Kernel, plan: Plan) -> list[str]:
-    """The indices of the N dims outside the innermost one at run ``q``."""
     runs = unravel("q", tuple(kernel.full[x] for x in plan.n[:-1]))
-    return [f"const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], runs)]
+    return [f"const int64_t q = {col} / {step}, r0 = {col} % {step}; (void)q;",
+            *(f"const int64_t i{d} = {e};" for d, e in zip(plan.n[:-1], runs))]
 
 
 def _row_lines(kernel: Kernel, plan: Plan) -> list[str]:
@@ -900,12 +896,10 @@ def _epilogue_body(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     # tile's columns lie in one run (every tile, where runs are whole panels), once per tile (a 1x1 conv of 16
     # channels at 112x112, hot, 2 threads: 256 -> 238 us; 64 -> 256 at 56x56 680 -> 620)
     step, inner = _run_step(kernel, plan, t)
-    outer = _run_outer(kernel, plan)
     one = [*_run_head(kernel, plan, t), *row, *_indent(_run_loop(kernel, plan, t, "0", "ncur", r), 4), "}"]
     epi += [f"if (jc % {step} + ncur <= {inner}) {{", *_indent(one, 4), "    return;", "}", *row,
-            "    for (int64_t j0 = 0; j0 < ncur;) {",
-            f"        const int64_t q = (jc + j0) / {step}, r0 = (jc + j0) % {step};",
-            f"        const int64_t len = lum_min64({step} - r0, ncur - j0); (void)q;", *_indent(outer, 8)]
+            "    for (int64_t j0 = 0; j0 < ncur;) {", *_indent(_run_head(kernel, plan, t, "(jc + j0)"), 8),
+            f"        const int64_t len = lum_min64({step} - r0, ncur - j0);"]
     # the run's columns past its end (with ``run``) hold no output
     end = "j0 + len" if step == inner else f"j0 + lum_min64(len, {inner} - r0)"
     return stage + epi + _indent(_run_loop(kernel, plan, t, "j0", end, r), 8) + ["        j0 += len;", "    }", "}"]
