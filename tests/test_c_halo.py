@@ -11,7 +11,7 @@ from test_c_direct_conv import _conv_graph, _out, _the_conv
 
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import HALO_MIN_N, halo_default, plan_contraction
-from luminal.codegen.c.halo import halo_size, plan_halo, reach
+from luminal.codegen.c.halo import across, halo_size, plan_halo, reach
 from luminal.codegen.partition import ChannelsLast, layout_convs, lower
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
@@ -252,6 +252,28 @@ def test_a_batch_of_images_as_rows(n, stride, pads):
     h = plan_contraction(c).a_halo
     assert h is not None and h.images == n and h.span * h.pitch * n == h.wide
     _check_halo(g, feeds)
+
+
+@pytest.mark.parametrize("n,cin,cout,hw,k,stride,pads", [
+    (1, 16, 35, (11, 27), 3, (1, 1), ((1, 1), (1, 1))),   # two whole blocks of channels
+    (2, 15, 35, (11, 27), 3, (1, 1), ((1, 1), (1, 1))),   # a block cut short; images as rows
+    (1, 16, 35, (11, 27), 3, (1, 1), ((0, 2), (1, 0))),   # asymmetric pads
+    (1, 32, 64, (20, 24), 3, (2, 2), ((1, 1), (1, 1))),   # phases of a strided conv
+    (1, 3, 35, (11, 27), 7, (2, 2), ((3, 3), (3, 3))),    # a stem's few channels
+])
+def test_a_channels_last_input_is_copied_by_blocks_of_channels(n, cin, cout, hw, k, stride, pads):
+    """A conv over a channels-last input (a tf2onnx model's NHWC input, a producer stored channels-last) copies it
+    a vector of channels at a time, each a transposition of the input's contiguous pixels, not element by element a
+    cache line apart; the copy's geometry, and so the rows the GEMM reads, are the logical input's."""
+    x = Tensor.input("x", (n, *hw, cin), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((cout, cin, k, k)).astype(np.float32))
+    outs = [_out(hw[0], k, stride[0], 1, pads[0]), _out(hw[1], k, stride[1], 1, pads[1])]
+    g = _graph([x], [conv(x.permute((0, 3, 1, 2)), wt, 1, list(stride), [1, 1], list(pads), outs).relu()])
+    _, c = _the_conv(g)
+    h = plan_contraction(c).a_halo
+    assert h is not None and across(h) == 3 and h.source == (n, *hw, cin)
+    assert "lum_tr(x" in CPUBackend().source(c, CPUBackend().default_schedule(c))
+    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
 
 
 def test_a_batch_of_1d_signals_as_rows():

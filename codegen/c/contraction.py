@@ -34,7 +34,7 @@ from ..index import run_coeff, view_exprs, view_masks
 from ..kernel import Contraction, Kernel, Leaf, Space
 from . import ctypes_map as ct
 from .emit import Body, _buffers, _indent, _signature, copy_between, epilogue_attribute, mask_bounds, unravel
-from .halo import Halo, batch_term, emit_halo_copy, emit_halo_table, halo_size, plan_halo
+from .halo import Halo, across, batch_term, emit_halo_copy, emit_halo_table, halo_size, plan_halo
 from .normalize import normalize
 
 if TYPE_CHECKING:
@@ -519,7 +519,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
                                      kernel.full)
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
     L = _header(elem, vw) + _micro_kernels(kernel, plan, t, vw, vb, names_b)
-    if t.tr:
+    if t.tr or (t.halo and across(t.halo) >= 0):
         L += _transpose(vw)
     if t.stream:
         L += _stream_helpers()
@@ -530,7 +530,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     L.append("    #pragma omp parallel num_threads(nt)")
     L.append("    {")
     if t.halo:
-        L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a), 8)
+        L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a, vw), 8)
     elif not t.direct_a:
         L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
     pack_b = [] if t.run else _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr)

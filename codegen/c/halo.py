@@ -211,41 +211,74 @@ def halo_size(h: Halo, full: tuple[int, ...], mr: int) -> int:
     return max(h.numel, reach(h, full) + -(-h.wide // mr) * mr - 1)
 
 
-def emit_halo_copy(h: Halo, buf: int, dst: str, size: int) -> list[str]:
+def across(h: Halo) -> int:
+    """The copy's whole axis that is the input's innermost (a channels-last input's channels), which the copy then
+    transposes in blocks; -1 where the innermost is the copied rows' own pixel axis (the copy reads rows in place)."""
+    x = len(h.source) - 1
+    return x if x not in h.pixels and x != h.image and h.source[x] > 1 else -1
+
+
+def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int) -> list[str]:
     """Statements (inside a parallel region) filling ``dst`` with input ``buf`` between the zeros of its padding,
-    split by phase, then zeros up to ``size``; each loop ends in a barrier."""
+    split by phase, then zeros up to ``size``; each loop ends in a barrier. Over a channels-last input (``across``)
+    each loop step copies ``vw`` channels' rows by one transposition (``lum_tr``) of the input's contiguous pixels,
+    where a row of its own read each element a cache line from the last."""
     dims = h.layout
     alpha = _row_major(h.source)
     *outer, (wx, _, wq) = dims
+    cx = across(h)
+    steps = [(x, kind, -(-e // vw) if x == cx else e) for x, kind, e in outer]
     L = ["#pragma omp for schedule(static)",
-         f"for (int64_t r = 0; r < {math.prod(e for _, _, e in outer)}LL; r++) {{",
-         f"    lum_t *restrict d = {dst} + r * {wq};",
+         f"for (int64_t r = 0; r < {math.prod(e for _, _, e in steps)}LL; r++) {{",
+         *([] if cx >= 0 else [f"    lum_t *restrict d = {dst} + r * {wq};"]),
          "    int64_t q = r; int ok = 1; (void)q;"]
     ix = {}
-    for x, kind, e in reversed(outer):
-        L.append(f"    const int64_t {kind}{x} = q % {e}; q /= {e}; (void){kind}{x};")
+    for x, kind, e in reversed(steps):
+        L.append(f"    const int64_t {kind}{x} = q % {e}{f' * {vw}' if x == cx else ''}; q /= {e}; (void){kind}{x};")
         ix[(x, kind)] = f"{kind}{x}"
+    if cx >= 0:
+        rows = h.strides[(cx, "a")]
+        at_row = " + ".join(f"{kind}{x} * {h.strides[(x, kind)]}" for x, kind, _ in outer)
+        L += [f"    lum_t *restrict d = {dst} + {at_row};",
+              f"    const int64_t nc = lum_min64({vw}, {h.source[cx]} - a{cx});"]
     src = []
     for x in range(len(h.source)):
         if x == wx:
             continue
         v = f"a{x}" if (x, "a") in ix else f"(p{x} + {h.split[x]} * q{x})" if h.split[x] > 1 else f"q{x}"
-        L.append(f"    {{ const int64_t u = {v} - {h.before[x]}; ok &= (uint64_t)u < {h.source[x]}ULL; }}")
+        if x != cx:
+            L.append(f"    {{ const int64_t u = {v} - {h.before[x]}; ok &= (uint64_t)u < {h.source[x]}ULL; }}")
         src.append(f"({v} - {h.before[x]}) * {alpha[x]}")
     s, b, n = h.split[wx], h.before[wx], h.source[wx]
     phase = f"p{wx}" if s > 1 else "0"
-    at = f"{phase} + {s} * w - {b}"
-    at = f"({at}) * {alpha[wx]}" if alpha[wx] != 1 else at  # the input's row axis is not its innermost (channels-last)
-    # positions w of this row hold input column phase + s*w - before, where that lies in [0, n)
-    L += [f"    if (!ok) {{ for (int64_t w = 0; w < {wq}; w++) d[w] = 0; continue; }}",
-          f"    const lum_t *restrict x = in{buf} + {' + '.join(src) or '0'};",
-          f"    const int64_t lo = lum_max64(0, ({b} - {phase} + {s - 1}) / {s});",
-          f"    const int64_t hi = lum_min64({wq}, ({n} + {b} - {phase} + {s - 1}) / {s});",
-          "    for (int64_t w = 0; w < lo; w++) d[w] = 0;",
-          "    #pragma omp simd",
-          f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{at}];",
-          f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;",
-          "}",
+    lo = f"lum_max64(0, ({b} - {phase} + {s - 1}) / {s})"
+    hi = f"lum_min64({wq}, ({n} + {b} - {phase} + {s - 1}) / {s})"
+    if cx >= 0:
+        # position w of channel c's row holds input column phase + s*w - before, where that lies in [0, n)
+        L += ["    if (!ok) {",
+              f"        for (int64_t c = 0; c < nc; c++) for (int64_t w = 0; w < {wq}; w++) d[c * {rows} + w] = 0;",
+              "        continue;",
+              "    }",
+              f"    const lum_t *restrict x = in{buf} + {' + '.join(src) or '0'};",
+              f"    const int64_t lo = {lo}, hi = {hi};",
+              "    for (int64_t c = 0; c < nc; c++) {",
+              f"        for (int64_t w = 0; w < lo; w++) d[c * {rows} + w] = 0;",
+              f"        for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[c * {rows} + w] = 0;",
+              "    }",
+              f"    if (hi > lo) lum_tr(x + ({phase} + {s} * lo - {b}) * {alpha[wx]}, {s * alpha[wx]}, hi - lo, nc,",
+              f"                         d + lo, {rows});"]
+    else:
+        at = f"{phase} + {s} * w - {b}"
+        at = f"({at}) * {alpha[wx]}" if alpha[wx] != 1 else at  # the input's pixels apart, its innermost axis of one
+        L += [f"    if (!ok) {{ for (int64_t w = 0; w < {wq}; w++) d[w] = 0; continue; }}",
+              f"    const lum_t *restrict x = in{buf} + {' + '.join(src) or '0'};",
+              f"    const int64_t lo = {lo};",
+              f"    const int64_t hi = {hi};",
+              "    for (int64_t w = 0; w < lo; w++) d[w] = 0;",
+              "    #pragma omp simd",
+              f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{at}];",
+              f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;"]
+    L += ["}",
           "#pragma omp for schedule(static)",
           f"for (int64_t w = {h.numel}; w < {size}; w++) {dst}[w] = 0;"]
     return L
