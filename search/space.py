@@ -17,7 +17,7 @@ import optuna
 
 from ..codegen.backend import Knob
 from ..codegen.kernel import Kernel
-from ..codegen.partition import FLAGS, ByImage, Decisions, Edge, Flag, Winograd, decisions_config
+from ..codegen.partition import FLAGS, ByImage, ChannelsLast, Decisions, Edge, Flag, Winograd, decisions_config
 from ..ir.winograd import TILES
 
 if TYPE_CHECKING:
@@ -234,6 +234,15 @@ class FusionSpace:
         point |= {Winograd(p, t): True for p, t in tiles.items() if t}
         # a convolution computed directly has no images to take one by one
         return point | {f: True for f, v in flags.items() if v and (tiles.get(f.node) or type(f) is not ByImage)}
+
+    @property
+    def starts(self) -> list[Decisions]:
+        """The points measured first: the default, then, where any convolution may be stored channels-last, the
+        default with every such one so (a layout decided for the whole graph at once, which a sampler setting flags
+        one by one hardly reaches)."""
+        last = self._point({e: True for e in self.edges}, self.algorithms,
+                           {f: v or type(f) is ChannelsLast for f, v in self.flagged.items()})
+        return [self.default] + ([last] if last != self.default else [])
 
     def count(self, kind: type[Flag]) -> int:
         """The convolutions offered decisions of ``kind``."""

@@ -64,11 +64,18 @@ class StudyTask:
     def key(self, point: Any) -> str:
         raise NotImplementedError
 
+    @property
+    def starts(self) -> list[Any]:
+        """The points the first step measures, the default first."""
+        return [self.space.default]
+
     def enqueue_default(self) -> None:
-        # a grid covers the default anyway (and Optuna's grid would spend a grid point on it)
+        """Queue ``starts`` as the study's first trials (measured already: answered from memory when asked)."""
+        # a grid covers them anyway (and Optuna's grid would spend a grid point on each)
         grid = isinstance(self.study.sampler, optuna.samplers.GridSampler)
         if not grid and not self.study.get_trials(deepcopy=False):
-            self.study.enqueue_trial(self.space.encode(self.space.default), skip_if_exists=True)
+            for point in self.starts:
+                self.study.enqueue_trial(self.space.encode(point), skip_if_exists=True)
 
     def previous_best(self) -> Any:
         """The best point a previous run of this study measured (resuming), or None."""
@@ -341,6 +348,10 @@ class FusionTask(StudyTask):
     def __init__(self, study: optuna.Study, space: FusionSpace, note: str | None, heartbeats: Heartbeats | None = None):
         super().__init__("fusion", study, space, 1.0, heartbeats)
         self.note = note
+
+    @property
+    def starts(self) -> list[Decisions]:
+        return self.space.starts
 
     def key(self, point: Decisions) -> str:
         return decisions_key(point)

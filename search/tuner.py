@@ -242,20 +242,21 @@ class Tuner:
         scheds = self.schedules()
         compare = lambda pts: m.measure_model([(d, scheds) for d in pts], self.model_prep_s)
         pending: Sequence[tuple[optuna.Trial | None, Any]]
-        if task.state.trials == 0:
+        first = task.state.trials == 0
+        if first:
             task.enqueue_default()
-            pending = [(None, task.space.default)]
+            pending = [(None, p) for p in task.starts]
         else:
             pending = task.ask(1)
         if not pending:
             return
-        for trial, dec in pending:
+        for i, (trial, dec) in enumerate(pending):
             t1 = time.monotonic()
             r = m.measure_model([(dec, scheds)], self.model_prep_s, deadline=self.loop_end)[0]
             if r.ok:
                 self.model_s = min(self.model_s, time.monotonic() - t1)
             task.tell(trial, dec, r)
-            if trial is None:
+            if first and i == 0:
                 task.set_default(r)
             if task.consider(dec, r, compare) and task.incumbent is not None:
                 self.decisions = dict(task.incumbent)

@@ -458,3 +458,31 @@ def test_a_concatenation_of_channels_last_parts_follows_them():
     want = run_ort(model, feeds)
     _close(run_graph(g, feeds, decisions=both), want)
     _close(run_graph(g, feeds, decisions={ChannelsLast(second): True}), want)
+
+
+def test_tune_measures_every_convolution_channels_last_first(tmp_path):
+    """The fusion search's first step measures, after the default, the default with every convolution it may
+    store channels-last so stored: a layout of the whole graph, which a sampler setting flags one by one reaches
+    only by chance. On a fake backend where only such kernels are fast the tune ends there, and that point is the
+    study's second trial."""
+    import optuna
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 16, 5, 7)).astype(np.float32)
+    names = ["x", "a", "b", "c", "y"]
+    nodes = [helper.make_node("Conv", [names[i], f"w{i}"], [names[i + 1]]) for i in range(4)]
+    model = make_model(nodes, {"x": x}, {f"w{i}": (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
+                                         for i in range(4)})
+    g = load(model).graph
+    convs = layout_convs(g)
+    assert len(convs) == 4
+    space = FusionSpace(fusible_edges(g), winograd_convs(g), default_algorithms(g), [*map(ChannelsLast, convs)])
+    assert space.starts[1] == space.default | {ChannelsLast(p): True for p in convs}
+    backend = _ChannelsFirstIsSlow(modes=("ok",), speeds=(1, 2), virtual=True)
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    report = tune(g, backend, 10, sampler="random", cache=tmp_path / "tuning.db", timeout_s=2.0, plan=helpers.PLAN,
+                  storage=storage, workers=1)
+    assert report.fusion is not None and report.fusion.channels_last == convs
+    (fusion,) = [s for s in optuna.get_all_study_names(storage) if fusion_key(g) in s]
+    trials = optuna.load_study(study_name=fusion, storage=storage).get_trials(deepcopy=False)
+    assert len(trials) >= 2 and trials[1].params == space.encode(space.starts[1])
