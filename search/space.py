@@ -123,6 +123,11 @@ class ScheduleSpace:
         return self._keys[sk]
 
     @property
+    def starts(self) -> list[dict[str, Any]]:
+        """The points measured first: the default."""
+        return [self.default]
+
+    @property
     def size(self) -> int:
         return math.prod(len(p.choices) for p in self.params)
 

@@ -64,17 +64,13 @@ class StudyTask:
     def key(self, point: Any) -> str:
         raise NotImplementedError
 
-    @property
-    def starts(self) -> list[Any]:
-        """The points the first step measures, the default first."""
-        return [self.space.default]
-
     def enqueue_default(self) -> None:
-        """Queue ``starts`` as the study's first trials (measured already: answered from memory when asked)."""
+        """Queue the space's ``starts`` as the study's first trials (measured by the first step: answered from
+        memory when asked)."""
         # a grid covers them anyway (and Optuna's grid would spend a grid point on each)
         grid = isinstance(self.study.sampler, optuna.samplers.GridSampler)
         if not grid and not self.study.get_trials(deepcopy=False):
-            for point in self.starts:
+            for point in self.space.starts:
                 self.study.enqueue_trial(self.space.encode(point), skip_if_exists=True)
 
     def previous_best(self) -> Any:
@@ -348,10 +344,6 @@ class FusionTask(StudyTask):
     def __init__(self, study: optuna.Study, space: FusionSpace, note: str | None, heartbeats: Heartbeats | None = None):
         super().__init__("fusion", study, space, 1.0, heartbeats)
         self.note = note
-
-    @property
-    def starts(self) -> list[Decisions]:
-        return self.space.starts
 
     def key(self, point: Decisions) -> str:
         return decisions_key(point)

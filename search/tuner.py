@@ -245,7 +245,7 @@ class Tuner:
         first = task.state.trials == 0
         if first:
             task.enqueue_default()
-            pending = [(None, p) for p in task.starts]
+            pending = [(None, p) for p in task.space.starts]
         else:
             pending = task.ask(1)
         if not pending:
