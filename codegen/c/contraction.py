@@ -74,6 +74,7 @@ class Plan(Contraction):
     # A (a conv's input, not a weight) read in place from a copy with its padding made real, over wide rows of
     # output pixels (``halo.py``); None where its view does not allow it
     a_halo: Halo | None = None
+    n_last: bool = False  # the output is contiguous along an N dim: a tile's rows are stored as they lie
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -96,8 +97,9 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
               and c.n and vb.strides[c.n[-1]] > 0 else 0)
     a_halo = (plan_halo(kernel, c.a, c.m, c.k, c.batch) if kernel.ops[c.a].dtype in _DIRECT and not a_direct
               and not kernel.inputs[kernel.ops[c.a].attr("buf")].constant else None)
+    kept = _kept(kernel)
     return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
-                b_const=b_const, b_run_stride=b_run_stride, a_halo=a_halo)
+                b_const=b_const, b_run_stride=b_run_stride, a_halo=a_halo, n_last=bool(kept) and kept[-1] in c.n)
 
 
 def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, int]] | None:
@@ -276,17 +278,21 @@ def halo_default(plan: Plan) -> bool:
     """Whether the untuned default reads A from its padded copy (``Plan.a_halo``): against a weight of at least
     HALO_MIN_N output channels, or of whole vectors of them per group where an output row is shorter than a
     vector, with at least HALO_MIN_K K rows; a strided conv with HALO_STRIDED_MIN_K of them or
-    HALO_STRIDED_MIN_REUSE multiply-adds per copied element."""
+    HALO_STRIDED_MIN_REUSE multiply-adds per copied element; any with K rows enough stored channels-last."""
     h = plan.a_halo
     if h is None or not plan.b_const or plan.size("k") < HALO_MIN_K:
         return False
     # a grouped conv's few channels per group on a small map: the other orientation pads each row of 7 pixels to
     # a vector of 16 lanes, where the copy's pixels fill the rows (2 threads, RegNetX-400MF's 3x3 400 -> 400 in 25
-    # groups at 7x7 113 -> 63 us in the model, onnxruntime 58; 160 in 10 groups at 14x14 89 -> 77 us)
+    # groups at 7x7 113 -> 63 us in the model, onnxruntime 58; 160 in 10 groups at 14x14 89 -> 77 us). Stored
+    # channels-last, with whatever channels and stride: the other way is a pack of the input's windows on every
+    # call (2 threads, hot, 3x3 16 -> 16 at 160x160: 3.4 ms packed, 0.80 from the copy, 0.94 in the logical
+    # order; at stride 2 over 320x320 4.1 / 3.0 / 1.3)
     vw = host_simd_width()
-    if plan.size("n") < HALO_MIN_N and not (plan.batch and h.width < vw and plan.size("n") % vw == 0):
+    if plan.size("n") < HALO_MIN_N and not plan.n_last \
+            and not (plan.batch and h.width < vw and plan.size("n") % vw == 0):
         return False
-    if max(h.split) == 1:
+    if max(h.split) == 1 or plan.n_last:
         return True
     reuse = math.prod(plan.sizes) / math.prod(h.source)  # the output channels times the taps per phase
     return plan.size("k") >= HALO_STRIDED_MIN_K or reuse >= HALO_STRIDED_MIN_REUSE
