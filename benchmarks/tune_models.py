@@ -57,8 +57,12 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
     stats = {k: summarize(v) for k, v in measure_interleaved(runners, runs=rounds, seed=seed).items()}
     res = {k: {"median_us": _us(s.median_s), "p10_us": _us(s.p10_s), "p90_us": _us(s.p90_s)} for k, s in stats.items()}
     med = {k: s.median_s for k, s in stats.items()}
+    f = report.fusion
+    # the fusion plan the tune found (what the tuned model runs where the tune's end-to-end check kept it)
+    plan = {"unfused": len(f.unfused), "edges": f.edges, "winograd": len(f.winograd), "convs": f.convs,
+            "channels_last": len(f.channels_last), "layouts": f.layouts} if f is not None else None
     return {"model": path.name, "shapes": shapes, "budget_s": budget_s, "tune_s": round(tune_s, 1),
-            "trials": report.trials, "statuses": report.statuses, "kernels": len(report.kernels),
+            "trials": report.trials, "statuses": report.statuses, "kernels": len(report.kernels), "fusion": plan,
             "stopped": report.stopped, "tuned_matches_default": agree, "latency": res,
             "speedup_vs_default": med["luminal default"] / med["luminal tuned"],
             "tuned_vs_onnxruntime": med["onnxruntime"] / med["luminal tuned"], "threads": threads}
@@ -100,7 +104,9 @@ def main() -> None:
         print(f"{name:34s} default {lat['luminal default']['median_us']:9.1f} us  tuned "
               f"{lat['luminal tuned']['median_us']:9.1f} us  onnxruntime {lat['onnxruntime']['median_us']:9.1f} us"
               f"  | {row['speedup_vs_default']:.2f}x vs default, {row['tuned_vs_onnxruntime']:.2f}x vs ort"
-              f"  ({row['trials']} trials, {row['tune_s']:.0f} s, matches default: {row['tuned_matches_default']})",
+              f"  ({row['trials']} trials, {row['tune_s']:.0f} s, matches default: {row['tuned_matches_default']})"
+              + (f"  fusion: unfused {fp['unfused']}/{fp['edges']}, winograd {fp['winograd']}/{fp['convs']},"
+                 f" channels-last {fp['channels_last']}/{fp['layouts']}" if (fp := row["fusion"]) else ""),
               flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
