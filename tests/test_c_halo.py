@@ -276,6 +276,19 @@ def test_a_channels_last_input_is_copied_by_blocks_of_channels(n, cin, cout, hw,
     _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
 
 
+def test_a_channels_last_input_padded_along_its_channels_is_copied_row_by_row():
+    """Zero channels padded onto a channels-last input (a shortcut's channel padding before the conv): each row of
+    the copy tests its own channel, as in the logical order."""
+    x = Tensor.input("x", (1, 9, 23, 12), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 16, 3, 3)).astype(np.float32))
+    t = x.pad(((0, 0), (0, 0), (0, 0), (1, 3))).permute((0, 3, 1, 2))
+    g = _graph([x], [conv(t, wt, 1, [1, 1], [1, 1], [(1, 1), (1, 1)], [9, 23]).relu()])
+    _, c = _the_conv(g)
+    h = plan_contraction(c).a_halo
+    assert h is not None and h.padded[3] == 16 and across(h) == -1
+    _check_halo(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)})
+
+
 def test_a_batch_of_1d_signals_as_rows():
     g, feeds, h = _conv1d(3)
     assert h is not None and (h.images, h.span, h.pitch, h.width) == (3, 1, 48, 44)

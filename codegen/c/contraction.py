@@ -287,7 +287,7 @@ def halo_default(plan: Plan) -> bool:
     # groups at 7x7 113 -> 63 us in the model, onnxruntime 58; 160 in 10 groups at 14x14 89 -> 77 us). Stored
     # channels-last, with whatever channels and stride: the other way is a pack of the input's windows on every
     # call (2 threads, hot, 3x3 16 -> 16 at 160x160: 3.4 ms packed, 0.80 from the copy, 0.94 in the logical
-    # order; at stride 2 over 320x320 4.1 / 3.0 / 1.3)
+    # order; at stride 2 over 320x320 4.1 / 2.0 / 1.3)
     vw = host_simd_width()
     if plan.size("n") < HALO_MIN_N and not plan.n_last \
             and not (plan.batch and h.width < vw and plan.size("n") % vw == 0):

@@ -213,9 +213,11 @@ def halo_size(h: Halo, full: tuple[int, ...], mr: int) -> int:
 
 def across(h: Halo) -> int:
     """The copy's whole axis that is the input's innermost (a channels-last input's channels), which the copy then
-    transposes in blocks; -1 where the innermost is the copied rows' own pixel axis (the copy reads rows in place)."""
+    transposes in blocks; -1 where the innermost is the copied rows' own pixel axis (the copy reads rows in place)
+    or is padded (each row then tests its own channel)."""
     x = len(h.source) - 1
-    return x if x not in h.pixels and x != h.image and h.source[x] > 1 else -1
+    whole = h.before[x] == 0 and h.padded[x] == h.source[x] > 1
+    return x if x not in h.pixels and x != h.image and whole else -1
 
 
 def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int) -> list[str]:
