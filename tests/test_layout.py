@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import optuna
 import pytest
 import search_util as helpers
 from frontend_util import make_model, run_ort
@@ -465,8 +466,6 @@ def test_tune_measures_every_convolution_channels_last_first(tmp_path):
     store channels-last so stored: a layout of the whole graph, which a sampler setting flags one by one reaches
     only by chance. On a fake backend where only such kernels are fast the tune ends there, and that point is the
     study's second trial."""
-    import optuna
-
     rng = np.random.default_rng(6)
     x = rng.standard_normal((1, 16, 5, 7)).astype(np.float32)
     names = ["x", "a", "b", "c", "y"]

@@ -74,7 +74,9 @@ class Plan(Contraction):
     # A (a conv's input, not a weight) read in place from a copy with its padding made real, over wide rows of
     # output pixels (``halo.py``); None where its view does not allow it
     a_halo: Halo | None = None
-    n_last: bool = False  # the output is contiguous along an N dim: a tile's rows are stored as they lie
+    # with ``a_halo``: the epilogue's memory runs along the columns more than the rows (``_walk_score``, a
+    # channels-last output), so a tile whose rows are pixels is stored as it lies, not transposed
+    as_stored: bool = False
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -97,9 +99,9 @@ def _plan(kernel: Kernel, c: Contraction) -> Plan:
               and c.n and vb.strides[c.n[-1]] > 0 else 0)
     a_halo = (plan_halo(kernel, c.a, c.m, c.k, c.batch) if kernel.ops[c.a].dtype in _DIRECT and not a_direct
               and not kernel.inputs[kernel.ops[c.a].attr("buf")].constant else None)
-    kept = _kept(kernel)
     return Plan(**{f.name: getattr(c, f.name) for f in fields(Contraction)}, b_direct=b_direct, a_direct=a_direct,
-                b_const=b_const, b_run_stride=b_run_stride, a_halo=a_halo, n_last=bool(kept) and kept[-1] in c.n)
+                b_const=b_const, b_run_stride=b_run_stride, a_halo=a_halo,
+                as_stored=a_halo is not None and _walk_score(kernel, c) < 0)
 
 
 def packed_b(kernel: Kernel, sched: GemmSchedule) -> tuple[int, int, tuple[str, int]] | None:
@@ -278,7 +280,8 @@ def halo_default(plan: Plan) -> bool:
     """Whether the untuned default reads A from its padded copy (``Plan.a_halo``): against a weight of at least
     HALO_MIN_N output channels, or of whole vectors of them per group where an output row is shorter than a
     vector, with at least HALO_MIN_K K rows; a strided conv with HALO_STRIDED_MIN_K of them or
-    HALO_STRIDED_MIN_REUSE multiply-adds per copied element; any with K rows enough stored channels-last."""
+    HALO_STRIDED_MIN_REUSE multiply-adds per copied element; any with K rows enough whose tiles are stored as they
+    lie (``Plan.as_stored``: a channels-last output)."""
     h = plan.a_halo
     if h is None or not plan.b_const or plan.size("k") < HALO_MIN_K:
         return False
@@ -289,10 +292,10 @@ def halo_default(plan: Plan) -> bool:
     # call (2 threads, hot, 3x3 16 -> 16 at 160x160: 3.4 ms packed, 0.80 from the copy, 0.94 in the logical
     # order; at stride 2 over 320x320 4.1 / 2.0 / 1.3)
     vw = host_simd_width()
-    if plan.size("n") < HALO_MIN_N and not plan.n_last \
+    if plan.size("n") < HALO_MIN_N and not plan.as_stored \
             and not (plan.batch and h.width < vw and plan.size("n") % vw == 0):
         return False
-    if max(h.split) == 1 or plan.n_last:
+    if max(h.split) == 1 or plan.as_stored:
         return True
     reuse = math.prod(plan.sizes) / math.prod(h.source)  # the output channels times the taps per phase
     return plan.size("k") >= HALO_STRIDED_MIN_K or reuse >= HALO_STRIDED_MIN_REUSE
@@ -725,7 +728,7 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     t = _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
                    direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,
-                   tr=(tr := _walk_score(kernel, plan) >= 0 if halo else _rows_walk_output(kernel, plan)),
+                   tr=(tr := not plan.as_stored if halo else _rows_walk_output(kernel, plan)),
                    stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1,
                                    tr and halo is not None), axis=axis)
     return replace(t, fused=_fused(kernel, plan, t))
@@ -757,7 +760,7 @@ def _rows_walk_output(kernel: Kernel, plan: Plan) -> bool:
     return _walk_score(kernel, plan) > 0
 
 
-def _walk_score(kernel: Kernel, plan: Plan) -> int:
+def _walk_score(kernel: Kernel, plan: Contraction) -> int:
     """How much more the epilogue's memory is contiguous along the rows than along the columns (``_rows_walk_output``).
     A halo tile (pixels as rows) is transposed unless the columns win: a channels-last output, whose rows of
     channels the tile holds as they are stored. A tile of one column (no N dim: a depthwise conv's pixels as rows)
