@@ -575,8 +575,9 @@ def test_every_tile_runs_once_whichever_thread_takes_it(threads):
     g = _graph([x], [x.matmul(w).relu()])
     ks, (c,) = _contractions(g)
     be = CPUBackend(replace(detect_target("cpu"), threads=threads))
-    for mc, nc in ((48, 64), (24, 32), (6, 16)):  # 2 tiles, 6 and 35
-        s = {**be.default_schedule(c), "mc": mc, "nc": nc}
+    d = be.default_schedule(c)
+    for mc, nc in ((48, 64), (24, 32), (1, 1)):  # 8 lanes: 2 tiles, 6 and 35; 16: 2, 6 and 15
+        s = {**d, "mc": max(mc // d["mr"], 1) * d["mr"], "nc": max(nc // d["nr"], 1) * d["nr"]}
         assert "lum_next" in source(c, s, threads)
         for _ in range(3):
             _compare(g, {"x": RNG.standard_normal((40, 96)).astype(np.float32)}, schedules=[s], kernels=ks,

@@ -313,11 +313,13 @@ def test_a_depthwise_conv_over_a_small_map_stays_whole():
 
 
 @pytest.mark.parametrize("k,width", [(2, 16), (3, 16), (4, 16), (2, 10), (3, 9)])
-def test_a_conv_transpose_s_phases_are_stored_together(k, width):
+def test_a_conv_transpose_s_phases_are_stored_together(k, width, lanes):
     """A ConvTranspose k x k at stride k (no overlap): the contraction's rows are (output channel, row phase,
     column phase), the output's innermost dim the column phase, next to the input's columns. The epilogue stores
     the k rows of a column phase together, so each store fills a run of the output, also where a tile's columns
-    span input rows (a width short of the panels); the outputs as onnxruntime's and the reference executor's."""
+    span input rows (a width short of the panels); the outputs as onnxruntime's and the reference executor's.
+    Eight lanes: the orientation takes the pixels as columns where a row of them fills a vector."""
+    lanes(8)
     from luminal.codegen.c.backend import CPUBackend, source
     from luminal.codegen.partition import partition
     from luminal.target import detect_target
