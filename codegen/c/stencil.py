@@ -791,7 +791,7 @@ def _tree(terms: list[str], typ: str, name: str, join: Callable[[str, str], str]
 def _sums(terms: list[str], typ: str = "float", name: str = "acc") -> list[str]:
     """``typ name`` = the sum of ``terms`` (see ``_tree``)."""
     if not terms:
-        return [f"{typ} {name} = 0.0f;"]
+        return [f"{typ} {name} = {'(lum_bv){0}' if typ == 'lum_bv' else '0.0f'};"]
     return _tree(terms, typ, name, lambda a, b: f"({a} + {b})")
 
 
