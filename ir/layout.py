@@ -30,9 +30,9 @@ from .view import View, reads_dim, rebase
 MIN_CHANNELS = 16
 
 
-def _order(red: Node) -> tuple[int, ...] | None:
+def _order(red: Node, least: int = MIN_CHANNELS) -> tuple[int, ...] | None:
     """The Mul's axes with the kept ones the weight reads last (the reduced ones after them), where the
-    SumReduce ``red`` is a contraction of an activation with a constant weight that writes at least MIN_CHANNELS
+    SumReduce ``red`` is a contraction of an activation with a constant weight that writes at least ``least``
     outputs per input group and that order is a new one."""
     found = weighted_sum(red)
     if found is None:
@@ -40,7 +40,7 @@ def _order(red: Node) -> tuple[int, ...] | None:
     mul, (_, vx), (_, vw) = found
     axes = set(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
-    if math.prod(mul.shape[k] for k in kept if reads_dim(vw, k) and not reads_dim(vx, k)) < MIN_CHANNELS:
+    if math.prod(mul.shape[k] for k in kept if reads_dim(vw, k) and not reads_dim(vx, k)) < least:
         return None
     order = (*[k for k in kept if not reads_dim(vw, k)], *[k for k in kept if reads_dim(vw, k)], *sorted(axes))
     return order if _moves(order, mul.shape) else None
@@ -111,7 +111,7 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
         if (n.op is Op.SumReduce and n.srcs[0][0].op is Op.Mul) or (
                 n.op in ELEMENTWISE and any(s.id in near and _full_size(v) for s, v in n.srcs)):
             near[n.id] = place
-        perm = _order(n) if n.id in chosen else None
+        perm = _order(n) if n.id in chosen else _channelwise(n, stored)
         if perm is not None:
             mul, _ = n.srcs[0]
             (a, va), (b, vb) = (read(s, v) for s, v in mul.srcs)
@@ -121,7 +121,10 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
             axes = tuple(sorted(perm.index(k) for k in n.attrs["axes"]))
             red = Node(Op.SumReduce, ((made, View.contiguous(shape)),), tuple(n.shape[k] for k in perm), n.dtype,
                        {**n.attrs, "axes": axes}, origin=n.origin)
-            new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), n.id
+            # a convolution that follows its input's order (``_channelwise``) has that input's root
+            x = next((s for s, _ in mul.srcs if s.id in root), None)
+            at = n.id if n.id in chosen or x is None else root[x.id]
+            new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), at
             continue
         # a contraction's product keeps its order; what a pool sums (an activation) follows the layout
         product = n.op is Op.Mul and any(u.op is Op.SumReduce for u in users.get(n.id, []))
@@ -180,6 +183,32 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int])
     _, v = srcs[slot]
     found = _by_stride(v)
     return (slot, found) if found is not None and v.permute(found).is_contiguous else None
+
+
+def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
+    """The order of a convolution whose output channels each read an input channel of their own (a depthwise
+    one, no multiplier) over an activation stored with its channels innermost: its channels innermost too
+    (``_order``), so that it reads and writes vectors of channels (``stencil.py``), where in its logical order it
+    walked the pixels at the channels' stride."""
+    found = weighted_sum(red)
+    if found is None:
+        return None
+    mul, (x, vx), (_, vw) = found
+    if x.id not in stored:
+        return None
+    axes = set(red.attrs["axes"])
+    kept = [k for k in range(len(mul.shape)) if k not in axes and mul.shape[k] > 1]
+    # one output per input channel: a multiplier's outputs, innermost, would be what the vectors run along
+    order = _order(red, 1)
+    if order is None or not any(reads_dim(vw, k) and reads_dim(vx, k) for k in kept) \
+            or any(reads_dim(vw, k) and not reads_dim(vx, k) for k in kept):
+        return None
+    # where the input is stored, the dim it walks at the smallest stride is one the weight reads: the channels
+    moved = rebase(vx, x.shape, stored[x.id][1])
+    walked = [k for k in kept if moved is not None and reads_dim(moved, k)]
+    if moved is None or not walked:
+        return None
+    return order if reads_dim(vw, min(walked, key=lambda k: abs(moved.strides[k]))) else None
 
 
 def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]] | None:

@@ -434,6 +434,50 @@ def test_a_max_pool_over_a_silu_follows_the_layout(size, pad):
     _close(run_graph(g, {"x": x}, decisions={ChannelsLast(first): True}), run_ort(model, {"x": x}))
 
 
+@pytest.mark.parametrize(("c", "k", "stride", "pads", "dil", "n"), [
+    (24, 3, 1, [1, 1, 1, 1], 1, 1),   # channels not a multiple of the vector
+    (40, 5, 2, [2, 2, 2, 2], 1, 2),   # 5x5 at stride 2, two images
+    (20, 3, 2, [0, 1, 1, 0], 1, 1),   # asymmetric pads
+    (33, 3, 1, [2, 2, 2, 2], 2, 1),   # dilation 2
+])
+def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil, n):
+    """A depthwise conv over a channels-last value is computed channels-last (``layout._channelwise``), as a
+    stencil along the channels whose taps' weights are vectors (``stencil._lane_weights``): it walked the pixels
+    at the channels' stride. Its epilogue (bias, hardswish) follows, the next conv reads it in place; with a
+    channel multiplier it stays in the logical order. Against onnxruntime, the default and every stencil schedule."""
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.codegen.c.stencil import plan_stencil
+
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((n, 8, 13, 11)).astype(np.float32)
+    for mult in (1, 2):
+        inits = {"wa": (rng.standard_normal((c, 8, 1, 1)) / 3).astype(np.float32),
+                 "ba": rng.standard_normal(c).astype(np.float32),
+                 "wd": (rng.standard_normal((c * mult, 1, k, k)) / k).astype(np.float32),
+                 "bd": rng.standard_normal(c * mult).astype(np.float32),
+                 "wc": (rng.standard_normal((16, c * mult, 1, 1)) / 6).astype(np.float32)}
+        nd = helper.make_node
+        nodes = [nd("Conv", ["x", "wa", "ba"], ["a"]), nd("Relu", ["a"], ["r"]),
+                 nd("Conv", ["r", "wd", "bd"], ["d"], name="dw", group=c, kernel_shape=[k, k], strides=[stride] * 2,
+                    pads=pads, dilations=[dil] * 2),
+                 nd("HardSwish", ["d"], ["h"]), nd("Conv", ["h", "wc"], ["y"])]
+        model, feeds = make_model(nodes, {"x": x}, inits), {"x": x}
+        g = load(model).graph
+        first = {ChannelsLast(layout_convs(g)[0]): True}
+        new, kernels = lower(g, first)
+        (dw,) = [kk for kk in kernels if ("dw", "Conv") in kk.sources]
+        shape = dw.outputs[0][1].shape
+        assert (shape[-1] == c) == (mult == 1) and len(kernels) == len(lower(g, {})[1])
+        be = CPUBackend()
+        base = be.default_schedule(dw)
+        stencil = plan_stencil(dw)
+        assert mult == 2 or (stencil is not None and stencil.lanes and base["impl"] == "stencil")
+        want = run_ort(model, feeds)
+        for sched in [base, {**base, "threads": 1}] if mult == 1 else [base]:
+            scheds = [sched if kk is dw else None for kk in kernels]
+            _close(run_graph(new, feeds, schedules=scheds, kernels=kernels), want)
+
+
 def test_a_concatenation_of_channels_last_parts_follows_them():
     """Two channels-last convs concatenated along the channels (a SqueezeNet fire module): the concatenation is
     computed channels-last, each part read in place, and the next conv reads it so; with one part in the

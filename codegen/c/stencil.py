@@ -63,6 +63,7 @@ REUSE_MAX = 4
 # (288) 0.067 and 0.068, 3 -> 8 (216) 0.027 and 0.033, 1x1 8 -> 32 (256) 0.042 and 0.047
 WEIGHT_MAX = 160
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
+LANE_WEIGHTS_MAX = 1 << 18  # floats of a lane-weights stencil's copy of its weight (``_lane_weights``)
 COLUMNS_MAX = 1 << 13  # floats of each of a separable pool's two column buffers (on a thread's stack)
 # a sum (an average pool) is separable where its rows span more than this many vectors of input columns; a max
 # always. 2 threads, hot, against the taps read one by one (whose sums read whole vectors without the max's NaN
@@ -85,6 +86,7 @@ class Stencil:
     max: bool  # the reduction is a max (a max pool)
     side: int | None = None  # a separable pool's reduced dim along the row (see the module's docstring)
     span: int = 0  # and the input columns a row of its windows reads
+    lanes: bool = False  # the weight reads ``din`` too: a vector of weights per tap (see ``_lane_weights``)
 
 
 def plan_stencil(kernel: Kernel) -> Stencil | None:
@@ -130,6 +132,9 @@ def _plan(k: Kernel) -> Stencil | None:
         return None
     din = kept[-1]
     xs = [a for a, o in zip(args, loads) if reads_dim(o.attr("view"), din)]
+    lanes = len(xs) == 2 and _lane_weights(k, xs, din)
+    if lanes:
+        xs = [a for a in xs if not k.inputs[k.ops[a].attr("buf")].constant]
     if len(xs) != 1:
         return None
     x = xs[0]
@@ -143,7 +148,25 @@ def _plan(k: Kernel) -> Stencil | None:
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     side = None if w is not None else _side(k, xv, din, step)
     return Stencil(x, w, red, din, step, reuse, k.ops[red].op is Op.MaxReduce, side,
-                   _span(k, din, step, side) if side is not None else 0)
+                   _span(k, din, step, side) if side is not None else 0, lanes)
+
+
+def _lane_weights(k: Kernel, loads: list[int], din: int) -> bool:
+    """Whether a conv whose weight reads the innermost kept dim ``din`` too (a depthwise conv stored with its
+    channels innermost, ``layout._channelwise``) runs as a stencil along it: the input (the one load that is not
+    a constant) walks ``din`` at unit stride with no padding along it, and the weight reads no other kept dim
+    and fits LANE_WEIGHTS_MAX floats with its taps outermost. Each tap's weights are then a row of that copy, made
+    once per call, and every row of the kept space (an output pixel) sums vectors of channels."""
+    consts = [a for a in loads if k.inputs[k.ops[a].attr("buf")].constant]
+    if len(consts) != 1:
+        return False
+    (w,) = consts
+    (x,) = [a for a in loads if a != w]
+    xv, wv = k.ops[x].attr("view"), k.ops[w].attr("view")
+    kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
+    taps = math.prod(k.full[d] for d in k.reduce_axes)
+    return (xv.strides[din] == 1 and not any(c[din] for c, _, _ in view_masks(xv))
+            and not any(reads_dim(wv, d) for d in kept if d != din) and taps * k.full[din] <= LANE_WEIGHTS_MAX)
 
 
 def separable(kernel: Kernel) -> bool:
@@ -359,7 +382,9 @@ class _Emitter:
         return [start + j < self.width and self._valid(tap, start + j) for j in range(bw)]
 
     def _term(self, t: int, x: str) -> str:
-        return x if self.st.w is None else f"w{t} * {x}"
+        if self.st.w is None:
+            return x
+        return f"w{t}[i{self.din}] * {x}" if self.st.lanes else f"w{t} * {x}"
 
     def _fold(self, terms: list[str], vec: bool = False, name: str = "acc", dead: bool = False,
               screen: bool = False) -> list[str]:
@@ -423,8 +448,9 @@ class _Emitter:
         return f"p{t}[{_times(self.st.step, pix)}]"
 
     def weights(self) -> list[str]:
-        """Each tap's weight ``w<t>``, read once per plane (the weight does not read the row dims)."""
-        if self.st.w is None:
+        """Each tap's weight ``w<t>``, read once per plane (the weight does not read the row dims); with lane
+        weights, none (``lane_weights``)."""
+        if self.st.w is None or self.st.lanes:
             return []
         wop = self.k.ops[self.st.w]
         lines = []
@@ -433,6 +459,24 @@ class _Emitter:
             wv = ct.load(wop.dtype, f"in{wop.attr('buf')}[{at}]")
             lines.append(f"const float w{t} = {f'({ok}) ? {wv} : 0.0f' if ok else wv};")
         return lines
+
+    def lane_weights(self) -> tuple[list[str], list[str]]:
+        """(head, tail) of a lane-weights stencil's function: its weight copied with the taps outermost, each
+        tap's row of it ``w<t>`` (``_lane_weights``), and the copy freed."""
+        if not self.st.lanes or self.st.w is None:
+            return [], []
+        wop, width, pix = self.k.ops[self.st.w], self.width, f"i{self.din}"
+        head = [f"float *lum_wt = (float *)malloc({len(self.taps) * width} * sizeof(float));", "if (!lum_wt)",
+                "    return 1;"]
+        for t, tap in enumerate(self.taps):
+            ex = list(tap.ex)
+            ex[self.din] = pix
+            at, ok = Body.read(wop.attr("view"), ex)
+            wv = ct.load(wop.dtype, f"in{wop.attr('buf')}[{at}]")
+            head += [f"for (int64_t {pix} = 0; {pix} < {width}; {pix}++)",
+                     f"    lum_wt[{t * width} + {pix}] = {f'({ok}) ? {wv} : 0.0f' if ok else wv};"]
+        head += [f"const float *w{t} = lum_wt + {t * width};" for t in range(len(self.taps))]
+        return head, ["free(lum_wt);"]
 
     def row_head(self) -> list[str]:
         """Each tap's input offset and pointer (the zero row where its row fails), and (where they depend on the
@@ -634,7 +678,7 @@ class _Emitter:
     def vector_width(self, lo: int, hi: int) -> int:
         """Lanes of the border vectors (a power of two up to the target's, at most the row), 0: none (pixel
         constraints that depend on the row, a stride past 2, a border wider than a vector)."""
-        if not self.static or self.st.step > 2:
+        if not self.static or self.st.step > 2 or self.st.lanes:
             return 0
         bw = self.vw
         while bw >= 2 * max(self.width, 4):
@@ -719,7 +763,8 @@ class _Emitter:
         else:
             lines += [*self.weights(), f"for (int64_t r = 0; r < {rows}LL; r++) {{", *_ind(row), "}"]
             loop = ("pl", planes)
-        return self._with_helpers(_function(k, lines, loop, self._parallel(threads, loop[1])),
+        head, tail = self.lane_weights()
+        return self._with_helpers(_function(k, lines, loop, self._parallel(threads, loop[1]), head, tail),
                                  self.st.step * max(width, bw), bw)
 
     def _with_helpers(self, src: str, zeros: int, bw: int) -> str:
