@@ -126,8 +126,10 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
             at = n.id if n.id in chosen or x is None else root[x.id]
             new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), at
             continue
-        # a contraction's product keeps its order; what a pool sums (an activation) follows the layout
-        product = n.op is Op.Mul and any(u.op is Op.SumReduce for u in users.get(n.id, []))
+        # a contraction's product keeps its order; what a pool sums (an activation, a hardswish's product)
+        # follows the layout
+        product = n.op is Op.Mul and any(u.op is Op.SumReduce and weighted_sum(u) is not None
+                                         for u in users.get(n.id, []))
         follow = None if product else _follows(n, srcs, [s.id in stored for s, _ in n.srcs],
                                                [near.get(s.id, -1) for s, _ in n.srcs])
         if follow is None and n.op in REDUCE and n.srcs[0][0].id in stored:

@@ -478,6 +478,27 @@ def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil,
             _close(run_graph(new, feeds, schedules=scheds, kernels=kernels), want)
 
 
+def test_a_global_pool_over_a_hardswish_reads_it_where_the_convolution_stored_it():
+    """A squeeze-excitation's global average over a hardswish of a channels-last conv: the hardswish's product
+    (a Mul a SumReduce reads, but no contraction's: neither operand is a weight) follows the layout into the
+    conv's epilogue, and the pool reads that one value in its stored order. Kept in the logical order, the pool
+    recomputed the hardswish from the conv's output, reading it twice against its grain (960 channels at 16x16
+    inside DeepLabV3, 2 threads: 173 us, 12 now)."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    inits = {"wa": (rng.standard_normal((48, 8, 1, 1)) / 3).astype(np.float32),
+             "wb": (rng.standard_normal((48, 48, 1, 1)) / 7).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "wa"], ["a"]), n("HardSwish", ["a"], ["h"]), n("GlobalAveragePool", ["h"], ["p"]),
+             n("Conv", ["p", "wb"], ["s"]), n("Sigmoid", ["s"], ["g"]), n("Mul", ["h", "g"], ["y"])]
+    model, feeds = make_model(nodes, {"x": x}, inits), {"x": x}
+    g = load(model).graph
+    first = {ChannelsLast(layout_convs(g)[0]): True}
+    (pool,) = [k for k in lower(g, first)[1] if k.form == "reduction"]
+    assert len(pool.inputs) == 1 and pool.inputs[0].shape == (1, 9, 9, 48)
+    _close(run_graph(g, feeds, decisions=first), run_ort(model, feeds))
+
+
 def test_a_concatenation_of_channels_last_parts_follows_them():
     """Two channels-last convs concatenated along the channels (a SqueezeNet fire module): the concatenation is
     computed channels-last, each part read in place, and the next conv reads it so; with one part in the
