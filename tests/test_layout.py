@@ -445,13 +445,14 @@ def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil,
     stencil along the channels whose taps' weights are vectors (``stencil._lane_weights``): it walked the pixels
     at the channels' stride. Its epilogue (bias, hardswish) follows and the next conv reads it in place (no
     kernel more than in the logical order); with a channel multiplier it stays in the logical order. Against
-    onnxruntime, under its default schedule and on one thread."""
+    onnxruntime, under its default schedule and on one thread, and compiled, over two runs (the weight's copy made
+    on the first)."""
     from luminal.codegen.c.backend import CPUBackend
     from luminal.codegen.c.stencil import plan_stencil
 
     rng = np.random.default_rng(16)
     x = rng.standard_normal((n, 8, 13, 11)).astype(np.float32)
-    for mult in (1, 2):
+    for mult in (2, 1):
         inits = {"wa": (rng.standard_normal((c, 8, 1, 1)) / 3).astype(np.float32),
                  "ba": rng.standard_normal(c).astype(np.float32),
                  "wd": (rng.standard_normal((c * mult, 1, k, k)) / k).astype(np.float32),
@@ -477,6 +478,11 @@ def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil,
         for sched in [base, {**base, "threads": 1}] if mult == 1 else [base]:
             scheds = [sched if kk is dw else None for kk in kernels]
             _close(run_graph(new, feeds, schedules=scheds, kernels=kernels), want)
+    # the copy of the weight is made on the first run and read on the next, with other inputs
+    compiled = compile_graph(g, "cpu", decisions=first)
+    for seed in (1, 2):
+        other = {"x": np.random.default_rng(seed).standard_normal(x.shape).astype(np.float32)}
+        _close(compiled.run(other), run_ort(model, other))
 
 
 def test_a_global_pool_over_a_hardswish_reads_it_where_the_convolution_stored_it():

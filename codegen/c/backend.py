@@ -20,7 +20,7 @@ from .blas import BlasKernel
 from .contraction import emit_contraction, packed_b, plan_contraction
 from .emit import emit_elementwise, emit_reduction, emit_reduction_lanes, lanes_apply
 from .knobs import CSchedule, GemmSchedule, ReductionSchedule
-from .stencil import emit_stencil
+from .stencil import emit_stencil, packed_weight
 
 ALIGN = 64
 
@@ -45,7 +45,8 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
 
 
 # panels of constant B operands: id(B) -> {(kernel signature, NR): (panels, filled flag)}, dropped with B. The
-# layout depends on how the kernel reads B and on NR, so every schedule of a kernel with that NR shares them.
+# layout depends on how the kernel reads B and on NR, so every schedule of a kernel with that NR shares them (NR 0:
+# a stencil's copy of its weight, ``stencil.packed_weight``).
 _PANELS: dict[int, dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]] = {}
 
 
@@ -363,8 +364,9 @@ class CPUBackend:
             gemm = t if isinstance(t, GemmSchedule) else None
             blas = gemm is not None and gemm.impl == "blas"
             shifts = [s * b.dtype.itemsize for s, b in zip(starts, k.inputs)]
-            ck: CKernel | BlasKernel = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads,
-                                               packed_b(k, gemm) if gemm is not None else None,
+            packed = packed_weight(k) if gemm is not None and gemm.impl == "stencil" else \
+                packed_b(k, gemm) if gemm is not None else None
+            ck: CKernel | BlasKernel = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads, packed,
                                                () if blas else shifts)
             if gemm is not None and blas:
                 plan = plan_contraction(k, bool(gemm.swap))

@@ -237,9 +237,9 @@ def _indent(lines: list[str], n: int) -> list[str]:
 
 
 def _function(k: Kernel, body: list[str], loop: tuple[str, int] | None = None, par: str | None = None,
-              head: Sequence[str] = (), tail: Sequence[str] = ()) -> str:
+              head: Sequence[str] = ()) -> str:
     """The kernel function: ``body`` once, or in a loop of ``loop = (variable, count)`` iterations, an OpenMP
-    parallel one by the pragma ``par`` when there is more than one; ``head`` before it, ``tail`` after it."""
+    parallel one by the pragma ``par`` when there is more than one; ``head`` before it."""
     lines = _signature(k) + (_indent(list(head), 4) if head else [])
     if loop is None:
         lines += _indent(body, 4) if body else []
@@ -248,7 +248,7 @@ def _function(k: Kernel, body: list[str], loop: tuple[str, int] | None = None, p
         if par and count > 1:
             lines.append("    " + par)
         lines += [f"    for (int64_t {var} = 0; {var} < {count}LL; {var}++) {{", *_indent(body, 8), "    }"]
-    return PRELUDE + "\n".join([*lines, *(_indent(list(tail), 4) if tail else []), "    return 0;", "}"]) + "\n"
+    return PRELUDE + "\n".join([*lines, "    return 0;", "}"]) + "\n"
 
 
 def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule) -> str:
