@@ -122,8 +122,7 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
             red = Node(Op.SumReduce, ((made, View.contiguous(shape)),), tuple(n.shape[k] for k in perm), n.dtype,
                        {**n.attrs, "axes": axes}, origin=n.origin)
             # a convolution that follows its input's order (``_channelwise``) has that input's root
-            x = next((s for s, _ in mul.srcs if s.id in root), None)
-            at = n.id if n.id in chosen or x is None else root[x.id]
+            at = n.id if n.id in chosen else next(root[s.id] for s, _ in mul.srcs if s.id in root)
             new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), at
             continue
         # a contraction's product keeps its order; what a pool sums (an activation, a hardswish's product)
@@ -207,8 +206,10 @@ def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
         return None
     # where the input is stored, the dim it walks at the smallest stride is one the weight reads: the channels
     moved = rebase(vx, x.shape, stored[x.id][1])
-    walked = [k for k in kept if moved is not None and reads_dim(moved, k)]
-    if moved is None or not walked:
+    if moved is None:
+        return None
+    walked = [k for k in kept if reads_dim(moved, k)]
+    if not walked:
         return None
     return order if reads_dim(vw, min(walked, key=lambda k: abs(moved.strides[k]))) else None
 

@@ -442,7 +442,7 @@ def test_a_max_pool_over_a_silu_follows_the_layout(size, pad):
 ])
 def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil, n):
     """A depthwise conv over a channels-last value is computed channels-last (``layout._channelwise``), as a
-    stencil along the channels whose taps' weights are vectors (``stencil._lane_weights``): it walked the pixels
+    stencil along the channels whose taps' weights are vectors (``stencil._lane_input``): it walked the pixels
     at the channels' stride. Its epilogue (bias, hardswish) follows and the next conv reads it in place (no
     kernel more than in the logical order); with a channel multiplier it stays in the logical order. Against
     onnxruntime, under its default schedule and on one thread, and compiled, over two runs (the weight's copy made

@@ -364,8 +364,7 @@ class CPUBackend:
             gemm = t if isinstance(t, GemmSchedule) else None
             blas = gemm is not None and gemm.impl == "blas"
             shifts = [s * b.dtype.itemsize for s, b in zip(starts, k.inputs)]
-            packed = packed_weight(k) if gemm is not None and gemm.impl == "stencil" else \
-                packed_b(k, gemm) if gemm is not None else None
+            packed = None if gemm is None else packed_weight(k) if gemm.impl == "stencil" else packed_b(k, gemm)
             ck: CKernel | BlasKernel = CKernel(fn, len(k.inputs) + len(k.outputs) + int(blas), threads, packed,
                                                () if blas else shifts)
             if gemm is not None and blas:

@@ -63,7 +63,7 @@ REUSE_MAX = 4
 # (288) 0.067 and 0.068, 3 -> 8 (216) 0.027 and 0.033, 1x1 8 -> 32 (256) 0.042 and 0.047
 WEIGHT_MAX = 160
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
-LANE_WEIGHTS_MAX = 1 << 18  # floats of a lane-weights stencil's copy of its weight (``_lane_weights``)
+LANE_WEIGHTS_MAX = 1 << 18  # floats of a lane-weights stencil's copy of its weight (``_lane_input``)
 COLUMNS_MAX = 1 << 13  # floats of each of a separable pool's two column buffers (on a thread's stack)
 # a sum (an average pool) is separable where its rows span more than this many vectors of input columns; a max
 # always. 2 threads, hot, against the taps read one by one (whose sums read whole vectors without the max's NaN
@@ -86,7 +86,9 @@ class Stencil:
     max: bool  # the reduction is a max (a max pool)
     side: int | None = None  # a separable pool's reduced dim along the row (see the module's docstring)
     span: int = 0  # and the input columns a row of its windows reads
-    lanes: bool = False  # the weight reads ``din`` too: a vector of weights per tap (see ``_lane_weights``)
+    # where the weight reads ``din`` too: the floats of its copy with the taps outermost, a vector of weights per
+    # tap (``_lane_input``); 0 where it does not
+    lanes: int = 0
 
 
 def plan_stencil(kernel: Kernel) -> Stencil | None:
@@ -132,9 +134,8 @@ def _plan(k: Kernel) -> Stencil | None:
         return None
     din = kept[-1]
     xs = [a for a, o in zip(args, loads) if reads_dim(o.attr("view"), din)]
-    lanes = len(xs) == 2 and _lane_weights(k, xs, din)
-    if lanes:
-        xs = [a for a in xs if not k.inputs[k.ops[a].attr("buf")].constant]
+    lane = _lane_input(k, xs, din) if len(xs) == 2 else None
+    xs = xs if lane is None else [lane]
     if len(xs) != 1:
         return None
     x = xs[0]
@@ -147,39 +148,40 @@ def _plan(k: Kernel) -> Stencil | None:
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     side = None if w is not None else _side(k, xv, din, step)
+    lanes = math.prod(k.full[d] for d in k.reduce_axes) * k.full[din] if lane is not None else 0
     return Stencil(x, w, red, din, step, reuse, k.ops[red].op is Op.MaxReduce, side,
                    _span(k, din, step, side) if side is not None else 0, lanes)
 
 
-def _lane_weights(k: Kernel, loads: list[int], din: int) -> bool:
-    """Whether a conv whose weight reads the innermost kept dim ``din`` too (a depthwise conv stored with its
-    channels innermost, ``layout._channelwise``) runs as a stencil along it: the input (the one load that is not
-    a constant) walks ``din`` at unit stride with no padding along it, and the weight reads no other kept dim
-    and fits LANE_WEIGHTS_MAX floats with its taps outermost. Each tap's weights are then a row of that copy, made
-    once (``packed_weight``), and every row of the kept space (an output pixel) sums vectors of channels."""
+def _lane_input(k: Kernel, loads: list[int], din: int) -> int | None:
+    """The input's load where a conv's weight reads the innermost kept dim ``din`` too (a depthwise conv stored
+    with its channels innermost, ``layout._channelwise``) and the conv runs as a stencil along it: the input (the
+    one load that is not a constant) walks ``din`` at unit stride with no padding along it, and the weight reads
+    no other kept dim and fits LANE_WEIGHTS_MAX floats with its taps outermost. Each tap's weights are then a row
+    of that copy, made once (``packed_weight``), and every row of the kept space (an output pixel) sums vectors
+    of channels. None where not."""
     consts = [a for a in loads if k.inputs[k.ops[a].attr("buf")].constant]
     if len(consts) != 1:
-        return False
+        return None
     (w,) = consts
     (x,) = [a for a in loads if a != w]
     xv, wv = k.ops[x].attr("view"), k.ops[w].attr("view")
     kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
     taps = math.prod(k.full[d] for d in k.reduce_axes)
-    return (xv.strides[din] == 1 and not any(c[din] for c, _, _ in view_masks(xv))
-            and not any(reads_dim(wv, d) for d in kept if d != din) and taps * k.full[din] <= LANE_WEIGHTS_MAX)
+    ok = (xv.strides[din] == 1 and not any(c[din] for c, _, _ in view_masks(xv))
+          and not any(reads_dim(wv, d) for d in kept if d != din) and taps * k.full[din] <= LANE_WEIGHTS_MAX)
+    return x if ok else None
 
 
 def packed_weight(kernel: Kernel) -> tuple[int, int, tuple[str, int]] | None:
     """(input index of the weight, floats of its copy, the copy's layout) where ``kernel`` is a lane-weights
-    stencil (``_lane_weights``): the caller passes the copy and an int that is 0 until it is filled, kept for as
+    stencil (``_lane_input``): the caller passes the copy and an int that is 0 until it is filled, kept for as
     long as the weight lives, as a GEMM's packed panels (a 5x5 over 960 channels at 7x7, 2 threads: copied on
     every call, 78 us, 45 without the copy)."""
     st = plan_stencil(kernel)
     if st is None or not st.lanes or st.w is None:
         return None
-    k = normalize(kernel)
-    return (k.ops[st.w].attr("buf"), math.prod(k.full[d] for d in k.reduce_axes) * k.full[st.din],
-            (kernel.signature, 0))
+    return kernel.ops[st.w].attr("buf"), st.lanes, (kernel.signature, 0)
 
 
 def separable(kernel: Kernel) -> bool:
