@@ -9,7 +9,9 @@ the order its output is stored in (the batch, the output channels, then the pixe
 The stored order then follows the value where it can (an elementwise node is computed in the stored order of
 the latest of its operands computed from a contraction, so a bias, an activation and a residual add stay fused
 into that contraction: ``_follows``; a pool is computed with its vectors along the dim stored innermost:
-``_pool_follows``; a concatenation of parts stored in one order is computed in it); every other reader reads
+``_pool_follows``; a concatenation of parts stored in one order is computed in it; a copy of an upsample's
+repeats is computed in the order it reads its value in: ``_copy_follows``; a depthwise convolution or a Winograd
+transform over a channels-last value computes its channels innermost: ``_channelwise``); every other reader reads
 the value in place through the view ``view.rebase`` gives (the next convolution's windows, a pool's, a global
 average, a reshape that merges a grouped convolution's groups and channels), and a reader whose view merges the
 channels with the pixels (a flatten) reads a copy in the logical order, made once: the conversions at a region's border
@@ -69,12 +71,21 @@ def _moves(order: tuple[int, ...], shape: tuple[int, ...]) -> bool:
 def _by_stride(v: View, axes: tuple[int, ...] = ()) -> tuple[int, ...] | None:
     """``v``'s dims outside ``axes`` (ones first) by the stride it walks them at, innermost the smallest, then
     ``axes``: the order it reads its storage in where it is not that storage's logical one; None where that is
-    the logical one, or a dim of more than one is broadcast."""
-    kept = [k for k in range(v.ndim) if k not in axes and v.shape[k] > 1]
-    if any(v.strides[k] == 0 for k in kept):
-        return None
+    the logical one. A broadcast dim stays after the dim before it (an upsample's repeats beside the pixels they
+    repeat, so that the larger map is still a reshape of the value), outermost where none walks the storage
+    before it."""
     units = [k for k in range(v.ndim) if k not in axes and v.shape[k] == 1]
-    order = (*units, *sorted(kept, key=lambda k: (-abs(v.strides[k]), k)), *axes)
+    lead: list[int] = []
+    runs: list[list[int]] = []
+    for k in range(v.ndim):
+        if k in axes or v.shape[k] == 1:
+            continue
+        if v.strides[k]:
+            runs.append([k])
+        else:
+            (runs[-1] if runs else lead).append(k)
+    runs.sort(key=lambda run: (-abs(v.strides[run[0]]), run[0]))
+    order = (*units, *lead, *(k for run in runs for k in run), *axes)
     return order if _moves(order, v.shape) else None
 
 
@@ -94,6 +105,7 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
     root: dict[int, int] = {}  # old id -> the chosen contraction whose order it has
     near: dict[int, int] = {}  # contractions and the elementwise nodes computed from them: old id -> toposort place
     copies: dict[int, Node] = {}
+    out_ids = {o.id for o in graph.outputs}
 
     def read(s: Node, v: View) -> Src:
         if s.id not in stored:
@@ -133,6 +145,8 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
                                                [near.get(s.id, -1) for s, _ in n.srcs])
         if follow is None and n.op in REDUCE and n.srcs[0][0].id in stored:
             follow = _pool_follows(n, srcs)
+        if follow is None and n.op is Op.Contiguous and n.srcs[0][0].id in stored and n.id not in out_ids:
+            follow = _copy_follows(n, srcs[0][1], users.get(n.id, []))
         if follow is not None:
             slot, follow_order = follow
             shape = tuple(n.shape[k] for k in follow_order)
@@ -170,9 +184,9 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int])
         return None
     full = [slot for slot, (_, v) in enumerate(srcs) if _full_size(v)]
     if not full:
-        # a concatenation's sum of zero-padded parts, a max pool's input padded by a Where: where every operand is
-        # stored, all in one order, or a constant read the same everywhere but for its masks, that order
-        if not any(moved) or not all(m or not any(v.strides) for (_, v), m in zip(srcs, moved)):
+        # a concatenation's sum of zero-padded parts, a max pool's input padded by a Where, an upsample's taps:
+        # where every operand but constants is stored, all in one order, that order
+        if not any(moved) or not all(m or x.op in (Op.Constant, Op.Iota) for (x, _), m in zip(srcs, moved)):
             return None
         orders = {_by_stride(v) for (_, v), m in zip(srcs, moved) if m}
         order = orders.pop() if len(orders) == 1 else None
@@ -186,32 +200,46 @@ def _follows(n: Node, srcs: tuple[Src, ...], moved: list[bool], near: list[int])
     return (slot, found) if found is not None and v.permute(found).is_contiguous else None
 
 
+def _copy_follows(n: Node, v: View, readers: list[Node]) -> tuple[int, tuple[int, ...]] | None:
+    """A copy of a stored value (an upsample's repeats made contiguous) computed in the order it reads that value
+    in (``_by_stride``), where every reader then reads it in place: the larger map a reshape of it. A copy
+    some reader needs in its logical order (a channel shuffle's, which merges what the storage keeps apart) stays
+    the one conversion into that order."""
+    order = _by_stride(v)
+    if order is None:
+        return None
+    _, onto = _stored(Node(n.op, n.srcs, tuple(n.shape[k] for k in order), n.dtype, {}), order)
+    reads = [w for u in readers for s, w in u.srcs if s is n]
+    return (0, order) if all(rebase(w, n.shape, onto) is not None for w in reads) else None
+
+
 def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
-    """The order of a convolution whose output channels each read an input channel of their own (a depthwise
-    one, no multiplier) over an activation stored with its channels innermost: its channels innermost too
-    (``_order``), so that it reads and writes vectors of channels (``stencil.py``), where in its logical order it
-    walked the pixels at the channels' stride."""
+    """The order of a weighted sum over an activation stored in another order than its logical one whose kept
+    dims include the one that activation is stored with innermost (its channels) and whose weight reads that dim
+    as the activation does or not at all: that dim innermost, so that it reads and writes vectors of channels
+    (``stencil.py``), where in its logical order it walked the pixels at the channels' stride. A depthwise
+    convolution (no multiplier: a multiplier's outputs, innermost, would be what the vectors run along) and a
+    Winograd transform (its constant matrix shared by every channel) over a channels-last value."""
     found = weighted_sum(red)
     if found is None:
         return None
     mul, (x, vx), (_, vw) = found
     if x.id not in stored:
         return None
-    axes = set(red.attrs["axes"])
+    axes = tuple(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes and mul.shape[k] > 1]
-    # one output per input channel: a multiplier's outputs, innermost, would be what the vectors run along
-    order = _order(red, 1)
-    if order is None or not any(reads_dim(vw, k) and reads_dim(vx, k) for k in kept) \
-            or any(reads_dim(vw, k) and not reads_dim(vx, k) for k in kept):
-        return None
-    # where the input is stored, the dim it walks at the smallest stride is one the weight reads: the channels
+    # where the input is stored, the kept dim it walks at the smallest stride
     moved = rebase(vx, x.shape, stored[x.id][1])
-    if moved is None:
+    walked = [] if moved is None else [k for k in kept if reads_dim(moved, k)]
+    if moved is None or not walked:
         return None
-    walked = [k for k in kept if reads_dim(moved, k)]
-    if not walked:
+    inner = min(walked, key=lambda k: abs(moved.strides[k]))
+    if not reads_dim(vw, inner):
+        shared = (*[k for k in range(len(mul.shape)) if k not in axes and k != inner], inner, *axes)
+        return shared if _moves(shared, mul.shape) else None
+    if any(reads_dim(vw, k) and not reads_dim(vx, k) for k in kept):
         return None
-    return order if reads_dim(vw, min(walked, key=lambda k: abs(moved.strides[k]))) else None
+    return _order(red, 1)
 
 
 def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]] | None:

@@ -304,6 +304,31 @@ def rebase(view: View, shape: tuple[int, ...], onto: View) -> View | None:
     no reshape of ``onto`` either, which only a copy in ``shape``'s order serves."""
     if view.is_contiguous and view.numel == math.prod(shape):  # a reshape: merges dims ``onto`` keeps adjacent
         return onto.reshape(view.shape)
+    found = _walk(view, shape, onto)
+    if found is not None:
+        return found
+    # a view that walks across dims of ``shape`` (a slice of an upsample's value reshaped to the larger map):
+    # the same walk over ``shape`` with every run of dims merged that ``onto`` keeps adjacent and in order
+    merged = _merged(shape, onto)
+    return None if merged == shape else _walk(view, merged, onto.reshape(merged))
+
+
+def _merged(shape: tuple[int, ...], onto: View) -> tuple[int, ...]:
+    """``shape`` with each run of adjacent dims merged that ``onto`` (a view of that shape) walks as one."""
+    out: list[int] = []
+    inner: int | None = None  # onto's stride of the innermost dim of more than one element merged into out[-1]
+    for size, st in zip(shape, onto.strides):
+        if out and (size == 1 or inner is None or (st and inner == st * size)):
+            out[-1] *= size
+        else:
+            out.append(size)
+        inner = st if size > 1 else inner
+    return tuple(out)
+
+
+def _walk(view: View, shape: tuple[int, ...], onto: View | None) -> View | None:
+    if onto is None:
+        return None
     strides = contiguous_strides(shape)
     rows = [[0] * view.ndim for _ in shape]
     for k, (size, st) in enumerate(zip(view.shape, view.strides)):
