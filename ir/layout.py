@@ -35,16 +35,29 @@ MIN_CHANNELS = 16
 def _order(red: Node, least: int = MIN_CHANNELS) -> tuple[int, ...] | None:
     """The Mul's axes with the kept ones the weight reads last (the reduced ones after them), where the
     SumReduce ``red`` is a contraction of an activation with a constant weight that writes at least ``least``
-    outputs per input group and that order is a new one."""
+    outputs per input group and that order is a new one. A kept dim the weight reads after a pixel (one only the
+    activation reads) that follows the channels (a transposed convolution's phase, each output pixel row
+    ``stride * h + phase``) stays where it is, beside that pixel: the larger map is then a reshape of the value
+    stored channels-last, where with its phases beside its channels it was a transposition."""
     found = weighted_sum(red)
     if found is None:
         return None
     mul, (_, vx), (_, vw) = found
     axes = set(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
-    if math.prod(mul.shape[k] for k in kept if reads_dim(vw, k) and not reads_dim(vx, k)) < least:
+    phases: set[int] = set()
+    seen = 0  # 1: a channel dim seen, 2: and a pixel after it
+    for k in (k for k in kept if mul.shape[k] > 1):
+        if reads_dim(vw, k):
+            seen = max(seen, 1)
+            if seen == 2:
+                phases.add(k)
+        elif seen:
+            seen = 2
+    channels = [k for k in kept if reads_dim(vw, k) and k not in phases]
+    if math.prod(mul.shape[k] for k in channels if not reads_dim(vx, k)) < least:
         return None
-    order = (*[k for k in kept if not reads_dim(vw, k)], *[k for k in kept if reads_dim(vw, k)], *sorted(axes))
+    order = (*[k for k in kept if k not in channels], *channels, *sorted(axes))
     return order if _moves(order, mul.shape) else None
 
 
