@@ -120,11 +120,11 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
     copies: dict[int, Node] = {}
     out_ids = {o.id for o in graph.outputs}
 
-    def read(s: Node, v: View) -> Src:
+    def read(s: Node, v: View, logical: bool = False) -> Src:
         if s.id not in stored:
             return new[s.id], v
         x, vx = stored[s.id]
-        moved = rebase(v, s.shape, vx)
+        moved = None if logical else rebase(v, s.shape, vx)
         if moved is not None:
             return x, moved
         if s.id not in copies:
@@ -132,7 +132,8 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
         return copies[s.id], v
 
     for place, n in enumerate(order):
-        srcs = tuple(read(s, v) for s, v in n.srcs)
+        narrow = _narrow(n, users.get(n.id, []), chosen, stored)
+        srcs = tuple(read(s, v, narrow) for s, v in n.srcs)
         if (n.op is Op.SumReduce and n.srcs[0][0].op is Op.Mul) or (
                 n.op in ELEMENTWISE and any(s.id in near and _full_size(v) for s, v in n.srcs)):
             near[n.id] = place
@@ -181,6 +182,18 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
     return out, {k: v for k, v in new.items() if v.id in alive}, copied
 
 
+def _narrow(n: Node, readers: list[Node], chosen: set[int], stored: dict[int, Src]) -> bool:
+    """Whether ``n`` is the product of convolutions over windows (summing more dims than the channels) that stay in
+    the logical order with fewer than MIN_CHANNELS outputs per input group (a detection or segmentation head's
+    16 -> 1): over a channels-last value their windows are packed by gathers along the pixels at the channels'
+    stride, a cache line an element, where a copy of the value in the logical order, made once, is read along its
+    rows (3x3 16 -> 1 at 320x320, 2 threads: 3.7 ms over the channels-last value, 0.39 over a logical-order one)."""
+    sums = [u for u in readers if u.op is Op.SumReduce and weighted_sum(u) is not None]
+    return n.op is Op.Mul and bool(sums) and all(
+        u.id not in chosen and _order(u) is None and _channelwise(u, stored) is None
+        and sum(u.srcs[0][0].shape[k] > 1 for k in u.attrs["axes"]) > 1 for u in sums)
+
+
 def _full_size(v: View) -> bool:
     return not v.mask and not any(st == 0 and size > 1 for st, size in zip(v.strides, v.shape))
 
@@ -221,7 +234,7 @@ def _copy_follows(n: Node, v: View, readers: list[Node]) -> tuple[int, tuple[int
     order = _by_stride(v)
     if order is None:
         return None
-    _, onto = _stored(Node(n.op, n.srcs, tuple(n.shape[k] for k in order), n.dtype, {}), order)
+    onto = View.contiguous(tuple(n.shape[k] for k in order)).permute(_inverse(order))
     reads = [w for u in readers for s, w in u.srcs if s is n]
     return (0, order) if all(rebase(w, n.shape, onto) is not None for w in reads) else None
 
@@ -239,7 +252,7 @@ def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
     mul, (x, vx), (_, vw) = found
     if x.id not in stored:
         return None
-    axes = tuple(red.attrs["axes"])
+    axes = set(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes and mul.shape[k] > 1]
     # where the input is stored, the kept dim it walks at the smallest stride
     moved = rebase(vx, x.shape, stored[x.id][1])
@@ -248,7 +261,7 @@ def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
         return None
     inner = min(walked, key=lambda k: abs(moved.strides[k]))
     if not reads_dim(vw, inner):
-        shared = (*[k for k in range(len(mul.shape)) if k not in axes and k != inner], inner, *axes)
+        shared = (*[k for k in range(len(mul.shape)) if k not in axes and k != inner], inner, *sorted(axes))
         return shared if _moves(shared, mul.shape) else None
     if any(reads_dim(vw, k) and not reads_dim(vx, k) for k in kept):
         return None

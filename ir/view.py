@@ -300,8 +300,9 @@ def box(coef: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, int]:
 
 def rebase(view: View, shape: tuple[int, ...], onto: View) -> View | None:
     """``view``, which reads a contiguous tensor of ``shape``, reading instead what ``onto`` (a view of that shape)
-    reads; None where ``view`` does not walk whole dims of ``shape`` (a reshape that merged or split them) and is
-    no reshape of ``onto`` either, which only a copy in ``shape``'s order serves."""
+    reads; None where ``view`` walks neither whole dims of ``shape`` nor whole runs of the dims ``onto`` keeps
+    adjacent (a reshape that merged dims it keeps apart, or split them) and is no reshape of ``onto`` either,
+    which only a copy in ``shape``'s order serves."""
     if view.is_contiguous and view.numel == math.prod(shape):  # a reshape: merges dims ``onto`` keeps adjacent
         return onto.reshape(view.shape)
     found = _walk(view, shape, onto)
@@ -327,6 +328,7 @@ def _merged(shape: tuple[int, ...], onto: View) -> tuple[int, ...]:
 
 
 def _walk(view: View, shape: tuple[int, ...], onto: View | None) -> View | None:
+    """``rebase`` where each of ``view``'s dims steps through one dim of ``shape``."""
     if onto is None:
         return None
     strides = contiguous_strides(shape)

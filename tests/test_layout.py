@@ -467,7 +467,8 @@ def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil,
     """A depthwise conv over a channels-last value is computed channels-last (``layout._channelwise``), as a
     stencil along the channels whose taps' weights are vectors (``stencil._lane_input``): it walked the pixels
     at the channels' stride. Its epilogue (bias, hardswish) follows and the next conv reads it in place (no
-    kernel more than in the logical order); with a channel multiplier it stays in the logical order. Against
+    kernel more than in the logical order); with a channel multiplier it stays in the logical order, reading a
+    copy of its input in that order (``layout._narrow``: 0.42 -> 0.28 ms for 48 channels at 56x56). Against
     onnxruntime, under its default schedule and on one thread, and compiled, over two runs (the weight's copy made
     on the first)."""
     from luminal.codegen.c.backend import CPUBackend
@@ -492,7 +493,7 @@ def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil,
         new, kernels = lower(g, first)
         (dw,) = [kk for kk in kernels if ("dw", "Conv") in kk.sources]
         shape = dw.outputs[0][1].shape
-        assert (shape[-1] == c) == (mult == 1) and len(kernels) == len(lower(g, {})[1])
+        assert (shape[-1] == c) == (mult == 1) and len(kernels) == len(lower(g, {})[1]) + (mult == 2)
         be = CPUBackend()
         base = be.default_schedule(dw)
         stencil = plan_stencil(dw)
@@ -687,3 +688,25 @@ def test_a_transposed_conv_stores_its_phases_beside_its_pixels(k, pad, out_pad):
     (up,) = [kk for kk in kernels if ("r", "Relu") in kk.sources]
     assert up.outputs[0][1].shape[-1] == 24 and up.outputs[0][1].numel == 2 * 18 * 22 * 24
     _close(run_graph(g, feeds, decisions=decisions), run_ort(model, feeds))
+
+
+def test_a_narrow_head_over_a_channels_last_value_reads_a_logical_copy():
+    """A 3x3 conv of one output channel (a segmentation head) after a channels-last conv stays in the logical order
+    and reads a copy of its input in that order, made once (``layout._narrow``): over the channels-last value its
+    windows were packed by gathers at the channels' stride. A 1x1 head reads the value in place (its K, the
+    channels, contiguous)."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((2, 8, 13, 11)).astype(np.float32)
+    for k in (3, 1):
+        inits = {"wa": (rng.standard_normal((24, 8, 3, 3)) / 8).astype(np.float32),
+                 "wb": (rng.standard_normal((1, 24, k, k)) / 14).astype(np.float32)}
+        n = helper.make_node
+        nodes = [n("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]), n("Relu", ["a"], ["r"]),
+                 n("Conv", ["r", "wb"], ["y"], pads=[k // 2] * 4)]
+        model, feeds = make_model(nodes, {"x": x}, inits), {"x": x}
+        g = load(model).graph
+        first = {ChannelsLast(layout_convs(g)[0]): True}
+        kernels = lower(g, first)[1]
+        copies = [kk for kk in kernels if kk.form == "elementwise"]
+        assert [kk.outputs[0][1].shape for kk in copies] == ([(2, 24, 13, 11)] if k == 3 else [])
+        _close(run_graph(g, feeds, decisions=first), run_ort(model, feeds))
