@@ -514,5 +514,8 @@ def test_a_trial_failed_by_another_process_while_it_is_sampled_is_dropped(monkey
 
     monkeypatch.setattr(task.space, "suggest", failed_meanwhile)
     ((trial, _),) = task.ask(1)
-    assert failed == [0] and trial.number == 1
-    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING]
+    # a draw between them may be pruned (an invalid point) or answered (a repeat): the sampler is not seeded
+    states = [t.state for t in study.get_trials()]
+    assert failed == [0] and trial.number == len(states) - 1
+    running = optuna.trial.TrialState.RUNNING
+    assert states[0] == optuna.trial.TrialState.FAIL and states[-1] == running and running not in states[1:-1]
