@@ -22,6 +22,7 @@ choice.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from .graph import ELEMENTWISE, REDUCE, Graph, Node, Op, Src, weighted_sum
 from .view import View, reads_dim, rebase
@@ -45,15 +46,11 @@ def _order(red: Node, least: int = MIN_CHANNELS) -> tuple[int, ...] | None:
     mul, (_, vx), (_, vw) = found
     axes = set(red.attrs["axes"])
     kept = [k for k in range(len(mul.shape)) if k not in axes]
-    phases: set[int] = set()
-    seen = 0  # 1: a channel dim seen, 2: and a pixel after it
-    for k in (k for k in kept if mul.shape[k] > 1):
-        if reads_dim(vw, k):
-            seen = max(seen, 1)
-            if seen == 2:
-                phases.add(k)
-        elif seen:
-            seen = 2
+    big = [k for k in kept if mul.shape[k] > 1]
+    read = [reads_dim(vw, k) for k in big]
+    first = read.index(True) if True in read else len(big)
+    pixel = next((i for i in range(first, len(big)) if not read[i]), len(big))  # the first pixel after them
+    phases = {k for k, r in zip(big[pixel:], read[pixel:]) if r}
     channels = [k for k in kept if reads_dim(vw, k) and k not in phases]
     if math.prod(mul.shape[k] for k in channels if not reads_dim(vx, k)) < least:
         return None
@@ -119,6 +116,14 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
     near: dict[int, int] = {}  # contractions and the elementwise nodes computed from them: old id -> toposort place
     copies: dict[int, Node] = {}
     out_ids = {o.id for o in graph.outputs}
+    planned: dict[int, tuple[int, ...] | None] = {}
+
+    def plan(red: Node) -> tuple[int, ...] | None:
+        """The order the SumReduce ``red`` is computed in (None: its logical one), asked at its product's node
+        (``_narrow``) and at its own."""
+        if red.id not in planned:
+            planned[red.id] = _order(red) if red.id in chosen else _channelwise(red, stored)
+        return planned[red.id]
 
     def read(s: Node, v: View, logical: bool = False) -> Src:
         if s.id not in stored:
@@ -132,12 +137,12 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
         return copies[s.id], v
 
     for place, n in enumerate(order):
-        narrow = _narrow(n, users.get(n.id, []), chosen, stored)
+        narrow = _narrow(n, users.get(n.id, []), chosen, plan)
         srcs = tuple(read(s, v, narrow) for s, v in n.srcs)
         if (n.op is Op.SumReduce and n.srcs[0][0].op is Op.Mul) or (
                 n.op in ELEMENTWISE and any(s.id in near and _full_size(v) for s, v in n.srcs)):
             near[n.id] = place
-        perm = _order(n) if n.id in chosen else _channelwise(n, stored)
+        perm = plan(n)
         if perm is not None:
             mul, _ = n.srcs[0]
             (a, va), (b, vb) = (read(s, v) for s, v in mul.srcs)
@@ -182,7 +187,7 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
     return out, {k: v for k, v in new.items() if v.id in alive}, copied
 
 
-def _narrow(n: Node, readers: list[Node], chosen: set[int], stored: dict[int, Src]) -> bool:
+def _narrow(n: Node, readers: list[Node], chosen: set[int], plan: Callable[[Node], tuple[int, ...] | None]) -> bool:
     """Whether ``n`` is the product of convolutions over windows (summing more dims than the channels) that stay in
     the logical order with fewer than MIN_CHANNELS outputs per input group (a detection or segmentation head's
     16 -> 1): over a channels-last value their windows are packed by gathers along the pixels at the channels'
@@ -192,7 +197,7 @@ def _narrow(n: Node, readers: list[Node], chosen: set[int], stored: dict[int, Sr
         return False
     sums = [u for u in readers if u.op is Op.SumReduce and weighted_sum(u) is not None]
     return bool(sums) and all(
-        u.id not in chosen and _order(u) is None and _channelwise(u, stored) is None
+        u.id not in chosen and _order(u) is None and plan(u) is None
         and sum(u.srcs[0][0].shape[k] > 1 for k in u.attrs["axes"]) > 1 for u in sums)
 
 

@@ -311,7 +311,8 @@ def rebase(view: View, shape: tuple[int, ...], onto: View) -> View | None:
     # a view that walks across dims of ``shape`` (a slice of an upsample's value reshaped to the larger map):
     # the same walk over ``shape`` with every run of dims merged that ``onto`` keeps adjacent and in order
     merged = _merged(shape, onto)
-    return None if merged == shape else _walk(view, merged, onto.reshape(merged))
+    joined = None if merged == shape else onto.reshape(merged)
+    return None if joined is None else _walk(view, merged, joined)
 
 
 def _merged(shape: tuple[int, ...], onto: View) -> tuple[int, ...]:
@@ -327,10 +328,8 @@ def _merged(shape: tuple[int, ...], onto: View) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _walk(view: View, shape: tuple[int, ...], onto: View | None) -> View | None:
+def _walk(view: View, shape: tuple[int, ...], onto: View) -> View | None:
     """``rebase`` where each of ``view``'s dims steps through one dim of ``shape``."""
-    if onto is None:
-        return None
     strides = contiguous_strides(shape)
     rows = [[0] * view.ndim for _ in shape]
     for k, (size, st) in enumerate(zip(view.shape, view.strides)):

@@ -617,22 +617,13 @@ def test_a_channel_shuffle_stays_one_copy_into_the_logical_order():
     """A copy that its reader needs in the logical order (a channel shuffle: reshape, transpose, reshape, which
     merges dims a channels-last storage keeps apart) is not computed channels-last: that would be a copy the
     reader copies again."""
-    rng = np.random.default_rng(19)
-    x = rng.standard_normal((1, 8, 9, 7)).astype(np.float32)
-    inits = {"wa": (rng.standard_normal((32, 8, 1, 1)) / 3).astype(np.float32),
-             "wb": (rng.standard_normal((16, 32, 1, 1)) / 6).astype(np.float32),
-             "s1": np.array([1, 4, 8, 9, 7], np.int64), "s2": np.array([1, 32, 9, 7], np.int64)}
-    n = helper.make_node
-    nodes = [n("Conv", ["x", "wa"], ["a"]), n("Reshape", ["a", "s1"], ["g"]),
-             n("Transpose", ["g"], ["t"], perm=[0, 2, 1, 3, 4]), n("Reshape", ["t", "s2"], ["s"]),
-             n("Conv", ["s", "wb"], ["y"])]
-    model, feeds = make_model(nodes, {"x": x}, inits), {"x": x}
+    model, feeds = _readers("shuffle")
     g = load(model).graph
     first = {ChannelsLast(layout_convs(g)[0]): True}
     kernels = lower(g, first)[1]
     assert len(kernels) == len(lower(g, {})[1])
     (shuffle,) = [k for k in kernels if k.form == "elementwise"]
-    assert shuffle.outputs[0][1].shape == (1, 8, 4, 9, 7)
+    assert shuffle.outputs[0][1].shape == (1, 16, 4, 7, 7)
     _close(run_graph(g, feeds, decisions=first), run_ort(model, feeds))
 
 

@@ -467,29 +467,29 @@ class _Emitter:
         weights, none (``lane_weights``)."""
         if self.st.w is None or self.st.lanes:
             return []
+        return [f"const float w{t} = {self._weight(list(tap.ex))};" for t, tap in enumerate(self.taps)]
+
+    def _weight(self, ex: list[str]) -> str:
+        """The weight at the indices ``ex``, 0 outside its view."""
+        assert self.st.w is not None
         wop = self.k.ops[self.st.w]
-        lines = []
-        for t, tap in enumerate(self.taps):
-            at, ok = Body.read(wop.attr("view"), list(tap.ex))
-            wv = ct.load(wop.dtype, f"in{wop.attr('buf')}[{at}]")
-            lines.append(f"const float w{t} = {f'({ok}) ? {wv} : 0.0f' if ok else wv};")
-        return lines
+        at, ok = Body.read(wop.attr("view"), ex)
+        wv = ct.load(wop.dtype, f"in{wop.attr('buf')}[{at}]")
+        return f"({ok}) ? {wv} : 0.0f" if ok else wv
 
     def lane_weights(self) -> list[str]:
         """The head of a lane-weights stencil's function: its weight copied with the taps outermost into the
         buffer the caller keeps (``packed_weight``) on the first call, and each tap's row of it ``w<t>``."""
         if not self.st.lanes or self.st.w is None:
             return []
-        wop, width, pix = self.k.ops[self.st.w], self.width, f"i{self.din}"
+        width, pix = self.width, f"i{self.din}"
         nbuf = len(self.k.inputs) + len(self.k.outputs)
         copy = []
         for t, tap in enumerate(self.taps):
             ex = list(tap.ex)
             ex[self.din] = pix
-            at, ok = Body.read(wop.attr("view"), ex)
-            wv = ct.load(wop.dtype, f"in{wop.attr('buf')}[{at}]")
             copy += [f"for (int64_t {pix} = 0; {pix} < {width}; {pix}++)",
-                     f"    lum_wt[{t * width} + {pix}] = {f'({ok}) ? {wv} : 0.0f' if ok else wv};"]
+                     f"    lum_wt[{t * width} + {pix}] = {self._weight(ex)};"]
         return [f"float *lum_wt = (float *)b[{nbuf}];", f"int *lum_packed = (int *)b[{nbuf + 1}];",
                 "if (!*lum_packed) {", *_ind(copy), "    *lum_packed = 1;", "}",
                 *(f"const float *w{t} = lum_wt + {t * width};" for t in range(len(self.taps)))]
