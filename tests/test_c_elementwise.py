@@ -276,3 +276,34 @@ def test_a_row_that_one_concat_input_lives_on_reads_only_that_one(dtype):
     be = CPUBackend()
     ks = [k for k in partition(g, {}) if k.form == "elementwise" and len(k.inputs) > 1]  # the concat, the overlap
     assert len(ks) == 2 and all("switch (lum_one)" in be.source(k, be.default_schedule(k)) for k in ks)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_transposed_reads_are_copied_by_block_transposes(n):
+    """A float32 load that walks the innermost dim at a stride and another dim contiguously (a channels-last value
+    into the logical order, the other way, a logical part of a channels-last concatenation) is copied into tiles
+    by block transposes (lum_tr), the columns its mask allows only; 21 channels and rows of 37x23 leave partial
+    tiles; a float16 load reads in place; random schedules agree with the reference."""
+    from codegen_util import random_schedules
+
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.frontend_onnx.ops_shape import concat
+
+    x = _input("x", (n, 37, 23, 21))  # channels last
+    y = _input("y", (n, 21, 37, 23))
+    z = _input("z", (n, 18, 37, 23))
+    h = _input("h", (n, 23, 21, 20), DType.float16)
+    outs = [x.permute((0, 3, 1, 2)).add(y).relu(), y.permute((0, 2, 3, 1)).exp(),
+            concat([x, z.permute((0, 2, 3, 1))], 3).neg(), h.permute((0, 3, 1, 2)).exp()]
+    rng = np.random.default_rng(5)
+    feeds = {t.node.attrs["name"]: rng.standard_normal(t.shape).astype(t.dtype.np) for t in _INPUTS}
+    g = _check(outs, feeds, rtol=1e-5)
+    be = CPUBackend()
+    kernels = partition(g, {})
+    tiled = {k.outputs[0][1].shape: "lum_tr(" in be.source(k, be.default_schedule(k)) for k in kernels}
+    assert tiled == {(n, 21, 37, 23): True, (n, 37, 23, 21): True, (n, 37, 23, 39): True, (n, 20, 23, 21): False}
+    cat = next(k for k in kernels if k.outputs[0][1].shape == (n, 37, 23, 39))
+    assert "if (hi > lo) lum_tr(" in be.source(cat, be.default_schedule(cat))
+    for i, k in enumerate(kernels):
+        for s in random_schedules(be, k, 3, seed=i):
+            compare_cpu(g, feeds, 1e-5, 2e-6, schedules=[s if kk is k else None for kk in kernels], kernels=kernels)

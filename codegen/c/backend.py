@@ -296,7 +296,7 @@ def typed_source(kernel: Kernel, sched: CSchedule, threads: int) -> str:
         if sched.lanes and lanes_apply(kernel):
             return emit_reduction_lanes(kernel, sched)
         return emit_reduction(kernel, sched)
-    return emit_elementwise(kernel, sched)
+    return emit_elementwise(kernel, sched, schedule.simd_width())
 
 
 class CPUBackend:

@@ -68,12 +68,12 @@ class BlasKernel:
     def epilogue_source(kernel: Kernel, plan: Plan, threads: int) -> str:
         from .emit import emit_elementwise
         from .knobs import ElementwiseSchedule
-        from .schedule import typed_default
+        from .schedule import simd_width, typed_default
 
         epi = epilogue_kernel(kernel, plan)
         default = typed_default(epi, threads)
         assert isinstance(default, ElementwiseSchedule)
-        return emit_elementwise(epi, default)
+        return emit_elementwise(epi, default, simd_width())
 
     def __call__(self, buffers) -> None:
         k, p = self.kernel, self.plan

@@ -36,6 +36,7 @@ from . import ctypes_map as ct
 from .emit import Body, _buffers, _indent, _signature, copy_between, epilogue_attribute, mask_bounds, unravel
 from .halo import Halo, across, batch_term, emit_halo_copy, emit_halo_table, halo_size, plan_halo
 from .normalize import normalize
+from .prelude import block_transpose
 
 if TYPE_CHECKING:
     from .knobs import GemmSchedule
@@ -422,39 +423,6 @@ def _mk_loop_body(mr: int, nv: int, vw: int, rows: list[str], bvec: str, aval: C
     return [*L, "}"]
 
 
-def _transpose(vw: int) -> list[str]:
-    """lum_tr: d[j*ld + i] = s[i*ls + j] for i < rows, j < cols, by VW x VW blocks: each stage swaps the
-    off-diagonal sub-blocks of pairs of rows (two-vector shuffles), whole blocks in log2(VW) stages."""
-    stages = []
-    st = vw // 2
-    while st >= 1:
-        lo = [x if not x & st else vw + x - st for x in range(vw)]
-        hi = [x + st if not x & st else vw + x for x in range(vw)]
-        stages.append((st, lo, hi))
-        st //= 2
-    L = [f"typedef int32_t lum_sv __attribute__((vector_size({vw * 4})));",
-         "static inline void lum_tr(const lum_t *restrict s, int64_t ls, int64_t rows, int64_t cols,",
-         "                          lum_t *restrict d, int64_t ld) {",
-         "    int64_t i0 = 0;",
-         f"    for (; i0 + {vw} <= rows; i0 += {vw}) {{",
-         "        int64_t j0 = 0;",
-         f"        for (; j0 + {vw} <= cols; j0 += {vw}) {{"]
-    L += [f"            lum_v r{i} = *(const lum_vu *)(s + (i0 + {i}) * ls + j0);" for i in range(vw)]
-    for st, lo, hi in stages:
-        L.append(f"            {{ const lum_sv lo = {{{', '.join(map(str, lo))}}}, hi = {{{', '.join(map(str, hi))}}};")
-        L += [f"              {{ lum_v a = r{i}, b = r{i + st}; r{i} = __builtin_shuffle(a, b, lo); "
-              f"r{i + st} = __builtin_shuffle(a, b, hi); }}" for i in range(vw) if not i & st]
-        L.append("            }")
-    L += [f"            *(lum_vu *)(d + (j0 + {i}) * ld + i0) = r{i};" for i in range(vw)]
-    L.append("        }")
-    L += ["        for (int64_t j = j0; j < cols; j++)",
-          f"            for (int64_t i = i0; i < i0 + {vw}; i++) d[j * ld + i] = s[i * ls + j];",
-          "    }",
-          "    for (int64_t i = i0; i < rows; i++) for (int64_t j = 0; j < cols; j++) d[j * ld + i] = s[i * ls + j];",
-          "}"]
-    return L
-
-
 def _halo_micro_kernel(mr: int, nr: int, vw: int) -> list[str]:
     """C[MR x NR] (+)= A * B over kc K rows: A row k is the MR consecutive values at a + ak[k], each broadcast
     against the NR-wide row k of B's packed panel bp."""
@@ -529,7 +497,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
     L = _header(elem, vw) + _micro_kernels(kernel, plan, t, vw, vb, names_b)
     if t.tr or (t.halo and across(t.halo) >= 0):
-        L += _transpose(vw)
+        L += block_transpose(vw)
     if t.stream:
         L += _stream_helpers()
     L += _epilogue_function(kernel, plan, t)

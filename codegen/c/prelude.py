@@ -115,3 +115,44 @@ static inline int64_t lum_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t lum_fdiv(int64_t a, int64_t b) { int64_t q = a / b; return q - (a % b != 0 && a < 0); }
 static inline int64_t lum_cdiv(int64_t a, int64_t b) { return -lum_fdiv(-a, b); }
 """
+
+
+def block_transpose(vw: int) -> list[str]:
+    """lum_tr: d[j*ld + i] = s[i*ls + j] for i < rows, j < cols, by VW x VW blocks: each stage swaps the
+    off-diagonal sub-blocks of pairs of rows (two-vector shuffles), whole blocks in log2(VW) stages; over the
+    element and vector types the kernel defines (lum_t, lum_v, lum_vu)."""
+    stages = []
+    st = vw // 2
+    while st >= 1:
+        lo = [x if not x & st else vw + x - st for x in range(vw)]
+        hi = [x + st if not x & st else vw + x for x in range(vw)]
+        stages.append((st, lo, hi))
+        st //= 2
+    L = [f"typedef int32_t lum_sv __attribute__((vector_size({vw * 4})));",
+         "static inline void lum_tr(const lum_t *restrict s, int64_t ls, int64_t rows, int64_t cols,",
+         "                          lum_t *restrict d, int64_t ld) {",
+         "    int64_t i0 = 0;",
+         f"    for (; i0 + {vw} <= rows; i0 += {vw}) {{",
+         "        int64_t j0 = 0;",
+         f"        for (; j0 + {vw} <= cols; j0 += {vw}) {{"]
+    L += [f"            lum_v r{i} = *(const lum_vu *)(s + (i0 + {i}) * ls + j0);" for i in range(vw)]
+    for st, lo, hi in stages:
+        L.append(f"            {{ const lum_sv lo = {{{', '.join(map(str, lo))}}}, hi = {{{', '.join(map(str, hi))}}};")
+        L += [f"              {{ lum_v a = r{i}, b = r{i + st}; r{i} = __builtin_shuffle(a, b, lo); "
+              f"r{i + st} = __builtin_shuffle(a, b, hi); }}" for i in range(vw) if not i & st]
+        L.append("            }")
+    L += [f"            *(lum_vu *)(d + (j0 + {i}) * ld + i0) = r{i};" for i in range(vw)]
+    L.append("        }")
+    L += ["        for (int64_t j = j0; j < cols; j++)",
+          f"            for (int64_t i = i0; i < i0 + {vw}; i++) d[j * ld + i] = s[i * ls + j];",
+          "    }",
+          "    for (int64_t i = i0; i < rows; i++) for (int64_t j = 0; j < cols; j++) d[j * ld + i] = s[i * ls + j];",
+          "}"]
+    return L
+
+
+def vector_types(elem: str, vw: int) -> list[str]:
+    """The element type lum_t and its vectors of ``vw`` lanes, aligned (lum_v) and not (lum_vu)."""
+    return [f"typedef {elem} lum_t;",
+            f"typedef lum_t lum_v __attribute__((vector_size({vw * 4})));",
+            f"typedef lum_t lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));"]
