@@ -701,3 +701,34 @@ def test_a_narrow_head_over_a_channels_last_value_reads_a_logical_copy():
         copies = [kk for kk in kernels if kk.form == "elementwise"]
         assert [kk.outputs[0][1].shape for kk in copies] == ([(2, 24, 13, 11)] if k == 3 else [])
         _close(run_graph(g, feeds, decisions=first), run_ort(model, feeds))
+
+
+@pytest.mark.parametrize(("multiplier", "out_too", "stored"), [(1, False, True), (2, False, False),
+                                                               (1, True, False)])
+def test_the_default_stores_a_1x1_conv_channels_last_for_the_depthwise_conv_after_it(multiplier, out_too, stored):
+    """1x1 expansion -> hardswish -> depthwise 3x3 (stride 2, its windows padded) -> global-pool gate (a
+    squeeze-excitation) -> 1x1 projection, at 14x14: the depthwise conv follows the expansion's layout, so the
+    expansion is stored channels-last by default; not where the depthwise conv has a channel multiplier (which
+    stays in the logical order) or its value is a graph output."""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((1, 24, 14, 14)).astype(np.float32)
+    c = 72
+    inits = {"we": (rng.standard_normal((c, 24, 1, 1)) / 5).astype(np.float32),
+             "wd": (rng.standard_normal((c * multiplier, 1, 3, 3)) / 3).astype(np.float32),
+             "bd": rng.standard_normal(c * multiplier).astype(np.float32),
+             "ws": (rng.standard_normal((c * multiplier, c * multiplier, 1, 1)) / 9).astype(np.float32),
+             "wp": (rng.standard_normal((40, c * multiplier, 1, 1)) / 9).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "we"], ["e"]), n("HardSwish", ["e"], ["h"]),
+             n("Conv", ["h", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[2, 2]), n("Relu", ["d"], ["r"]),
+             n("GlobalAveragePool", ["r"], ["p"]), n("Conv", ["p", "ws"], ["q"]), n("Sigmoid", ["q"], ["gate"]),
+             n("Mul", ["r", "gate"], ["s"]), n("Conv", ["s", "wp"], ["y"])]
+    model, feeds = make_model(nodes, {"x": x}, inits, outputs=["y", "r"] if out_too else ["y"]), {"x": x}
+    g = load(model).graph
+    names = [nd.origin[0] for nd in layout.defaults(g, g.toposort())]
+    assert ("e" in names) == stored, names
+    kernels = lower(g)[1]
+    assert len(kernels) == len(lower(g, {})[1])  # no copy either way
+    # stored so, the depthwise conv's kernel writes the channels innermost
+    assert any(k.outputs[0][1].shape == (1, 7, 7, c * multiplier) for k in kernels) == stored
+    _close(run_graph(g, feeds), run_ort(model, feeds))
