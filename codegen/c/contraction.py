@@ -36,7 +36,7 @@ from . import ctypes_map as ct
 from .emit import Body, _buffers, _indent, _signature, copy_between, epilogue_attribute, mask_bounds, unravel
 from .halo import Halo, across, batch_term, emit_halo_copy, emit_halo_table, halo_size, plan_halo
 from .normalize import normalize
-from .prelude import block_transpose
+from .prelude import block_transpose, vector_types
 
 if TYPE_CHECKING:
     from .knobs import GemmSchedule
@@ -751,9 +751,7 @@ def _header(elem: str, vw: int) -> list[str]:
     from .prelude import PRELUDE
 
     return [PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif",
-            f"typedef {elem} lum_t;  /* the GEMM's element type */",
-            f"typedef lum_t lum_v __attribute__((vector_size({vw * 4})));",
-            f"typedef lum_t lum_vu __attribute__((vector_size({vw * 4}), aligned(4)));",
+            *vector_types(elem, vw),
             "/* one workspace per calling thread, shared by all contraction kernels of a library (weak, hidden) */",
             "#define LUM_SHARED __attribute__((weak, visibility(\"hidden\")))",
             "LUM_SHARED _Thread_local float *lum_ws = 0;", "LUM_SHARED _Thread_local size_t lum_ws_n = 0;",

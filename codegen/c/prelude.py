@@ -1,4 +1,5 @@
-"""C helpers every generated kernel starts with: dtype conversions and vectorisable math."""
+"""C helpers every generated kernel starts with (dtype conversions and vectorisable math), and those some include:
+vector types and the block transpose."""
 
 PRELUDE = r"""
 #include <stdint.h>
