@@ -198,7 +198,7 @@ def _narrow(n: Node, readers: list[Node], chosen: set[int], plan: Callable[[Node
     sums = [u for u in readers if u.op is Op.SumReduce and weighted_sum(u) is not None]
     return bool(sums) and all(
         u.id not in chosen and _order(u) is None and plan(u) is None
-        and sum(u.srcs[0][0].shape[k] > 1 for k in u.attrs["axes"]) > 1 for u in sums)
+        and _summed(u) > 1 for u in sums)
 
 
 def _full_size(v: View) -> bool:
@@ -260,7 +260,7 @@ def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
     if x.id not in stored:
         return None
     axes = set(red.attrs["axes"])
-    kept = [k for k in range(len(mul.shape)) if k not in axes and mul.shape[k] > 1]
+    kept = _kept(red)
     # where the input is stored, the kept dim it walks at the smallest stride
     moved = rebase(vx, x.shape, stored[x.id][1])
     walked = [] if moved is None else [k for k in kept if reads_dim(moved, k)]
@@ -270,9 +270,34 @@ def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
     if not reads_dim(vw, inner):
         shared = (*[k for k in range(len(mul.shape)) if k not in axes and k != inner], inner, *sorted(axes))
         return shared if _moves(shared, mul.shape) else None
-    if any(reads_dim(vw, k) and not reads_dim(vx, k) for k in kept):
+    return _per_channel(red)
+
+
+def _per_channel(red: Node) -> tuple[int, ...] | None:
+    """The order of a contraction whose weight reads no kept dim its activation does not (a depthwise
+    convolution without a multiplier: a multiplier's outputs, innermost, would be what the vectors run along)
+    with the dims the weight reads innermost; None for any other."""
+    found = weighted_sum(red)
+    if found is None:
+        return None
+    _, (_, vx), (_, vw) = found
+    if any(reads_dim(vw, k) and not reads_dim(vx, k) for k in _kept(red)):
         return None
     return _order(red, 1)
+
+
+def _kept(red: Node) -> list[int]:
+    """The kept dims of more than one element of the product the SumReduce ``red`` sums."""
+    mul = red.srcs[0][0]
+    return [k for k in range(len(mul.shape)) if k not in red.attrs["axes"] and mul.shape[k] > 1]
+
+
+def _rows(red: Node) -> int:
+    """A contraction's rows: the product of the kept dims its weight does not read (a convolution's pixels)."""
+    found = weighted_sum(red)
+    assert found is not None
+    mul, _, (_, vw) = found
+    return math.prod(mul.shape[k] for k in _kept(red) if not reads_dim(vw, k))
 
 
 def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]] | None:
@@ -303,21 +328,19 @@ SHORT_ROWS = 28 * 28  # the contraction's rows: the product of the kept axes the
 
 def _one_by_one(red: Node) -> bool:
     """A contraction summing one axis (a 1x1 convolution's channels) that ``_order`` moves."""
-    return _order(red) is not None and sum(red.srcs[0][0].shape[k] > 1 for k in red.attrs["axes"]) == 1
+    return _order(red) is not None and _summed(red) == 1
+
+
+def _summed(red: Node) -> int:
+    """How many dims of more than one element the SumReduce ``red`` sums (a 1x1 convolution's one, its channels)."""
+    return sum(red.srcs[0][0].shape[k] > 1 for k in red.attrs["axes"])
 
 
 def _depthwise(red: Node) -> int:
-    """The output pixels of a depthwise convolution (no multiplier: its weight reads no kept dim its activation
-    does not), which computes its channels innermost over a channels-last input (``_channelwise``); 0 for any
-    other node."""
-    found = weighted_sum(red)
-    if found is None or _order(red) is not None or _order(red, 1) is None:
-        return 0
-    mul, (_, vx), (_, vw) = found
-    kept = [k for k in range(len(mul.shape)) if k not in red.attrs["axes"] and mul.shape[k] > 1]
-    if any(reads_dim(vw, k) and not reads_dim(vx, k) for k in kept):
-        return 0
-    return math.prod(mul.shape[k] for k in kept if not reads_dim(vw, k))
+    """The output pixels of a depthwise convolution without a multiplier (``_per_channel``, too few outputs per
+    group for ``_order``), which computes its channels innermost over a channels-last input (``_channelwise``);
+    0 for any other node."""
+    return _rows(red) if _order(red) is None and _per_channel(red) is not None else 0
 
 
 def defaults(graph: Graph, order: list[Node]) -> list[Node]:
@@ -361,10 +384,9 @@ def defaults(graph: Graph, order: list[Node]) -> list[Node]:
         found = weighted_sum(n)
         if found is None or not _one_by_one(n):
             continue
-        mul, (_, vx), (_, vw) = found
-        kept = [k for k in range(len(mul.shape)) if k not in n.attrs["axes"] and mul.shape[k] > 1]
-        rows = math.prod(mul.shape[k] for k in kept if not reads_dim(vw, k))
-        grouped = any(reads_dim(vw, k) and reads_dim(vx, k) for k in kept)
+        _, (_, vx), (_, vw) = found
+        rows = _rows(n)
+        grouped = any(reads_dim(vw, k) and reads_dim(vx, k) for k in _kept(n))
         if rows <= SHORT_ROWS and not grouped and readers(n, n.numel, rows) == (True, True):
             chosen.append(n)
     if not chosen:  # most graphs: no rewrite to try

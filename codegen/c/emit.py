@@ -342,8 +342,7 @@ def _transposed_load(n: int, op: KOp, at: list[str], vw: int) -> list[str]:
     src = f"in{op.attr('buf')} + {Body.read(view, at)[0]}"
     if not view.mask:
         return [f"float a{n}[{vw * tc}];", f"lum_tr({src}, {step}, nl, nd, a{n}, {tc});"]
-    L = [f"float a{n}[{vw * tc}];", "{", "    int64_t lo = 0, hi = nl;"]
-    L += ["    " + mask_bounds(affine(c, k0, at), c[-1], b) for c, k0, b in view_masks(view)]
+    L = [f"float a{n}[{vw * tc}];", "{", *_indent(mask_range(view, at, len(at) - 1), 4)]
     return [*L, "    lo = lum_min64(lo, nl); hi = lum_max64(hi, lo);",
             "    for (int64_t q = 0; q < nd; q++) {",
             f"        for (int64_t w = 0; w < lo; w++) a{n}[q * {tc} + w] = 0;",
@@ -589,6 +588,13 @@ def mask_bounds(v: str, step: int, bound: int) -> str:
             f"hi = lum_min64(hi, lum_fdiv({v}, {-step}) + 1);")
 
 
+def mask_range(view: View, ex: list[str], din: int) -> list[str]:
+    """Statements declaring [lo, hi): the w < nl at which ``view`` is valid with index ``din`` at ``ex[din]`` + w
+    (every other index at ``ex``)."""
+    return ["int64_t lo = 0, hi = nl;",
+            *(mask_bounds(affine(c, k, ex), c[din], b) for c, k, b in view_masks(view))]
+
+
 def copy_between(dst: str, length: str, value: str) -> list[str]:
     """``dst[w]`` for w < ``length``: ``value`` (an expression in w) on [lo, hi), zero around it."""
     return [f"lo = lum_min64(lo, {length}); hi = lum_max64(hi, lo);",
@@ -604,8 +610,7 @@ def _stage_load(n: int, op: KOp, din: int, lanes: int) -> list[str]:
     view: View = op.attr("view")
     ex = [f"i{d}" if d != din else "c0" for d in range(len(view.shape))]
     co, k0 = view.strides, view.offset
-    L = [f"{ct.COMPUTE[op.dtype]} s{n}[{lanes}];", "{", "    int64_t lo = 0, hi = nl;"]
-    L += ["    " + mask_bounds(affine(c, k, ex), c[din], b) for c, k, b in view_masks(view)]
+    L = [f"{ct.COMPUTE[op.dtype]} s{n}[{lanes}];", "{", *_indent(mask_range(view, ex, din), 4)]
     L.append(f"    const {ct.STORAGE[op.dtype]} *src = in{op.attr('buf')} + {affine(co, k0, ex)};")
     L += [*_indent(copy_between(f"s{n}", "nl", ct.load(op.dtype, f"src[{co[din]} * w]")), 4), "}"]
     return L
