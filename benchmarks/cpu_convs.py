@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchutil import blas_threads_from_argv, median_time, spread
+from benchutil import blas_threads_from_argv, median_time, paired_ratio, spread
 
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
@@ -140,7 +140,7 @@ def bench(layer: Layer, path: Path, threads: int, rounds: int, reps: int, cache:
         tr.append(median_time(lambda: ref.run(None, {"x": x}), reps))
     lu, ox = ({f"{k}_ms": 1e3 * v for k, v in spread(ts).items()} for ts in (tl, tr))
     row = {"layer": layer.name, "max_rel_err": err, "kernels": len(ours.model.kernels), "luminal": lu,
-           "onnxruntime": ox, "speedup_vs_ort": ox["median_ms"] / lu["median_ms"],
+           "onnxruntime": ox, "speedup_vs_ort": paired_ratio(tr, tl),
            "gflops": 2 * layer.macs / lu["median_ms"] / 1e6}
     row["line"] = (f"{layer.name:30s} k={row['kernels']} err={err:.0e}  luminal={lu['median_ms']:7.3f}ms "
                    f"[{lu['p10_ms']:.3f},{lu['p90_ms']:.3f}]  onnxruntime={ox['median_ms']:7.3f}ms "

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchutil import blas_threads_from_argv, median_time, spread
+from benchutil import blas_threads_from_argv, median_time, paired_ratio, spread
 
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
@@ -76,7 +76,7 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
 
     row = {"model": name, "compile_s": compile_s, "max_rel_err": err, "kernels": len(ours.model.kernels),
            "luminal": stats(tl), "onnxruntime": stats(tr)}
-    row["speedup_vs_ort"] = row["onnxruntime"]["median_ms"] / row["luminal"]["median_ms"]
+    row["speedup_vs_ort"] = paired_ratio(tr, tl)
     lu, ox = row["luminal"], row["onnxruntime"]
     print(f"{name:32s} kernels={row['kernels']:4d} err={err:.1e} compile={compile_s:.1f}s  "
           f"luminal={lu['median_ms']:.2f}ms [{lu['p10_ms']:.2f},{lu['p90_ms']:.2f}]  "

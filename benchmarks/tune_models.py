@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchutil import paired_ratio
 
 from luminal.cache import TuningCache
 from luminal.cli.bench_stats import measure_interleaved, summarize
@@ -54,9 +55,9 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
                "onnxruntime": lambda: sess.run(out_names, feeds)}
     a, b = default.run(feeds), tuned.run(feeds)
     agree = all(np.allclose(x, y, rtol=1e-3, atol=1e-4, equal_nan=True) for x, y in zip(a, b))
-    stats = {k: summarize(v) for k, v in measure_interleaved(runners, runs=rounds, seed=seed).items()}
+    samples = measure_interleaved(runners, runs=rounds, seed=seed)
+    stats = {k: summarize(v) for k, v in samples.items()}
     res = {k: {"median_us": _us(s.median_s), "p10_us": _us(s.p10_s), "p90_us": _us(s.p90_s)} for k, s in stats.items()}
-    med = {k: s.median_s for k, s in stats.items()}
     f = report.fusion
     # the fusion plan the tune found (what the tuned model runs where the tune's end-to-end check kept it)
     plan = {"unfused": len(f.unfused), "edges": f.edges, "winograd": len(f.winograd), "convs": f.convs,
@@ -64,8 +65,8 @@ def bench(path: Path, shapes: dict, budget_s: float, cache: Path, storage: str, 
     return {"model": path.name, "shapes": shapes, "budget_s": budget_s, "tune_s": round(tune_s, 1),
             "trials": report.trials, "statuses": report.statuses, "kernels": len(report.kernels), "fusion": plan,
             "stopped": report.stopped, "tuned_matches_default": agree, "latency": res,
-            "speedup_vs_default": med["luminal default"] / med["luminal tuned"],
-            "tuned_vs_onnxruntime": med["onnxruntime"] / med["luminal tuned"], "threads": threads}
+            "speedup_vs_default": paired_ratio(samples["luminal default"], samples["luminal tuned"]),
+            "tuned_vs_onnxruntime": paired_ratio(samples["onnxruntime"], samples["luminal tuned"]), "threads": threads}
 
 
 def main() -> None:

@@ -45,10 +45,12 @@ class Interval:
 
 def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *, paired: bool = False,
                     n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
-    """median(numerator) / median(denominator) with a percentile bootstrap interval.
+    """median(numerator) / median(denominator), with a percentile bootstrap interval.
 
-    ``paired``: the samples were taken in the same interleaved rounds (sample i of both in round i), so
-    rounds are resampled together and drift that hit both cancels out of the ratio.
+    ``paired``: the samples were taken in the same interleaved rounds (sample i of both in round i): the
+    estimate is then the median of the rounds' own ratios, and rounds are resampled together, so drift that
+    hit both in a round cancels out. A host that switches between a fast and a slow phase puts each round in
+    one of them, where the ratio of medians could take one runtime's median from each phase.
     """
     a = np.asarray(numerator, dtype=np.float64)
     b = np.asarray(denominator, dtype=np.float64)
@@ -56,15 +58,19 @@ def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *,
         raise ValueError("no samples")
     if paired and a.size != b.size:
         raise ValueError("paired samples must have the same length")
-    estimate = float(np.median(a) / np.median(b))
+    rounds = a / b if paired else None
+    estimate = float(np.median(rounds) if rounds is not None else np.median(a) / np.median(b))
     rng = np.random.default_rng(seed)
     ratios = np.empty(n_boot)
     rows = max(1, _BOOTSTRAP_CHUNK // max(a.size, b.size))
     for start in range(0, n_boot, rows):
         k = min(rows, n_boot - start)
         ia = rng.integers(0, a.size, (k, a.size))
-        ib = ia if paired else rng.integers(0, b.size, (k, b.size))
-        ratios[start:start + k] = np.median(a[ia], axis=1) / np.median(b[ib], axis=1)
+        if rounds is not None:
+            ratios[start:start + k] = np.median(rounds[ia], axis=1)
+        else:
+            ib = rng.integers(0, b.size, (k, b.size))
+            ratios[start:start + k] = np.median(a[ia], axis=1) / np.median(b[ib], axis=1)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return Interval(estimate, float(low), float(high), confidence)

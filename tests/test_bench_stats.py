@@ -46,6 +46,18 @@ def test_paired_bootstrap_cancels_shared_drift():
     assert paired.high - paired.low < (unpaired.high - unpaired.low) / 3
 
 
+def test_paired_ratio_is_the_rounds_median_across_a_change_of_the_hosts_phase():
+    """The host went from a fast phase to one 1.5x slower within a round: the numerator's median comes from the
+    fast rounds, the denominator's from the slow ones, while every round's own ratio is 1.03 but that one."""
+    rng = np.random.default_rng(2)
+    a = np.array([1.0] * 8 + [1.5] * 7) * 1.03 * rng.lognormal(0, 0.002, 15)
+    b = np.array([1.0] * 7 + [1.5] * 8) * rng.lognormal(0, 0.002, 15)
+    assert np.median(a) / np.median(b) < 0.7
+    paired = bootstrap_ratio(a, b, paired=True)
+    assert paired.estimate == pytest.approx(1.03, rel=0.01)
+    assert paired.low < 1.03 < paired.high
+
+
 class _FakeClock:
     """A nanosecond clock that each fake runner advances by its own latency."""
 
