@@ -45,12 +45,13 @@ class Interval:
 
 def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *, paired: bool = False,
                     n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
-    """median(numerator) / median(denominator), with a percentile bootstrap interval.
+    """The ratio numerator / denominator, with a percentile bootstrap interval: median(numerator) /
+    median(denominator), or where ``paired`` the median of the rounds' own ratios.
 
-    ``paired``: the samples were taken in the same interleaved rounds (sample i of both in round i): the
-    estimate is then the median of the rounds' own ratios, and rounds are resampled together, so drift that
-    hit both in a round cancels out. A host that switches between a fast and a slow phase puts each round in
-    one of them, where the ratio of medians could take one runtime's median from each phase.
+    ``paired``: the samples were taken in the same interleaved rounds (sample i of both in round i), so rounds
+    are resampled together and drift that hit both in a round cancels out. A host that switches between a fast
+    and a slow phase puts each round in one of them, where the ratio of medians could take one runtime's median
+    from each phase.
     """
     a = np.asarray(numerator, dtype=np.float64)
     b = np.asarray(denominator, dtype=np.float64)
