@@ -32,14 +32,6 @@ def median_time(fn, reps: int) -> float:
     return float(np.median(ts))
 
 
-def paired_ratio(num: list[float], den: list[float]) -> float:
-    """The median of the rounds' ratios num[i] / den[i] (``luminal bench``'s paired estimate): each round timed
-    both back to back, in whichever phase the host was then."""
-    from statistics import median
-
-    return median(n / d for n, d in zip(num, den, strict=True))
-
-
 def spread(xs: list[float]) -> dict:
     """Median, 10th and 90th percentile (as ``luminal bench`` summarises its samples)."""
     from luminal.cli.bench_stats import summarize

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchutil import blas_threads_from_argv, median_time, paired_ratio, spread
+from benchutil import blas_threads_from_argv, median_time, spread
 
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
@@ -122,6 +122,7 @@ def model(layer: Layer, seed: int = 0):
 def bench(layer: Layer, path: Path, threads: int, rounds: int, reps: int, cache: str | None) -> dict:
     import onnxruntime as ort
 
+    from luminal.cli.bench_stats import paired_ratio
     from luminal.runtime.session import InferenceSession
 
     ours = InferenceSession(path, backend="cpu", cache=cache, threads=threads)

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchutil import blas_threads_from_argv, median_time, paired_ratio, spread
+from benchutil import blas_threads_from_argv, median_time, spread
 
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
@@ -49,6 +49,7 @@ def _feeds(sess, rng) -> dict[str, np.ndarray]:
 def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
     import onnxruntime as ort
 
+    from luminal.cli.bench_stats import paired_ratio
     from luminal.runtime.session import InferenceSession
 
     path = MODELS / name

@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchutil import paired_ratio
 
 from luminal.cache import TuningCache
-from luminal.cli.bench_stats import measure_interleaved, summarize
+from luminal.cli.bench_stats import measure_interleaved, paired_ratio, summarize
 from luminal.cli.modelcheck import load_model_proto, make_inputs, onnxruntime_session
 from luminal.config import parse_duration
 from luminal.frontend_onnx import load

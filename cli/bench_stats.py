@@ -43,6 +43,11 @@ class Interval:
     confidence: float
 
 
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float:
+    """The median of the rounds' own ratios numerator[i] / denominator[i] (sample i of both from round i)."""
+    return float(np.median(np.asarray(numerator, dtype=np.float64) / np.asarray(denominator, dtype=np.float64)))
+
+
 def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *, paired: bool = False,
                     n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """The ratio numerator / denominator, with a percentile bootstrap interval: median(numerator) /
@@ -60,7 +65,7 @@ def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float], *,
     if paired and a.size != b.size:
         raise ValueError("paired samples must have the same length")
     rounds = a / b if paired else None
-    estimate = float(np.median(rounds) if rounds is not None else np.median(a) / np.median(b))
+    estimate = paired_ratio(numerator, denominator) if paired else float(np.median(a) / np.median(b))
     rng = np.random.default_rng(seed)
     ratios = np.empty(n_boot)
     rows = max(1, _BOOTSTRAP_CHUNK // max(a.size, b.size))
