@@ -15,9 +15,9 @@ from ..codegen.backend import Backend, Schedule
 from ..codegen.kernel import Buffer, Kernel
 from ..errors import LuminalError
 from ..ir.dtypes import DType, as_declared
-from .alias import elide_concats
+from .alias import Elision, elide_concats
 from .hostio import Bound, HostIO, Rebinding
-from .plan import plan_kernels
+from .plan import BufferPlan, plan_kernels
 
 # the size from which a run writes an output into a fresh array bound for it rather than copying it out of its
 # buffer: the aligned array and its binding and unbinding cost 5 us, the copy of 64 KiB 2 us
@@ -79,7 +79,7 @@ class CompiledModel:
         self._weights = {n: backend.from_numpy(v) for n, v in constants.items() if n in read}
         self._const_outputs = {o.node: np.broadcast_to(constants[o.node], o.shape).astype(o.dtype.np)
                                for o in outputs if o.node in constants}
-        buffers = self._allocate()
+        buffers = allocate(backend, self.launched, self.plan, self.elision)
         values = {**self._weights, **{i.node: backend.empty(i.shape, i.dtype.np) for i in inputs}, **buffers}
         # every buffer by graph node: weights, inputs (written each run where not read in place), outputs
         self._values = values
@@ -90,24 +90,6 @@ class CompiledModel:
     @functools.cached_property
     def sources(self) -> list[str]:
         return [self.backend.source(k, s) for k, s in zip(self.kernels, self.schedules)]
-
-    def _allocate(self) -> dict[int, Any]:
-        """A buffer per kernel output: a typed view into one byte arena where the plan gives it a slot; the part
-        of a concatenation a view into the concatenation's."""
-        be = self.backend
-        arena = be.empty((self.plan.arena_bytes,), np.dtype(np.uint8)) if self.plan.slots else None
-        native: dict[DType, Any] = {}  # the backend's own dtype object (what .view() of its buffers takes)
-
-        def buffer(n: int, b: Buffer) -> Any:
-            slot = self.plan.slots.get(n)
-            if slot is None or arena is None:
-                return be.empty(b.shape, b.dtype.np)
-            if b.dtype not in native:
-                native[b.dtype] = be.empty((0,), b.dtype.np).dtype
-            return arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
-
-        return self.elision.buffers({n: b for k in self.launched for n, (_, b) in zip(k.output_nodes, k.outputs)},
-                                    buffer)
 
     def _host_io(self) -> HostIO | None:
         """Where the launcher can rebind host buffers: the inputs no output passes through, and the outputs of
@@ -192,3 +174,33 @@ class CompiledModel:
     @property
     def intermediate_bytes(self) -> int:
         return self.plan.naive_bytes
+
+
+def allocate(backend: Backend, launched: list[Kernel], plan: BufferPlan, elision: Elision) -> dict[int, Any]:
+    """A buffer per output of the ``launched`` kernels: a typed view into one byte arena where ``plan`` gives it a
+    slot; the part of a concatenation a view into the concatenation's."""
+    arena = backend.empty((plan.arena_bytes,), np.dtype(np.uint8)) if plan.slots else None
+    native: dict[DType, Any] = {}  # the backend's own dtype object (what .view() of its buffers takes)
+
+    def buffer(n: int, b: Buffer) -> Any:
+        slot = plan.slots.get(n)
+        if slot is None or arena is None:
+            return backend.empty(b.shape, b.dtype.np)
+        if b.dtype not in native:
+            native[b.dtype] = backend.empty((0,), b.dtype.np).dtype
+        return arena[slot.offset:slot.offset + slot.nbytes].view(native[b.dtype]).reshape(b.shape)
+
+    return elision.buffers({n: b for k in launched for n, (_, b) in zip(k.output_nodes, k.outputs)}, buffer)
+
+
+def arena_offsets(launched: list[Kernel], plan: BufferPlan, elision: Elision) -> dict[int, int]:
+    """The byte offset into the arena of each output of the ``launched`` kernels that ``allocate`` puts there
+    (a part of a concatenation: where it lies in the concatenation's)."""
+    out: dict[int, int] = {}
+    for k in launched:
+        for n, (_, b) in zip(k.output_nodes, k.outputs):
+            root, first = elision.place(n)
+            slot = plan.slots.get(root)
+            if slot is not None:
+                out[n] = slot.offset + first * b.dtype.itemsize
+    return out

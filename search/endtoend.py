@@ -11,6 +11,8 @@ from ..codegen.kernel import Kernel
 from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph, Op
 from ..runtime.alias import elide_concats
+from ..runtime.model import allocate
+from ..runtime.plan import plan_kernels
 
 if TYPE_CHECKING:
     from ..codegen.backend import Backend
@@ -25,7 +27,8 @@ class ModelRunner:
         self.graph, lowered = lower(graph, decisions)
         graph = self.graph
         self.backend = backend
-        elision = elide_concats(lowered, {n.id for n in graph.outputs})
+        keep = {n.id for n in graph.outputs}
+        elision = elide_concats(lowered, keep)
         self.kernels = elision.pick(lowered)  # what a compiled model launches
         items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
@@ -37,8 +40,8 @@ class ModelRunner:
                 if n.op is Op.Constant and nid not in self.bufs:
                     value = np.broadcast_to(n.attrs["value"], n.shape)
                     self.bufs[nid] = backend.from_numpy(np.ascontiguousarray(value))
-        written = {n: b for k in self.kernels for n, (_, b) in zip(k.output_nodes, k.outputs)}
-        self.bufs |= elision.buffers(written, lambda _, b: backend.empty(b.shape, b.dtype.np))
+        # in a compiled model's arena: a kernel reads what the one before it left in the caches
+        self.bufs |= allocate(backend, self.kernels, plan_kernels(lowered, keep, elision), elision)
         self.launch: Callable[[], None] | None = None
 
     def feed(self, arrays: Sequence[np.ndarray]) -> None:

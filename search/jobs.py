@@ -50,14 +50,21 @@ class CompileJob:
     schedule: dict[str, Any]
 
 
+# where a compiled model's arena puts each buffer of a kernel (inputs then outputs): its byte offset into the
+# arena, None where the model keeps it elsewhere (a weight, the model's input or output); () where no model says
+Placement = tuple[int | None, ...]
+
+
 @dataclass
 class KernelJob:
-    """Verify each schedule against the reference, then time the good ones interleaved."""
+    """Verify each schedule against the reference, then time the good ones interleaved, all on one set of
+    buffers placed as ``placement`` says."""
 
     kernel: Kernel
     schedules: list[dict[str, Any]]
     seed: int
     plan: TimingPlan
+    placement: Placement = ()
 
 
 @dataclass
@@ -99,7 +106,8 @@ class JobRunner:
         self.backend = backend
         self.graph = graph
         self.compiled: dict[str, Any] = {}
-        self.prepared: dict[str, tuple[list[Any], list[np.ndarray]]] = {}
+        self.prepared: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self.placed: dict[tuple[str, Placement], list[Any]] = {}
         self.model_ref: tuple[int, list[np.ndarray], list[np.ndarray]] | None = None
         self._timer: CpuTimer | CudaTimer | None = None
 
@@ -138,19 +146,40 @@ class JobRunner:
             return Measurement("compile_error", message=_one_line(e))
         return Measurement("ok", [time.perf_counter_ns() - t0])
 
-    def _prepare(self, kernel: Kernel, seed: int) -> tuple[list[Any], list[np.ndarray]]:
+    def _prepare(self, kernel: Kernel, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The kernel's random inputs and the reference's outputs for them."""
         sig = kernel.signature
         if sig not in self.prepared:
             arrays = random_inputs([(b.shape, b.dtype) for b in kernel.inputs], seed)
             expected = run_kernel(kernel, arrays)
             if len(self.prepared) >= self.MAX_PREPARED:
                 self.prepared.pop(next(iter(self.prepared)))
-            self.prepared[sig] = ([self.backend.from_numpy(a) for a in arrays], expected)
+            self.prepared[sig] = (arrays, expected)
         return self.prepared[sig]
+
+    def _buffers(self, kernel: Kernel, seed: int, placement: Placement) -> list[Any]:
+        """The kernel's buffers, its inputs holding the prepared values, then its outputs, each placed as
+        ``placement`` says where the backend can (``empty_at``): one set for every candidate of the kernel, since
+        where its buffers lie against each other moves a memory-bound kernel's time by a fifth."""
+        key = (kernel.signature, placement)
+        if key not in self.placed:
+            arrays, _ = self._prepare(kernel, seed)
+            specs = [(b.shape, b.dtype.np) for b in kernel.inputs] + [(b.shape, b.dtype.np) for _, b in kernel.outputs]
+            at = getattr(self.backend, "empty_at", None)
+            bufs = [self.backend.empty(shape, dtype) if offset is None or at is None else at(shape, dtype, offset)
+                    for (shape, dtype), offset in zip(specs, placement or [None] * len(specs))]
+            for buf, a in zip(bufs, arrays):
+                self.backend.write(buf, a)
+            if len(self.placed) >= self.MAX_PREPARED:
+                self.placed.pop(next(iter(self.placed)))
+            self.placed[key] = bufs
+        return self.placed[key]
 
     def _kernel(self, job: KernelJob) -> Reply:
         k = job.kernel
-        inputs, expected = self._prepare(k, job.seed)
+        _, expected = self._prepare(k, job.seed)
+        args = self._buffers(k, job.seed, job.placement)
+        outs = args[len(k.inputs):]
         reduce_len = int(np.prod([k.full[a] for a in k.reduce_axes])) if k.reduce_axes else 1
         outcomes: list[Measurement] = []
         runs = []
@@ -160,9 +189,10 @@ class JobRunner:
             except Exception as e:
                 outcomes.append(Measurement("compile_error", message=_one_line(e)))
                 continue
-            outs = [self.backend.from_numpy(_sentinel(b.shape, b.dtype)) for _, b in k.outputs]
             try:
-                fn(inputs + outs)
+                for o, (_, b) in zip(outs, k.outputs):
+                    self.backend.write(o, _sentinel(b.shape, b.dtype))
+                fn(args)
                 self.backend.synchronize()
                 got = [self.backend.to_numpy(o) for o in outs]
             except Exception as e:
@@ -178,7 +208,7 @@ class JobRunner:
             outcomes.append(Measurement("ok"))
             # timed through the backend's launcher, as a compiled model runs it (the cpu backend's keeps the
             # OpenMP workers off the caller's CPU there)
-            runs.append((len(outcomes) - 1, self.backend.launcher([fn], [inputs + outs])))
+            runs.append((len(outcomes) - 1, self.backend.launcher([fn], [args])))
         return self._time(outcomes, runs, job.plan)
 
     def _time(self, outcomes: list[Measurement], runs: list, plan: TimingPlan) -> Reply:

@@ -15,7 +15,7 @@ from ..codegen.kernel import Kernel
 from ..codegen.partition import Decisions
 from ..errors import LuminalError
 from ..ir.graph import Graph
-from .jobs import CompileJob, KernelJob, Measurement, ModelJob
+from .jobs import CompileJob, KernelJob, Measurement, ModelJob, Placement
 from .timing import TimingPlan
 from .worker import Cancelled, Worker, WorkerContext, WorkerLost, wait_any
 
@@ -115,10 +115,10 @@ class Measurer:
         est = n * (self.plan.warmup_s + self.plan.cap_s * 1.2)
         return deadline is not None and time.monotonic() + est > deadline
 
-    def measure(self, kernel: Kernel, schedules: list[dict[str, Any]],
-                deadline: float | None = None) -> list[Measurement]:
-        """Each candidate verified and timed on its own (a bad one only fails itself); candidates that
-        would start past ``deadline`` come back ``skipped``."""
+    def measure(self, kernel: Kernel, schedules: list[dict[str, Any]], deadline: float | None = None,
+                placement: Placement = ()) -> list[Measurement]:
+        """Each candidate verified and timed on its own (a bad one only fails itself), on buffers placed as
+        ``placement`` says; candidates that would start past ``deadline`` come back ``skipped``."""
         if self._late(deadline):
             return [Measurement("skipped") for _ in schedules]
         compiled = self.compile_many(kernel, schedules)
@@ -129,12 +129,12 @@ class Measurer:
             elif self._late(deadline):
                 out.append(Measurement("skipped"))
             else:
-                out.extend(self.compare(kernel, [s]))
+                out.extend(self.compare(kernel, [s], placement))
         return out
 
-    def compare(self, kernel: Kernel, schedules: list[dict[str, Any]]) -> list[Measurement]:
+    def compare(self, kernel: Kernel, schedules: list[dict[str, Any]], placement: Placement = ()) -> list[Measurement]:
         """Candidates that ran before, verified again and timed together, interleaved round by round."""
-        job = KernelJob(kernel, schedules, self.seed, self._paired(len(schedules)))
+        job = KernelJob(kernel, schedules, self.seed, self._paired(len(schedules)), placement)
         return self._run(job, len(schedules), _prep_seconds(kernel))
 
     def measure_model(self, variants: list[tuple[Decisions, dict[str, dict[str, Any]]]],

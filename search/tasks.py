@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..codegen.kernel import Kernel
 from ..codegen.partition import ByImage, ChannelsLast, Decisions, decisions_config
+from .jobs import Placement
 from .measure import Measurement
 from .report import FusionReport, KernelReport
 from .scheduler import TaskState
@@ -324,12 +325,14 @@ class StudyTask:
 
 class KernelTask(StudyTask):
     def __init__(self, kernel: Kernel, signature: str, study: optuna.Study | Callable[[], optuna.Study],
-                 space: ScheduleSpace, count: int, note: str | None, heartbeats: Heartbeats | None = None):
+                 space: ScheduleSpace, count: int, note: str | None, heartbeats: Heartbeats | None = None,
+                 placement: Placement = ()):
         super().__init__(signature, study, space, count, heartbeats)
         self.kernel = kernel
         self.signature = signature
         self.count = count
         self.note = note
+        self.placement = placement  # where the model being tuned puts its buffers (updated as its decisions change)
 
     def key(self, point: dict[str, Any]) -> str:
         return self.space.key(point)

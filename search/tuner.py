@@ -34,7 +34,10 @@ from ..codegen.partition import (
 from ..errors import LuminalError
 from ..ir.graph import Graph, Op
 from ..runtime.alias import elide_concats
+from ..runtime.model import arena_offsets
+from ..runtime.plan import plan_kernels
 from ..values import format_duration
+from .jobs import Placement
 from .measure import Measurement, Measurer, refuse_untimed
 from .pool import pull_winners
 from .report import TuneReport
@@ -174,13 +177,19 @@ class Tuner:
         the kernels a compiled model launches: not the concatenations written in place)."""
         counts: dict[str, int] = {}
         kernels: dict[str, Kernel] = {}
-        elision = elide_concats(partitioned, {n.id for n in graph.outputs})
-        for k in elision.pick(partitioned):
+        keep = {n.id for n in graph.outputs}
+        elision = elide_concats(partitioned, keep)
+        launched = elision.pick(partitioned)
+        arena = arena_offsets(launched, plan_kernels(partitioned, keep, elision), elision)
+        placements: dict[str, Placement] = {}
+        for k in launched:
             sig = k.signature
             counts[sig] = counts.get(sig, 0) + 1
             kernels.setdefault(sig, k)
+            placements.setdefault(sig, tuple(arena.get(n) for n in (*k.input_nodes, *k.output_nodes)))
         for t in self.tasks.values():
             t.state.weight = counts.get(t.signature, 0)
+            t.placement = placements.get(t.signature, t.placement)
         for sig, k in kernels.items():
             if sig in self.tasks:
                 continue
@@ -191,7 +200,8 @@ class Tuner:
             # its knobs join the study's attributes before its first trial: the other kernels' samplers learn from it
             attrs = {SPACE_ATTR: [space.signature, space.described]} if space.described is not None else {}
             opener = lambda name=name, smp=smp, attrs=attrs: open_study(self.storage, name, smp, attrs)
-            self.tasks[sig] = KernelTask(k, sig, opener, space, counts[sig], note, self.storage.heartbeats)
+            self.tasks[sig] = KernelTask(k, sig, opener, space, counts[sig], note, self.storage.heartbeats,
+                                         placements[sig])
             self.cache.record_kernel(sig, k.form, k.canonical(),
                                      {"full": list(k.full), "nodes": [list(s) for s in k.sources]}, self.model_name)
             if note and note not in self.report.notes:
@@ -208,7 +218,7 @@ class Tuner:
 
     def _kernel_step(self, task: KernelTask, m: Measurer) -> None:
         t0 = time.monotonic()
-        compare = lambda pts: m.compare(task.kernel, pts)
+        compare = lambda pts: m.compare(task.kernel, pts, task.placement)
         if task.state.trials == 0:
             task.enqueue_default()
             initial = [task.space.default]
@@ -216,7 +226,7 @@ class Tuner:
             for extra in ([w.config] if w else []) + [task.previous_best()]:
                 if extra is not None and task.space.valid(extra) and extra not in initial:
                     initial.append(extra)
-            results = m.measure(task.kernel, initial)
+            results = m.measure(task.kernel, initial, placement=task.placement)
             for sched, r in zip(initial, results):
                 self._record(task, sched, r)
                 task.tell(None, sched, r)
@@ -229,7 +239,7 @@ class Tuner:
         if not pending:
             return
         scheds = [p for _, p in pending]
-        results = m.measure(task.kernel, scheds, deadline=self.loop_end)
+        results = m.measure(task.kernel, scheds, deadline=self.loop_end, placement=task.placement)
         for (trial, sched), r in zip(pending, results):
             self._record(task, sched, r)
             task.tell(trial, sched, r)
@@ -281,7 +291,7 @@ class Tuner:
             need = len(pts) * (self.plan.warmup_s + self.plan.cap_s) * 1.3 + 0.2
             if time.monotonic() + need > final_deadline or self.stop():
                 continue
-            task.settle(pts, m.compare(task.kernel, pts))
+            task.settle(pts, m.compare(task.kernel, pts, task.placement))
         if self.fusion is not None or self.schedules():
             # the check that guards every winner starts whenever the budget is not over (its time is kept back
             # above; where the steps before it overran, it ends within one measurement past the budget)

@@ -11,6 +11,7 @@ from onnx import helper
 
 from luminal.frontend_onnx import load
 from luminal.runtime.compile import compile_graph
+from luminal.runtime.model import arena_offsets
 from luminal.search.endtoend import ModelRunner
 
 RNG = np.random.default_rng(0)
@@ -132,3 +133,17 @@ def test_the_tuners_model_runner_writes_the_parts_in_place_too():
     runner()
     (want,) = run_ort(model, feeds)
     np.testing.assert_allclose(runner.outputs()[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_tuners_model_runner_places_its_buffers_where_a_compiled_model_does():
+    """The end-to-end check times what a compiled model runs: its intermediates in one arena, each at the offset
+    the plan gives it (``arena_offsets``, where the search also places a kernel's buffers), the parts of a
+    concatenation inside it."""
+    model, _, _ = _model("dense")
+    graph = load(model).graph
+    compiled = compile_graph(graph, "cpu")
+    runner = ModelRunner(graph, compiled.backend, {}, {})
+    where = arena_offsets(compiled.launched, compiled.plan, compiled.elision)
+    assert len(where) == 4 and len(compiled.plan.slots) == 2  # three parts of the concatenations, and a ReLU's
+    for buffers in (runner.bufs, compiled._values):
+        assert len({buffers[n].ctypes.data - offset for n, offset in where.items()}) == 1

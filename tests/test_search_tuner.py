@@ -21,11 +21,14 @@ from luminal.cache import TuningCache
 from luminal.codegen.backend import Knob
 from luminal.codegen.partition import partition
 from luminal.errors import LuminalError
+from luminal.ir.dtypes import DType
+from luminal.ir.graph import Graph
+from luminal.ir.tensor import Tensor
 from luminal.search.samplers import make_sampler
 from luminal.search.scheduler import TaskState, pick, step_seconds
 from luminal.search.space import ScheduleSpace
 from luminal.search.studies import Liveness
-from luminal.search.tuner import tune
+from luminal.search.tuner import Tuner, tune
 
 PLAN = helpers.PLAN
 
@@ -519,3 +522,25 @@ def test_a_trial_failed_by_another_process_while_it_is_sampled_is_dropped(monkey
     assert failed == [0] and trial.number == len(states) - 1
     running = optuna.trial.TrialState.RUNNING
     assert states[0] == optuna.trial.TrialState.FAIL and states[-1] == running and running not in states[1:-1]
+
+
+def test_each_kernel_is_timed_on_buffers_placed_as_the_compiled_model_places_them(tmp_path):
+    """A kernel task carries where the model's arena puts each of its buffers (what jobs.KernelJob places them
+    by): an intermediate that one kernel writes and the next reads is at one offset in both, the model's inputs and
+    output, which lie outside the arena, nowhere in particular."""
+    x = Tensor.input("x", (4, 8), DType.float32)
+    y = Tensor.input("y", (4, 8), DType.float32)
+    t = x.mul(x.exp().mul(y).sum(axes=(1,), keepdim=True).recip()).add(y).contiguous()
+    v = t.mul(t.sum(axes=(0,), keepdim=True)).contiguous()
+    graph = Graph([x.node, y.node], [v.node], ["v"])
+    tuner = Tuner(graph, helpers.FakeBackend(), 60, storage=f"sqlite:///{tmp_path / 'studies.db'}",
+                  cache=tmp_path / "tuning.db", fusion=False)
+    kernels = partition(graph)
+    where: dict[int, set] = {}
+    for k in kernels:
+        for n, p in zip((*k.input_nodes, *k.output_nodes), tuner.tasks[k.signature].placement, strict=True):
+            where.setdefault(n, set()).add(p)
+    outside = {x.node.id, y.node.id, v.node.id}
+    between = set(where) - outside
+    assert between and all(len(where[n]) == 1 and isinstance(next(iter(where[n])), int) for n in between)
+    assert all(where[n] == {None} for n in outside)
