@@ -1,4 +1,5 @@
-"""Buffer plan: intermediates share one arena by liveness (first fit, largest first)."""
+"""Buffer plan: intermediates share one arena by liveness (first fit, largest first; large ones half a page apart
+launch by launch)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from ..codegen.kernel import Kernel
 from .alias import Elision
 
 ALIGN = 256
+# slots of STAGGER_MIN_BYTES or more start half a page apart, launch by launch (see plan_buffers)
+PAGE = 4096
+STAGGER = PAGE // 2
+STAGGER_MIN_BYTES = 1 << 16
 
 
 @dataclass
@@ -39,7 +44,13 @@ def _align(n: int) -> int:
 def plan_buffers(launches: Sequence[tuple[Sequence[int], Sequence[tuple[int, int]]]], keep: set[int]) -> BufferPlan:
     """``launches``: per kernel (input node ids, [(output node id, nbytes)]); a node written by several (the
     parts of a concatenation) lives from the first. Nodes in ``keep`` (graph outputs) get no slot: they must
-    outlive the run."""
+    outlive the run.
+
+    A slot of STAGGER_MIN_BYTES or more starts at the page offset 0 or half a page, by its writer's launch
+    index, so that a kernel does not write at the page offsets it reads its producer's output from: where a
+    memory-bound kernel's input and output lie at one offset into a page, loads and stores meet in the same L1
+    sets and stores alias later loads (DeepLab's 1x1 conv 16 -> 64 over 256x256: 1026 us, 837 us with its
+    output half a page on)."""
     plan = BufferPlan()
     for t, (_, outs) in enumerate(launches):
         for node, nbytes in outs:
@@ -57,11 +68,14 @@ def plan_buffers(launches: Sequence[tuple[Sequence[int], Sequence[tuple[int, int
     for s in order:
         busy = sorted((p.offset, p.offset + _align(p.nbytes)) for p in placed
                       if not (p.last < s.first or s.last < p.first))
-        offset = 0
+        step = PAGE if s.nbytes >= STAGGER_MIN_BYTES else ALIGN
+        color = s.first * STAGGER % step  # where in a page (a step) the slot starts
+        offset = color
         for lo, hi in busy:
             if offset + _align(s.nbytes) <= lo:
                 break
-            offset = max(offset, hi)
+            if hi > offset:
+                offset = hi + (color - hi) % step
         s.offset = offset
         placed.append(s)
         plan.arena_bytes = max(plan.arena_bytes, offset + _align(s.nbytes))

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from luminal.runtime.plan import ALIGN, plan_buffers
+import luminal.runtime.plan as plan_module
+from luminal.runtime.plan import ALIGN, PAGE, STAGGER_MIN_BYTES, plan_buffers
 
 
 def _launches(rnd: random.Random, n: int, sizes: list[int]) -> list[tuple[list[int], list[tuple[int, int]]]]:
@@ -46,7 +47,8 @@ def test_one_size_slots_never_overlap_and_fill_the_arena_tightly(seed):
 def test_mixed_sizes_never_overlap(seed):
     rnd = random.Random(seed)
     n = rnd.randint(1, 60)
-    plan = plan_buffers(_launches(rnd, n, [4, 300, 1024, 5000]), {n - 1})
+    plan = plan_buffers(_launches(rnd, n, [4, 300, 1024, 5000, STAGGER_MIN_BYTES, 3 * STAGGER_MIN_BYTES + 8]),
+                        {n - 1})
     assert not _overlaps(plan)
     assert plan.arena_bytes >= max((s.offset + s.nbytes for s in plan.slots.values()), default=0)
 
@@ -55,3 +57,20 @@ def test_a_long_chain_of_one_size_plans_in_two_slots():
     n = 20000
     plan = plan_buffers([([t - 1] if t else [], [(t, 4096)]) for t in range(n)], {n - 1})
     assert plan.arena_bytes == 2 * 4096 and len(plan.slots) == n - 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_large_slot_starts_half_a_page_from_the_one_its_writer_reads(seed, monkeypatch):
+    """Consecutive kernels of a chain write at page offsets half a page apart (loads and stores of a memory-bound
+    kernel then meet in other L1 sets), where the slots are large enough for it to matter; small ones pack."""
+    rnd = random.Random(seed)
+    n = rnd.randint(3, 60)
+    sizes = [300, 5000, STAGGER_MIN_BYTES, 3 * STAGGER_MIN_BYTES + 8, 1 << 20]
+    launches = [([t - 1] if t else [], [(t, 300 if t == 0 else rnd.choice(sizes))]) for t in range(n)]
+    plan = plan_buffers(launches, {n - 1})
+    assert not _overlaps(plan)
+    large = [t for t in range(n - 1) if plan.slots[t].nbytes >= STAGGER_MIN_BYTES]
+    assert all(plan.slots[t].offset % PAGE == t % 2 * PAGE // 2 for t in large)
+    assert all(s.offset % ALIGN == 0 for s in plan.slots.values())
+    monkeypatch.setattr(plan_module, "STAGGER_MIN_BYTES", 1 << 62)
+    assert plan.arena_bytes <= plan_buffers(launches, {n - 1}).arena_bytes + PAGE * len(large)
