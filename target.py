@@ -31,6 +31,8 @@ CPU_ISA_FLAGS = (
 )
 # the environment variables a default thread count follows, luminal's own first (OpenMP's: its first level)
 THREAD_VARS = ("LUMINAL_NUM_THREADS", "OMP_NUM_THREADS")
+# a memory page: where two buffers start within one decides which L1 sets their lines share
+PAGE_BYTES = 4096
 
 
 @dataclass(frozen=True)

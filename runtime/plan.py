@@ -8,13 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..codegen.kernel import Kernel
+from ..target import PAGE_BYTES
 from .alias import Elision
 
 ALIGN = 256
-# slots of STAGGER_MIN_BYTES or more start half a page apart, launch by launch (see plan_buffers)
-PAGE = 4096
-STAGGER = PAGE // 2
-STAGGER_MIN_BYTES = 1 << 16
+STAGGER_MIN_BYTES = 1 << 16  # slots this large start half a page apart, launch by launch (see plan_buffers)
 
 
 @dataclass
@@ -68,8 +66,9 @@ def plan_buffers(launches: Sequence[tuple[Sequence[int], Sequence[tuple[int, int
     for s in order:
         busy = sorted((p.offset, p.offset + _align(p.nbytes)) for p in placed
                       if not (p.last < s.first or s.last < p.first))
-        step = PAGE if s.nbytes >= STAGGER_MIN_BYTES else ALIGN
-        color = s.first * STAGGER % step  # where in a page (a step) the slot starts
+        large = s.nbytes >= STAGGER_MIN_BYTES
+        step = PAGE_BYTES if large else ALIGN
+        color = s.first % 2 * PAGE_BYTES // 2 if large else 0  # where in a step the slot starts
         offset = color
         for lo, hi in busy:
             if offset + _align(s.nbytes) <= lo:

@@ -8,7 +8,8 @@ import random
 import pytest
 
 import luminal.runtime.plan as plan_module
-from luminal.runtime.plan import ALIGN, PAGE, STAGGER_MIN_BYTES, plan_buffers
+from luminal.runtime.plan import ALIGN, STAGGER_MIN_BYTES, plan_buffers
+from luminal.target import PAGE_BYTES as PAGE
 
 
 def _launches(rnd: random.Random, n: int, sizes: list[int]) -> list[tuple[list[int], list[tuple[int, int]]]]:

@@ -115,8 +115,9 @@ def test_every_candidate_is_timed_on_one_set_of_buffers_placed_as_its_model_plac
     """Where a kernel's buffers lie against each other moves a memory-bound kernel's time by a fifth, so every
     candidate runs on the same buffers, each at its offset into a page as the job's placement says (None: anywhere);
     the outputs are reset before each candidate, so one that writes nothing fails after one that wrote them."""
-    from luminal.codegen.c.backend import PAGE, aligned_empty
+    from luminal.codegen.c.backend import aligned_empty
     from luminal.search.jobs import JobRunner, KernelJob
+    from luminal.target import PAGE_BYTES as PAGE
 
     bound = []
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...target import Target, detect_target
+from ...target import PAGE_BYTES, Target, detect_target
 from ..backend import Knob, Schedule, register_backend
 from ..kernel import Kernel
 from . import build, schedule
@@ -23,7 +23,6 @@ from .knobs import CSchedule, GemmSchedule, ReductionSchedule
 from .stencil import emit_stencil, packed_weight
 
 ALIGN = 64
-PAGE = 4096
 
 
 def address(array: np.ndarray) -> int:
@@ -400,7 +399,7 @@ class CPUBackend:
         buffers of a kernel lie against each other in the L1's sets decides how fast a memory-bound kernel runs
         (a 1x1 conv 16 -> 64 over 256x256: 1026 us with its input and output at one offset into a page, 837 us
         with the output 2 KiB further on), so the search times each kernel on buffers placed as its model's."""
-        return aligned_empty(tuple(shape), dtype, PAGE, offset)
+        return aligned_empty(tuple(shape), dtype, PAGE_BYTES, offset)
 
     def synchronize(self) -> None:
         return None
