@@ -150,11 +150,21 @@ def _accepts(g: _Group, n: Node, via: tuple[Node, View]) -> bool:
     if n.op in REDUCE:
         src_shape = n.srcs[0][1].shape
         if g.reduce_axes is None:
-            return math.prod(src_shape) == g.full_numel and _same_order(v, p) and n.srcs[0][0] is p
+            return (math.prod(src_shape) == g.full_numel and _same_order(v, p) and n.srcs[0][0] is p
+                    and _respaced(g, src_shape))
         return src_shape == g.full and tuple(n.attrs["axes"]) == g.reduce_axes and _same_order(v, p)
     if _same_order(v, p):
         return n.numel in (g.full_numel, g.row_numel)
     return g.reduce_axes is not None and n.numel == g.full_numel and p.numel == g.row_numel and _over_reduced(v, g)
+
+
+def _respaced(g: _Group, shape: tuple[int, ...]) -> bool:
+    """Whether every value elementwise group ``g`` reads is a view over ``shape``, the space of a reduction that
+    would join it: a value read transposed within a dim the reduction's space merges (a channel shuffle's) would
+    be read through the index arithmetic of another shape at every element (a ReLU and max pool over such a
+    copy, fused: 18 + 8 -> 363 us)."""
+    numel = math.prod(shape)
+    return g.full == shape or all(v.numel != numel or v.reshape(shape) is not None for m in g.nodes for _, v in m.srcs)
 
 
 def _over_reduced(v: View, g: _Group) -> bool:

@@ -6,6 +6,7 @@ Each pass is a pure function Graph -> Graph that builds new nodes.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,7 +15,7 @@ from .graph import ELEMENTWISE, REDUCE, SOURCES, Graph, Node, Op
 from .nogc import gc_paused
 from .reference import eval_node, read
 from .tensor import FOLD_LIMIT
-from .view import View, reads_dim
+from .view import View, contiguous_strides, reads_dim
 
 Src = tuple[Node, View]
 
@@ -161,6 +162,34 @@ def _unread_dims(shape: tuple[int, ...], srcs: tuple[Src, ...]) -> Iterator[int]
                 yield d
 
 
+def _reduced_in_order(n: Node, srcs: tuple[Src, ...]) -> Src | None:
+    """A reduction over a transposition of its source (a global average behind an exporter's NHWC Transpose)
+    reduces the source in the order it is stored, where the kept dims keep their order: its output is the same,
+    and it reads its source in order (and fuses with it) instead of across the strides of the transposed dims."""
+    x, v = srcs[0]
+    if v.offset or v.mask or v.numel != x.numel:
+        return None
+    stored = {s: e for e, s in enumerate(contiguous_strides(x.shape)) if x.shape[e] > 1}
+    dim = {}  # a dim of more than one element of the view -> the source's dim it walks
+    for d, (size, stride) in enumerate(zip(v.shape, v.strides)):
+        if size > 1:
+            e = stored.get(stride)
+            if e is None or x.shape[e] != size:
+                return None
+            dim[d] = e
+    axes = set(n.attrs["axes"])
+    kept = [dim[d] for d in sorted(dim) if d not in axes]
+    walked = list(dim.values())
+    if kept != sorted(kept) or walked == sorted(walked) or len(set(walked)) < len(walked):
+        return None
+    new_axes = tuple(sorted(dim[d] for d in axes if d in dim))
+    shape = tuple(1 if e in new_axes else s for e, s in enumerate(x.shape))
+    red = Node(n.op, ((x, View.contiguous(x.shape)),), shape, n.dtype, {**n.attrs, "axes": new_axes},
+               origin=n.origin)
+    out = View.contiguous(shape).reshape(n.shape)
+    return None if out is None else (red, out)
+
+
 def _done_once(n: Node, srcs: tuple[Src, ...]) -> Src | None:
     if n.op in REDUCE:
         return _reduced_once(n, srcs)
@@ -263,6 +292,11 @@ def _optimise_once(graph: Graph) -> tuple[Graph, bool]:
     some node was rewritten (simplified): without a rewrite, the graph is one the walk leaves as it is."""
     kept = _Cse()
     rewrote = False
+    # values read through one view by more than one node: a reduction over such a transposition (a layer norm's or
+    # softmax's) stays in that order, fused with the value's other readers there
+    order = graph.toposort()
+    reduced = {n.srcs[0][0].id for n in order if n.op in REDUCE}
+    reads = Counter((s.id, v) for n in order for s, v in n.srcs if s.id in reduced)
 
     def visit(n: Node, srcs: tuple[Src, ...]) -> Node | Src:
         nonlocal rewrote
@@ -271,6 +305,8 @@ def _optimise_once(graph: Graph) -> tuple[Graph, bool]:
         out = _folded(n, srcs)
         if out is None:
             rewritten = _rewritten(n, srcs)
+            if rewritten is None and n.op in REDUCE and reads[n.srcs[0][0].id, n.srcs[0][1]] == 1:
+                rewritten = _reduced_in_order(n, srcs)
             if rewritten is None:
                 out = _copy(n, srcs)
             else:
