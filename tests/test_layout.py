@@ -732,3 +732,38 @@ def test_the_default_stores_a_1x1_conv_channels_last_for_the_depthwise_conv_afte
     # stored so, the depthwise conv's kernel writes the channels innermost
     assert any(k.outputs[0][1].shape == (1, 7, 7, c * multiplier) for k in kernels) == stored
     _close(run_graph(g, feeds), run_ort(model, feeds))
+
+
+def test_the_default_stores_convs_channels_last_that_an_exporter_reads_transposed():
+    """tf2onnx's graph of a Keras MobileNetV3, its transpositions left in place: an NHWC input, and each conv
+    between a Transpose to NCHW and one back to NHWC, its bias or batch norm and activation after the latter.
+    The 1x1 convs are stored channels-last by default and the depthwise conv over their NHWC value computes its
+    channels innermost, so every batch norm and activation fuses into its conv; the stem over the image's three
+    channels stays in the logical order (its epilogue a pass of its own)."""
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((1, 30, 30, 3)).astype(np.float32)
+    c = 48
+    inits = {"w0": (rng.standard_normal((16, 3, 3, 3)) / 5).astype(np.float32),
+             "we": (rng.standard_normal((c, 16, 1, 1)) / 4).astype(np.float32),
+             "wd": (rng.standard_normal((c, 1, 3, 3)) / 3).astype(np.float32),
+             "wp": (rng.standard_normal((24, c, 1, 1)) / 7).astype(np.float32),
+             **{f"b{i}": rng.standard_normal(n).astype(np.float32) for i, n in enumerate((16, c, c, 24))},
+             "s2": rng.uniform(0.5, 1.5, c).astype(np.float32)}
+    n = helper.make_node
+    to_nchw, to_nhwc = {"perm": [0, 3, 1, 2]}, {"perm": [0, 2, 3, 1]}
+    nodes = [n("Transpose", ["x"], ["x1"], **to_nchw), n("Conv", ["x1", "w0"], ["c0"], strides=[2, 2], pads=[1] * 4),
+             n("Transpose", ["c0"], ["t0"], **to_nhwc), n("Add", ["t0", "b0"], ["a0"]), n("HardSwish", ["a0"], ["h0"]),
+             n("Transpose", ["h0"], ["x2"], **to_nchw), n("Conv", ["x2", "we"], ["c1"]),
+             n("Transpose", ["c1"], ["t1"], **to_nhwc), n("Add", ["t1", "b1"], ["a1"]), n("Relu", ["a1"], ["r1"]),
+             n("Transpose", ["r1"], ["x3"], **to_nchw),
+             n("Conv", ["x3", "wd"], ["c2"], group=c, strides=[2, 2], pads=[1] * 4),
+             n("Transpose", ["c2"], ["t2"], **to_nhwc), n("Mul", ["t2", "s2"], ["m2"]), n("Add", ["m2", "b2"], ["a2"]),
+             n("Relu", ["a2"], ["r2"]), n("Transpose", ["r2"], ["x4"], **to_nchw), n("Conv", ["x4", "wp"], ["c3"]),
+             n("Transpose", ["c3"], ["t3"], **to_nhwc), n("Add", ["t3", "b3"], ["y"])]
+    model, feeds = make_model(nodes, {"x": x}, inits), {"x": x}
+    g = load(model).graph
+    names = [nd.origin[0] for nd in layout.defaults(g, g.toposort())]
+    assert sorted(names) == ["c1", "c3"], names
+    kernels = lower(g)[1]
+    assert [k.form for k in kernels] == ["contraction", "elementwise", "contraction", "contraction", "contraction"]
+    _close(run_graph(g, feeds), run_ort(model, feeds))
