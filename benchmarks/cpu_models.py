@@ -10,6 +10,9 @@ examples/models/manifest.json (export them with examples/export_models.py).
                                                         # DeepLab, the light model-zoo graphs (--sizes cnn)
     python benchmarks/cpu_models.py --size vision --threads 2          # torchvision's (--sizes vision)
     python benchmarks/cpu_models.py --size quant --threads 2           # onnxruntime-quantized CNNs (--sizes quant)
+    python benchmarks/cpu_models.py --size tf2onnx --threads 2         # Keras models through tf2onnx, and
+    python benchmarks/cpu_models.py --size paddle2onnx --threads 2     # Paddle's through paddle2onnx
+                                                        # (examples/export_foreign.py)
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--size", choices=["small", "full", "cnn", "vision", "quant"], default="small")
+    ap.add_argument("--size", choices=["small", "full", "cnn", "vision", "quant", "tf2onnx", "paddle2onnx"],
+                    default="small")
     ap.add_argument("--only", default="", help="substring of the model file names to run")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=3)
