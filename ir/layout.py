@@ -154,7 +154,7 @@ def _rewrite(graph: Graph, order: list[Node], chosen: set[int]) -> tuple[Graph, 
                        {**n.attrs, "axes": axes}, origin=n.origin)
             # a convolution that follows its input's order (``_channelwise``) has that input's root; over a value
             # of the graph's own read transposed, it is its own
-            at = next((root[s.id] for s, _ in mul.srcs if s.id in root and n.id not in chosen), n.id)
+            at = n.id if n.id in chosen else next((root[s.id] for s, _ in mul.srcs if s.id in root), n.id)
             new[n.id], stored[n.id], root[n.id] = red, _stored(red, perm), at
             continue
         # a contraction's product keeps its order; what a pool sums (an activation, a hardswish's product)
@@ -379,7 +379,9 @@ def defaults(graph: Graph, order: list[Node]) -> list[Node]:
     without groups (ShuffleNet's grouped ones ran 1-4% slower so) of at most SHORT_ROWS rows whose value
     (through elementwise nodes of its size) some 1x1 convolution reads and nothing else but 1x1 convolutions,
     global pools and depthwise convolutions whose own values are read so in turn, each in place (not through a
-    channel shuffle, which reads a copy), and is not a graph output. ``order``: the graph's toposort.
+    channel shuffle, which reads a copy), and is not a graph output; and every convolution over more than a few
+    input channels that its readers all read transposed with its channels innermost (``_read_transposed``: an
+    exporter's NHWC values). ``order``: the graph's toposort.
 
     A depthwise convolution follows a channels-last input (``_channelwise``), its vectors along the channels: a
     MobileNetV3-style net's expansions at 28x28 and below, read by their depthwise convolutions, stored so
