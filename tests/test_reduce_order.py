@@ -88,3 +88,27 @@ def test_a_reduction_does_not_fuse_with_a_value_it_could_read_only_by_index_arit
     (want,) = run_ort(model, {"x": x})
     (got,) = run_graph(graph, {"x": x})
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_reductions_over_transpositions_match_onnxruntime(seed):
+    """A ReLU, a random transposition, a random reduction over random axes (kept or not), and a second reader of
+    the ReLU's value in its own order or the transposed one: the C backend's outputs against onnxruntime's,
+    whichever order each reduction is moved to."""
+    r = np.random.default_rng(100 + seed)
+    shape = [int(d) for d in r.integers(2, 7, 4)]
+    x = r.standard_normal(shape).astype(np.float32)
+    perm = [int(p) for p in r.permutation(4)]
+    axes = sorted(int(a) for a in r.choice(4, int(r.integers(1, 4)), replace=False))
+    op = str(r.choice(["ReduceMean", "ReduceMax", "ReduceMean", "ReduceL1"]))
+    keep = int(r.integers(0, 2))
+    other = ["t"] if r.integers(0, 4) == 0 else ["r"]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Transpose", ["r"], ["t"], perm=perm),
+             helper.make_node(op, ["t"], ["y"], axes=axes, keepdims=keep),
+             helper.make_node("Sigmoid", other, ["z"])]
+    model = make_model(nodes, {"x": x}, outputs=["y", "z"], opset=13)
+    graph = load(model).graph
+    want = run_ort(model, {"x": x})
+    got = run_graph(graph, {"x": x})
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.reshape(b.shape), b, rtol=1e-5, atol=1e-5)
