@@ -387,20 +387,21 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
     edges = {e: v for e, v in (decisions or {}).items() if isinstance(e, tuple)}
     algorithms = [w for w, v in (decisions or {}).items() if isinstance(w, Winograd) and v]
     last = [c.node for c, v in (decisions or {}).items() if isinstance(c, ChannelsLast) and v]
-    if not algorithms and not last:  # what most untuned compiles take: no toposort
-        return graph, edges
     order = graph.toposort()
     chosen: dict[int, int] = {}
     for w in algorithms:
         if w.node < len(order):
             chosen[order[w.node].id] = max(w.tile, chosen.get(order[w.node].id, 0))
     stored = {order[p].id for p in last if p < len(order) and order[p].id not in chosen}
-    if not chosen and not stored:
+    # a depthwise conv over a value of the graph's own stored channels-last (a ConvNeXt stage's first, after
+    # its stem's norm over channels moved last) computes its channels innermost with or without a stored conv
+    follow = bool(stored) or layout.follows_transposed(order)
+    if not chosen and not follow:
         return graph, edges
     images = {order[c.node].id for c, v in (decisions or {}).items() if isinstance(c, ByImage) and v
               and c.node < len(order) and order[c.node].id in chosen}
     new, moved = winograd.rewrite(graph, chosen, images) if chosen else (graph, {n.id: n for n in order})
-    if stored:
+    if follow:
         new, again = layout.rewrite(new, {m.id for i in stored if (m := moved.get(i)) is not None})
         moved = {k: m for k, v in moved.items() if (m := again.get(v.id)) is not None}
     pos = {n.id: i for i, n in enumerate(new.toposort())}

@@ -278,6 +278,13 @@ def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
     return _per_channel(red)
 
 
+def follows_transposed(order: list[Node]) -> bool:
+    """Whether some convolution of the graph (``order``: its toposort) computes its channels innermost over a value
+    of the graph's own that it reads transposed so (``_channelwise``): the rewrite then has work where no
+    convolution is stored channels-last."""
+    return any(n.op is Op.SumReduce and _channelwise(n, {}) is not None for n in order)
+
+
 def _per_channel(red: Node) -> tuple[int, ...] | None:
     """The order of a contraction whose weight reads no kept dim its activation does not (a depthwise
     convolution without a multiplier: a multiplier's outputs, innermost, would be what the vectors run along)

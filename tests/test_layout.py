@@ -767,3 +767,30 @@ def test_the_default_stores_convs_channels_last_that_an_exporter_reads_transpose
     kernels = lower(g)[1]
     assert [k.form for k in kernels] == ["contraction", "elementwise", "contraction", "contraction", "contraction"]
     _close(run_graph(g, feeds), run_ort(model, feeds))
+
+
+def test_a_depthwise_conv_over_a_norm_moved_channels_last_computes_channels_innermost():
+    """ConvNeXt's first stage: its stem's LayerNorm over the channels moved last (permute, norm, permute back),
+    then a depthwise 7x7 conv. No conv is stored channels-last, yet the depthwise conv reads a value stored with
+    its channels innermost, so it computes them innermost too (1.59 -> 0.37 ms at 56x56, 96 channels), and the
+    next norm over its channels reads its value in order."""
+    rng = np.random.default_rng(37)
+    c = 32
+    x = rng.standard_normal((1, 3, 48, 48)).astype(np.float32)
+    inits = {"ws": (rng.standard_normal((c, 3, 4, 4)) / 7).astype(np.float32),
+             "g": rng.uniform(0.5, 1.5, c).astype(np.float32), "b": rng.standard_normal(c).astype(np.float32),
+             "wd": (rng.standard_normal((c, 1, 7, 7)) / 7).astype(np.float32),
+             "bd": rng.standard_normal(c).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "ws"], ["s"], strides=[4, 4]), n("Transpose", ["s"], ["t"], perm=[0, 2, 3, 1]),
+             n("LayerNormalization", ["t", "g", "b"], ["ln"], axis=-1, epsilon=1e-6),
+             n("Transpose", ["ln"], ["u"], perm=[0, 3, 1, 2]),
+             n("Conv", ["u", "wd", "bd"], ["d"], group=c, pads=[3] * 4),
+             n("Transpose", ["d"], ["e"], perm=[0, 2, 3, 1]),
+             n("LayerNormalization", ["e", "g", "b"], ["y"], axis=-1, epsilon=1e-6)]
+    model, feeds = make_model(nodes, {"x": x}, inits), {"x": x}
+    g = load(model).graph
+    assert not layout.defaults(g, g.toposort())
+    kernels = lower(g)[1]
+    assert any(k.outputs[0][1].shape == (1, 12, 12, c) for k in kernels if k.form == "contraction")
+    _close(run_graph(g, feeds), run_ort(model, feeds))
