@@ -195,6 +195,10 @@ TINY_MAP = 7 * 7
 # ran directly 8-13% faster (192 -> 320 687 -> 600 us, 224 -> 224 534 -> 495, 192 -> 224 472 -> 427; the model
 # 29.3-29.5 -> 28.6 ms), ResNet-50's 512 -> 512 15% slower (1.61-1.65 -> 1.83-1.90 ms)
 TINY_MAP_MIN_CHANNELS = 256  # F(2x2) on maps of at most TINY_MAP pixels
+# over an input stored channels innermost (four 3x3 convs between an exporter's Transposes, one image, 2 threads,
+# one process, interleaved), Winograd against computing directly: 32 channels at 112x112 0.42x, 64 at 56x56 0.94x,
+# 64 at 28x28 1.09x, 128 at 56x56 1.26x, 128 at 28x28 1.50x, 256 at 14x14 1.50x by F(2x2)
+CHANNELS_INNERMOST_MIN_CHANNELS = 128
 # a batch image by image from this many images, F(4x4) then from as few channels as one image's. F(4x4) image by
 # image against all images at once, a conv with bias and ReLU, whole, 2 threads, Zen 5, two runs each: 64 at 56x56
 # over 2 images 0.87-0.88x, 4 1.03-1.08x, 8 1.19-1.20x; 96 at 40x40 over 4 0.97-0.98x; 128 at 28x28 over 2
@@ -209,22 +213,21 @@ def default_tile(red: Node) -> int:
     ``default_by_image`` computes image by image); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
     smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7:
     four phases of 4x4, each padded to whole tiles); else 0 (directly). The search tries every tile either
-    way. Not over an input whose channels are innermost (an NHWC model input behind its Transpose): the
-    transforms' stencils walk its pixels at the channels' stride (3x3 64 -> 64 at 56x56 so, one process,
-    interleaved, 2 threads: 2.29 ms by F(4x4), 1.56 directly)."""
+    way. Over an input whose channels are innermost (an NHWC value behind an exporter's Transpose) only from
+    CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its pixels at the channels' stride."""
     found = _conv_of(red)
     if found is None:
         return 0
     conv, phased = found
     (_, vx), (_, vw) = conv.x, conv.w
     col = abs(vx.strides[conv.spatial[-1][0]])
-    if any(0 < abs(vx.strides[k]) < col for k in conv.channels):
-        return 0
     summed = math.prod(conv.shape[k] for k in conv.channels)
     written = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vw, k) and not reads_dim(vx, k))
     pixels = math.prod(conv.shape[o] for o, _ in conv.spatial)
     images = math.prod(conv.shape[k] for k in conv.rest if reads_dim(vx, k) and not reads_dim(vw, k))
     channels = min(summed, written)
+    if any(0 < abs(vx.strides[k]) < col for k in conv.channels) and channels < CHANNELS_INNERMOST_MIN_CHANNELS:
+        return 0
     if pixels > SMALL_MAP:
         one = images == 1 or (phased is None and _many_images(conv))
         return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if one else F4_MIN_CHANNELS) else 0

@@ -266,21 +266,23 @@ def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(n, c, m,
     assert mismatch(got, want, DType.float32, 9 * c) is None
 
 
-def test_a_channels_last_input_is_convolved_directly_by_default():
+@pytest.mark.parametrize(("c", "tile"), [(64, 0), (128, 4)])
+def test_a_channels_last_input_is_convolved_directly_by_default_below_128_channels(c, tile):
     """An NHWC input behind its Transpose (as tf2onnx exports): the transforms would walk its pixels at the
-    channels' stride, so the default computes the convolution directly (the search may still take a tile); the
-    same convolution over an NCHW input takes F(4x4). Either way onnxruntime's outputs."""
+    channels' stride, so the default computes a convolution of fewer than 128 channels directly (the search may
+    still take a tile) and one of more by F(4x4), as it does the same convolution over an NCHW input. Either way
+    onnxruntime's outputs."""
     rng = np.random.default_rng(8)
-    x = rng.standard_normal((1, 24, 20, 64)).astype(np.float32)
-    w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+    x = rng.standard_normal((1, 24, 20, c)).astype(np.float32)
+    w = (rng.standard_normal((c, c, 3, 3)) / (3 * c ** 0.5)).astype(np.float32)
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
              helper.make_node("Conv", ["t", "w"], ["y"], pads=[1, 1, 1, 1])]
     model = make_model(nodes, {"x": x}, {"w": w})
     g = load(model).graph
     (red,) = [r for r in g.toposort() if winograd.eligible(r)]
-    assert winograd.default_tile(red) == 0 and not default_algorithms(g)
-    assert winograd_convs(g)  # still a point of the search
-    nchw, _ = _conv_model(1, 64, 64, (24, 20), seed=8)
+    assert winograd.default_tile(red) == tile and bool(default_algorithms(g)) == bool(tile)
+    assert winograd_convs(g)  # a point of the search either way
+    nchw, _ = _conv_model(1, c, c, (24, 20), seed=8)
     (red,) = [r for r in load(nchw).graph.toposort() if winograd.eligible(r)]
     assert winograd.default_tile(red) == 4
     (want,) = run_ort(model, {"x": x})
