@@ -62,6 +62,10 @@ class Backend(Protocol):
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
 
+    def empty_at(self, shape: tuple[int, ...], dtype: np.dtype, offset: int) -> Any:
+        """A buffer that starts where a model's arena at byte ``offset`` would put it (the search times each
+        kernel on buffers placed as its model's); ``empty`` where placement means nothing to the device."""
+
     def synchronize(self) -> None: ...
 
     def fork_safe(self) -> bool:

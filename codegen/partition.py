@@ -393,17 +393,13 @@ def apply_algorithms(graph: Graph, decisions: Decisions | None) -> tuple[Graph, 
         if w.node < len(order):
             chosen[order[w.node].id] = max(w.tile, chosen.get(order[w.node].id, 0))
     stored = {order[p].id for p in last if p < len(order) and order[p].id not in chosen}
-    # a depthwise conv over a value of the graph's own stored channels-last (a ConvNeXt stage's first, after
-    # its stem's norm over channels moved last) computes its channels innermost with or without a stored conv
-    follow = bool(stored) or layout.follows_transposed(order)
-    if not chosen and not follow:
-        return graph, edges
     images = {order[c.node].id for c, v in (decisions or {}).items() if isinstance(c, ByImage) and v
               and c.node < len(order) and order[c.node].id in chosen}
     new, moved = winograd.rewrite(graph, chosen, images) if chosen else (graph, {n.id: n for n in order})
-    if follow:
-        new, again = layout.rewrite(new, {m.id for i in stored if (m := moved.get(i)) is not None})
-        moved = {k: m for k, v in moved.items() if (m := again.get(v.id)) is not None}
+    new, again = layout.rewrite(new, {m.id for i in stored if (m := moved.get(i)) is not None})
+    if new is graph:  # no algorithm, no layout: what most untuned compiles take
+        return graph, edges
+    moved = {k: m for k, v in moved.items() if (m := again.get(v.id)) is not None}
     pos = {n.id: i for i, n in enumerate(new.toposort())}
     at = [pos[m.id] if (m := moved.get(n.id)) is not None else None for n in order]
     out: dict[Edge, bool] = {}

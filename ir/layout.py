@@ -101,8 +101,13 @@ def _by_stride(v: View, axes: tuple[int, ...] = ()) -> tuple[int, ...] | None:
 
 def rewrite(graph: Graph, chosen: set[int]) -> tuple[Graph, dict[int, Node]]:
     """``graph`` with the contractions whose SumReduce node ids are in ``chosen`` (and ``_order`` has one for)
-    computed channels-last; also the node each old node id became (nodes only they read are gone)."""
-    out, moved, _ = _rewrite(graph, graph.toposort(), chosen)
+    computed channels-last; also the node each old node id became (nodes only they read are gone). ``graph``
+    itself where nothing is chosen and no convolution follows a value of the graph's own stored channels-last
+    (``_channelwise``: a ConvNeXt stage's first depthwise conv, after its stem's norm over channels moved last)."""
+    order = graph.toposort()
+    if not chosen and not any(n.op is Op.SumReduce and _channelwise(n, {}) is not None for n in order):
+        return graph, {n.id: n for n in order}
+    out, moved, _ = _rewrite(graph, order, chosen)
     return out, moved
 
 
@@ -276,13 +281,6 @@ def _channelwise(red: Node, stored: dict[int, Src]) -> tuple[int, ...] | None:
         shared = (*[k for k in range(len(mul.shape)) if k not in axes and k != inner], inner, *sorted(axes))
         return shared if _moves(shared, mul.shape) else None
     return _per_channel(red)
-
-
-def follows_transposed(order: list[Node]) -> bool:
-    """Whether some convolution of the graph (``order``: its toposort) computes its channels innermost over a value
-    of the graph's own that it reads transposed so (``_channelwise``): the rewrite then has work where no
-    convolution is stored channels-last."""
-    return any(n.op is Op.SumReduce and _channelwise(n, {}) is not None for n in order)
 
 
 def _per_channel(red: Node) -> tuple[int, ...] | None:

@@ -15,9 +15,9 @@ from ..codegen.backend import Backend, Schedule
 from ..codegen.kernel import Buffer, Kernel
 from ..errors import LuminalError
 from ..ir.dtypes import DType, as_declared
-from .alias import Elision, elide_concats
+from .alias import Elision
 from .hostio import Bound, HostIO, Rebinding
-from .plan import BufferPlan, plan_kernels
+from .plan import BufferPlan, plan_run
 
 # the size from which a run writes an output into a fresh array bound for it rather than copying it out of its
 # buffer: the aligned array and its binding and unbinding cost 5 us, the copy of 64 KiB 2 us
@@ -65,10 +65,8 @@ class CompiledModel:
         self.constants = constants
         self.stats = stats or CompileStats(kernels=len(kernels))
         keep = {o.node for o in outputs}
-        self.elision = elide_concats(kernels, keep)
         # what runs: the kernels but the concatenations their parts' producers write in place
-        self.launched = self.elision.pick(kernels)
-        self.plan = plan_kernels(kernels, keep, self.elision)
+        self.elision, self.launched, self.plan = plan_run(kernels, keep)
         place = self.elision.place
         read = {place(n)[0] for k in self.launched for n in k.input_nodes}
         written = {place(n)[0] for k in self.launched for n in k.output_nodes}

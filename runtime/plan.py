@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..codegen.kernel import Kernel
 from ..target import PAGE_BYTES
-from .alias import Elision
+from .alias import Elision, elide_concats
 
 ALIGN = 256
 STAGGER_MIN_BYTES = 1 << 16  # slots this large start half a page apart, launch by launch (see plan_buffers)
@@ -115,3 +115,10 @@ def plan_kernels(kernels: list[Kernel], keep: set[int], elision: Elision | None 
     return plan_buffers([([elision.place(n)[0] for n in k.input_nodes],
                           [out(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)])
                          for k in elision.pick(kernels)], keep)
+
+
+def plan_run(kernels: list[Kernel], keep: set[int]) -> tuple[Elision, list[Kernel], BufferPlan]:
+    """How a compiled model runs ``kernels`` (graph outputs ``keep``): the concatenations its parts' producers
+    write in place, the kernels it then launches, and the arena plan of their outputs."""
+    elision = elide_concats(kernels, keep)
+    return elision, elision.pick(kernels), plan_kernels(kernels, keep, elision)

@@ -10,9 +10,8 @@ import numpy as np
 from ..codegen.kernel import Kernel
 from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph, Op
-from ..runtime.alias import elide_concats
 from ..runtime.model import allocate
-from ..runtime.plan import plan_kernels
+from ..runtime.plan import plan_run
 
 if TYPE_CHECKING:
     from ..codegen.backend import Backend
@@ -27,9 +26,7 @@ class ModelRunner:
         self.graph, lowered = lower(graph, decisions)
         graph = self.graph
         self.backend = backend
-        keep = {n.id for n in graph.outputs}
-        elision = elide_concats(lowered, keep)
-        self.kernels = elision.pick(lowered)  # what a compiled model launches
+        elision, self.kernels, plan = plan_run(lowered, {n.id for n in graph.outputs})  # as a compiled model runs
         items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
         self.bufs: dict[int, Any] = {}
@@ -41,7 +38,7 @@ class ModelRunner:
                     value = np.broadcast_to(n.attrs["value"], n.shape)
                     self.bufs[nid] = backend.from_numpy(np.ascontiguousarray(value))
         # in a compiled model's arena: a kernel reads what the one before it left in the caches
-        self.bufs |= allocate(backend, self.kernels, plan_kernels(lowered, keep, elision), elision)
+        self.bufs |= allocate(backend, self.kernels, plan, elision)
         self.launch: Callable[[], None] | None = None
 
     def feed(self, arrays: Sequence[np.ndarray]) -> None:

@@ -159,14 +159,14 @@ class JobRunner:
 
     def _buffers(self, kernel: Kernel, seed: int, placement: Placement) -> list[Any]:
         """The kernel's buffers, its inputs holding the prepared values, then its outputs, each placed as
-        ``placement`` says where the backend can (``empty_at``): one set for every candidate of the kernel, since
+        ``placement`` says (``Backend.empty_at``): one set for every candidate of the kernel, since
         where its buffers lie against each other moves a memory-bound kernel's time by a fifth."""
         key = (kernel.signature, placement)
         if key not in self.placed:
             arrays, _ = self._prepare(kernel, seed)
             specs = [(b.shape, b.dtype.np) for b in kernel.inputs] + [(b.shape, b.dtype.np) for _, b in kernel.outputs]
-            at = getattr(self.backend, "empty_at", None)
-            bufs = [self.backend.empty(shape, dtype) if offset is None or at is None else at(shape, dtype, offset)
+            be = self.backend
+            bufs = [be.empty(shape, dtype) if offset is None else be.empty_at(shape, dtype, offset)
                     for (shape, dtype), offset in zip(specs, placement or [None] * len(specs))]
             for buf, a in zip(bufs, arrays):
                 self.backend.write(buf, a)

@@ -33,9 +33,8 @@ from ..codegen.partition import (
 )
 from ..errors import LuminalError
 from ..ir.graph import Graph, Op
-from ..runtime.alias import elide_concats
 from ..runtime.model import arena_offsets
-from ..runtime.plan import plan_kernels
+from ..runtime.plan import plan_run
 from ..values import format_duration
 from .jobs import Placement
 from .measure import Measurement, Measurer, refuse_untimed
@@ -177,10 +176,8 @@ class Tuner:
         the kernels a compiled model launches: not the concatenations written in place)."""
         counts: dict[str, int] = {}
         kernels: dict[str, Kernel] = {}
-        keep = {n.id for n in graph.outputs}
-        elision = elide_concats(partitioned, keep)
-        launched = elision.pick(partitioned)
-        arena = arena_offsets(launched, plan_kernels(partitioned, keep, elision), elision)
+        elision, launched, plan = plan_run(partitioned, {n.id for n in graph.outputs})
+        arena = arena_offsets(launched, plan, elision)
         placements: dict[str, Placement] = {}
         for k in launched:
             sig = k.signature

@@ -107,6 +107,9 @@ class FakeBackend:
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
 
+    def empty_at(self, shape, dtype, offset):
+        return np.empty(shape, dtype)
+
     def synchronize(self):
         pass
 

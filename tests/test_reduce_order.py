@@ -24,7 +24,7 @@ def _reduces(graph):
 
 
 def _loads(kernel):
-    return [dict(op.attrs)["view"] for op in kernel.ops if op.op is Leaf.Load]
+    return [op.attr("view") for op in kernel.ops if op.op is Leaf.Load]
 
 
 @pytest.mark.parametrize(("op", "axes", "keep", "moved"), [

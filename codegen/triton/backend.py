@@ -216,6 +216,9 @@ class TritonBackend:
         tdt = torch_dtype(DType.bfloat16) if dtype == DType.bfloat16.np else torch.from_numpy(np.empty(0, dtype)).dtype
         return torch.empty(tuple(shape), dtype=tdt, device=self.device)
 
+    def empty_at(self, shape: tuple[int, ...], dtype: np.dtype, offset: int):
+        return self.empty(shape, dtype)  # the caching allocator's blocks: no page offset to choose
+
     def synchronize(self) -> None:
         if not self.interpret:
             import torch
