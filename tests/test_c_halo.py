@@ -11,7 +11,7 @@ from test_c_direct_conv import _conv_graph, _out, _the_conv
 
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import HALO_MIN_N, halo_default, plan_contraction
-from luminal.codegen.c.halo import across, halo_size, plan_halo, reach
+from luminal.codegen.c.halo import MAX_WASTE, across, halo_size, panels, plan_halo, reach
 from luminal.codegen.partition import ChannelsLast, layout_convs, lower
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
@@ -307,16 +307,78 @@ def test_avx2_vectors(lanes):
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
-@pytest.mark.parametrize("hw,mr", [(7, 7), (14, 12), (28, 12)])
-def test_the_default_tile_rows_pad_the_wide_rows_least(sixteen_lanes, hw, mr):
-    """On 16-lane vectors, 12 rows per tile, unless 8 or 7 pad the wide rows at least 2% less: a 7x7 map's 7 x 9 = 63
-    wide pixels take 7-row tiles (12s would pad them to 72); 14x14's 224 stay in 12s (228, within 2% of 8s' 224)."""
+@pytest.mark.parametrize("hw,mr,rows", [(7, 7, 49), (13, 7, 182), (14, 7, 196), (28, 12, 840), (60, 12, 3600)])
+def test_the_default_tile_rows_compute_the_fewest_rows(sixteen_lanes, hw, mr, rows):
+    """On 16-lane vectors, 12 rows per tile, unless 8 or 7 compute at least 8% fewer rows, each output row in whole
+    tiles where that is fewer than a wide row (``halo.panels``): a 7x7 map's 49 pixels in 7 tiles of 7 (its wide
+    rows, 7 x 9, padded to 72 by 12s), 14x14's 196 in 28 (224 wide, 228 in 12s); 28x28's 784 in 7s are 7% fewer than
+    its 840 wide pixels, which stay in 12s; 60x60's in rows of five 12s (3720 wide)."""
     g, feeds = _conv_graph(1, 64, 64, (hw, hw))
     ks, c = _the_conv(g)
     be = CPUBackend()
     s = be.default_schedule(c)
-    assert plan_contraction(c).a_halo.wide == hw * (hw + 2) and not s["pack_a"] and s["mr"] == mr
-    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+    h = plan_contraction(c).a_halo
+    assert h.wide == hw * (hw + 2) and not s["pack_a"] and s["mr"] == mr and panels(h, mr).wide == rows
+    if hw < 28:  # numerically, the small maps (the others compute the same rows in more tiles)
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("n,hw,k,stride,channels_last", [
+    (1, (9, 23), 3, (1, 1), False),    # rows of 23, wide rows of 25
+    (3, (9, 23), 3, (1, 1), False),    # images as rows, each image's wide rows after the last one's
+    (1, (17, 24), 3, (2, 2), False),   # a strided conv: rows of 12 over the phases' wide rows of 13
+    (1, (7, 7), 5, (1, 1), False),     # a 5x5 window: wide rows of 11 for rows of 7
+    (2, (9, 23), 3, (1, 1), True),     # stored channels-last: the tile's rows stored as they lie
+])
+def test_each_output_row_in_whole_tiles(n, hw, k, stride, channels_last):
+    """Where whole tiles of an output row are fewer GEMM rows than a wide row, each output row starts a tile and the
+    next row's tiles start at the next wide row; the last tile's rows past the output row read the copy's next
+    columns and are not stored. Every MR of the space for which that holds gives the reference's outputs."""
+    g, feeds = _conv_graph(n, 16, HALO_MIN_N + 8, hw, k=k, stride=stride, pads=((k // 2, k // 2),) * 2,
+                           epilogue="silu")
+    new, ks = lower(g, {ChannelsLast(layout_convs(g)[0]): True}) if channels_last else (g, _the_conv(g)[0])
+    (c,) = [x for x in ks if x.form == "contraction"]
+    swap = plan_contraction(c).a_halo is None  # a strided conv of few K rows reads the copy swapped
+    h = plan_contraction(c, swap).a_halo
+    be = CPUBackend()
+    picked = [{**be.default_schedule(c), "mr": mr, "pack_a": False, "swap": swap}
+              for mr in {kn.name: kn.choices for kn in be.space(c)}["mr"] if panels(h, mr).run < h.pitch]
+    picked = [s for s in picked if be.valid(c, s)]
+    assert len(picked) >= 2
+    for s in picked:
+        assert "lum_mkh(" in be.source(c, s)
+        compare_cpu(new, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if x is c else None for x in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("cin,cout,hw,kernel,copy", [
+    (32, 128, (6, 6), (5, 5), True),    # wide rows of 10 for rows of 6, in 7s: 1/6 more rows against 128 channels
+    (24, 64, (13, 13), (5, 5), True),   # 17 for 13, in 7s: 14
+    (32, 128, (7, 7), (5, 5), True),    # 11 for 7, in 7s: none past the row
+    (160, 320, (6, 6), (3, 3), False),  # 1/6 more rows against 320 channels cost more than packing the windows
+    (64, 192, (17, 17), (1, 7), False),  # 23 for 17, in 7s: 21
+    (32, 64, (4, 4), (3, 3), None),     # 6 for 4, and in any tiles: no copy
+])
+def test_long_wide_rows_are_read_in_whole_tiles(cin, cout, hw, kernel, copy):
+    """Wide rows more than MAX_WASTE times the output rows, which whole tiles of an output row bring within it, are
+    read from the copy in such tiles (``halo.least_cols``), by default where the rows past the output rows cost at
+    most WASTE_MACS multiply-adds per K row and pixel (a pack of the windows costs about two operations per
+    element). Either way against the reference."""
+    kh, kw = kernel
+    x = Tensor.input("x", (1, cin, *hw), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((cout, cin, kh, kw)).astype(np.float32))
+    pads = [(kh // 2, kh // 2), (kw // 2, kw // 2)]
+    g = _graph([x], [conv(x, wt, 1, [1, 1], [1, 1], pads, list(hw)).relu()])
+    ks, c = _the_conv(g)
+    plans = [p for p in (plan_contraction(c), plan_contraction(c, True)) if p is not None and p.a_halo is not None]
+    assert bool(plans) == (copy is not None)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    if plans:
+        h = plans[0].a_halo
+        assert h.pitch > MAX_WASTE * h.width and halo_default(plans[0]) == copy
+        assert ("lum_mkh(" in be.source(c, s)) == copy and (not copy or panels(h, s["mr"]).run < h.pitch)
+    compare_cpu(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)}, 2e-5, 2e-5, scaled=True,
+                schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
 @pytest.mark.parametrize("cout,nr", [(48, 48), (40, 48), (144, 48), (96, 32), (64, 32)])

@@ -34,7 +34,19 @@ from ..index import run_coeff, view_exprs, view_masks
 from ..kernel import Contraction, Kernel, Leaf, Space
 from . import ctypes_map as ct
 from .emit import Body, _buffers, _indent, _signature, copy_between, epilogue_attribute, mask_bounds, unravel
-from .halo import Halo, across, batch_term, emit_halo_copy, emit_halo_table, halo_size, plan_halo
+from .halo import (
+    MAX_WASTE,
+    Halo,
+    across,
+    batch_term,
+    emit_halo_copy,
+    emit_halo_table,
+    halo_size,
+    least_cols,
+    panels,
+    plan_halo,
+    row_address,
+)
 from .normalize import normalize
 from .prelude import block_transpose, vector_types
 
@@ -51,6 +63,7 @@ HALO_MIN_N = 32  # output channels from which a conv's pixels are the rows, read
 HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; with a stride, HALO_STRIDED_MIN_K
 HALO_STRIDED_MIN_K = 1024  # or HALO_STRIDED_MIN_REUSE multiply-adds per element of the copy
 HALO_STRIDED_MIN_REUSE = 96
+WASTE_MACS = 32  # multiply-adds per K row and pixel that rows past the output rows may cost (``halo_default``)
 ROWS_MIN_VECTORS = 4  # see rows_of_vectors
 ROWS_MAX_N = 64
 LINE_FLOATS = 16  # floats per cache line
@@ -295,6 +308,13 @@ def halo_default(plan: Plan) -> bool:
     vw = host_simd_width()
     if plan.size("n") < HALO_MIN_N and not plan.as_stored \
             and not (plan.batch and h.width < vw and plan.size("n") % vw == 0):
+        return False
+    # wide rows longer than MAX_WASTE times the output rows, cut to whole tiles (``halo.panels``): the rows past
+    # an output row cost their share of its multiply-adds per K row, a pack of the input's windows about two
+    # operations per element it packs; the copy where the first is at most WASTE_MACS (2 threads, one process,
+    # paired, against the pack: 5x5 32 -> 128 at 6x6, rows of 7 for 6 pixels, 92 -> 64 us; 5x5 24 -> 64 at 13x13,
+    # 14 for 13, 1.34-1.46x; 3x3 160 -> 320 at 6x6 0.90-0.99x, 1 x 7 192 -> 192 at 17x17, 21 for 17, at par)
+    if h.pitch > MAX_WASTE * h.width and (least_cols(h.width, h.pitch) / h.width - 1) * plan.size("n") > WASTE_MACS:
         return False
     if max(h.split) == 1 or plan.as_stored:
         return True
@@ -687,7 +707,7 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b and (N % nr or not plan.b_direct) else 0
     if run:
         N = N // run * padded(run, nr)
-    halo = plan.a_halo if not sched.pack_a else None
+    halo = panels(plan.a_halo, mr) if plan.a_halo and not sched.pack_a else None
     if halo:
         M = halo.wide
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such;
@@ -914,7 +934,7 @@ def _halo_row(plan: Plan, h: Halo, full: tuple[int, ...]) -> list[str]:
     """The output pixel of a halo tile's row ``i`` (a wide row's pixel, ``Plan.a_halo``), the rows past an
     output row's end (and past an image's output rows) skipped."""
     dims, live = _wide_row(plan, h, full)
-    return [f"const int64_t q = (ic + i) / {h.pitch}, c0 = (ic + i) % {h.pitch};",
+    return [f"const int64_t q = (ic + i) / {h.run}, c0 = (ic + i) % {h.run};",
             f"if (c0 >= {h.width}{f' || !({live})' if live else ''}) continue;", *dims,
             f"const int64_t i{plan.m[-1]} = c0;"]
 
@@ -995,7 +1015,7 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     each run is one wide row, up to its output row's end."""
     h, full = t.halo, kernel.full
     inner = plan.m[-1]
-    pitch = h.pitch if h else full[inner]
+    pitch = h.run if h else full[inner]
     L = ["for (int64_t j = 0; j < ncur; j++) {", "    const int64_t n = jc + j; (void)n;"]
     cols, col = plan.n, "n"
     if t.run:  # B read by runs of its innermost N dim, each padded to whole panels: the columns past its end skipped
@@ -1113,11 +1133,12 @@ def _mk_loop(fn: str, aptr: str, bptr: str, bkp: str, t: _Tiling) -> list[str]:
 
 
 def _halo_loop(boff: str, bptr: str, t: _Tiling) -> list[str]:
-    """The halo micro-kernel over the row panels of the tile (MR wide-row pixels each, consecutive in the copy,
-    batch offset ``boff``), against B panel ``jr``."""
+    """The halo micro-kernel over the row panels of the tile (MR GEMM rows each, consecutive in the copy, batch
+    offset ``boff``), against B panel ``jr``."""
+    assert t.halo is not None
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
-            f"    lum_mkh(kcur, ap + {boff} + ic + ir * {t.mr}, ta_k + pc, {bptr}, ct + ir * {t.mr * t.nc} + "
-            f"jr * {t.nr}, {t.nc}, pc == 0);",
+            f"    lum_mkh(kcur, ap + {boff} + {row_address(t.halo, f'ic + ir * {t.mr}')}, ta_k + pc, {bptr}, "
+            f"ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0);",
             "}"]
 
 

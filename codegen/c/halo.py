@@ -11,6 +11,8 @@ row land in tile rows the epilogue skips) the GEMM's rows are consecutive addres
 broadcasts MR neighbouring values per K row against vectors of a weight packed once: no im2col, and rows of any
 length share tiles (as onnxruntime's NCHWc and XNNPACK's direct convolutions, on the plain layout). A batch's
 images are rows too: the copy holds their axis next to the pixels, each image's wide rows after the last one's.
+Where whole tiles of MR rows cover an output row in fewer rows than R (``panels``: a 7x7 map's 9-pixel wide rows
+in tiles of 7), each output row starts a tile instead, and a tile's rows past the output row are not stored.
 The copy is the input's size (plus padding); im2col writes it K / channels times.
 """
 
@@ -23,6 +25,7 @@ from functools import cached_property
 from ..kernel import Kernel
 
 MAX_WASTE = 1.3  # wide rows at most this much longer than the output rows (a 3x3 conv with pads 1: (W + 2) / W)
+TILE_ROWS = (12, 8, 7)  # the MRs a default tile over the copy takes (``schedule._halo_rows``)
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,19 @@ class Halo:
     image: int = -1
     images: int = 1
     span: int = 0
+    # the GEMM's rows per wide row: ``pitch``, or the output row in whole tiles of a schedule's rows where that is
+    # fewer (``panels``); 0: ``pitch``
+    cols: int = 0
+
+    @property
+    def run(self) -> int:
+        """The GEMM's rows per wide row."""
+        return self.cols or self.pitch
 
     @property
     def wide(self) -> int:
-        """The GEMM's rows: ``rows`` wide rows of ``pitch`` columns (per image ``span`` of them)."""
-        return self.images * self.span * self.pitch if self.image >= 0 else self.rows * self.pitch
+        """The GEMM's rows: ``rows`` wide rows of ``run`` columns (per image ``span`` of them)."""
+        return self.images * self.span * self.run if self.image >= 0 else self.rows * self.run
 
     @cached_property
     def layout(self) -> tuple[tuple[int, str, int], ...]:
@@ -119,7 +130,7 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     A walks one axis of its (contiguous) input with a positive step, each mask bounds one axis by its extent (the
     padding), each row dim walks an axis of its own, batch dims walk no pixel axis, some K dim walks a row dim's
     axis (a window, which a 7 x 1 kernel has along the rows only), and the wide rows are at most MAX_WASTE times
-    the output rows."""
+    the output rows, as they are or in whole tiles of TILE_ROWS rows (``least_cols``)."""
     op = kernel.ops[a]
     view, full = op.attr("view"), kernel.full
     source = kernel.inputs[op.attr("buf")].shape
@@ -172,7 +183,9 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     span = strides[(image, "a")] // pitch if image >= 0 else 0  # wide rows per image: the copy's positions
     if image >= 0 and len(pixels) == 1:  # one wide row per image, the copy's positions
         pitch, span = strides[(image, "a")], 1
-    if pitch < width or pitch > MAX_WASTE * width or (image >= 0 and span > MAX_WASTE * rows):
+    # longer wide rows where whole tiles of an output row compute none past it (``panels``: a 5x5 conv at 7x7, 11)
+    if pitch < width or least_cols(width, pitch) > MAX_WASTE * width or (
+            image >= 0 and span > MAX_WASTE * rows):
         return None
     return replace(h, pitch=pitch, span=span)
 
@@ -206,9 +219,30 @@ def reach(h: Halo, full: tuple[int, ...]) -> int:
     return far + 1
 
 
+def least_cols(width: int, pitch: int) -> int:
+    """The fewest GEMM rows an output row of ``width`` pixels takes over wide rows of ``pitch``: a wide row, or
+    whole tiles of one of TILE_ROWS rows (``panels``)."""
+    return min(pitch, *(-(-width // r) * r for r in TILE_ROWS))
+
+
+def panels(h: Halo, mr: int) -> Halo:
+    """``h`` with each output row in whole tiles of ``mr`` rows where those are fewer than the wide row's ``pitch``
+    columns: a tile then starts each output row and the next one's rows start at the next wide row, so that the
+    ``pitch - width`` columns past a row are computed only as far as its last tile reaches (a 7x7 map's 63 wide
+    pixels in tiles of 7 are its 49 pixels)."""
+    cols = -(-h.width // mr) * mr
+    return replace(h, cols=cols) if cols < h.pitch else h
+
+
+def row_address(h: Halo, row: str) -> str:
+    """C expression of the copy's element at GEMM row ``row`` (a tile's first: within one wide row's ``run``)."""
+    return row if h.run == h.pitch else f"(({row}) / {h.run}) * {h.pitch} + ({row}) % {h.run}"
+
+
 def halo_size(h: Halo, full: tuple[int, ...], mr: int) -> int:
     """Floats of the copy: the padded, split input, and zeros past it up to what the last tile's rows read."""
-    return max(h.numel, reach(h, full) + -(-h.wide // mr) * mr - 1)
+    last = -(-h.wide // mr) * mr - 1
+    return max(h.numel, reach(h, full) + last // h.run * h.pitch + last % h.run)
 
 
 def across(h: Halo) -> int:

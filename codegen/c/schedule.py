@@ -12,6 +12,7 @@ from ..knobs import space as knobs_of
 from . import contraction
 from .contraction import TILE, Plan, fits, halo_default, padded, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
+from .halo import TILE_ROWS, Halo, panels
 from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
 from .stencil import plan_stencil, separable_default, stencil_default
 
@@ -161,16 +162,10 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # 1x1 convs at 7x7: 2048->512 0.29 -> 0.25 ms, 512->2048 0.27 -> 0.24; 1024->256 at 14x14 0.25 -> 0.24)
     if mr == TILE[0]:
         mr = _fewest_rows(m, (8, TILE[0], 7), nr, vw)
-    # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row, as many as
-    # the registers hold, unless fewer pad the wide rows at least 2% less (a 7x7 map's 63: 7 rows, not 72 in
-    # 12s: 3x3 512->512 0.73 -> 0.65 ms, 128->128 0.096 -> 0.086; 14x14's 224 in 12s: 228, 8 within 2%)
+    # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row
     if halo_default(plan) and plan.a_halo is not None:
-        wide = plan.a_halo.wide
-        most = next((r for r in (12, 8, 7) if fits(r, nr, vw)), 0)  # the most rows the registers hold
-        if most:
-            best = _fewest_rows(wide, (12, 8, 7), nr, vw)
-            mr = best if padded(wide, best) < 0.98 * padded(wide, most) else most
-        mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
+        mr = _halo_rows(plan.a_halo, nr, vw) or mr
+        mc = _halo_row_block(mc, nb * -(-n // nc), panels(plan.a_halo, mr).wide, threads)
         # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel
         # call reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did
         # not (2 threads, hot, 3x3 stride 2: 128 -> 128 at 56x56 1.83 -> 1.62 ms, 256 -> 256 at 28x28 1.55 ->
@@ -193,6 +188,20 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         else "generated"
     return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=kc, order="nm", pack_b=not (direct or rows_nr),
                         pack_a=not direct_a, lanes=LANES, threads=threads)
+
+
+def _halo_rows(h: Halo, nr: int, vw: int) -> int:
+    """The MR of a tile over a conv's padded copy (0: none fits): the most rows the registers hold, unless fewer
+    compute at least 8% fewer rows, each output row in whole tiles where that is fewer than a wide row
+    (``halo.panels``). A row costs 7-9% more in tiles of 7 than of 12 (2 threads, hot, 3x3 at 28x28: 96 -> 128
+    481 -> 484 us for 7% fewer rows, 128 -> 192 657 -> 666, 128 -> 128 532 -> 537); where they save more it
+    pays: a 7x7 map's 49 pixels in tiles of 7, not 63 wide ones in 12s (3x3 512 -> 512 0.73 -> 0.65 ms, as wide
+    rows of 7s), 13x13's 182 against 204, 5x5 16 -> 32 at 28x28 151 -> 140 us (784 rows against 900)."""
+    rows = {r: padded(panels(h, r).wide, r) for r in TILE_ROWS if fits(r, nr, vw)}
+    if not rows:
+        return 0
+    most, best = next(iter(rows)), min(rows, key=rows.__getitem__)
+    return best if rows[best] <= 0.92 * rows[most] else most
 
 
 def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
