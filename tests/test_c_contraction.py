@@ -516,6 +516,23 @@ def test_7_row_tiles_where_they_pad_less_than_6_and_8(sixteen_lanes, cin, cout, 
         _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
+@pytest.mark.parametrize("hw,nr", [(13, 16), (16, 32), (20, 32)])
+def test_one_vector_tiles_where_they_pad_the_packed_columns_less(sixteen_lanes, hw, nr):
+    """On 16-lane vectors, a 1x1 conv whose pixels are B's columns, packed on every call (K and M too large to read B
+    in place), takes 8 x 16 tiles where panels of one vector pad them at least 5% less than panels of two: 13x13's
+    169 pixels in 176 columns, not 192; 16x16's 256 and 20x20's 400 (416 in 16s) stay in 32s."""
+    x = Tensor.input("x", (1, 288, hw, hw), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((136, 288, 1, 1)).astype(np.float32))
+    g = _graph([x], [conv(x, wt, 1, [1, 1], [1, 1], [(0, 0), (0, 0)], [hw, hw]).relu()])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend()
+    d = be.default_schedule(c)
+    plan = plan_contraction(c, bool(d.get("swap")))
+    assert plan.sizes[2] == hw * hw and d["pack_b"] and d["nr"] == nr and (nr == 32 or d["mr"] == 8)
+    feeds = {"x": RNG.standard_normal((1, 288, hw, hw)).astype(np.float32)}
+    _compare(g, feeds, schedules=[d if k is c else None for k in ks], kernels=ks)
+
+
 @pytest.mark.parametrize("n,cin,cout,h,w", [(1, 40, 20, 13, 13), (1, 16, 40, 5, 5), (1, 12, 24, 1, 19)])
 def test_a_1x1_convs_input_read_in_place_where_its_pixels_do_not_fill_whole_panels(n, cin, cout, h, w):
     """A 1x1 conv's input is B read in place (its pixels contiguous), once only where they fill whole panels,

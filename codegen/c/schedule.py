@@ -154,6 +154,12 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # 40x40 0.19 -> 0.15); where the registers hold 8 rows of them (AVX-512)
     elif not direct and nr == TILE[1] * vw and fits(8, 3 * vw, vw) and padded(n, 3 * vw) < padded(n, nr):
         nr = 3 * vw
+    # 1-vector tiles of 8 rows where they pad N at least 5% less than 2-vector ones, B packed on every call
+    # (SqueezeNet's classifier, a 1x1 conv 512 -> 1000 at 13x13: 169 pixels in 176 columns, not 192; 2 threads, hot,
+    # one process, 952 -> 879 us; SqueezeNet 1.1 1.01-1.03x, paired): 8 accumulators keep busy an FMA unit that
+    # retires one 512-bit multiply-add a cycle, as whole-vector rows' panels do (``contraction.rows_of_vectors``)
+    elif not direct and not plan.b_const and nr == TILE[1] * vw and _one_vector(n, vw):
+        mr, nr = 8, vw
     # 8-row tiles where they pad M no more than 6-row ones and fit the vector registers. 1 thread, convs
     # packed: 3x3 64->64 at 56x56 1.07x, 32->32 at 112x112 1.09x, 48->48 at 40x40 1.07x; 2 threads: 1x1
     # 64->256 at 56x56 with B in place 0.55 -> 0.51 ms, packed 1x1 convs at 28x28 and 14x14 1.02-1.08x,
@@ -188,6 +194,11 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         else "generated"
     return GemmSchedule(impl=impl, mr=mr, nr=nr, mc=mc, nc=nc, kc=kc, order="nm", pack_b=not (direct or rows_nr),
                         pack_a=not direct_a, lanes=LANES, threads=threads)
+
+
+def _one_vector(n: int, vw: int) -> bool:
+    """Whether N columns in panels of one vector are at least 5% fewer than in panels of two."""
+    return fits(8, vw, vw) and padded(n, vw) <= 0.95 * padded(n, 2 * vw)
 
 
 def _halo_rows(h: Halo, nr: int, vw: int) -> int:
