@@ -4,8 +4,9 @@ A Concat is imported as a sum of its parts, each zero-padded along the axis (``o
 an elementwise kernel copying every part. Where each part is a slice of the output that is one contiguous range
 (every dim outside the axis is 1: channels of one image), the part's producer can write its output there in
 the first place, as the kernels write whole contiguous buffers: the copy is not launched and the part's buffer is
-a view into the concatenation's. A concatenation of concatenations (a DenseNet block) becomes one buffer, and so
-does a buffer split into slices that are concatenated again side by side (a YOLOv8 C2f block's chunks).
+a view into the concatenation's. A concatenation of concatenations (a DenseNet block) becomes one buffer, as do
+concatenations each of which starts the next (torchvision's DenseNet block) and a buffer split into slices that
+are concatenated again side by side (a YOLOv8 C2f block's chunks).
 """
 
 from __future__ import annotations
@@ -88,21 +89,46 @@ def _parts(k: Kernel) -> list[tuple[int, int]] | None:
 
 def elide_concats(kernels: Sequence[Kernel], keep: set[int]) -> Elision:
     """Which concatenations' copies need not run: those whose parts are each written by one earlier kernel
-    (not a model input, a weight or an output in ``keep``) and placed in no other concatenation, and whose own
-    output is not in ``keep``."""
+    (not a model input, a weight or an output in ``keep``), and whose own output is not in ``keep``. A part
+    already placed in an earlier concatenation may be one of them where that concatenation's whole buffer lies
+    within this one, its parts where this one has them (``_holders``): torchvision's DenseNet concatenates all
+    of a block's earlier outputs at each layer, each concatenation the start of the next."""
     writer = {n: t for t, k in enumerate(kernels) for n in k.output_nodes}
     aliases: dict[int, tuple[int, int]] = {}
     roots: dict[int, Buffer] = {}
+    placed = Elision((), aliases, roots)  # where the parts elided so far live
     skipped: set[int] = set()
     for t, k in enumerate(kernels):
         parts = _parts(k)
         if parts is None or k.output_nodes[0] in keep:
             continue
         nodes = [k.input_nodes[b] for b, _ in parts]
-        if len(set(nodes)) != len(nodes) or any(n in keep or n in aliases or writer.get(n, t) >= t for n in nodes):
+        if len(set(nodes)) != len(nodes) or any(n in keep or writer.get(n, t) >= t for n in nodes):
+            continue
+        holders = _holders(k, parts, nodes, placed)
+        if holders is None:
             continue
         node = k.output_nodes[0]
-        aliases.update({n: (node, off) for n, (_, off) in zip(nodes, parts)})
+        aliases.update({n: (node, off) for n, (_, off) in zip(nodes, parts) if n not in aliases})
+        aliases.update({h: (node, shift) for h, shift in holders.items()})
         roots[node] = k.outputs[0][1]
         skipped.add(t)
     return Elision(tuple(t for t in range(len(kernels)) if t not in skipped), aliases, roots)
+
+
+def _holders(k: Kernel, parts: list[tuple[int, int]], nodes: list[int], placed: Elision) -> dict[int, int] | None:
+    """The earlier concatenations (their buffers' roots) that hold some of the parts of ``k``, each with the
+    first element of ``k``'s output it would start at: where every such part lies in it where ``k`` has it (one
+    shift per root), those parts fill it whole, and it is none of the parts itself; None where one does not."""
+    shifts: dict[int, int] = {}
+    held: dict[int, int] = {}
+    for n, (b, off) in zip(nodes, parts):
+        if n not in placed.aliases:
+            continue
+        root, at = placed.place(n)
+        if shifts.setdefault(root, off - at) != off - at:
+            return None
+        held[root] = held.get(root, 0) + k.inputs[b].numel
+    if any(root in nodes or held[root] != placed.roots[root].numel for root in shifts):
+        return None
+    return shifts

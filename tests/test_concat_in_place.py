@@ -94,12 +94,29 @@ def _model(case: str, batch: int = 1):
         n += _concat("c", ["a", "a"], axis=2) + _conv("y", "c", 3, 2, inits)
         elided = 0
     else:
-        raise ValueError(case)
+        more, elided = _layered(case, inits)
+        n += more
     return make_model(n, {"x": x}, inits, outputs=outputs), {"x": x}, elided
 
 
+def _layered(case: str, inits: dict) -> tuple[list, int]:
+    """An earlier concatenation of convs ``a`` and ``b`` read by a conv ``d``, and a later one: (nodes, elided)."""
+    n = _concat("c1", ["a", "b"]) + _conv("d", "c1", 8, 4, inits, k=3)
+    if case == "prefix":  # torchvision's DenseNet block: each layer concatenates all earlier outputs anew
+        n += _concat("c2", ["a", "b", "d"]) + _conv("e", "c2", 12, 3, inits)
+        return n + _concat("c3", ["a", "b", "d", "e"]) + _conv("y", "c3", 15, 2, inits), 3
+    if case == "within":  # the earlier one whole inside the later one, past its start
+        return n + _concat("c2", ["d", "a", "b"]) + _conv("y", "c2", 12, 2, inits), 2
+    if case == "apart":  # its parts apart in the later one: that one copies
+        return n + _concat("c2", ["a", "d", "b"]) + _conv("y", "c2", 12, 2, inits), 1
+    if case == "partial":  # the later one holds some of its parts only: that one copies
+        n += _concat("c2", ["a", "d"]) + _conv("e", "c1", 8, 2, inits) + _conv("f", "c2", 7, 2, inits)
+        return [*n, helper.make_node("Add", ["e", "f"], ["y"])], 1
+    raise ValueError(case)
+
+
 CASES = ["two", "nested", "three", "dense", "input", "output", "whole", "twice", "shared", "split", "slices", "half",
-         "swapped", "rows"]
+         "swapped", "prefix", "within", "apart", "partial", "rows"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -114,7 +131,7 @@ def test_concatenations_run_in_place_where_each_part_is_one_range(case):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["two", "nested", "split"])
+@pytest.mark.parametrize("case", ["two", "nested", "split", "prefix"])
 def test_a_batch_of_images_keeps_the_copy(case):
     model, feeds, _ = _model(case, batch=2)
     compiled = compile_graph(load(model).graph, "cpu")
