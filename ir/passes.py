@@ -20,8 +20,8 @@ from .view import View, contiguous_strides, reads_dim
 Src = tuple[Node, View]
 
 
-def _rebuild(graph: Graph, visit) -> Graph:
-    """Copy the graph in topological order; ``visit(node, new_srcs)`` returns a
+def _rebuild(graph: Graph, visit, order: list[Node] | None = None) -> Graph:
+    """Copy the graph in topological order (``order``, where the caller has it); ``visit(node, new_srcs)`` returns a
     replacement node, or an alias ``(node, view)`` that readers use instead."""
     new: dict[int, Node] = {}
     alias: dict[int, Src] = {}
@@ -44,7 +44,7 @@ def _rebuild(graph: Graph, visit) -> Graph:
             materialised[s.id] = Node(Op.Contiguous, ((x, vx),), s.shape, s.dtype, {})
         return materialised[s.id]
 
-    for n in graph.toposort():
+    for n in order or graph.toposort():
         srcs = tuple([(new[s.id], v) if s.id not in alias else remap(s, v) for s, v in n.srcs])
         out = visit(n, srcs)
         if isinstance(out, tuple):
@@ -316,7 +316,7 @@ def _optimise_once(graph: Graph) -> tuple[Graph, bool]:
                 out = rewritten
         return kept.keep(n, out)
 
-    return _rebuild(graph, visit), rewrote
+    return _rebuild(graph, visit, order), rewrote
 
 
 @gc_paused()

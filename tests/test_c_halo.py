@@ -342,7 +342,7 @@ def test_each_output_row_in_whole_tiles(n, hw, k, stride, channels_last):
     h = plan_contraction(c, swap).a_halo
     be = CPUBackend()
     picked = [{**be.default_schedule(c), "mr": mr, "pack_a": False, "swap": swap}
-              for mr in {kn.name: kn.choices for kn in be.space(c)}["mr"] if panels(h, mr).run < h.pitch]
+              for mr in {kn.name: kn.choices for kn in be.space(c)}["mr"] if panels(h, mr).cols < h.pitch]
     picked = [s for s in picked if be.valid(c, s)]
     assert len(picked) >= 2
     for s in picked:
@@ -376,7 +376,7 @@ def test_long_wide_rows_are_read_in_whole_tiles(cin, cout, hw, kernel, copy):
     if plans:
         h = plans[0].a_halo
         assert h.pitch > MAX_WASTE * h.width and halo_default(plans[0]) == copy
-        assert ("lum_mkh(" in be.source(c, s)) == copy and (not copy or panels(h, s["mr"]).run < h.pitch)
+        assert ("lum_mkh(" in be.source(c, s)) == copy and (not copy or panels(h, s["mr"]).cols < h.pitch)
     compare_cpu(g, {"x": RNG.standard_normal(x.shape).astype(np.float32)}, 2e-5, 2e-5, scaled=True,
                 schedules=[s if k is c else None for k in ks], kernels=ks)
 

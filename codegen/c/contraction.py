@@ -934,7 +934,7 @@ def _halo_row(plan: Plan, h: Halo, full: tuple[int, ...]) -> list[str]:
     """The output pixel of a halo tile's row ``i`` (a wide row's pixel, ``Plan.a_halo``), the rows past an
     output row's end (and past an image's output rows) skipped."""
     dims, live = _wide_row(plan, h, full)
-    return [f"const int64_t q = (ic + i) / {h.run}, c0 = (ic + i) % {h.run};",
+    return [f"const int64_t q = (ic + i) / {h.cols}, c0 = (ic + i) % {h.cols};",
             f"if (c0 >= {h.width}{f' || !({live})' if live else ''}) continue;", *dims,
             f"const int64_t i{plan.m[-1]} = c0;"]
 
@@ -1015,7 +1015,7 @@ def _columns_epilogue(kernel: Kernel, plan: Plan, t: _Tiling) -> list[str]:
     each run is one wide row, up to its output row's end."""
     h, full = t.halo, kernel.full
     inner = plan.m[-1]
-    pitch = h.run if h else full[inner]
+    pitch = h.cols if h else full[inner]
     L = ["for (int64_t j = 0; j < ncur; j++) {", "    const int64_t n = jc + j; (void)n;"]
     cols, col = plan.n, "n"
     if t.run:  # B read by runs of its innermost N dim, each padded to whole panels: the columns past its end skipped

@@ -48,18 +48,13 @@ class Halo:
     images: int = 1
     span: int = 0
     # the GEMM's rows per wide row: ``pitch``, or the output row in whole tiles of a schedule's rows where that is
-    # fewer (``panels``); 0: ``pitch``
+    # fewer (``panels``)
     cols: int = 0
 
     @property
-    def run(self) -> int:
-        """The GEMM's rows per wide row."""
-        return self.cols or self.pitch
-
-    @property
     def wide(self) -> int:
-        """The GEMM's rows: ``rows`` wide rows of ``run`` columns (per image ``span`` of them)."""
-        return self.images * self.span * self.run if self.image >= 0 else self.rows * self.run
+        """The GEMM's rows: ``rows`` wide rows of ``cols`` columns (per image ``span`` of them)."""
+        return self.images * self.span * self.cols if self.image >= 0 else self.rows * self.cols
 
     @cached_property
     def layout(self) -> tuple[tuple[int, str, int], ...]:
@@ -187,7 +182,7 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     if pitch < width or least_cols(width, pitch) > MAX_WASTE * width or (
             image >= 0 and span > MAX_WASTE * rows):
         return None
-    return replace(h, pitch=pitch, span=span)
+    return replace(h, pitch=pitch, span=span, cols=pitch)
 
 
 def address(h: Halo, index: dict[int, str]) -> str:
@@ -235,14 +230,14 @@ def panels(h: Halo, mr: int) -> Halo:
 
 
 def row_address(h: Halo, row: str) -> str:
-    """C expression of the copy's element at GEMM row ``row`` (a tile's first: within one wide row's ``run``)."""
-    return row if h.run == h.pitch else f"(({row}) / {h.run}) * {h.pitch} + ({row}) % {h.run}"
+    """C expression of the copy's element at GEMM row ``row`` (a tile's first: within one wide row's ``cols``)."""
+    return row if h.cols == h.pitch else f"(({row}) / {h.cols}) * {h.pitch} + ({row}) % {h.cols}"
 
 
 def halo_size(h: Halo, full: tuple[int, ...], mr: int) -> int:
     """Floats of the copy: the padded, split input, and zeros past it up to what the last tile's rows read."""
     last = -(-h.wide // mr) * mr - 1
-    return max(h.numel, reach(h, full) + last // h.run * h.pitch + last % h.run)
+    return max(h.numel, reach(h, full) + last // h.cols * h.pitch + last % h.cols)
 
 
 def across(h: Halo) -> int:
