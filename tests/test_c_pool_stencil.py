@@ -252,3 +252,13 @@ def test_a_max_pool_asked_for_indices_keeps_the_lowest_padding():
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("include", [0, 1])
+def test_average_pool_two_rows_a_vector(sixteen_lanes, include):
+    """A 5x5 average pool at stride 2 onto rows of 7 (or 6 with ceil_mode): two rows a vector
+    (``stencil.row_pairs``), the divisor per pixel in both halves."""
+    for shape, ceil in (((1, 8, 14, 14), 0), ((2, 5, 13, 12), 1)):
+        attrs = {**_attrs(5, 2, (2, 2, 2, 2), 1, ceil), "count_include_pad": include}
+        assert "lum_pv" in _source("AveragePool", shape, **attrs)
+        _check("AveragePool", shape, **attrs)

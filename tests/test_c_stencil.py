@@ -208,3 +208,59 @@ def test_a_vector_of_pixels_no_tap_reads_is_zeros(lanes, vw):
     _check([x], _conv(x, 25, 25, (1, 3), 2, 1, ((1, 0), (2, 1))).relu())
     x = Tensor.input("x", (2, 6, 54, 54), DType.float32)
     _check([x], _bias(_conv(x, 9, 1, (1, 1), 2, 1, ((1, 1), (1, 1)))), stencil=None)
+
+
+def _pairs(y: Tensor, inputs: list[Tensor]) -> bool:
+    """Whether the stencil's default source computes two rows a vector (``row_pairs``)."""
+    _, sts = _stencils(_graph(inputs, [y]))
+    be = CPUBackend()
+    return "lum_pv" in be.source(sts[0], be.default_schedule(sts[0]))
+
+
+@pytest.mark.parametrize("vw", [8, 16])
+@pytest.mark.parametrize("n,c,mult,h,w,ksz,dil,pads", [
+    (1, 24, 1, 14, 14, 5, 1, ((2, 2), (2, 2))),     # MobileNetV3's downsampling: 7 rows, the last one alone
+    (2, 5, 2, 16, 16, 5, 1, ((2, 2), (2, 2))),      # batch 2, channel multiplier 2, 8 rows in 4 pairs
+    (1, 9, 1, 15, 9, 7, 1, ((3, 3), (3, 3))),       # 7x7 taps, odd sizes
+    (1, 8, 1, 13, 11, 5, 1, ((0, 4), (4, 1))),      # asymmetric pads: a column's taps in the padding alone
+    (1, 8, 1, 12, 9, 5, 2, ((4, 4), (4, 4))),       # dilation 2: a window row's taps in two loads
+    (1, 8, 1, 9, 8, 5, 1, ((2, 2), (2, 2))),        # rows of 4: in pairs on 8-lane vectors too
+])
+def test_two_rows_a_vector(lanes, vw, n, c, mult, h, w, ksz, dil, pads):
+    """Rows of half a vector or less under a strided window of many taps, planes enough for every thread: two rows
+    a vector, each tap's lanes a permutation of one load per row (``stencil.row_pairs``), both halves' epilogues
+    (bias, hardswish) stored."""
+    lanes(vw)
+    x = Tensor.input("x", (n, c, h, w), DType.float32)
+    y = _hardswish(_bias(_conv(x, c * mult, c, (ksz, ksz), 2, dil, pads)))
+    assert y.shape[3] <= vw // 2 or not _pairs(y, [x])
+    if y.shape[3] <= vw // 2:
+        assert _pairs(y, [x])
+        _check([x], y)
+
+
+def test_two_rows_a_vector_with_a_residual_and_where_measured(sixteen_lanes):
+    """A residual read per pixel in both halves of the vector; and the rule: strided windows of at least
+    PAIR_TAPS taps (a 3x3 at stride 2 and a 5x5 at unit stride keep a row a vector)."""
+    x = Tensor.input("x", (1, 8, 14, 14), DType.float32)
+    r = Tensor.input("r", (1, 8, 7, 7), DType.float32)
+    y = _bias(_conv(x, 8, 8, (5, 5), 2)).add(r)
+    assert _pairs(y, [x, r])
+    _check([x, r], y)
+    assert not _pairs(_conv(x, 8, 8, (3, 3), 2), [x])
+    s = Tensor.input("s", (1, 8, 7, 7), DType.float32)
+    assert not _pairs(_conv(s, 8, 8, (5, 5), 1), [s])
+
+
+def test_two_rows_a_vector_read_zeros_in_the_padding_not_neighbours(sixteen_lanes):
+    """A lane outside its tap's window is zeroed, not multiplied by a weight: infinities and NaNs in the input's
+    first and last columns and rows reach only the outputs whose windows hold them."""
+    x = Tensor.input("x", (1, 8, 14, 14), DType.float32)
+    y = _conv(x, 8, 8, (5, 5), 2)
+    assert _pairs(y, [x])
+    v = RNG.standard_normal((1, 8, 14, 14)).astype(np.float32)
+    v[:, :, :, 0] = np.inf
+    v[:, :, :, -1] = np.nan
+    v[:, 1, 0, :] = -np.inf
+    v[:, 2, -1, :] = np.nan
+    compare_cpu(_graph([x], [y]), {"x": v}, 2e-5, 2e-5, scaled=True)

@@ -18,6 +18,10 @@ gives them (``_lane_pixel``), restored once for the sum; a tap one element past 
 window) takes the odd elements of that tap's loads: a 3x3 window's row is two pairs of loads and three shuffles,
 where the compiler's strided loads took two loads and three shuffles per tap.
 
+Where a row fits half a vector and a strided window has many taps (a 5x5 depthwise conv at stride 2 from 14x14 to
+7x7), two rows share a vector (``row_pairs``): each tap's lanes, both rows', are one two-source permutation of a
+load from each row's input, which the taps of a window row share, and the pair's epilogue runs on each half.
+
 A pool's max is a max over the taps in ACCS partial maxima, NaN where any tap is NaN (a flag per pixel, as the
 reduction's, tested in whole vectors only where the sum of the taps is NaN); a tap outside the input's window
 reads zero as the masked load does (a zero lane, the zero row, and a zero among the taps of a padding row
@@ -234,6 +238,12 @@ def _reads_zero_row(view: View, din: int) -> bool:
 EDGE_ROWS = 8  # rows in the top and bottom padding emitted one by one, each with its live taps only
 PLANES_PER_THREAD = 4  # planes a thread needs for the parallel loop to run over planes (else over rows)
 ACCS = 4  # partial sums of the taps (see _sums)
+# the fewest taps a window strided along its rows takes two rows a vector with (``row_pairs``). 2 threads, hot,
+# paired, against rows of a vector each, 5x5 depthwise convs at stride 2: 672 channels from 14x14 1.41x, 1152 1.41x,
+# 240 from 16x16 1.28x, 672 from 10x10 1.11x; 7x7 over 96 from 16x16 1.36x; where a row's taps are fewer their
+# loads take less of it: 3x3 at stride 2, 576 from 14x14 0.99x, 480 from 12x12 0.96x; at unit stride a tap's lanes
+# are its load's, with no shuffle to spare: 5x5 over 960 at 7x7 0.70x, 3x3 over 384 at 8x8 0.89x
+PAIR_TAPS = 16
 
 
 @dataclass(frozen=True)
@@ -551,27 +561,29 @@ class _Emitter:
             else ["lum_bv vacc = {0};"]
         return ["{", *_ind(sums + self._lanes_epilogue(start, bw, "vacc")), "}"]
 
-    def _lanes_epilogue(self, start: int | str, bw: int, vacc: str) -> list[str]:
+    def _lanes_epilogue(self, start: int | str, bw: int, vacc: str | None, at: int = 0) -> list[str]:
         """The epilogue and stores of the vector ``vacc`` of the ``bw`` pixels from ``start`` (an expression:
-        a whole vector inside the row)."""
-        order = []
-        if self.st.step == 2 and _lane_pixel(bw) != list(range(bw)):
-            order = [f"const lum_bv lum_inorder = lum_px({vacc});"]
-            vacc = "lum_inorder"
-        lines = [*order, f"float lum_tmp[{bw}];", f"memcpy(lum_tmp, &{vacc}, sizeof {vacc});",
-                 f"#pragma omp simd simdlen({bw})", f"for (int j = 0; j < {bw}; j++) {{"]
+        a whole vector inside the row); None: the pixels are ``lum_tmp``'s from lane ``at`` (``row_pairs``)."""
+        lines = []
+        if vacc is not None:
+            if self.st.step == 2 and _lane_pixel(bw) != list(range(bw)):
+                lines = [f"const lum_bv lum_inorder = lum_px({vacc});"]
+                vacc = "lum_inorder"
+            lines += [f"float lum_tmp[{bw}];", f"memcpy(lum_tmp, &{vacc}, sizeof {vacc});"]
+        lines += [f"#pragma omp simd simdlen({bw})", f"for (int j = 0; j < {bw}; j++) {{"]
         n = bw if isinstance(start, str) else min(bw, self.width - start)
         pix = f"i{self.din}"
+        lane = f"lum_tmp[{at} + j]" if at else "lum_tmp[j]"
         if n == bw:
-            return [*lines, f"    const int64_t {pix} = {start} + j;", "    const float acc = lum_tmp[j];",
+            return [*lines, f"    const int64_t {pix} = {start} + j;", f"    const float acc = {lane};",
                     *_ind(self.epi), "}"]
         # the epilogue over every lane (a loop of n < bw lanes ran 2x slower for its remainder), the stores of
         # the row's n after it; lanes past the row repeat its last pixel where the epilogue reads pixels
         k = self.k
         outs = [(j, o, ct.COMPUTE[k.ops[o].dtype]) for j, (o, _) in enumerate(k.outputs)]
-        lane = f"(j < {n} ? j : {n - 1})" if self.epi_reads_pixel else "j"
+        clamp = f"(j < {n} ? j : {n - 1})" if self.epi_reads_pixel else "j"
         return [*[f"{t} lum_o{j}[{bw}];" for j, _, t in outs], *lines,
-                f"    const int64_t {pix} = {start} + {lane};", "    const float acc = lum_tmp[j];",
+                f"    const int64_t {pix} = {start} + {clamp};", f"    const float acc = {lane};",
                 *_ind(self.values), *[f"    lum_o{j}[j] = v{o};" for j, o, _ in outs], "}",
                 f"for (int j = 0; j < {n}; j++) {{", f"    const int64_t {pix} = {start} + j;",
                 *[f"    const {t} v{o} = lum_o{j}[j];" for j, o, t in outs], *_ind(self.stores), "}"]
@@ -614,6 +626,78 @@ class _Emitter:
                       *_ind(rows), "}"]
         safe = [*self.in_buffer(starts, bw), *self.in_buffer(starts, bw, shift)]
         return ["{", *_ind(lines), "}"], " && ".join(safe) or "1"
+
+    def row_groups(self) -> list[tuple[int, list[tuple[int, list[int]]]]] | None:
+        """Where two output rows fit one vector (``row_pairs``): the taps in groups that one load of a vector per
+        row serves, as (the group's first element past the row's offset, [(tap, the element each lane takes past
+        it, -1 where the lane reads outside the tap's window or past the row)]); None where rows are wider than
+        half a vector, a tap's elements span a vector or more, or the constraints depend on the row."""
+        vw, width, step = self.vw, self.width, self.st.step
+        if (self.max or self.st.lanes or not self.static or vw < 8 or width > vw // 2 or step < 2
+                or len(self.taps) < PAIR_TAPS):
+            return None
+        groups: list[tuple[tuple[str, ...], list[tuple[int, dict[int, int]]]]] = []
+        for t, tap in sorted(enumerate(self.taps), key=lambda x: self._offset(x[1])):
+            at = {p: self._offset(tap) + step * p for p in range(width) if self._valid(tap, p)}
+            if not at:
+                continue  # a tap that reads the padding alone adds nothing to a sum
+            if max(at.values()) - min(at.values()) >= vw:
+                return None
+            span = [*at.values(), *(e for _, a in groups[-1][1] for e in a.values())] if groups else []
+            if groups and groups[-1][0] == tap.rowc and max(span) - min(span) < vw:
+                groups[-1][1].append((t, at))
+            else:
+                groups.append((tap.rowc, [(t, at)]))
+        half, out = vw // 2, []
+        for _, taps in groups:
+            lo = min(e for _, a in taps for e in a.values())
+            out.append((lo, [(t, [a[j % half] - lo if j % half in a else -1 for j in range(vw)]) for t, a in taps]))
+        return out or None
+
+    def row_pairs(self, dr: int, rows: int, single: list[str],
+                  groups: list[tuple[int, list[tuple[int, list[int]]]]]) -> list[str]:
+        """The loop body over a plane's rows two at a time (kept dim ``dr``, ``rows`` of them, from ``r``), where
+        a row fits half a vector (a 5x5 depthwise conv at stride 2 from 14x14 to 7x7): row r's pixels in the
+        vector's first half, row r + 1's in the second, each tap's lanes permuted out of one load per row of its
+        group's elements (``row_groups``), the lanes outside its window zeroed. A pair whose loads would leave
+        the input buffer runs ``single`` over each row (``lum_s``), and a last row alone leaves its second half
+        unstored. Against rows of one vector each, 2 threads, hot: see ``PAIR_TAPS``."""
+        vw, k = self.vw, self.k
+        xbuf = k.ops[self.st.x].attr("buf")
+        numel = k.inputs[xbuf].numel
+        ex = ["0" if d == self.din or d in k.reduce_axes else f"i{d}" for d in range(len(k.full))]
+        base = affine(self.xco, self.xk, ex)
+        pointers = ", ".join(f"*lum_{h}{g}" for h in "ab" for g in range(len(groups)))
+        lines = [f"int64_t lum_ra, lum_rb; const float {pointers};"]
+        for h, at in (("a", "r"), ("b", "r + 1")):
+            scope = [f"const int64_t i{dr} = {at};", f"lum_r{h} = {base};"]
+            for g, (lo, taps) in enumerate(groups):
+                ptr = f"in{xbuf} + lum_r{h} + {lo}"
+                rowc = self.taps[taps[0][0]].rowc
+                if rowc:
+                    ptr = f"({' && '.join(rowc)}) ? {ptr} : lum_zero"
+                if h == "b":  # no row past the last: its half of the vector is not stored
+                    ptr = f"i{dr} < {rows} ? ({ptr}) : lum_a{g}"
+                scope.append(f"lum_{h}{g} = {ptr};")
+            lines += ["{", *_ind(scope), "}"]
+        los = [lo for lo, _ in groups]
+        safe = " && ".join(f"lum_r{h} + {min(los)} >= 0 && lum_r{h} + {max(los) + vw} <= {numel}" for h in "ab")
+        terms, loads = [], []
+        for g, (_, taps) in enumerate(groups):
+            loads.append(f"const lum_pv lum_x{g} = *(const lum_pvu *)lum_a{g}, lum_y{g} = *(const lum_pvu *)lum_b{g};")
+            for t, lanes in taps:
+                x = f"lum_p{t}(lum_x{g}, lum_y{g})"
+                if -1 in lanes:
+                    x = f"lum_pmask({x}, (lum_pi){{{', '.join('0' if e < 0 else '-1' for e in lanes)}}})"
+                terms.append(self._term(t, x))
+        half = vw // 2
+        rows_of = [["{", f"    const int64_t i{dr} = r + {h};", *_ind(self._lanes_epilogue(0, half, None, h * half)),
+                    "}"] for h in (0, 1)]
+        pair = [*loads, *_sums(terms, "lum_pv", "pacc"), f"float lum_tmp[{vw}];",
+                "memcpy(lum_tmp, &pacc, sizeof pacc);", *rows_of[0], f"if (r + 1 < {rows}) {{", *_ind(rows_of[1]), "}"]
+        return [*lines, f"if ({safe}) {{", *_ind(pair), "} else {",
+                f"    for (int64_t lum_s = r; lum_s < lum_min64(r + 2, {rows}); lum_s++) {{", *_ind(_ind(single)),
+                "    }", "}"]
 
     def runs(self, lo: int, hi: int, bw: int) -> tuple[list[int], int, int]:
         """(starts of the border vectors, a, b): the unmasked run [a, b) between them."""
@@ -744,7 +828,9 @@ class _Emitter:
         if planes < PLANES_PER_THREAD * (threads or 64):
             pdims, rdims, planes, rows = [], self.outer, 1, planes * rows
         lines = [f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel("pl", tuple(k.full[d] for d in pdims)))]
-        row = [f"const int64_t i{d} = {e};" for d, e in zip(rdims, unravel("r", tuple(k.full[d] for d in rdims)))]
+        groups = self.row_groups() if planes > 1 and len(rdims) == 1 else None
+        at = "lum_s" if groups else "r"
+        row = [f"const int64_t i{d} = {e};" for d, e in zip(rdims, unravel(at, tuple(k.full[d] for d in rdims)))]
         rows_in = self.row_range()
         if rows_in is None:
             row += self.row_head() + body
@@ -773,23 +859,31 @@ class _Emitter:
                 self.rows_valid = False
                 row += ["} else {", *_ind(self.row_head() + body), "}"]
             self.rows_valid = False
+        zeros = self.st.step * max(width, bw)
+        extra: list[str] = []
         if planes == 1:
             lines = [*row[:len(rdims)], *self.weights(), *row[len(rdims):]]
             loop = ("r", rows)
+        elif groups:
+            lines += [*self.weights(), f"for (int64_t r = 0; r < {rows}LL; r += 2) {{",
+                      *_ind(self.row_pairs(rdims[0], rows, row, groups)), "}"]
+            loop = ("pl", planes)
+            zeros, extra = max(zeros, self.vw), _pair_helpers(groups, self.vw)
         else:
             lines += [*self.weights(), f"for (int64_t r = 0; r < {rows}LL; r++) {{", *_ind(row), "}"]
             loop = ("pl", planes)
         return self._with_helpers(_function(k, lines, loop, self._parallel(threads, loop[1]), self.lane_weights()),
-                                 self.st.step * max(width, bw), bw)
+                                 zeros, bw, extra)
 
-    def _with_helpers(self, src: str, zeros: int, bw: int) -> str:
+    def _with_helpers(self, src: str, zeros: int, bw: int, extra: list[str] | None = None) -> str:
         """``src`` with what its kernel function uses declared before it: the zero row of ``zeros`` floats, the
-        scalar max, the vector helpers of ``bw`` lanes (0: none)."""
+        scalar max, the vector helpers of ``bw`` lanes (0: none), ``extra``."""
         head = [f"static const float lum_zero[{zeros}];"] if self.zero_row else []
         if self.max:
             head.append("static inline float lum_smax(float a, float b) { return a > b ? a : b; }")
         if bw:
             head += _vector_helpers(bw)
+        head += extra or []
         return src.replace("int lum_kernel(", "\n".join([*head, f"{epilogue_attribute(self.k)}int lum_kernel("]), 1)
 
 
@@ -800,12 +894,27 @@ def _lane_pixel(bw: int) -> list[int]:
     return [2 * (j // 4) + j % 2 + (bw // 2 if j % 4 > 1 else 0) for j in range(bw)]
 
 
-def _shuffle(a: str, b: str, index: list[int]) -> list[str]:
-    """A vector helper's return of the lanes ``index`` of the concatenation of ``a`` and ``b`` (and its end)."""
+def _shuffle(a: str, b: str, index: list[int], ints: str = "lum_bi") -> list[str]:
+    """A vector helper's return of the lanes ``index`` of the concatenation of ``a`` and ``b`` (and its end);
+    ``ints`` the vectors' integer type."""
     idx = ", ".join(map(str, index))
     return ["#if defined(__clang__)", f"    return __builtin_shufflevector({a}, {b}, {idx});", "#else",
-            f"    return __builtin_shuffle({a}, {b}, (lum_bi){{{idx}}});" if b != a else
-            f"    return __builtin_shuffle({a}, (lum_bi){{{idx}}});", "#endif", "}"]
+            f"    return __builtin_shuffle({a}, {b}, ({ints}){{{idx}}});" if b != a else
+            f"    return __builtin_shuffle({a}, ({ints}){{{idx}}});", "#endif", "}"]
+
+
+def _pair_helpers(groups: list[tuple[int, list[tuple[int, list[int]]]]], vw: int) -> list[str]:
+    """``row_pairs``' vector type of ``vw`` lanes, the lane mask, and each tap's permutation of its group's two
+    loads (a lane reading outside the tap's window takes the first element, which the mask zeroes)."""
+    head = [f"typedef float lum_pv __attribute__((vector_size({4 * vw})));",
+            f"typedef float lum_pvu __attribute__((vector_size({4 * vw}), aligned(4)));",
+            f"typedef int32_t lum_pi __attribute__((vector_size({4 * vw})));",
+            "static inline lum_pv lum_pmask(lum_pv x, lum_pi m) { return (lum_pv)((lum_pi)x & m); }"]
+    for _, taps in groups:
+        for t, lanes in taps:
+            index = [max(e, 0) + (vw if j >= vw // 2 else 0) for j, e in enumerate(lanes)]
+            head += [f"static inline lum_pv lum_p{t}(lum_pv a, lum_pv b) {{", *_shuffle("a", "b", index, "lum_pi")]
+    return head
 
 
 def _vector_helpers(bw: int) -> list[str]:
