@@ -307,12 +307,14 @@ def test_avx2_vectors(lanes):
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
-@pytest.mark.parametrize("hw,mr,rows", [(7, 7, 49), (13, 7, 182), (14, 7, 196), (28, 12, 840), (60, 12, 3600)])
+@pytest.mark.parametrize("hw,mr,rows", [(7, 7, 49), (10, 10, 100), (13, 7, 182), (14, 7, 196), (20, 10, 400),
+                                        (28, 12, 840), (60, 12, 3600)])
 def test_the_default_tile_rows_compute_the_fewest_rows(sixteen_lanes, hw, mr, rows):
-    """On 16-lane vectors, 12 rows per tile, unless 8 or 7 compute at least 8% fewer rows, each output row in whole
-    tiles where that is fewer than a wide row (``halo.panels``): a 7x7 map's 49 pixels in 7 tiles of 7 (its wide
-    rows, 7 x 9, padded to 72 by 12s), 14x14's 196 in 28 (224 wide, 228 in 12s); 28x28's 784 in 7s are 7% fewer than
-    its 840 wide pixels, which stay in 12s; 60x60's in rows of five 12s (3720 wide)."""
+    """On 16-lane vectors, the tile rows that compute the fewest rows, each weighed by 1 + ROW_OVERHEAD / MR, each
+    output row in whole tiles where that is fewer than a wide row (``halo.panels``): a 7x7 map's 49 pixels in 7
+    tiles of 7 (its wide rows, 7 x 9, padded to 72 by 12s), 10x10's 100 in 10 of 10 (120 wide), 14x14's 196 in 28
+    (224 wide, 228 in 12s), 20x20's 400 in 40 of 10 (440 wide); 28x28's 784 in 7s are 7% fewer than its 840 wide
+    pixels, which stay in 12s; 60x60's in rows of five 12s (3720 wide)."""
     g, feeds = _conv_graph(1, 64, 64, (hw, hw))
     ks, c = _the_conv(g)
     be = CPUBackend()

@@ -25,7 +25,7 @@ from functools import cached_property
 from ..kernel import Kernel
 
 MAX_WASTE = 1.3  # wide rows at most this much longer than the output rows (a 3x3 conv with pads 1: (W + 2) / W)
-TILE_ROWS = (12, 8, 7)  # the MRs a default tile over the copy takes (``schedule._halo_rows``)
+TILE_ROWS = (12, 10, 8, 7)  # the MRs a default tile over the copy takes (``schedule._halo_rows``)
 
 
 @dataclass(frozen=True)

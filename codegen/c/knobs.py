@@ -44,7 +44,7 @@ def _mrs(c: Ctx) -> tuple[int, ...]:
     # one or two rows (a matrix-vector product against a weight packed once): a tile of more rows would spend
     # its multiplies on rows that do not exist
     plans = [p for p in (plan_contraction(c.kernel), plan_contraction(c.kernel, True)) if p is not None]
-    return (1, 2, 4, 6, 7, 8, 12) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 7, 8, 12)
+    return (1, 2, 4, 6, 7, 8, 10, 12) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 7, 8, 10, 12)
 
 
 @dataclass(frozen=True)

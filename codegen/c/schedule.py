@@ -106,6 +106,13 @@ def _reduction_impl(kernel: Kernel) -> Literal["loops", "stencil", "separable"] 
     return "separable" if separable_default(kernel, simd_width()) else "stencil"
 
 
+# a row costs 7-9% more in tiles of 7 than of 12 (2 threads, hot, 3x3 at 28x28: 96 -> 128 481 -> 484 us for 7% fewer
+# rows, 128 -> 192 657 -> 666, 128 -> 128 532 -> 537); where fewer rows save more it pays: a 7x7 map's 49 pixels in
+# tiles of 7, not 63 wide ones in 12s (3x3 512 -> 512 0.73 -> 0.65 ms, as wide rows of 7s), 13x13's 182 against 204,
+# 5x5 16 -> 32 at 28x28 151 -> 140 us (784 rows against 900)
+ROW_OVERHEAD = 1.5
+
+
 def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedule:
     vw = simd_width()
     nb, m, n, k = plan.sizes
@@ -202,17 +209,11 @@ def _one_vector(n: int, vw: int) -> bool:
 
 
 def _halo_rows(h: Halo, nr: int, vw: int) -> int:
-    """The MR of a tile over a conv's padded copy (0: none fits): the most rows the registers hold, unless fewer
-    compute at least 8% fewer rows, each output row in whole tiles where that is fewer than a wide row
-    (``halo.panels``). A row costs 7-9% more in tiles of 7 than of 12 (2 threads, hot, 3x3 at 28x28: 96 -> 128
-    481 -> 484 us for 7% fewer rows, 128 -> 192 657 -> 666, 128 -> 128 532 -> 537); where they save more it
-    pays: a 7x7 map's 49 pixels in tiles of 7, not 63 wide ones in 12s (3x3 512 -> 512 0.73 -> 0.65 ms, as wide
-    rows of 7s), 13x13's 182 against 204, 5x5 16 -> 32 at 28x28 151 -> 140 us (784 rows against 900)."""
-    rows = {r: padded(panels(h, r).wide, r) for r in TILE_ROWS if fits(r, nr, vw)}
-    if not rows:
-        return 0
-    most, best = next(iter(rows)), min(rows, key=rows.__getitem__)
-    return best if rows[best] <= 0.92 * rows[most] else most
+    """The MR of a tile over a conv's padded copy (0: none fits) that computes its rows at the least cost, each
+    output row in whole tiles where that is fewer than a wide row (``halo.panels``): a tile's rows times
+    1 + ROW_OVERHEAD / MR, the K loop's own work shared by the tile's rows."""
+    rows = {r: padded(panels(h, r).wide, r) * (1 + ROW_OVERHEAD / r) for r in TILE_ROWS if fits(r, nr, vw)}
+    return min(rows, key=rows.__getitem__) if rows else 0
 
 
 def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
