@@ -63,7 +63,7 @@ HALO_MIN_N = 32  # output channels from which a conv's pixels are the rows, read
 HALO_MIN_K = 128  # and the K rows (input channels times taps) from which it does; with a stride, HALO_STRIDED_MIN_K
 HALO_STRIDED_MIN_K = 1024  # or HALO_STRIDED_MIN_REUSE multiply-adds per element of the copy
 HALO_STRIDED_MIN_REUSE = 96
-WASTE_MACS = 32  # multiply-adds per K row and pixel that rows past the output rows may cost (``halo_default``)
+WASTE_MACS = 64  # multiply-adds per K row and pixel that rows past the output rows may cost (``halo_default``)
 ROWS_MIN_VECTORS = 4  # see rows_of_vectors
 ROWS_MAX_N = 64
 LINE_FLOATS = 16  # floats per cache line
@@ -310,10 +310,12 @@ def halo_default(plan: Plan) -> bool:
             and not (plan.batch and h.width < vw and plan.size("n") % vw == 0):
         return False
     # wide rows longer than MAX_WASTE times the output rows, cut to whole tiles (``halo.panels``): the rows past
-    # an output row cost their share of its multiply-adds per K row, a pack of the input's windows about two
-    # operations per element it packs; the copy where the first is at most WASTE_MACS (2 threads, one process,
-    # paired, against the pack: 5x5 32 -> 128 at 6x6, rows of 7 for 6 pixels, 92 -> 64 us; 5x5 24 -> 64 at 13x13,
-    # 14 for 13, 1.34-1.46x; 3x3 160 -> 320 at 6x6 0.90-0.99x, 1 x 7 192 -> 192 at 17x17, 21 for 17, at par)
+    # an output row cost their share of its multiply-adds per K row, a pack of the input's windows several
+    # operations per element it packs, more where they leave the caches; the copy where the first is at most
+    # WASTE_MACS (2 threads, one process, paired, against the pack, multiply-adds per K row and pixel: 5x5 32 ->
+    # 128 at 6x6, rows of 7 for 6 pixels, 21, 92 -> 64 us; 5x5 24 -> 64 at 13x13, 14 for 13, 1.34-1.46x; 1 x 7 at
+    # 17x17, 20 for 17: 192 -> 192 34, 1.07x, 192 -> 320 56, 1.07x, 384 -> 384 68, 1.73x; 3x3 at 6x6, 7 for 6: 160
+    # -> 320 53, 1.17x, 192 -> 384 64, 1.14x; past it the pack: 1 x 7 192 -> 768 136, 0.96x with the copy)
     if h.pitch > MAX_WASTE * h.width and (least_cols(h.width, h.pitch) / h.width - 1) * plan.size("n") > WASTE_MACS:
         return False
     if max(h.split) == 1 or plan.as_stored:
