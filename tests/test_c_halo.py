@@ -307,13 +307,14 @@ def test_avx2_vectors(lanes):
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
 
 
-@pytest.mark.parametrize("hw,mr,rows", [(7, 7, 49), (10, 10, 100), (13, 7, 182), (14, 7, 196), (20, 10, 400),
+@pytest.mark.parametrize("hw,mr,rows", [(7, 7, 49), (10, 10, 100), (13, 13, 169), (14, 14, 196), (20, 10, 400),
                                         (28, 12, 840), (60, 12, 3600)])
 def test_the_default_tile_rows_compute_the_fewest_rows(sixteen_lanes, hw, mr, rows):
-    """On 16-lane vectors, the tile rows that compute the fewest rows, each weighed by 1 + ROW_OVERHEAD / MR, each
-    output row in whole tiles where that is fewer than a wide row (``halo.panels``): a 7x7 map's 49 pixels in 7
-    tiles of 7 (its wide rows, 7 x 9, padded to 72 by 12s), 10x10's 100 in 10 of 10 (120 wide), 14x14's 196 in 28
-    (224 wide, 228 in 12s), 20x20's 400 in 40 of 10 (440 wide); 28x28's 784 in 7s are 7% fewer than its 840 wide
+    """On 16-lane vectors, an output row of 13 or 14 pixels in one tile (ROW_TILE_MAX), else the tile rows that
+    compute the fewest rows, each weighed by 1 + ROW_OVERHEAD / MR, each output row in whole tiles where that is fewer
+    than a wide row (``halo.panels``): a 7x7 map's 49 pixels in 7 tiles of 7 (its wide rows, 7 x 9, padded to 72 by
+    12s), 10x10's 100 in 10 of 10 (120 wide), 13x13's 169 in 13 of 13 (195 wide, 182 in 7s), 14x14's 196 in 14 of
+    14 (224 wide, 228 in 12s), 20x20's 400 in 40 of 10 (440 wide); 28x28's 784 in 7s are 7% fewer than its 840 wide
     pixels, which stay in 12s; 60x60's in rows of five 12s (3720 wide)."""
     g, feeds = _conv_graph(1, 64, 64, (hw, hw))
     ks, c = _the_conv(g)
@@ -484,3 +485,26 @@ def test_a_channels_last_output_stores_the_tile_as_it_is(n, cin, cout, hw, k, st
     for s in _halo_schedules(be, c):
         assert "lum_mkh(" in be.source(c, s) and "lum_tr(ct" not in be.source(c, s)
         compare_cpu(new, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if x is c else None for x in ks], kernels=ks)
+
+
+@pytest.mark.parametrize("cin,cout,hw,once", [
+    (128, 256, (18, 18), True),    # 1.2 MB of weight over 360 wide rows: every row in one block, N split in two
+    (64, 256, (18, 18), False),    # 0.6 MB: blocks of rows as before
+    (128, 256, (7, 7), False),     # 49 rows: one block already
+])
+def test_a_weight_past_the_l2_is_streamed_once_per_call(sixteen_lanes, cin, cout, hw, once):
+    """A conv over its padded copy whose packed weight outgrows the L2 (WEIGHT_RESIDENT) and whose rows take more
+    than one block: every wide row in one block and the output channels split evenly among the threads, so that
+    each thread streams its share of the weight once; against the reference."""
+    from luminal.codegen.c.schedule import _weight_once
+
+    g, feeds = _conv_graph(1, cin, cout, hw)
+    ks, c = _the_conv(g)
+    plan = plan_contraction(c)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    wide = panels(plan.a_halo, s["mr"]).wide
+    assert (_weight_once(plan, s["mr"], s["nr"], 96, 64, 2) != (96, 64)) == once
+    if once:
+        assert s["mc"] >= wide and s["nc"] * s["threads"] == cout, s
+    compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)

@@ -26,6 +26,12 @@ from ..kernel import Kernel
 
 MAX_WASTE = 1.3  # wide rows at most this much longer than the output rows (a 3x3 conv with pads 1: (W + 2) / W)
 TILE_ROWS = (12, 10, 8, 7)  # the MRs a default tile over the copy takes (``schedule._halo_rows``)
+# the longest output row a tile over a padded copy takes whole (``schedule._halo_rows``): 13 and 14 pixels, in two
+# vectors' 26 and 28 accumulators. 2 threads, hot, paired, against 7-row tiles: 3x3 64 -> 256 at 13x13 1.06-1.09x,
+# 48 -> 192 1.07x, 5x5 24 -> 64 and 32 -> 128 at 13x13 1.07x, 3x3 128 -> 32 at 14x14 1.05-1.06x; two such tiles a
+# row lost to 12-row tiles across wide rows (3x3 128 -> 128 at 28x28 0.96x, 64 -> 128 at 56x56 0.99x), and 9-row
+# ones at 27x27 (0.97x)
+ROW_TILE_MAX = 14
 
 
 @dataclass(frozen=True)
@@ -216,8 +222,9 @@ def reach(h: Halo, full: tuple[int, ...]) -> int:
 
 def least_cols(width: int, pitch: int) -> int:
     """The fewest GEMM rows an output row of ``width`` pixels takes over wide rows of ``pitch``: a wide row, or
-    whole tiles of one of TILE_ROWS rows (``panels``)."""
-    return min(pitch, *(-(-width // r) * r for r in TILE_ROWS))
+    whole tiles of one of TILE_ROWS rows (``panels``), or one tile of its own (ROW_TILE_MAX)."""
+    own = (width,) if TILE_ROWS[0] < width <= ROW_TILE_MAX else ()
+    return min(pitch, *(-(-width // r) * r for r in (*TILE_ROWS, *own)))
 
 
 def panels(h: Halo, mr: int) -> Halo:

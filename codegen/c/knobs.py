@@ -11,6 +11,7 @@ from ..kernel import Kernel
 from ..knobs import KnobValue, knob
 from .contraction import plan_contraction, swappable
 from .emit import lanes_apply
+from .halo import ROW_TILE_MAX, TILE_ROWS
 from .stencil import plan_stencil, separable
 
 
@@ -44,7 +45,13 @@ def _mrs(c: Ctx) -> tuple[int, ...]:
     # one or two rows (a matrix-vector product against a weight packed once): a tile of more rows would spend
     # its multiplies on rows that do not exist
     plans = [p for p in (plan_contraction(c.kernel), plan_contraction(c.kernel, True)) if p is not None]
-    return (1, 2, 4, 6, 7, 8, 10, 12) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 7, 8, 10, 12)
+    # and a conv's output row over its padded copy, in one tile where it is a little longer than those
+    rows = tuple(sorted({p.a_halo.width for p in plans if p.a_halo and TILE_ROWS[0] < p.a_halo.width <= ROW_TILE_MAX}))
+    return (1, 2, 4, 6, 7, 8, 10, 12, *rows) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 7, 8, 10, 12, *rows)
+
+
+MC_BLOCKS = (24, 48, 72, 96, 144, 192, 288, 384)  # a GEMM tile's rows (MC)
+NC_BLOCKS = (64, 96, 128, 192, 256, 384, 512, 1024)  # and columns (NC)
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,8 @@ class GemmSchedule:
     impl: Literal["generated", "blas", "loops", "stencil"] = _knob(_impls)
     mr: int = _knob(_mrs)
     nr: int = _knob(lambda c: tuple(c.vw * m for m in (1, 2, 3, 4)))
-    mc: int = _knob(lambda c: (24, 48, 72, 96, 144, 192, 288, 384))
-    nc: int = _knob(lambda c: (64, 128, 256, 512, 1024))
+    mc: int = _knob(lambda c: MC_BLOCKS)
+    nc: int = _knob(lambda c: NC_BLOCKS)
     kc: int = _knob(lambda c: (0, 64, 128, 256, 512))
     order: Literal["mn", "nm"] = _knob(lambda c: ("mn", "nm"))
     pack_b: bool = _knob(lambda c: (True, False))

@@ -12,8 +12,17 @@ from ..knobs import space as knobs_of
 from . import contraction
 from .contraction import TILE, Plan, fits, halo_default, padded, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
-from .halo import TILE_ROWS, Halo, panels
-from .knobs import CSchedule, Ctx, ElementwiseSchedule, GemmSchedule, ReductionSchedule, schedule_type
+from .halo import ROW_TILE_MAX, TILE_ROWS, Halo, panels
+from .knobs import (
+    MC_BLOCKS,
+    NC_BLOCKS,
+    CSchedule,
+    Ctx,
+    ElementwiseSchedule,
+    GemmSchedule,
+    ReductionSchedule,
+    schedule_type,
+)
 from .stencil import plan_stencil, separable_default, stencil_default
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
@@ -31,6 +40,11 @@ GRAIN = 1 << 18
 # 0.158 ms
 LOOP_GRAIN = GRAIN // 4
 HALO_ROW_BLOCKS = (192, 288, 384)
+# a weight of more bytes, packed once, leaves the L2 of a core: a conv over its padded copy then takes every wide row
+# in one block and the output channels split among the threads (``_weight_once``). 2 threads, hot, paired, against
+# blocks of 96 rows by 128 channels: 3x3 at stride 2 from 35x35 288 -> 384 (4 MB) 1.10-1.12x, 1 x 7 192 -> 192 at
+# 17x17 (1 MB) 1.01-1.02x
+WEIGHT_RESIDENT = 1 << 20
 HALO_TILES_PER_THREAD = 16
 
 
@@ -187,6 +201,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         # one step of 256 covers stays one step (ResNet's 7x7 stride-2 stem, K = 147: 1.39 ms, 1.45 by 64)
         if max(plan.a_halo.split) > 1 and k > kc:
             kc = 64
+        mc, nc = _weight_once(plan, mr, nr, mc, nc, threads)
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
@@ -209,9 +224,12 @@ def _one_vector(n: int, vw: int) -> bool:
 
 
 def _halo_rows(h: Halo, nr: int, vw: int) -> int:
-    """The MR of a tile over a conv's padded copy (0: none fits) that computes its rows at the least cost, each
+    """The MR of a tile over a conv's padded copy (0: none fits): an output row of at most ROW_TILE_MAX pixels
+    that the registers hold in one tile takes one; else the rows that compute its rows at the least cost, each
     output row in whole tiles where that is fewer than a wide row (``halo.panels``): a tile's rows times
     1 + ROW_OVERHEAD / MR, the K loop's own work shared by the tile's rows."""
+    if TILE_ROWS[0] < h.width <= ROW_TILE_MAX and fits(h.width, nr, vw):
+        return h.width
     rows = {r: padded(panels(h, r).wide, r) * (1 + ROW_OVERHEAD / r) for r in TILE_ROWS if fits(r, nr, vw)}
     return min(rows, key=rows.__getitem__) if rows else 0
 
@@ -219,6 +237,21 @@ def _halo_rows(h: Halo, nr: int, vw: int) -> int:
 def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
     """The MR of ``choices`` (by preference: the first of those that pad M equally) that pads M least and fits."""
     return min((r for r in choices if fits(r, nr, vw)), key=lambda r: padded(m, r))
+
+
+def _weight_once(plan: Plan, mr: int, nr: int, mc: int, nc: int, threads: int) -> tuple[int, int]:
+    """(MC, NC) of a conv over its padded copy whose packed weight outgrows the L2 (WEIGHT_RESIDENT bytes) and whose
+    rows take more than one block of ``mc``: every wide row in one block and the output channels split evenly among
+    the threads, where both are blocks of the space, so that each thread streams its share of the weight once per
+    call, not once per block of rows; else ``mc``, ``nc``."""
+    nb, _, n, k = plan.sizes
+    assert plan.a_halo is not None
+    wide, share = panels(plan.a_halo, mr).wide, n // threads
+    block = min((c for c in MC_BLOCKS if c >= wide), default=0)
+    if (nb > 1 or mc >= wide or k * n * 4 <= WEIGHT_RESIDENT or not block or n % threads or share % nr
+            or share not in NC_BLOCKS):
+        return mc, nc
+    return block, share
 
 
 def _halo_row_block(mc: int, col_blocks: int, wide: int, threads: int) -> int:
