@@ -42,8 +42,8 @@ LOOP_GRAIN = GRAIN // 4
 HALO_ROW_BLOCKS = (192, 288, 384)
 # a weight of more bytes, packed once, leaves the L2 of a core: a conv over its padded copy then takes every wide row
 # in one block and the output channels split among the threads (``_weight_once``). 2 threads, hot, paired, against
-# blocks of 96 rows by 128 channels: 3x3 at stride 2 from 35x35 288 -> 384 (4 MB) 1.10-1.12x, 1 x 7 192 -> 192 at
-# 17x17 (1 MB) 1.01-1.02x
+# blocks of 96 rows by 128 channels: 3x3 at stride 2 from 35x35 288 -> 384 (4 MB) 1.06-1.07x, 1 x 7 192 -> 192 at
+# 17x17 (1 MB) at par
 WEIGHT_RESIDENT = 1 << 20
 HALO_TILES_PER_THREAD = 16
 
@@ -246,6 +246,7 @@ def _weight_once(plan: Plan, mr: int, nr: int, mc: int, nc: int, threads: int) -
     call, not once per block of rows; else ``mc``, ``nc``."""
     nb, _, n, k = plan.sizes
     assert plan.a_halo is not None
+    threads = max(threads, 1)
     wide, share = panels(plan.a_halo, mr).wide, n // threads
     block = min((c for c in MC_BLOCKS if c >= wide), default=0)
     if (nb > 1 or mc >= wide or k * n * 4 <= WEIGHT_RESIDENT or not block or n % threads or share % nr
