@@ -102,11 +102,11 @@ def _place_one_size(order: list[Slot]) -> int:
     return top
 
 
-def plan_kernels(kernels: list[Kernel], keep: set[int], elision: Elision | None = None) -> BufferPlan:
-    """The plan for kernels in launch order: all their outputs but those in ``keep``; with ``elision``, the
-    kernels it launches, each part of a concatenation in the concatenation's slot."""
+def plan_kernels(launched: list[Kernel], keep: set[int], elision: Elision | None = None) -> BufferPlan:
+    """The plan for the kernels launched, in order: all their outputs but those in ``keep``; with ``elision``
+    (which picked them), each part of a concatenation in the concatenation's slot."""
     if elision is None:
-        elision = Elision(tuple(range(len(kernels))))
+        elision = Elision(tuple(range(len(launched))))
 
     def out(node: int, nbytes: int) -> tuple[int, int]:
         root = elision.place(node)[0]
@@ -114,11 +114,12 @@ def plan_kernels(kernels: list[Kernel], keep: set[int], elision: Elision | None 
 
     return plan_buffers([([elision.place(n)[0] for n in k.input_nodes],
                           [out(n, b.nbytes) for n, (_, b) in zip(k.output_nodes, k.outputs)])
-                         for k in elision.pick(kernels)], keep)
+                         for k in launched], keep)
 
 
 def plan_run(kernels: list[Kernel], keep: set[int]) -> tuple[Elision, list[Kernel], BufferPlan]:
     """How a compiled model runs ``kernels`` (graph outputs ``keep``): the concatenations its parts' producers
     write in place, the kernels it then launches, and the arena plan of their outputs."""
     elision = elide_concats(kernels, keep)
-    return elision, elision.pick(kernels), plan_kernels(kernels, keep, elision)
+    launched = elision.pick(kernels)
+    return elision, launched, plan_kernels(launched, keep, elision)

@@ -504,7 +504,7 @@ def test_a_weight_past_the_l2_is_streamed_once_per_call(sixteen_lanes, cin, cout
     be = CPUBackend()
     s = be.default_schedule(c)
     wide = panels(plan.a_halo, s["mr"]).wide
-    assert (_weight_once(plan, s["mr"], s["nr"], 96, 64, 2) != (96, 64)) == once
+    assert (_weight_once(plan, wide, s["nr"], 96, 64, 2) != (96, 64)) == once
     if once:
         assert s["mc"] >= wide and s["nc"] * s["threads"] == cout, s
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)

@@ -131,7 +131,7 @@ def plan_halo(kernel: Kernel, a: int, m: tuple[int, ...], k: tuple[int, ...], ba
     A walks one axis of its (contiguous) input with a positive step, each mask bounds one axis by its extent (the
     padding), each row dim walks an axis of its own, batch dims walk no pixel axis, some K dim walks a row dim's
     axis (a window, which a 7 x 1 kernel has along the rows only), and the wide rows are at most MAX_WASTE times
-    the output rows, as they are or in whole tiles of TILE_ROWS rows (``least_cols``)."""
+    the output rows, as they are or in whole tiles of ``tile_rows`` (``least_cols``)."""
     op = kernel.ops[a]
     view, full = op.attr("view"), kernel.full
     source = kernel.inputs[op.attr("buf")].shape
@@ -220,11 +220,21 @@ def reach(h: Halo, full: tuple[int, ...]) -> int:
     return far + 1
 
 
+def tile_rows(width: int) -> tuple[int, ...]:
+    """The MRs a default tile over the copy may take for output rows of ``width`` pixels: TILE_ROWS, and the row
+    itself where one tile holds it (ROW_TILE_MAX)."""
+    return (*TILE_ROWS, width) if TILE_ROWS[0] < width <= ROW_TILE_MAX else TILE_ROWS
+
+
+def _whole(width: int, mr: int) -> int:
+    """An output row of ``width`` pixels in whole tiles of ``mr`` rows."""
+    return -(-width // mr) * mr
+
+
 def least_cols(width: int, pitch: int) -> int:
     """The fewest GEMM rows an output row of ``width`` pixels takes over wide rows of ``pitch``: a wide row, or
-    whole tiles of one of TILE_ROWS rows (``panels``), or one tile of its own (ROW_TILE_MAX)."""
-    own = (width,) if TILE_ROWS[0] < width <= ROW_TILE_MAX else ()
-    return min(pitch, *(-(-width // r) * r for r in (*TILE_ROWS, *own)))
+    whole tiles of one of ``tile_rows`` (``panels``)."""
+    return min(pitch, *(_whole(width, r) for r in tile_rows(width)))
 
 
 def panels(h: Halo, mr: int) -> Halo:
@@ -232,7 +242,7 @@ def panels(h: Halo, mr: int) -> Halo:
     columns: a tile then starts each output row and the next one's rows start at the next wide row, so that the
     ``pitch - width`` columns past a row are computed only as far as its last tile reaches (a 7x7 map's 63 wide
     pixels in tiles of 7 are its 49 pixels)."""
-    cols = -(-h.width // mr) * mr
+    cols = _whole(h.width, mr)
     return replace(h, cols=cols) if cols < h.pitch else h
 
 

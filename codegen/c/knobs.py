@@ -11,7 +11,7 @@ from ..kernel import Kernel
 from ..knobs import KnobValue, knob
 from .contraction import plan_contraction, swappable
 from .emit import lanes_apply
-from .halo import ROW_TILE_MAX, TILE_ROWS
+from .halo import tile_rows
 from .stencil import plan_stencil, separable
 
 
@@ -45,9 +45,10 @@ def _mrs(c: Ctx) -> tuple[int, ...]:
     # one or two rows (a matrix-vector product against a weight packed once): a tile of more rows would spend
     # its multiplies on rows that do not exist
     plans = [p for p in (plan_contraction(c.kernel), plan_contraction(c.kernel, True)) if p is not None]
+    base = (1, 2, 4, 6, 7, 8, 10, 12) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 7, 8, 10, 12)
     # and a conv's output row over its padded copy, in one tile where it is a little longer than those
-    rows = tuple(sorted({p.a_halo.width for p in plans if p.a_halo and TILE_ROWS[0] < p.a_halo.width <= ROW_TILE_MAX}))
-    return (1, 2, 4, 6, 7, 8, 10, 12, *rows) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 7, 8, 10, 12, *rows)
+    rows = {r for p in plans if p.a_halo for r in tile_rows(p.a_halo.width)} - set(base)
+    return (*base, *sorted(rows))
 
 
 MC_BLOCKS = (24, 48, 72, 96, 144, 192, 288, 384)  # a GEMM tile's rows (MC)

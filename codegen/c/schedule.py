@@ -12,7 +12,7 @@ from ..knobs import space as knobs_of
 from . import contraction
 from .contraction import TILE, Plan, fits, halo_default, padded, plan_contraction, swappable, whole_vector_rows
 from .emit import LANES, lanes_apply
-from .halo import ROW_TILE_MAX, TILE_ROWS, Halo, panels
+from .halo import Halo, panels, tile_rows
 from .knobs import (
     MC_BLOCKS,
     NC_BLOCKS,
@@ -192,7 +192,8 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row
     if halo_default(plan) and plan.a_halo is not None:
         mr = _halo_rows(plan.a_halo, nr, vw) or mr
-        mc = _halo_row_block(mc, nb * -(-n // nc), panels(plan.a_halo, mr).wide, threads)
+        wide = panels(plan.a_halo, mr).wide
+        mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
         # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel
         # call reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did
         # not (2 threads, hot, 3x3 stride 2: 128 -> 128 at 56x56 1.83 -> 1.62 ms, 256 -> 256 at 28x28 1.55 ->
@@ -201,7 +202,7 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         # one step of 256 covers stays one step (ResNet's 7x7 stride-2 stem, K = 147: 1.39 ms, 1.45 by 64)
         if max(plan.a_halo.split) > 1 and k > kc:
             kc = 64
-        mc, nc = _weight_once(plan, mr, nr, mc, nc, threads)
+        mc, nc = _weight_once(plan, wide, nr, mc, nc, threads)
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
     # 1280x1000: 6 x 2 vectors 0.19 ms, 1 x 1 vector 0.11, 1 x 4 vectors 0.089; onnxruntime 0.073)
@@ -224,13 +225,11 @@ def _one_vector(n: int, vw: int) -> bool:
 
 
 def _halo_rows(h: Halo, nr: int, vw: int) -> int:
-    """The MR of a tile over a conv's padded copy (0: none fits): an output row of at most ROW_TILE_MAX pixels
-    that the registers hold in one tile takes one; else the rows that compute its rows at the least cost, each
-    output row in whole tiles where that is fewer than a wide row (``halo.panels``): a tile's rows times
-    1 + ROW_OVERHEAD / MR, the K loop's own work shared by the tile's rows."""
-    if TILE_ROWS[0] < h.width <= ROW_TILE_MAX and fits(h.width, nr, vw):
-        return h.width
-    rows = {r: padded(panels(h, r).wide, r) * (1 + ROW_OVERHEAD / r) for r in TILE_ROWS if fits(r, nr, vw)}
+    """The MR of a tile over a conv's padded copy (0: none fits): of ``halo.tile_rows`` that the registers hold,
+    the one that computes the conv's rows at the least cost, each output row in whole tiles where that is fewer
+    than a wide row (``halo.panels``): a tile's rows times 1 + ROW_OVERHEAD / MR, the K loop's own work shared by
+    the tile's rows."""
+    rows = {r: padded(panels(h, r).wide, r) * (1 + ROW_OVERHEAD / r) for r in tile_rows(h.width) if fits(r, nr, vw)}
     return min(rows, key=rows.__getitem__) if rows else 0
 
 
@@ -239,15 +238,14 @@ def _fewest_rows(m: int, choices: tuple[int, ...], nr: int, vw: int) -> int:
     return min((r for r in choices if fits(r, nr, vw)), key=lambda r: padded(m, r))
 
 
-def _weight_once(plan: Plan, mr: int, nr: int, mc: int, nc: int, threads: int) -> tuple[int, int]:
+def _weight_once(plan: Plan, wide: int, nr: int, mc: int, nc: int, threads: int) -> tuple[int, int]:
     """(MC, NC) of a conv over its padded copy whose packed weight outgrows the L2 (WEIGHT_RESIDENT bytes) and whose
-    rows take more than one block of ``mc``: every wide row in one block and the output channels split evenly among
-    the threads, where both are blocks of the space, so that each thread streams its share of the weight once per
-    call, not once per block of rows; else ``mc``, ``nc``."""
+    ``wide`` GEMM rows take more than one block of ``mc``: every row in one block and the output channels split
+    evenly among the threads, where both are blocks of the space, so that each thread streams its share of the
+    weight once per call, not once per block of rows; else ``mc``, ``nc``."""
     nb, _, n, k = plan.sizes
-    assert plan.a_halo is not None
     threads = max(threads, 1)
-    wide, share = panels(plan.a_halo, mr).wide, n // threads
+    share = n // threads
     block = min((c for c in MC_BLOCKS if c >= wide), default=0)
     if (nb > 1 or mc >= wide or k * n * 4 <= WEIGHT_RESIDENT or not block or n % threads or share % nr
             or share not in NC_BLOCKS):
