@@ -68,6 +68,10 @@ class Backend(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def threads(self) -> int:
+        """How many threads split each kernel's output among them, each writing a contiguous share of it (1 where
+        the device schedules its own work)."""
+
     def fork_safe(self) -> bool:
         """Whether a process forked from this one can still run this backend's kernels."""
 

@@ -66,7 +66,7 @@ class CompiledModel:
         self.stats = stats or CompileStats(kernels=len(kernels))
         keep = {o.node for o in outputs}
         # what runs: the kernels but the concatenations their parts' producers write in place
-        self.elision, self.launched, self.plan = plan_run(kernels, keep)
+        self.elision, self.launched, self.plan = plan_run(kernels, keep, backend.threads())
         place = self.elision.place
         read = {place(n)[0] for k in self.launched for n in k.input_nodes}
         written = {place(n)[0] for k in self.launched for n in k.output_nodes}

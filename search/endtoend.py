@@ -26,7 +26,8 @@ class ModelRunner:
         self.graph, lowered = lower(graph, decisions)
         graph = self.graph
         self.backend = backend
-        elision, self.kernels, plan = plan_run(lowered, {n.id for n in graph.outputs})  # as a compiled model runs
+        # as a compiled model runs
+        elision, self.kernels, plan = plan_run(lowered, {n.id for n in graph.outputs}, backend.threads())
         items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
         self.bufs: dict[int, Any] = {}

@@ -176,7 +176,7 @@ class Tuner:
         the kernels a compiled model launches: not the concatenations written in place)."""
         counts: dict[str, int] = {}
         kernels: dict[str, Kernel] = {}
-        elision, launched, plan = plan_run(partitioned, {n.id for n in graph.outputs})
+        elision, launched, plan = plan_run(partitioned, {n.id for n in graph.outputs}, self.backend.threads())
         arena = arena_offsets(launched, plan, elision)
         placements: dict[str, Placement] = {}
         for k in launched:

@@ -75,6 +75,9 @@ class FakeBackend:
     def available(self):
         return None
 
+    def threads(self):
+        return 1
+
     def space(self, kernel):
         return [Knob("speed", self.speeds), Knob("mode", self.modes)]
 

@@ -599,3 +599,26 @@ def test_every_tile_runs_once_whichever_thread_takes_it(threads):
         for _ in range(3):
             _compare(g, {"x": RNG.standard_normal((40, 96)).astype(np.float32)}, schedules=[s], kernels=ks,
                      backend=be)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+@pytest.mark.parametrize("rows", [10, 40])
+def test_packed_a_panels_found_in_each_threads_own_buffer(threads, rows):
+    """Each thread packs its contiguous share of A's panels (batches x row panels) into a buffer of its own and
+    the tiles find panel p in its packer's: shares of uneven sizes, empty ones (more threads than panels), and
+    tiles that a thread takes over from another's share read the other's buffer; against the reference, several
+    calls (the buffers reused)."""
+    from luminal.codegen.c.backend import source
+
+    x = Tensor.input("x", (3, rows, 96), DType.float32)
+    w = Tensor.input("w", (3, 96, 70), DType.float32)
+    g = _graph([x, w], [x.matmul(w)])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend(replace(detect_target("cpu"), threads=threads))
+    d = be.default_schedule(c)
+    for s in ({**d, "pack_a": True, "mr": 6, "mc": 6}, {**d, "pack_a": True, "mr": 4, "mc": 48, "nc": d["nr"]}):
+        assert "lum_panel(lum_pa, lum_plo" in source(c, s, threads)
+        for _ in range(3):
+            feeds = {"x": RNG.standard_normal((3, rows, 96)).astype(np.float32),
+                     "w": RNG.standard_normal((3, 96, 70)).astype(np.float32)}
+            _compare(g, feeds, schedules=[s], kernels=ks, backend=be)

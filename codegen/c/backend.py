@@ -318,6 +318,9 @@ class CPUBackend:
     def available(self) -> str | None:
         return None if self._toolchain() is not None else build.missing_message()
 
+    def threads(self) -> int:
+        return self.target.threads
+
     def fork_safe(self) -> bool:
         # the OpenMP threads of a kernel library loaded here are not in a forked child, whose first
         # parallel region (GNU libgomp) would then wait for them forever

@@ -154,6 +154,9 @@ class TritonBackend:
     def fork_safe(self) -> bool:
         return False  # a CUDA context does not survive fork
 
+    def threads(self) -> int:
+        return 1
+
     def available(self) -> str | None:
         return missing_for_triton(gpu=not self.interpret)
 
