@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -108,14 +107,14 @@ def _shares(offset: int, nbytes: int, threads: int) -> list[tuple[int, int, int]
     return [(offset + nbytes * t // threads, offset + nbytes * (t + 1) // threads, t) for t in range(threads)]
 
 
-def _moved(offset: int, nbytes: int, threads: int, owners: list[tuple[int, int, int]]) -> int:
+def _moved(offset: int, nbytes: int, threads: int, owners: list[tuple[int, int, int]], limit: int) -> int:
     """The bytes of a slot at ``offset`` that its threads would write where ``owners`` (sorted, disjoint) say
-    another thread did."""
+    another thread did, counted until they pass ``limit``."""
     moved = 0
     for a, b, t in _shares(offset, nbytes, threads):
-        i = bisect.bisect_right(owners, (a, a, threads)) - 1
-        for lo, hi, u in owners[max(i, 0):]:
-            if lo >= b:
+        for i in range(max(bisect.bisect_right(owners, (a, a, threads)) - 1, 0), len(owners)):
+            lo, hi, u = owners[i]
+            if lo >= b or moved > limit:
                 break
             if u != t and hi > a:
                 moved += min(b, hi) - max(a, lo)
@@ -142,7 +141,7 @@ def _write(owners: list[tuple[int, int, int]], shares: list[tuple[int, int, int]
 
 
 def _place_by_writer(order: list[Slot], threads: int) -> int:
-    """Place slots in launch order, each where at most MOVED_SHARE of its bytes were last written by another
+    """Place slots in launch order, each where at most 1/MOVED_SHARE of its bytes were last written by another
     thread than the one that writes them now (each kernel's threads writing equal contiguous shares of its
     output, ``_shares``), at the lowest such start clear of the live slots, else past the top. A byte written by
     a thread on another die than its last writer's comes over from that die's cache first: the two vCPUs here on
@@ -173,15 +172,16 @@ def _place_by_writer(order: list[Slot], threads: int) -> int:
 
 
 def _fitting(s: Slot, gap: int, end: int, size: int, threads: int, owners: list[tuple[int, int, int]]) -> int | None:
-    """The lowest start of slot ``s`` in the free bytes [gap, end) where its threads write at most MOVED_SHARE of
+    """The lowest start of slot ``s`` in the free bytes [gap, end) where its threads write at most 1/MOVED_SHARE of
     it over another thread's last writes, trying the gap's start and the starts that put its start or its middle
     share boundary on a last writer's boundary (a slot of one size on its start, one of half on the middle of
     two threads'); None where none does."""
     i = max(bisect.bisect_right(owners, (gap - size, gap - size, threads)) - 1, 0)
-    marks = {b for lo, hi, _ in itertools.takewhile(lambda p: p[0] < end, owners[i:]) for b in (lo, hi)}
+    j = bisect.bisect_left(owners, (end, end, -1), i)
+    marks = {b for lo, hi, _ in owners[i:j] for b in (lo, hi)}
     starts = {_start(s, m - size * t // threads) for m in marks for t in {0, threads // 2}} | {_start(s, gap)}
     for o in sorted(x for x in starts if gap <= x and x + size <= end):
-        if _moved(o, size, threads, owners) * MOVED_SHARE <= size:
+        if _moved(o, size, threads, owners, size // MOVED_SHARE) <= size // MOVED_SHARE:
             return o
     return None
 
