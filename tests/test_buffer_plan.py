@@ -105,9 +105,10 @@ def test_with_threads_a_slot_takes_few_bytes_another_thread_wrote_last(seed):
     assert all(s.offset % PAGE == s.first % 2 * PAGE // 2 for s in large)
     assert all(s.offset % ALIGN == 0 for s in plan.slots.values())
     assert plan.arena_bytes >= max((s.offset + s.nbytes for s in plan.slots.values()), default=0)
+    moved = _moved(plan, threads)
     for s in plan.slots.values():
         # the replay counts whole ALIGN cells where a share boundary falls inside one
-        assert _moved(plan, threads)[s.node] * plan_module.MOVED_SHARE <= s.nbytes + threads * ALIGN * 8
+        assert moved[s.node] * plan_module.MOVED_SHARE <= s.nbytes + threads * ALIGN * 8
 
 
 def test_a_half_size_slot_sits_across_the_threads_boundary_of_the_one_before():
