@@ -125,11 +125,8 @@ def _write(owners: list[tuple[int, int, int]], shares: list[tuple[int, int, int]
     """``owners`` (sorted, disjoint, neighbours of one thread merged) with ``shares`` (contiguous, in order)
     written over them."""
     start, end = shares[0][0], shares[-1][1]
-    i = bisect.bisect_right(owners, (start, start, -1)) - 1
-    i = max(i, 0)
-    j = i
-    while j < len(owners) and owners[j][0] < end:
-        j += 1
+    i = max(bisect.bisect_right(owners, (start, start, -1)) - 1, 0)
+    j = bisect.bisect_left(owners, (end, end, -1), i)
     cut = [p for lo, hi, u in owners[i:j] for p in ((lo, min(hi, start), u), (max(lo, end), hi, u)) if p[0] < p[1]]
     merged: list[tuple[int, int, int]] = []
     for p in sorted([*owners[max(i - 1, 0):i], *cut, *shares, *owners[j:j + 1]]):

@@ -1118,9 +1118,8 @@ def _pack_a(buf: int, dt: DType, va: View, names_a: dict, t: _Tiling) -> list[st
     # them: a Winograd product's thread packs mostly the panels it multiplies (2 threads on two dies, one
     # process, interleaved, dynamic / static: Inception-v2 33.2 / 31.6 ms, MobileNetV3 8.11 / 7.76); each
     # thread's share into its own buffer (``lum_panel`` finds a panel there)
-    n = t.nb * t.pm
     return ["        {",
-            f"        const int64_t lum_lo = {n}LL * lum_me / lum_nth, lum_hi = {n}LL * (lum_me + 1) / lum_nth;",
+            f"        const int64_t lum_lo = lum_plo[lum_me], lum_hi = {t.nb * t.pm}LL * (lum_me + 1) / lum_nth;",
             "        for (int64_t t = lum_lo; t < lum_hi; t++) {",
             f"            int64_t ib = t / {t.pm}, p = t % {t.pm}; (void)ib;",
             f"            lum_t *dst = lum_pa[lum_me] + (t - lum_lo) * {K * mr};",
