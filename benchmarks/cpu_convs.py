@@ -90,6 +90,10 @@ LAYERS = [
     Layer("atrous 3x3 512 d4 33", 1, 512, 512, 33, 3, dilation=4),
     Layer("aspp 3x3 960->256 d6 16", 1, 960, 256, 16, 3, dilation=6),
     Layer("aspp 3x3 960->256 d12 16", 1, 960, 256, 16, 3, dilation=12),
+    Layer("regnet g25 3x3s2 400 14", 1, 400, 400, 14, 3, stride=2, group=25),
+    Layer("regnet g25 3x3 400 7", 1, 400, 400, 7, 3, group=25),
+    Layer("resnext g32 3x3 128 56", 1, 128, 128, 56, 3, group=32),
+    Layer("resnext g32 3x3s2 1024 14", 1, 1024, 1024, 14, 3, stride=2, group=32),
 ]
 
 

@@ -158,18 +158,22 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)
 
 
-@pytest.mark.parametrize("n,groups,per_group,hw,halo", [
-    (1, 5, 16, (7, 7), True),      # RegNet's last stage: rows of 7 pixels, a vector of channels per group
-    (2, 3, 16, (9, 11), True),     # a batch, rows of 11
-    (1, 4, 16, (10, 20), False),   # rows of 20: the pixels as columns keep whole vectors
-    (1, 6, 8, (7, 7), False),      # half a vector per group
+@pytest.mark.parametrize("n,groups,per_group,hw,stride,halo", [
+    (1, 5, 16, (7, 7), 1, True),       # RegNet's last stage: rows of 7 pixels, a vector of channels per group
+    (2, 3, 16, (9, 11), 1, True),      # a batch, rows of 11
+    (1, 4, 16, (10, 20), 1, False),    # rows of 20: the pixels as columns keep whole vectors
+    (1, 6, 8, (7, 7), 1, False),       # half a vector per group
+    (1, 5, 16, (14, 14), 2, True),     # RegNet's strided first block: rows of 7, too few multiply-adds a copied
+    (2, 3, 32, (13, 15), 2, True),     # element for a dense conv's rule; odd sizes, two vectors per group
+    (1, 4, 16, (20, 40), 2, False),    # rows of 20
+    (1, 6, 8, (14, 14), 2, False),
 ])
-def test_grouped_convs_on_small_maps_read_the_copy(sixteen_lanes, n, groups, per_group, hw, halo):
+def test_grouped_convs_on_small_maps_read_the_copy(sixteen_lanes, n, groups, per_group, hw, stride, halo):
     """A grouped conv with whole vectors of output channels per group reads its padded copy by default where an
-    output row is shorter than a vector, whatever HALO_MIN_N says; others keep their reads. Against the reference.
-    On 16-lane vectors (AVX-512) whatever the host's."""
+    output row is shorter than a vector, whatever HALO_MIN_N and, at a stride, HALO_STRIDED_MIN_REUSE say; others
+    keep their reads. Against the reference. On 16-lane vectors (AVX-512) whatever the host's."""
     c_all = groups * per_group
-    g, feeds = _conv_graph(n, c_all, c_all, hw, group=groups)
+    g, feeds = _conv_graph(n, c_all, c_all, hw, stride=(stride, stride), group=groups)
     ks, c = _the_conv(g)
     be = CPUBackend()
     s = be.default_schedule(c)

@@ -294,8 +294,8 @@ def halo_default(plan: Plan) -> bool:
     """Whether the untuned default reads A from its padded copy (``Plan.a_halo``): against a weight of at least
     HALO_MIN_N output channels, or of whole vectors of them per group where an output row is shorter than a
     vector, with at least HALO_MIN_K K rows; a strided conv with HALO_STRIDED_MIN_K of them or
-    HALO_STRIDED_MIN_REUSE multiply-adds per copied element; any with K rows enough whose tiles are stored as they
-    lie (``Plan.as_stored``: a channels-last output)."""
+    HALO_STRIDED_MIN_REUSE multiply-adds per copied element, or grouped as above; any with K rows enough whose tiles
+    are stored as they lie (``Plan.as_stored``: a channels-last output)."""
     h = plan.a_halo
     if h is None or not plan.b_const or plan.size("k") < HALO_MIN_K:
         return False
@@ -306,8 +306,8 @@ def halo_default(plan: Plan) -> bool:
     # call (2 threads, hot, 3x3 16 -> 16 at 160x160: 3.4 ms packed, 0.80 from the copy, 0.94 in the logical
     # order; at stride 2 over 320x320 4.1 / 2.0 / 1.3)
     vw = host_simd_width()
-    if plan.size("n") < HALO_MIN_N and not plan.as_stored \
-            and not (plan.batch and h.width < vw and plan.size("n") % vw == 0):
+    grouped = bool(plan.batch) and h.width < vw and plan.size("n") % vw == 0
+    if plan.size("n") < HALO_MIN_N and not plan.as_stored and not grouped:
         return False
     # wide rows longer than MAX_WASTE times the output rows, cut to whole tiles (``halo.panels``): the rows past
     # an output row cost their share of its multiply-adds per K row, a pack of the input's windows several
@@ -318,7 +318,11 @@ def halo_default(plan: Plan) -> bool:
     # -> 320 53, 1.17x, 192 -> 384 64, 1.14x; past it the pack: 1 x 7 192 -> 768 136, 0.96x with the copy)
     if h.pitch > MAX_WASTE * h.width and (least_cols(h.width, h.pitch) / h.width - 1) * plan.size("n") > WASTE_MACS:
         return False
-    if max(h.split) == 1 or plan.as_stored:
+    # a grouped conv's rows as above take the copy at a stride too, where its few channels per group give few
+    # multiply-adds per copied element (2 threads, one process, paired, against the windows packed in rows of 16
+    # lanes: 3x3 at stride 2, 400 -> 400 in 25 groups from 14x14 1.80x, 1024 -> 1024 in 32 from 14x14 1.56x, 160
+    # -> 160 in 10 from 28x28 1.31x)
+    if max(h.split) == 1 or plan.as_stored or grouped:
         return True
     reuse = math.prod(plan.sizes) / math.prod(h.source)  # the output channels times the taps per phase
     return plan.size("k") >= HALO_STRIDED_MIN_K or reuse >= HALO_STRIDED_MIN_REUSE

@@ -276,19 +276,28 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int) -> list[str]
     *outer, (wx, _, wq) = dims
     cx = across(h)
     steps = [(x, kind, -(-e // vw) if x == cx else e) for x, kind, e in outer]
+    # a step of the parallel loop copies the rows of one block of the outer dims: every position of the outer pixel
+    # axis and every phase of the inner one (a row each, looped inside), so that its index arithmetic, a few
+    # divisions and tests, is shared by them
+    inner = [] if cx >= 0 else [(x, kind, e) for x, kind, e in steps if (x, kind) in (
+        (h.pixels[0], "q") if len(h.pixels) == 2 else None, (wx, "p") if h.split[wx] > 1 else None)]
+    steps = [st for st in steps if st not in inner]
     L = ["#pragma omp for schedule(static)",
          f"for (int64_t r = 0; r < {math.prod(e for _, _, e in steps)}LL; r++) {{",
-         *([] if cx >= 0 else [f"    lum_t *restrict d = {dst} + r * {wq};"]),
-         "    int64_t q = r; int ok = 1; (void)q;"]
+         "    int64_t q = r; (void)q;"]
     ix = {}
     for x, kind, e in reversed(steps):
         L.append(f"    const int64_t {kind}{x} = q % {e}{f' * {vw}' if x == cx else ''}; q /= {e}; (void){kind}{x};")
         ix[(x, kind)] = f"{kind}{x}"
+    for x, kind, e in inner:
+        L.append(f"    for (int64_t {kind}{x} = 0; {kind}{x} < {e}; {kind}{x}++) {{")
+        ix[(x, kind)] = f"{kind}{x}"
+    L.append("    int ok = 1;")
+    at_row = " + ".join(f"{kind}{x} * {h.strides[(x, kind)]}" for x, kind, _ in outer) or "0"
+    L.append(f"    lum_t *restrict d = {dst} + {at_row};")
     if cx >= 0:
         rows = h.strides[(cx, "a")]
-        at_row = " + ".join(f"{kind}{x} * {h.strides[(x, kind)]}" for x, kind, _ in outer)
-        L += [f"    lum_t *restrict d = {dst} + {at_row};",
-              f"    const int64_t nc = lum_min64({vw}, {h.source[cx]} - a{cx});"]
+        L.append(f"    const int64_t nc = lum_min64({vw}, {h.source[cx]} - a{cx});")
     src = []
     for x in range(len(h.source)):
         if x == wx:
@@ -326,6 +335,7 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int) -> list[str]
               "    #pragma omp simd",
               f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{at}];",
               f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;"]
+    L += ["    }"] * len(inner)
     L += ["}",
           "#pragma omp for schedule(static)",
           f"for (int64_t w = {h.numel}; w < {size}; w++) {dst}[w] = 0;"]
