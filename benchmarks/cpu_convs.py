@@ -94,6 +94,8 @@ LAYERS = [
     Layer("regnet g25 3x3 400 7", 1, 400, 400, 7, 3, group=25),
     Layer("resnext g32 3x3 128 56", 1, 128, 128, 56, 3, group=32),
     Layer("resnext g32 3x3s2 1024 14", 1, 1024, 1024, 14, 3, stride=2, group=32),
+    Layer("convnext dw7x7 96 56", 1, 96, 96, 56, 7, group=96),
+    Layer("dw9x9 64 40", 1, 64, 64, 40, 9, group=64),
 ]
 
 

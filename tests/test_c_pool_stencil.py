@@ -4,6 +4,8 @@ reference executor."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from codegen_util import compare_cpu, graph
@@ -44,8 +46,9 @@ def _source(op: str, shape: tuple[int, ...], **attrs) -> str:
 ])
 def test_a_pool_is_separable_where_its_windows_overlap(op, shape, k, s, pads, span):
     """By default a pool is separable where its windows overlap along the row: a max always, an average where
-    its rows span more than two vectors of input columns."""
-    wide = op == "MaxPool" or span > stencil.SUM_SPAN * schedule.simd_width()
+    its rows span at least SUM_SPAN vectors of input columns (at a stride, more than STRIDED_SUM_SPAN)."""
+    vw = schedule.simd_width()
+    wide = op == "MaxPool" or (span >= stencil.SUM_SPAN * vw if s == 1 else span > stencil.STRIDED_SUM_SPAN * vw)
     assert ("lum_col[" in _source(op, shape, **_attrs(k, s, pads, 1, 0))) == (wide and k > s)
 
 
@@ -71,12 +74,15 @@ def _check(op: str, shape: tuple[int, ...], x: np.ndarray | None = None, **attrs
     # column's reduction over the window's rows (a separable pool)
     ks_, ss_ = attrs["kernel_shape"], attrs["strides"]
     overlap = len(ks_) == 2 and attrs.get("dilations", [1])[0] == 1 and ks_[-1] > ss_[-1]
+    # a window of more taps than a row unrolls is a stencil only where separable (and is so by default)
+    unrolled = math.prod(ks_) <= stencil.WINDOW_TAPS_MAX
     assert next(kn.choices for kn in be.space(k) if kn.name == "impl") == \
-        ("loops", "stencil", *(["separable"] if overlap else []))
-    assert base["impl"] in ("stencil", "separable")
+        ("loops", *(["stencil"] if unrolled else []), *(["separable"] if overlap else []))
+    assert base["impl"] == ("stencil", "separable")[not unrolled] or (overlap and base["impl"] == "separable")
     feeds = {"x": RNG.standard_normal(shape).astype(np.float32) if x is None else x}
     forms = _impls(be, k)
-    assert [("lum_col[" in be.source(k, f)) for f in forms] == [False, *([True] if overlap else [])]
+    assert [("lum_col[" in be.source(k, f)) for f in forms] == [*([False] if unrolled else []),
+                                                                  *([True] if overlap else [])]
     scheds = [*forms, *[{**f, "threads": 1} for f in forms], {**base, "impl": "loops"},
               {**base, "impl": "loops", "lanes": 0}]
     for s in scheds:
@@ -100,6 +106,8 @@ CASES = [
     ((1, 19, 14, 14), 3, 2, (0, 0, 0, 0), 1, 1),        # ceil_mode: the last window runs past the input
     ((1, 5, 17, 40), 5, 1, (0, 2, 2, 1), 1, 1),         # 5x5, asymmetric pads, ceil_mode at stride 1
     ((2, 3, 11, 35), 3, 2, (2, 1, 1, 2), 2, 1),         # stride 2, dilation 2, ceil_mode
+    ((1, 6, 20, 20), 9, 1, (4, 4, 4, 4), 1, 0),         # an SPP block's 9x9 and 13x13 at stride 1 (YOLO): 81 taps
+    ((1, 5, 13, 19), 13, 1, (6, 5, 6, 7), 1, 0),        # unrolled, 169 only separable; asymmetric pads
 ]
 
 

@@ -83,6 +83,22 @@ def test_depthwise(n, c, h, w, ksz, stride, dil, pads):
     _check([x], _conv(x, c, c, (ksz, ksz), stride, dil, pads))
 
 
+@pytest.mark.parametrize("c,h,w,ksz,stride,pads", [
+    (5, 21, 40, 9, 1, ((4, 4), (4, 4))),     # 81 taps: its edge rows with every tap's test (past EDGE_TAPS)
+    (3, 17, 23, 11, 2, ((5, 4), (3, 5))),    # 121 taps at stride 2, asymmetric pads, odd sizes
+    (4, 12, 19, 11, 1, ((5, 5), (5, 5))),    # a row of 19 in the 11x11 window's reach from both sides
+])
+def test_large_windows(c, h, w, ksz, stride, pads):
+    """Depthwise convs with up to WINDOW_TAPS_MAX taps (windows past ConvNeXt's 7x7) are stencils by default, each
+    against the reference; a window past it (13x13) stays loops, as does a dense conv with more than TAPS_MAX."""
+    x = Tensor.input("x", (1, c, h, w), DType.float32)
+    _check([x], _bias(_conv(x, c, c, (ksz, ksz), stride, 1, pads)).relu())
+    x = Tensor.input("x", (1, 2, 15, 15), DType.float32)
+    assert not _stencils(_graph([x], [_conv(x, 2, 2, (13, 13))]))[1]
+    x = Tensor.input("x", (1, 4, 15, 15), DType.float32)
+    assert not _stencils(_graph([x], [_conv(x, 4, 1, (5, 5))]))[1]
+
+
 @pytest.mark.parametrize("vw", [4, 16])
 def test_stride_2_lanes_on_other_vector_widths(lanes, vw):
     """At stride 2 a tap's lanes come in the order a shuffle within 128-bit lanes leaves them: the pixels' own on

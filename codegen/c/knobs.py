@@ -12,7 +12,7 @@ from ..knobs import KnobValue, knob
 from .contraction import plan_contraction, swappable
 from .emit import lanes_apply
 from .halo import tile_rows
-from .stencil import plan_stencil, separable
+from .stencil import plan_stencil, separable, unrolled
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class _Loops:
 def _pool_impls(c: Ctx) -> tuple[KnobValue, ...]:
     if plan_stencil(c.kernel) is None:
         return ()
-    return ("loops", "stencil", "separable") if separable(c.kernel) else ("loops", "stencil")
+    return ("loops", *(("stencil",) if unrolled(c.kernel) else ()), *(("separable",) if separable(c.kernel) else ()))
 
 
 @dataclass(frozen=True)

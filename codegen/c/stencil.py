@@ -57,6 +57,13 @@ if TYPE_CHECKING:
     from .knobs import GemmSchedule, ReductionSchedule
 
 TAPS_MAX = 64  # taps a row unrolls (a 8x8 window, or 7 channels per group of a 3x3 conv)
+# and where each input element feeds one output a tap (a depthwise conv, a pool): an 11x11 window. Past it a conv
+# is loops over blocks of output columns, and a pool a stencil only where separable: 2 threads, hot, a 9x9
+# depthwise conv over 64 channels at 40x40 1.46 -> 0.20 ms as a stencil (onnxruntime 0.19), 13x13 over 128 at 28x28
+# 1.40 -> 0.51 (0.33), but its compile time grows faster than its taps (a 15x15's 15 s), so a larger window stays
+# loops; with more outputs an input element feeds, the GEMM's tiles win past TAPS_MAX (a 5x5 conv 4 -> 4 at 56x56
+# 53 us as a stencil, 33 as a GEMM)
+WINDOW_TAPS_MAX = 128
 # the most outputs each input element feeds per tap for the stencil to be the default: a depthwise conv
 # (1) or one with a channel multiplier; a conv whose input feeds many output channels reuses it in a GEMM tile
 REUSE_MAX = 4
@@ -69,12 +76,16 @@ WEIGHT_MAX = 160
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
 LANE_WEIGHTS_MAX = 1 << 18  # floats of a lane-weights stencil's copy of its weight (``_lane_input``)
 COLUMNS_MAX = 1 << 13  # floats of each of a separable pool's two column buffers (on a thread's stack)
-# a sum (an average pool) is separable where its rows span more than this many vectors of input columns; a max
-# always. 2 threads, hot, against the taps read one by one (whose sums read whole vectors without the max's NaN
-# tests): 3x3 average pools at stride 1 over 256x27x27 39 -> 30 us, 128x21x21 15.9 -> 11.9, 512x14x14 20 -> 25,
-# 256x7x7 6.4 -> 11.6; 3x3 max pools at stride 1 over 256x27x27 81 -> 36, 832x6x6 19 -> 17, at stride 2 over
-# 832x13x13 43 -> 17
-SUM_SPAN = 2
+# a sum (an average pool) at stride 1 is separable where its rows span at least this many vectors of input columns, at a
+# stride where they span more than STRIDED_SUM_SPAN; a max always. 2 threads, hot, against the taps read one by one
+# (whose sums read whole vectors without the max's NaN tests): 3x3 average pools at stride 1 over 256x27x27 39 -> 30 us,
+# 128x21x21 15.9 -> 11.9; 3x3 max pools at stride 1 over 256x27x27 81 -> 36, 832x6x6 19 -> 17, at stride 2 over
+# 832x13x13 43 -> 17. Paired in one process (16 lanes): average pools at stride 1, 3x3 over 512x14x14 37 -> 30 us, 5x5
+# over 128x14x14 21 -> 14, over 256x20x20 70 -> 39, 7x7 121 -> 47, 9x9 249 -> 54; where the span is less than a vector,
+# 5x5 over 64x10x10 10.3 -> 10.7, 3x3 and 5x5 over 256x7x7 13 -> 23 and 15 -> 24; at stride 2, 3x3 over 256x28x28 (a
+# span of 29) 28 -> 22 but over 192x17x17 (19) 16 -> 27
+SUM_SPAN = 1
+STRIDED_SUM_SPAN = 2
 
 
 @dataclass(frozen=True)
@@ -134,7 +145,7 @@ def _plan(k: Kernel) -> Stencil | None:
         return None
     kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
     taps = math.prod(k.full[d] for d in k.reduce_axes)
-    if not kept or not k.reduce_axes or taps > TAPS_MAX:
+    if not kept or not k.reduce_axes:
         return None
     din = kept[-1]
     xs = [a for a, o in zip(args, loads) if reads_dim(o.attr("view"), din)]
@@ -152,6 +163,8 @@ def _plan(k: Kernel) -> Stencil | None:
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     side = None if w is not None else _side(k, xv, din, step)
+    if taps > _taps_max(reuse) and side is None:  # a separable pool unrolls one reduced dim's taps at a time
+        return None
     lanes = math.prod(k.full[d] for d in k.reduce_axes) * k.full[din] if lane is not None else 0
     return Stencil(x, w, red, din, step, reuse, k.ops[red].op is Op.MaxReduce, side,
                    _span(k, din, step, side) if side is not None else 0, lanes)
@@ -188,6 +201,18 @@ def packed_weight(kernel: Kernel) -> tuple[int, int, tuple[str, int]] | None:
     return kernel.ops[st.w].attr("buf"), st.lanes, (kernel.signature, 0)
 
 
+def _taps_max(reuse: int) -> int:
+    return WINDOW_TAPS_MAX if reuse == 1 else TAPS_MAX
+
+
+def unrolled(kernel: Kernel) -> bool:
+    """Whether a stencil kernel may unroll every tap in a row (the ``stencil`` impl): at most TAPS_MAX of them
+    (WINDOW_TAPS_MAX where an input element feeds one output a tap), past which only a separable pool is a
+    stencil."""
+    st = plan_stencil(kernel)
+    return st is not None and math.prod(kernel.full[d] for d in kernel.reduce_axes) <= _taps_max(st.reuse)
+
+
 def separable(kernel: Kernel) -> bool:
     """Whether ``kernel`` is a pool that may be separable (see the module's docstring): its windows overlap
     along the row, and the input's masks bound the columns alike for every tap of the other reduced dims."""
@@ -196,10 +221,14 @@ def separable(kernel: Kernel) -> bool:
 
 
 def separable_default(kernel: Kernel, vw: int) -> bool:
-    """Whether a separable pool is so by default: a max always, a sum (an average pool) where its rows span more
-    than ``SUM_SPAN`` vectors of ``vw`` lanes of input columns."""
+    """Whether a separable pool is so by default: a max always, a sum (an average pool) where its rows span at
+    least ``SUM_SPAN`` vectors of ``vw`` lanes of input columns (at a stride, more than ``STRIDED_SUM_SPAN``) or
+    its taps are too many to unroll."""
     st = plan_stencil(kernel)
-    return st is not None and st.side is not None and (st.max or st.span > SUM_SPAN * vw)
+    if st is None or st.side is None:
+        return False
+    wide = st.span >= SUM_SPAN * vw if st.step == 1 else st.span > STRIDED_SUM_SPAN * vw
+    return st.max or wide or not unrolled(kernel)
 
 
 def _side(k: Kernel, xv: View, din: int, step: int) -> int | None:
@@ -236,6 +265,8 @@ def _reads_zero_row(view: View, din: int) -> bool:
 
 
 EDGE_ROWS = 8  # rows in the top and bottom padding emitted one by one, each with its live taps only
+# up to this many taps a window (past it, with the rows' tests: a 9x9 window's eight such rows took gcc 30 s)
+EDGE_TAPS = 64
 PLANES_PER_THREAD = 4  # planes a thread needs for the parallel loop to run over planes (else over rows)
 ACCS = 4  # partial sums of the taps (see _sums)
 # the fewest taps a window strided along its rows takes two rows a vector with (``row_pairs``). 2 threads, hot,
@@ -848,7 +879,7 @@ class _Emitter:
             else:
                 row += [f"if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
             edge = [v for v in range(k.full[dr]) if not r0 <= v < r1]
-            if len(edge) <= EDGE_ROWS:
+            if len(edge) <= EDGE_ROWS and len(self.taps) <= EDGE_TAPS:
                 # each row in the padding with the taps whose rows lie inside the input only
                 for v in edge:
                     self.active = self.live_at(dr, v)
