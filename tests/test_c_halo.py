@@ -61,11 +61,11 @@ def test_fused_epilogues_skip_the_wide_columns(epilogue):
     _check_halo(g, feeds)
 
 
-def _conv1d(n: int):
+def _conv1d(n: int, stride: int = 1, cout: int = HALO_MIN_N):
     """A 5-tap 1-D conv over 45 samples of 26 channels, pads (2, 1), batch ``n``: its graph, feeds and halo."""
     x = Tensor.input("x", (n, 26, 45), DType.float32)
-    wt = Tensor.const(RNG.standard_normal((HALO_MIN_N, 26, 5)).astype(np.float32))
-    g = _graph([x], [conv(x, wt, 1, [1], [1], [(2, 1)], [_out(45, 5, 1, 1, (2, 1))]).relu()])
+    wt = Tensor.const(RNG.standard_normal((cout, 26, 5)).astype(np.float32))
+    g = _graph([x], [conv(x, wt, 1, [stride], [1], [(2, 1)], [_out(45, 5, stride, 1, (2, 1))]).relu()])
     _, c = _the_conv(g)
     return g, {"x": RNG.standard_normal(x.shape).astype(np.float32)}, plan_contraction(c).a_halo
 
@@ -296,6 +296,14 @@ def test_a_channels_last_input_padded_along_its_channels_is_copied_row_by_row():
 def test_a_batch_of_1d_signals_as_rows():
     g, feeds, h = _conv1d(3)
     assert h is not None and (h.images, h.span, h.pitch, h.width) == (3, 1, 48, 44)
+    _check_halo(g, feeds)
+
+
+def test_a_strided_batch_of_1d_signals_as_rows():
+    """At stride 3 each signal's copy is three phases of 16 samples, a step of the copy's loop one signal and
+    channel with its phases looped inside (64 output channels: enough multiply-adds per copied element)."""
+    g, feeds, h = _conv1d(2, 3, 2 * HALO_MIN_N)
+    assert h is not None and h.split[-1] == 3 and (h.images, h.width) == (2, 15)
     _check_halo(g, feeds)
 
 

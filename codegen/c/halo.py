@@ -279,8 +279,8 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int) -> list[str]
     # a step of the parallel loop copies the rows of one block of the outer dims: every position of the outer pixel
     # axis and every phase of the inner one (a row each, looped inside), so that its index arithmetic, a few
     # divisions and tests, is shared by them
-    inner = [] if cx >= 0 else [(x, kind, e) for x, kind, e in steps if (x, kind) in (
-        (h.pixels[0], "q") if len(h.pixels) == 2 else None, (wx, "p") if h.split[wx] > 1 else None)]
+    looped = {*([(h.pixels[0], "q")] if len(h.pixels) == 2 else []), *([(wx, "p")] if h.split[wx] > 1 else [])}
+    inner = [] if cx >= 0 else [(x, kind, e) for x, kind, e in steps if (x, kind) in looped]
     steps = [st for st in steps if st not in inner]
     L = ["#pragma omp for schedule(static)",
          f"for (int64_t r = 0; r < {math.prod(e for _, _, e in steps)}LL; r++) {{",
