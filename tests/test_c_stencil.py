@@ -90,13 +90,17 @@ def test_depthwise(n, c, h, w, ksz, stride, dil, pads):
 ])
 def test_large_windows(c, h, w, ksz, stride, pads):
     """Depthwise convs with up to WINDOW_TAPS_MAX taps (windows past ConvNeXt's 7x7) are stencils by default, each
-    against the reference; a window past it (13x13) stays loops, as does a dense conv with more than TAPS_MAX."""
+    against the reference; a window past it (13x13) stays loops, as do a dense conv and a product of one row with
+    more than TAPS_MAX."""
     x = Tensor.input("x", (1, c, h, w), DType.float32)
     _check([x], _bias(_conv(x, c, c, (ksz, ksz), stride, 1, pads)).relu())
     x = Tensor.input("x", (1, 2, 15, 15), DType.float32)
     assert not _stencils(_graph([x], [_conv(x, 2, 2, (13, 13))]))[1]
     x = Tensor.input("x", (1, 4, 15, 15), DType.float32)
     assert not _stencils(_graph([x], [_conv(x, 4, 1, (5, 5))]))[1]
+    # a product of one row (an LSTM step's) over 96 K rows: one reduced dim, no window
+    v = Tensor.input("v", (1, 96), DType.float32)
+    assert not _stencils(_graph([v], [v.matmul(Tensor.const(RNG.standard_normal((96, 384)).astype(np.float32)))]))[1]
 
 
 @pytest.mark.parametrize("vw", [4, 16])

@@ -57,12 +57,13 @@ if TYPE_CHECKING:
     from .knobs import GemmSchedule, ReductionSchedule
 
 TAPS_MAX = 64  # taps a row unrolls (a 8x8 window, or 7 channels per group of a 3x3 conv)
-# and where each input element feeds one output a tap (a depthwise conv, a pool): an 11x11 window. Past it a conv
+# and over a 2-D window whose input elements feed one output a tap (a depthwise conv, a pool): 11x11. Past it a conv
 # is loops over blocks of output columns, and a pool a stencil only where separable: 2 threads, hot, a 9x9
 # depthwise conv over 64 channels at 40x40 1.46 -> 0.20 ms as a stencil (onnxruntime 0.19), 13x13 over 128 at 28x28
 # 1.40 -> 0.51 (0.33), but its compile time grows faster than its taps (a 15x15's 15 s), so a larger window stays
 # loops; with more outputs an input element feeds, the GEMM's tiles win past TAPS_MAX (a 5x5 conv 4 -> 4 at 56x56
-# 53 us as a stencil, 33 as a GEMM)
+# 53 us as a stencil, 33 as a GEMM), as they do for a product of one row over one reduced dim (a CRNN's LSTM
+# steps, 96 x 384 weights, as stencils: the model 4.40 -> 6.69 ms)
 WINDOW_TAPS_MAX = 128
 # the most outputs each input element feeds per tap for the stencil to be the default: a depthwise conv
 # (1) or one with a channel multiplier; a conv whose input feeds many output channels reuses it in a GEMM tile
@@ -163,7 +164,7 @@ def _plan(k: Kernel) -> Stencil | None:
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     side = None if w is not None else _side(k, xv, din, step)
-    if taps > _taps_max(reuse) and side is None:  # a separable pool unrolls one reduced dim's taps at a time
+    if taps > _taps_max(k, reuse) and side is None:  # a separable pool unrolls one reduced dim's taps at a time
         return None
     lanes = math.prod(k.full[d] for d in k.reduce_axes) * k.full[din] if lane is not None else 0
     return Stencil(x, w, red, din, step, reuse, k.ops[red].op is Op.MaxReduce, side,
@@ -201,16 +202,17 @@ def packed_weight(kernel: Kernel) -> tuple[int, int, tuple[str, int]] | None:
     return kernel.ops[st.w].attr("buf"), st.lanes, (kernel.signature, 0)
 
 
-def _taps_max(reuse: int) -> int:
-    return WINDOW_TAPS_MAX if reuse == 1 else TAPS_MAX
+def _taps_max(k: Kernel, reuse: int) -> int:
+    return WINDOW_TAPS_MAX if reuse == 1 and len(k.reduce_axes) == 2 else TAPS_MAX
 
 
 def unrolled(kernel: Kernel) -> bool:
     """Whether a stencil kernel may unroll every tap in a row (the ``stencil`` impl): at most TAPS_MAX of them
-    (WINDOW_TAPS_MAX where an input element feeds one output a tap), past which only a separable pool is a
-    stencil."""
+    (WINDOW_TAPS_MAX over a 2-D window whose input elements feed one output a tap), past which only a separable
+    pool is a stencil."""
     st = plan_stencil(kernel)
-    return st is not None and math.prod(kernel.full[d] for d in kernel.reduce_axes) <= _taps_max(st.reuse)
+    k = normalize(kernel)
+    return st is not None and math.prod(k.full[d] for d in k.reduce_axes) <= _taps_max(k, st.reuse)
 
 
 def separable(kernel: Kernel) -> bool:
