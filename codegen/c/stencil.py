@@ -105,6 +105,7 @@ class Stencil:
     # where the weight reads ``din`` too: the floats of its copy with the taps outermost, a vector of weights per
     # tap (``_lane_input``); 0 where it does not
     lanes: int = 0
+    unrolled: bool = True  # every tap of a row may be unrolled (see ``unrolled``)
 
 
 def plan_stencil(kernel: Kernel) -> Stencil | None:
@@ -164,11 +165,14 @@ def _plan(k: Kernel) -> Stencil | None:
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     side = None if w is not None else _side(k, xv, din, step)
-    if taps > _taps_max(k, reuse) and side is None:  # a separable pool unrolls one reduced dim's taps at a time
+    # a window past TAPS_MAX (WINDOW_TAPS_MAX over a 2-D window whose input elements feed one output a tap) is a
+    # stencil only as a separable pool, whose passes unroll one reduced dim's taps each
+    unrolled = taps <= (WINDOW_TAPS_MAX if reuse == 1 and len(k.reduce_axes) == 2 else TAPS_MAX)
+    if not unrolled and side is None:
         return None
-    lanes = math.prod(k.full[d] for d in k.reduce_axes) * k.full[din] if lane is not None else 0
+    lanes = taps * k.full[din] if lane is not None else 0
     return Stencil(x, w, red, din, step, reuse, k.ops[red].op is Op.MaxReduce, side,
-                   _span(k, din, step, side) if side is not None else 0, lanes)
+                   _span(k, din, step, side) if side is not None else 0, lanes, unrolled)
 
 
 def _lane_input(k: Kernel, loads: list[int], din: int) -> int | None:
@@ -202,17 +206,12 @@ def packed_weight(kernel: Kernel) -> tuple[int, int, tuple[str, int]] | None:
     return kernel.ops[st.w].attr("buf"), st.lanes, (kernel.signature, 0)
 
 
-def _taps_max(k: Kernel, reuse: int) -> int:
-    return WINDOW_TAPS_MAX if reuse == 1 and len(k.reduce_axes) == 2 else TAPS_MAX
-
-
 def unrolled(kernel: Kernel) -> bool:
     """Whether a stencil kernel may unroll every tap in a row (the ``stencil`` impl): at most TAPS_MAX of them
     (WINDOW_TAPS_MAX over a 2-D window whose input elements feed one output a tap), past which only a separable
     pool is a stencil."""
     st = plan_stencil(kernel)
-    k = normalize(kernel)
-    return st is not None and math.prod(k.full[d] for d in k.reduce_axes) <= _taps_max(k, st.reuse)
+    return st is not None and st.unrolled
 
 
 def separable(kernel: Kernel) -> bool:
