@@ -90,10 +90,14 @@ def test_depthwise(n, c, h, w, ksz, stride, dil, pads):
 ])
 def test_large_windows(c, h, w, ksz, stride, pads):
     """Depthwise convs with up to WINDOW_TAPS_MAX taps (windows past ConvNeXt's 7x7) are stencils by default, each
-    against the reference; a window past it (13x13) stays loops, as do a dense conv and a product of one row with
-    more than TAPS_MAX."""
+    against the reference."""
     x = Tensor.input("x", (1, c, h, w), DType.float32)
     _check([x], _bias(_conv(x, c, c, (ksz, ksz), stride, 1, pads)).relu())
+
+
+def test_windows_past_the_bounds_are_no_stencils():
+    """A depthwise window past WINDOW_TAPS_MAX (13x13) stays loops, as do a dense conv and a product of one row with
+    more than TAPS_MAX taps."""
     x = Tensor.input("x", (1, 2, 15, 15), DType.float32)
     assert not _stencils(_graph([x], [_conv(x, 2, 2, (13, 13))]))[1]
     x = Tensor.input("x", (1, 4, 15, 15), DType.float32)
