@@ -270,3 +270,13 @@ def test_average_pool_two_rows_a_vector(sixteen_lanes, include):
         attrs = {**_attrs(5, 2, (2, 2, 2, 2), 1, ceil), "count_include_pad": include}
         assert "lum_pv" in _source("AveragePool", shape, **attrs)
         _check("AveragePool", shape, **attrs)
+
+
+@pytest.mark.parametrize("include", [0, 1])
+def test_average_pool_row_blocks(sixteen_lanes, include):
+    """An average pool read tap by tap (rows narrower than a vector) computes its rows in blocks
+    (``stencil.block``), the divisor per pixel in each row of a block and of the padding's."""
+    for shape, k, pads in (((2, 8, 12, 12), 3, (1, 1, 1, 1)), ((1, 8, 15, 10), 5, (2, 1, 2, 2))):
+        attrs = {**_attrs(k, 1, pads, 1, 0), "count_include_pad": include}
+        assert "int64_t lum_rb =" in _source("AveragePool", shape, **attrs)
+        _check("AveragePool", shape, **attrs)

@@ -8,6 +8,7 @@ import pytest
 from codegen_util import compare_cpu
 from codegen_util import graph as _graph
 
+from luminal.codegen.c import stencil
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.stencil import plan_stencil
 from luminal.codegen.partition import partition
@@ -288,3 +289,53 @@ def test_two_rows_a_vector_read_zeros_in_the_padding_not_neighbours(sixteen_lane
     v[:, 1, 0, :] = -np.inf
     v[:, 2, -1, :] = np.nan
     compare_cpu(_graph([x], [y]), {"x": v}, 2e-5, 2e-5, scaled=True)
+
+
+def _blocks(y: Tensor, inputs: list[Tensor]) -> bool:
+    """Whether the stencil's default source computes rows in blocks (``stencil.block``)."""
+    _, sts = _stencils(_graph(inputs, [y]))
+    be = CPUBackend()
+    return "int64_t lum_rb =" in be.source(sts[0], be.default_schedule(sts[0]))
+
+
+@pytest.mark.parametrize("vw", [8, 16])
+@pytest.mark.parametrize("n,c,mult,h,w,ksz,dil,pads", [
+    (1, 16, 1, 23, 40, 7, 1, ((3, 3), (3, 3))),     # 7x7: blocks of rows, one row left over, the padding's blocks
+    (2, 9, 2, 20, 37, 5, 1, ((2, 2), (2, 2))),      # batch 2, channel multiplier 2, an odd width
+    (1, 16, 1, 17, 30, 3, 1, ((0, 2), (2, 1))),     # asymmetric pads
+    (1, 16, 1, 19, 33, 3, 2, ((2, 2), (2, 2))),     # dilation 2: rows two apart share loads
+    (1, 16, 1, 21, 40, 9, 1, ((4, 4), (4, 4))),     # 81 taps: each weight read where its adds take it
+    (1, 24, 1, 14, 14, 7, 1, ((3, 3), (3, 3))),     # rows of one vector
+    (1, 16, 1, 12, 9, 3, 1, ((3, 0), (1, 4))),      # pads past the window: rows whose taps all lie in the padding
+])
+def test_row_blocks(lanes, vw, n, c, mult, h, w, ksz, dil, pads):
+    """Rows of a unit-stride window computed in blocks, each load of input made once for every row it feeds
+    (``stencil.block``), with the blocks over the padding's rows reading only their live taps, against the
+    reference with a fused bias and hardswish."""
+    lanes(vw)
+    x = Tensor.input("x", (n, c, h, w), DType.float32)
+    y = _hardswish(_bias(_conv(x, c * mult, c, (ksz, ksz), 1, dil, pads)))
+    assert _blocks(y, [x])
+    _check([x], y)
+
+
+def test_row_blocks_at_a_row_stride_with_a_residual_reading_zeros_in_the_padding(sixteen_lanes):
+    """A window strided down the rows only (rows 2 apart in the input share loads where taps are 2 apart), a
+    residual read per pixel, and infinities and NaNs in the input's border columns and rows that only the outputs
+    whose windows hold them see; rows past BLOCK_VECTORS vectors have no blocks."""
+    x = Tensor.input("x", (1, 16, 30, 45), DType.float32)
+    w = Tensor.const(RNG.standard_normal((16, 1, 5, 5)).astype(np.float32))
+    y = conv(x, w, 16, [2, 1], [1, 1], [(2, 2), (2, 2)], [15, 45])
+    r = Tensor.input("r", y.shape, DType.float32)
+    y = _bias(y).add(r)
+    assert _blocks(y, [x, r])
+    _check([x, r], y)
+    v = RNG.standard_normal((1, 16, 30, 45)).astype(np.float32)
+    v[:, :, :, 0] = np.inf
+    v[:, :, :, -1] = np.nan
+    v[:, 1, 0, :] = -np.inf
+    v[:, 2, -1, :] = np.nan
+    compare_cpu(_graph([x, r], [y]), {"x": v, "r": RNG.standard_normal(y.shape).astype(np.float32)}, 2e-5, 2e-5,
+                scaled=True)
+    wide = Tensor.input("x", (1, 16, 6, 16 * stencil.BLOCK_VECTORS + 40), DType.float32)
+    assert not _blocks(_conv(wide, 16, 16, (3, 3)), [wide])

@@ -276,6 +276,12 @@ ACCS = 4  # partial sums of the taps (see _sums)
 # loads take less of it: 3x3 at stride 2, 576 from 14x14 0.99x, 480 from 12x12 0.96x; at unit stride a tap's lanes
 # are its load's, with no shuffle to spare: 5x5 over 960 at 7x7 0.70x, 3x3 over 384 at 8x8 0.89x
 PAIR_TAPS = 16
+BLOCK_ROWS = 8  # output rows of a block (``block``)
+BLOCK_ACCS = 24  # sums a block keeps in registers (rows x vectors of a chunk)
+BLOCK_CHUNK = 4  # vectors of a row a block's chunk covers
+BLOCK_CHAINS = 8  # the fewest independent sums a block's chunk adds into
+BLOCK_WEIGHTS = 25  # taps whose weights a block keeps in registers from the plane's head
+BLOCK_VECTORS = 16  # past this many vectors a row (256 pixels of 16 lanes), a block's code grows too long
 
 
 @dataclass(frozen=True)
@@ -511,12 +517,12 @@ class _Emitter:
             return []
         return [f"const float w{t} = {self._weight(list(tap.ex))};" for t, tap in enumerate(self.taps)]
 
-    def _weight(self, ex: list[str]) -> str:
-        """The weight at the indices ``ex``, 0 outside its view."""
+    def _weight(self, ex: list[str], src: str | None = None) -> str:
+        """The weight at the indices ``ex``, 0 outside its view, read from ``src`` (default: its input)."""
         assert self.st.w is not None
         wop = self.k.ops[self.st.w]
         at, ok = Body.read(wop.attr("view"), ex)
-        wv = ct.load(wop.dtype, f"in{wop.attr('buf')}[{at}]")
+        wv = ct.load(wop.dtype, f"{src or 'in' + str(wop.attr('buf'))}[{at}]")
         return f"({ok}) ? {wv} : 0.0f" if ok else wv
 
     def lane_weights(self) -> list[str]:
@@ -658,6 +664,94 @@ class _Emitter:
                       *_ind(rows), "}"]
         safe = [*self.in_buffer(starts, bw), *self.in_buffer(starts, bw, shift)]
         return ["{", *_ind(lines), "}"], " && ".join(safe) or "1"
+
+    def block_rows(self, bw: int, rows: int) -> int:
+        """The output rows of a block (``block``): as many as BLOCK_ACCS accumulators hold beside the most vectors
+        of a chunk of the row, at most BLOCK_ROWS and ``rows``; 0 where a row has more than BLOCK_VECTORS."""
+        n = len(self.block_starts(bw))
+        if n > BLOCK_VECTORS:
+            return 0
+        return min(BLOCK_ROWS, rows, max(2, BLOCK_ACCS // min(n, BLOCK_CHUNK)))
+
+    def block_starts(self, bw: int) -> list[int]:
+        """The first pixel of each vector covering a row: the border vectors', then whole vectors over the interior
+        (the last overlapping the one before it where the interior is not a whole number of vectors)."""
+        lo, hi = self.bounds()
+        starts, a, b = self.runs(lo, hi, bw)
+        inner = list(range(a, b - bw + 1, bw))
+        if a < b and (b - a) % bw:
+            inner.append(max(0, b - bw))
+        return sorted({*starts, *inner})
+
+    def block(self, dr: int, bw: int, rows: int, first: int | None = None) -> tuple[list[str], str]:
+        """(statements, condition): ``rows`` neighbouring output rows (kept dim ``dr`` from its index) at once,
+        where each vector of input a tap reads is the same load as another tap's in a row below it (a 7x7
+        window's row of input feeds seven output rows): the row's vectors in chunks of at most BLOCK_CHUNK, each
+        chunk's ``rows`` x vectors sums in registers, and each distinct load (its offset from the first row's
+        input and its lanes) made once and added with each tap's weight to every sum it feeds; the condition
+        that the masked loads read inside the input buffer. Rows away from the padding (``first`` None) read
+        every tap; a block from row ``first`` reads, in each of its rows, the taps whose rows lie inside the
+        input. 2 threads, hot, against two rows tap by tap with a load per tap and row: a 7x7 depthwise conv over
+        96 channels at 56x56 (6 rows of four vectors) 396 -> 190 us, 5x5 over 240 at 28x28 102 -> 55, 3x3 over
+        144 at 56x56 82 -> 64."""
+        shift = self.xco[dr]
+        k = self.k
+        xbuf = k.ops[self.st.x].attr("buf")
+        ex = ["0" if d == self.din or d in k.reduce_axes else f"i{d}" for d in range(len(k.full))]
+        row = affine(self.xco, self.xk, ex)
+        starts = self.block_starts(bw)
+        live = [set(range(len(self.taps))) if first is None else self.live_at(dr, first + j) for j in range(rows)]
+        lines = [f"const int64_t lum_rb = i{dr};", f"const float *lum_x = in{xbuf} + {row};"]
+        weight = {t: f"w{t}" for t in range(len(self.taps))}
+        if self.st.w is not None and len(self.taps) > BLOCK_WEIGHTS:
+            # each weight read where its adds take it (a load their broadcast reuses), not kept in a register per
+            # tap from the plane's head, which spills whole vectors past 32 taps; read again after each group of
+            # loads (the empty asm), which keeps the compiler from holding it across the block
+            lines += [f"const float *lum_wb = in{k.ops[self.st.w].attr('buf')};"]
+            weight = {t: f"({self._weight(list(tap.ex), 'lum_wb')})" for t, tap in enumerate(self.taps)}
+        reach: list[int] = []  # the offsets of the masked loads' first and last elements
+        for c in range(0, len(starts), BLOCK_CHUNK):
+            chunk = starts[c:c + BLOCK_CHUNK]
+            # the loads by their offset less their vector's start (a tap's input column and row), each group's
+            # vectors loaded together and then added tap by tap, so that a weight's broadcast feeds the chunk's
+            # vectors at once and dies
+            groups: dict[int, dict[tuple[int, tuple[bool, ...]], str]] = {}
+            adds: dict[int, list[tuple[int, int, int, str]]] = {}
+            for t, tap in enumerate(self.taps):
+                for i, start in enumerate(chunk):
+                    lanes = tuple(self._lanes(tap, start, bw))
+                    if not any(lanes):
+                        continue
+                    for j in range(rows):
+                        if t in live[j]:
+                            at = self._offset(tap) + j * shift + start
+                            loads = groups.setdefault(at - start, {})
+                            name = loads.setdefault((at, lanes), f"lum_l{sum(map(len, groups.values()))}")
+                            adds.setdefault(at - start, []).append((t, i, j, name))
+            # each sum in parts where the block's sums are too few to hide an add's latency (a 7x7 map's rows)
+            parts = max(1, min(ACCS, -(-BLOCK_CHAINS // (rows * len(chunk)))))
+            sums = {(j, i): itertools.cycle(range(parts)) for j in range(rows) for i in range(len(chunk))}
+            body = [f"lum_bv va{j}_{i}_{p} = {{0}};" for j, i in sums for p in range(parts)]
+            for base in sorted(groups):
+                if self.st.w is not None and len(self.taps) > BLOCK_WEIGHTS:
+                    body.append('__asm__("" : "+r"(lum_wb));')
+                for (at, lanes), name in groups[base].items():
+                    x = f"lum_ld1(lum_x + {at})"
+                    if not all(lanes):
+                        x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
+                        reach += [at, at + bw - 1]
+                    body += [f"lum_bv {name} = {x};", f"lum_keep({name});"]
+                body += [f"va{j}_{i}_{next(sums[j, i])} += {f'{weight[t]} * ' if self.st.w is not None else ''}{name};"
+                         for t, i, j, name in sorted(adds[base])]
+            body += [f"const lum_bv va{j}_{i} = {' + '.join(f'va{j}_{i}_{p}' for p in range(parts))};" for j, i in sums]
+            for j in range(rows):
+                body += ["{", f"    const int64_t i{dr} = lum_rb + {j};", *_ind(
+                    [x for i, start in enumerate(chunk)
+                     for x in ["{", *_ind(self._lanes_epilogue(start, bw, f"va{j}_{i}")), "}"]]), "}"]
+            lines += ["{", *_ind(body), "}"]
+        numel = k.inputs[xbuf].numel
+        safe = f"{row} + {min(reach)} >= 0 && {row} + {max(reach)} < {numel}" if reach else "1"
+        return lines, safe
 
     def row_groups(self) -> list[tuple[int, list[tuple[int, list[int]]]]] | None:
         """Where two output rows fit one vector (``row_pairs``): the taps in groups that one load of a vector per
@@ -872,15 +966,35 @@ class _Emitter:
             self.rows_valid = True
             dr, r0, r1 = rows_in
             single = self.row_head() + self.body()[0]
-            # in pairs where rows have a vector at each end (stride 2 and rows of one vector measured slower)
-            if bw and rdims == [dr] and r1 - r0 >= 2 and self.st.step == 1 and width > bw:
+            edge = [v for v in range(k.full[dr]) if not r0 <= v < r1]
+            edges = len(edge) <= EDGE_ROWS and len(self.taps) <= EDGE_TAPS  # rows in the padding emitted apart
+            size = self.block_rows(bw, k.full[dr]) if bw and not self.max and rdims == [dr] and r1 - r0 > 1 else 0
+            if size and self.st.step == 1:
+                # in blocks of rows (``block``): one for any block away from the padding from its first row, one
+                # for the rows left at its end, and those of the rows in the padding above and below
+                cond, inner = "if", min(size, r1 - r0)
+                if inner > 1:
+                    stmts, safe = self.block(dr, bw, inner)
+                    at = f"(i{dr} - {r0}) % {inner} == 0 && i{dr} >= {r0} && i{dr} + {inner - 1} < {r1}"
+                    row += [f"if ({at} && {safe}) {{", *_ind(stmts), f"    r += {inner - 1};"]
+                    cond = "} else if"
+                left = (r1 - r0) % inner if inner > 1 else 0
+                blocks = [(r1 - left, left, True)] if left > 1 else []
+                if len(edge) <= EDGE_ROWS:
+                    blocks += [(b0, min(size, e - b0), False) for a, e in ((0, r0), (r1, k.full[dr]))
+                               for b0 in range(a, e, size)]
+                for b0, n, inside in blocks:
+                    stmts, safe = self.block(dr, bw, n, None if inside else b0)
+                    row += [f"{cond} (i{dr} == {b0} && {safe}) {{", *_ind(stmts), f"    r += {n - 1};"]
+                    cond = "} else if"
+                row += [f"{cond} (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
+            elif bw and rdims == [dr] and r1 - r0 >= 2 and self.st.step == 1 and width > bw:
                 pair, safe = self.pair(dr, bw)
                 row += [f"if (i{dr} >= {r0} && i{dr} + 1 < {r1} && {safe}) {{", *_ind(self.row_head() + pair),
                         "    r++;", f"}} else if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
             else:
                 row += [f"if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
-            edge = [v for v in range(k.full[dr]) if not r0 <= v < r1]
-            if len(edge) <= EDGE_ROWS and len(self.taps) <= EDGE_TAPS:
+            if edges:
                 # each row in the padding with the taps whose rows lie inside the input only
                 for v in edge:
                     self.active = self.live_at(dr, v)
@@ -953,6 +1067,7 @@ def _vector_helpers(bw: int) -> list[str]:
     """The border vectors' type (GCC vector extensions, as the GEMM's), loads at stride 1, the even and odd
     elements of 2 vectors (stride 2, in ``_lane_pixel``'s order) and the pixels' order restored, lane masks."""
     lanes = _lane_pixel(bw)
+    x86 = {64: "defined(__AVX512F__)", 32: "defined(__AVX__)"}.get(4 * bw, "1")
     evens = [2 * p for p in lanes]  # of the concatenation of two vectors from the tap's first element
     pixels = [lanes.index(p) for p in range(bw)]
     pair = [f"    lum_bv a = *(const lum_bvu *)p, b = *(const lum_bvu *)(p + {bw});"]
@@ -965,6 +1080,10 @@ def _vector_helpers(bw: int) -> list[str]:
             *_shuffle("a", "b", [e + 1 for e in evens]),
             "static inline lum_bv lum_px(lum_bv a) {", *_shuffle("a", "a", pixels),
             "static inline lum_bv lum_mask(lum_bv x, lum_bi m) { return (lum_bv)((lum_bi)x & m); }",
+            # a vector held in a register: the compiler would fold its load into each add that reads it
+            f"#if defined(__x86_64__) && ({x86})", '#define lum_keep(x) __asm__("" : "+v"(x))',
+            f"#elif defined(__aarch64__) && {4 * bw} <= 16", '#define lum_keep(x) __asm__("" : "+w"(x))',
+            "#else", "#define lum_keep(x) ((void)0)", "#endif",
             "static inline int lum_any(lum_bi m) {",
             "    int r = 0;",
             f"    for (int j = 0; j < {bw}; j++) r |= m[j];",
