@@ -300,11 +300,11 @@ def _blocks(y: Tensor, inputs: list[Tensor]) -> bool:
 
 @pytest.mark.parametrize("vw", [8, 16])
 @pytest.mark.parametrize("n,c,mult,h,w,ksz,dil,pads", [
-    (1, 16, 1, 23, 40, 7, 1, ((3, 3), (3, 3))),     # 7x7: blocks of rows, one row left over, the padding's blocks
+    (1, 16, 1, 23, 24, 7, 1, ((3, 3), (3, 3))),     # 7x7: blocks of rows, the rows left over, the padding's
+    # blocks, each weight read where its adds take it (past BLOCK_WEIGHTS taps)
     (2, 9, 2, 20, 37, 5, 1, ((2, 2), (2, 2))),      # batch 2, channel multiplier 2, an odd width
     (1, 16, 1, 17, 30, 3, 1, ((0, 2), (2, 1))),     # asymmetric pads
-    (1, 16, 1, 19, 33, 3, 2, ((2, 2), (2, 2))),     # dilation 2: rows two apart share loads
-    (1, 16, 1, 21, 40, 9, 1, ((4, 4), (4, 4))),     # 81 taps: each weight read where its adds take it
+    (1, 16, 1, 19, 33, 3, 2, ((2, 2), (2, 2))),     # dilation 2: rows two apart share loads; 8 lanes: 2 chunks
     (1, 24, 1, 14, 14, 7, 1, ((3, 3), (3, 3))),     # rows of one vector
     (1, 16, 1, 12, 9, 3, 1, ((3, 0), (1, 4))),      # pads past the window: rows whose taps all lie in the padding
 ])

@@ -22,6 +22,11 @@ Where a row fits half a vector and a strided window has many taps (a 5x5 depthwi
 7x7), two rows share a vector (``row_pairs``): each tap's lanes, both rows', are one two-source permutation of a
 load from each row's input, which the taps of a window row share, and the pair's epilogue runs on each half.
 
+At unit stride a tap's load for one output row is another tap's for a row below it (a 7x7 window's input row
+feeds seven output rows): rows run in blocks (``block``) that keep a sum per row and vector in registers, load
+each vector of input once, hold it in a register and add it with each tap's weight into every sum it feeds; the
+rows in the padding have blocks of their own, with the taps that read inside the input.
+
 A pool's max is a max over the taps in ACCS partial maxima, NaN where any tap is NaN (a flag per pixel, as the
 reduction's, tested in whole vectors only where the sum of the taps is NaN); a tap outside the input's window
 reads zero as the masked load does (a zero lane, the zero row, and a zero among the taps of a padding row
@@ -688,12 +693,15 @@ class _Emitter:
         where each vector of input a tap reads is the same load as another tap's in a row below it (a 7x7
         window's row of input feeds seven output rows): the row's vectors in chunks of at most BLOCK_CHUNK, each
         chunk's ``rows`` x vectors sums in registers, and each distinct load (its offset from the first row's
-        input and its lanes) made once and added with each tap's weight to every sum it feeds; the condition
-        that the masked loads read inside the input buffer. Rows away from the padding (``first`` None) read
-        every tap; a block from row ``first`` reads, in each of its rows, the taps whose rows lie inside the
-        input. 2 threads, hot, against two rows tap by tap with a load per tap and row: a 7x7 depthwise conv over
-        96 channels at 56x56 (6 rows of four vectors) 396 -> 190 us, 5x5 over 240 at 28x28 102 -> 55, 3x3 over
-        144 at 56x56 82 -> 64."""
+        input and its lanes) made once, held in a register (``lum_keep``: the compiler folded it into each add
+        that read it, a load per add again) and added with each tap's weight to every sum it feeds; the
+        condition that the masked loads read inside the input buffer. Rows away from the padding (``first``
+        None) read every tap; a block from row ``first`` reads, in each of its rows, the taps whose rows lie
+        inside the input. 2 threads, hot, paired against two rows tap by tap with a load per tap and row: a 7x7
+        depthwise conv over 96 channels at 56x56 (6 rows of four vectors) 411 -> 173 us, over 384 at 14x14 111
+        -> 58, 9x9 over 64 at 40x40 230 -> 91, 5x5 over 240 at 28x28 102 -> 56, 3x3 over 144 at 56x56 81 ->
+        49, over 96 at 112x112 199 -> 117, over 960 at 7x7 12.3 -> 10.1; a 7x7 window on a 7x7 map (every
+        row but one in the padding) ran 48 -> 60 us in blocks and keeps its rows (``source``)."""
         shift = self.xco[dr]
         k = self.k
         xbuf = k.ops[self.st.x].attr("buf")
@@ -968,27 +976,29 @@ class _Emitter:
             single = self.row_head() + self.body()[0]
             edge = [v for v in range(k.full[dr]) if not r0 <= v < r1]
             edges = len(edge) <= EDGE_ROWS and len(self.taps) <= EDGE_TAPS  # rows in the padding emitted apart
-            size = self.block_rows(bw, k.full[dr]) if bw and not self.max and rdims == [dr] and r1 - r0 > 1 else 0
-            if size and self.st.step == 1:
-                # in blocks of rows (``block``): one for any block away from the padding from its first row, one
-                # for the rows left at its end, and those of the rows in the padding above and below
-                cond, inner = "if", min(size, r1 - r0)
-                if inner > 1:
-                    stmts, safe = self.block(dr, bw, inner)
-                    at = f"(i{dr} - {r0}) % {inner} == 0 && i{dr} >= {r0} && i{dr} + {inner - 1} < {r1}"
-                    row += [f"if ({at} && {safe}) {{", *_ind(stmts), f"    r += {inner - 1};"]
-                    cond = "} else if"
-                left = (r1 - r0) % inner if inner > 1 else 0
+            # blocks of rows (``block``) at unit stride where two rows or more lie away from the padding (a 7x7
+            # window on a 7x7 map, with one such row, ran 48 -> 60 us in blocks)
+            size = (self.block_rows(bw, k.full[dr]) if bw and self.st.step == 1 and not self.max and rdims == [dr]
+                    and r1 - r0 > 1 else 0)
+            if size:
+                # one block for any run of rows away from the padding from its first row, one for the rows left at
+                # its end, and those of the rows in the padding above and below
+                inner = min(size, r1 - r0)
+                stmts, safe = self.block(dr, bw, inner)
+                at = f"(i{dr} - {r0}) % {inner} == 0 && i{dr} >= {r0} && i{dr} + {inner - 1} < {r1}"
+                row += [f"if ({at} && {safe}) {{", *_ind(stmts), f"    r += {inner - 1};"]
+                left = (r1 - r0) % inner
                 blocks = [(r1 - left, left, True)] if left > 1 else []
                 if len(edge) <= EDGE_ROWS:
                     blocks += [(b0, min(size, e - b0), False) for a, e in ((0, r0), (r1, k.full[dr]))
                                for b0 in range(a, e, size)]
                 for b0, n, inside in blocks:
                     stmts, safe = self.block(dr, bw, n, None if inside else b0)
-                    row += [f"{cond} (i{dr} == {b0} && {safe}) {{", *_ind(stmts), f"    r += {n - 1};"]
-                    cond = "} else if"
-                row += [f"{cond} (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
+                    row += [f"}} else if (i{dr} == {b0} && {safe}) {{", *_ind(stmts), f"    r += {n - 1};"]
+                row += [f"}} else if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
             elif bw and rdims == [dr] and r1 - r0 >= 2 and self.st.step == 1 and width > bw:
+                # a max pool's rows, or rows too wide for blocks, in pairs where rows have a vector at each end
+                # (stride 2 and rows of one vector measured slower)
                 pair, safe = self.pair(dr, bw)
                 row += [f"if (i{dr} >= {r0} && i{dr} + 1 < {r1} && {safe}) {{", *_ind(self.row_head() + pair),
                         "    r++;", f"}} else if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
