@@ -713,8 +713,9 @@ class _Emitter:
         weight = {t: f"w{t}" for t in range(len(self.taps))}
         if self.st.w is not None and len(self.taps) > BLOCK_WEIGHTS:
             # each weight read where its adds take it (a load their broadcast reuses), not kept in a register per
-            # tap from the plane's head, which spills whole vectors past 32 taps; read again after each group of
-            # loads (the empty asm), which keeps the compiler from holding it across the block
+            # tap from the plane's head, whose broadcasts the compiler spilled as whole vectors once they and the
+            # sums outnumbered the registers; read again after each group of loads (the empty asm), which keeps
+            # the compiler from holding it across the block (2 threads, the 7x7 conv below: 267 -> 209 us)
             lines += [f"const float *lum_wb = in{k.ops[self.st.w].attr('buf')};"]
             weight = {t: f"({self._weight(list(tap.ex), 'lum_wb')})" for t, tap in enumerate(self.taps)}
         reach: list[int] = []  # the offsets of the masked loads' first and last elements
