@@ -299,22 +299,25 @@ def _blocks(y: Tensor, inputs: list[Tensor]) -> bool:
 
 
 @pytest.mark.parametrize("vw", [8, 16])
-@pytest.mark.parametrize("n,c,mult,h,w,ksz,dil,pads", [
-    (1, 16, 1, 23, 24, 7, 1, ((3, 3), (3, 3))),     # 7x7: blocks of rows, the rows left over, the padding's
+@pytest.mark.parametrize("n,c,mult,h,w,ksz,stride,dil,pads", [
+    (1, 16, 1, 23, 24, 7, 1, 1, ((3, 3), (3, 3))),  # 7x7: blocks of rows, the rows left over, the padding's
     # blocks, each weight read where its adds take it (past BLOCK_WEIGHTS taps)
-    (2, 9, 2, 20, 37, 5, 1, ((2, 2), (2, 2))),      # batch 2, channel multiplier 2, an odd width
-    (1, 16, 1, 17, 30, 3, 1, ((0, 2), (2, 1))),     # asymmetric pads
-    (1, 16, 1, 19, 33, 3, 2, ((2, 2), (2, 2))),     # dilation 2: rows two apart share loads; 8 lanes: 2 chunks
-    (1, 24, 1, 14, 14, 7, 1, ((3, 3), (3, 3))),     # rows of one vector
-    (1, 16, 1, 12, 9, 3, 1, ((3, 0), (1, 4))),      # pads past the window: rows whose taps all lie in the padding
+    (2, 9, 2, 20, 37, 5, 1, 1, ((2, 2), (2, 2))),   # batch 2, channel multiplier 2, an odd width
+    (1, 16, 1, 17, 30, 3, 1, 1, ((0, 2), (2, 1))),  # asymmetric pads
+    (1, 16, 1, 19, 33, 3, 1, 2, ((2, 2), (2, 2))),  # dilation 2: rows two apart share loads; 8 lanes: 2 chunks
+    (1, 24, 1, 14, 14, 7, 1, 1, ((3, 3), (3, 3))),  # rows of one vector
+    (1, 16, 1, 12, 9, 3, 1, 1, ((3, 0), (1, 4))),   # pads past the window: rows whose taps all lie in the padding
+    (1, 16, 1, 23, 70, 3, 2, 1, ((1, 1), (1, 1))),  # stride 2: a tap's lanes the even or odd elements of two loads
+    (2, 8, 1, 30, 45, 5, 2, 1, ((2, 1), (1, 2))),   # 5x5 at stride 2, asymmetric pads, batch 2
+    (1, 16, 1, 21, 66, 3, 2, 2, ((2, 2), (2, 2))),  # stride 2 and dilation 2: no tap shares a pair of loads
 ])
-def test_row_blocks(lanes, vw, n, c, mult, h, w, ksz, dil, pads):
-    """Rows of a unit-stride window computed in blocks, each load of input made once for every row it feeds
+def test_row_blocks(lanes, vw, n, c, mult, h, w, ksz, stride, dil, pads):
+    """Rows of a window computed in blocks, each load of input made once for every row it feeds
     (``stencil.block``), with the blocks over the padding's rows reading only their live taps, against the
     reference with a fused bias and hardswish."""
     lanes(vw)
     x = Tensor.input("x", (n, c, h, w), DType.float32)
-    y = _hardswish(_bias(_conv(x, c * mult, c, (ksz, ksz), 1, dil, pads)))
+    y = _hardswish(_bias(_conv(x, c * mult, c, (ksz, ksz), stride, dil, pads)))
     assert _blocks(y, [x])
     _check([x], y)
 

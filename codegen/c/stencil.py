@@ -22,10 +22,11 @@ Where a row fits half a vector and a strided window has many taps (a 5x5 depthwi
 7x7), two rows share a vector (``row_pairs``): each tap's lanes, both rows', are one two-source permutation of a
 load from each row's input, which the taps of a window row share, and the pair's epilogue runs on each half.
 
-At unit stride a tap's load for one output row is another tap's for a row below it (a 7x7 window's input row
-feeds seven output rows): rows run in blocks (``block``) that keep a sum per row and vector in registers, load
-each vector of input once, hold it in a register and add it with each tap's weight into every sum it feeds; the
-rows in the padding have blocks of their own, with the taps that read inside the input.
+A tap's load for one output row is another tap's for a row below it (a 7x7 window's input row feeds seven output
+rows; at stride 2, a 5x5's feeds three): rows run in blocks (``block``) that keep a sum per row and vector in
+registers, load each vector of input once (at stride 2, each pair of loads), hold it in a register and add it
+with each tap's weight into every sum it feeds; the rows in the padding have blocks of their own, with the taps
+that read inside the input.
 
 A pool's max is a max over the taps in ACCS partial maxima, NaN where any tap is NaN (a flag per pixel, as the
 reduction's, tested in whole vectors only where the sum of the taps is NaN); a tap outside the input's window
@@ -700,9 +701,10 @@ class _Emitter:
         inside the input. 2 threads, hot, paired against two rows tap by tap with a load per tap and row: a 7x7
         depthwise conv over 96 channels at 56x56 (6 rows of four vectors) 411 -> 173 us, over 384 at 14x14 111
         -> 58, 9x9 over 64 at 40x40 230 -> 91, 5x5 over 240 at 28x28 102 -> 56, 3x3 over 144 at 56x56 81 ->
-        49, over 96 at 112x112 199 -> 117, over 960 at 7x7 12.3 -> 10.1; a 7x7 window on a 7x7 map (every
-        row but one in the padding) ran 48 -> 60 us in blocks and keeps its rows (``source``)."""
-        shift = self.xco[dr]
+        49, over 96 at 112x112 199 -> 117, over 960 at 7x7 12.3 -> 10.1; at stride 2, 5x5 over 144 from 56x56
+        145 -> 70, 3x3 over 64 from 112x112 66 -> 57, over 240 from 28x28 at par; a 7x7 window on a 7x7 map
+        (every row but one in the padding) ran 48 -> 60 us in blocks and keeps its rows (``source``)."""
+        shift, step = self.xco[dr], self.st.step
         k = self.k
         xbuf = k.ops[self.st.x].attr("buf")
         ex = ["0" if d == self.din or d in k.reduce_axes else f"i{d}" for d in range(len(k.full))]
@@ -733,19 +735,27 @@ class _Emitter:
                         continue
                     for j in range(rows):
                         if t in live[j]:
-                            at = self._offset(tap) + j * shift + start
-                            loads = groups.setdefault(at - start, {})
+                            at = self._offset(tap) + j * shift + step * start
+                            loads = groups.setdefault(at - step * start, {})
                             name = loads.setdefault((at, lanes), f"lum_l{sum(map(len, groups.values()))}")
-                            adds.setdefault(at - start, []).append((t, i, j, name))
+                            adds.setdefault(at - step * start, []).append((t, i, j, name))
             # each sum in parts where the block's sums are too few to hide an add's latency (a 7x7 map's rows)
             parts = max(1, min(ACCS, -(-BLOCK_CHAINS // (rows * len(chunk)))))
             sums = {(j, i): itertools.cycle(range(parts)) for j in range(rows) for i in range(len(chunk))}
             body = [f"lum_bv va{j}_{i}_{p} = {{0}};" for j, i in sums for p in range(parts)]
+            evens = {at for loads in groups.values() for at, _ in loads}
             for base in sorted(groups):
                 if self.st.w is not None and len(self.taps) > BLOCK_WEIGHTS:
                     body.append('__asm__("" : "+r"(lum_wb));')
                 for (at, lanes), name in groups[base].items():
-                    x = f"lum_ld1(lum_x + {at})"
+                    if step == 1:
+                        x = f"lum_ld1(lum_x + {at})"
+                    else:
+                        # the even elements of two loads, or the odd ones of another vector's pair one element
+                        # before it, the lanes in ``_lane_pixel``'s order; its reach one element past its last lane
+                        x = f"lum_od(lum_x + {at - 1})" if at - 1 in evens else f"lum_ev(lum_x + {at})"
+                        lanes = tuple(lanes[p] for p in _lane_pixel(bw))
+                        reach += [at - (at - 1 in evens), at + 2 * bw - 1]
                     if not all(lanes):
                         x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
                         reach += [at, at + bw - 1]
@@ -977,10 +987,10 @@ class _Emitter:
             single = self.row_head() + self.body()[0]
             edge = [v for v in range(k.full[dr]) if not r0 <= v < r1]
             edges = len(edge) <= EDGE_ROWS and len(self.taps) <= EDGE_TAPS  # rows in the padding emitted apart
-            # blocks of rows (``block``) at unit stride where two rows or more lie away from the padding (a 7x7
-            # window on a 7x7 map, with one such row, ran 48 -> 60 us in blocks)
-            size = (self.block_rows(bw, k.full[dr]) if bw and self.st.step == 1 and not self.max and rdims == [dr]
-                    and r1 - r0 > 1 else 0)
+            # blocks of rows (``block``) where two rows or more lie away from the padding (a 7x7 window on a 7x7
+            # map, with one such row, ran 48 -> 60 us in blocks) and no two rows share a vector (``row_pairs``)
+            size = (self.block_rows(bw, k.full[dr]) if bw and not self.max and rdims == [dr] and r1 - r0 > 1
+                    and not groups else 0)
             if size:
                 # one block for any run of rows away from the padding from its first row, one for the rows left at
                 # its end, and those of the rows in the padding above and below
