@@ -457,13 +457,15 @@ def test_a_max_pool_over_a_silu_follows_the_layout(size, pad):
     _close(run_graph(g, {"x": x}, decisions={ChannelsLast(first): True}), run_ort(model, {"x": x}))
 
 
-@pytest.mark.parametrize(("c", "k", "stride", "pads", "dil", "n"), [
-    (24, 3, 1, [1, 1, 1, 1], 1, 1),   # channels not a multiple of the vector
-    (40, 5, 2, [2, 2, 2, 2], 1, 2),   # 5x5 at stride 2, two images
-    (20, 3, 2, [0, 1, 1, 0], 1, 1),   # asymmetric pads
-    (33, 3, 1, [2, 2, 2, 2], 2, 1),   # dilation 2
+@pytest.mark.parametrize(("c", "k", "stride", "pads", "dil", "n", "w"), [
+    (24, 3, 1, [1, 1, 1, 1], 1, 1, 11),   # channels not a multiple of the vector
+    (40, 5, 2, [2, 2, 2, 2], 1, 2, 11),   # 5x5 at stride 2, two images, in blocks: two chunks of channels
+    (20, 3, 2, [0, 1, 1, 0], 1, 1, 11),   # asymmetric pads
+    (33, 3, 1, [2, 2, 2, 2], 2, 1, 11),   # dilation 2
+    (72, 5, 1, [2, 1, 2, 3], 1, 1, 30),   # 5x5 in blocks: three chunks of channels, the last overlapping the one
+    # before, blocks away from the padding, the columns left over, the padding's (asymmetric)
 ])
-def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil, n):
+def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil, n, w):
     """A depthwise conv over a channels-last value is computed channels-last (``layout._channelwise``), as a
     stencil along the channels whose taps' weights are vectors (``stencil._lane_input``): it walked the pixels
     at the channels' stride. Its epilogue (bias, hardswish) follows and the next conv reads it in place (no
@@ -472,10 +474,10 @@ def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil,
     onnxruntime, under its default schedule and on one thread, and compiled, over two runs (the weight's copy made
     on the first)."""
     from luminal.codegen.c.backend import CPUBackend
-    from luminal.codegen.c.stencil import plan_stencil
+    from luminal.codegen.c.stencil import LANE_TAPS, plan_stencil
 
     rng = np.random.default_rng(16)
-    x = rng.standard_normal((n, 8, 13, 11)).astype(np.float32)
+    x = rng.standard_normal((n, 8, 13, w)).astype(np.float32)
     for mult in (2, 1):
         inits = {"wa": (rng.standard_normal((c, 8, 1, 1)) / 3).astype(np.float32),
                  "ba": rng.standard_normal(c).astype(np.float32),
@@ -498,6 +500,9 @@ def test_a_depthwise_conv_follows_a_channels_last_input(c, k, stride, pads, dil,
         base = be.default_schedule(dw)
         stencil = plan_stencil(dw)
         assert mult == 2 or (stencil is not None and stencil.lanes and base["impl"] == "stencil")
+        # a window of at least LANE_TAPS taps runs its pixels in blocks along their columns, each block's vectors
+        # of input loaded once for its taps (``stencil.lane_block``)
+        assert mult == 2 or ("for (int64_t lum_c = 0;" in be.source(dw, base)) == (k * k >= LANE_TAPS)
         want = run_ort(model, feeds)
         for sched in [base, {**base, "threads": 1}] if mult == 1 else [base]:
             scheds = [sched if kk is dw else None for kk in kernels]

@@ -26,7 +26,9 @@ A tap's load for one output row is another tap's for a row below it (a 7x7 windo
 rows; at stride 2, a 5x5's feeds three): rows run in blocks (``block``) that keep a sum per row and vector in
 registers, load each vector of input once (at stride 2, each pair of loads), hold it in a register and add it
 with each tap's weight into every sum it feeds; the rows in the padding have blocks of their own, with the taps
-that read inside the input.
+that read inside the input. A depthwise conv with its channels innermost (``_lane_input``: a row is a pixel's
+channels) runs its pixels in blocks along their columns the same way (``lane_block``), each tap's vector of
+weights loaded once for the block's pixels.
 
 A pool's max is a max over the taps in ACCS partial maxima, NaN where any tap is NaN (a flag per pixel, as the
 reduction's, tested in whole vectors only where the sum of the taps is NaN); a tap outside the input's window
@@ -287,6 +289,14 @@ BLOCK_ACCS = 24  # sums a block keeps in registers (rows x vectors of a chunk)
 BLOCK_CHUNK = 4  # vectors of a row a block's chunk covers
 BLOCK_CHAINS = 8  # the fewest independent sums a block's chunk adds into
 BLOCK_WEIGHTS = 25  # taps whose weights a block keeps in registers from the plane's head
+# the fewest taps a lane-weights stencil runs in blocks with (``lane_block``): 2 threads, hot, a 5x5 over 240
+# channels at 28x28 with its SiLU 168 -> 95 us, paired in one process EfficientNet-B0 1.025-1.028x faster,
+# MnasNet 1.066x, MobileNetV3 1.004-1.028x; 3x3s, 1.15x alone (960 channels at 14x14 69 -> 58 us, 1536 at 7x7 29
+# -> 25), ran EfficientNetV2-S (all of them 3x3) 0.96-0.99x as fast
+LANE_TAPS = 25
+LANE_PIXELS = 8  # the most output pixels of a lane block
+LANE_CHUNK = 2  # vectors of channels a lane block's chunk covers
+LANE_REGISTERS = 30  # vector registers a lane block's sums, its row group's loads and a weight take at most
 BLOCK_VECTORS = 16  # past this many vectors a row (256 pixels of 16 lanes), a block's code grows too long
 
 
@@ -772,6 +782,130 @@ class _Emitter:
         safe = f"{row} + {min(reach)} >= 0 && {row} + {max(reach)} < {numel}" if reach else "1"
         return lines, safe
 
+    def lane_plan(self) -> tuple[int, int, int, int] | None:
+        """Where a lane-weights stencil (its channels innermost, ``_lane_input``) runs its pixels in blocks
+        (``lane_source``): (the column dim, the first and the end of the columns every tap reads inside the input,
+        the pixels of a block); None where the mask constraints on the columns involve another kept dim, the
+        channels fill no vector, or the zero row would pass ZERO_MAX."""
+        k, vw = self.k, self.vw
+        if not self.st.lanes or self.width < vw or len(self.taps) < LANE_TAPS:
+            return None
+        cols = [d for d in self.outer if k.full[d] > 1 and self.xco[d]]
+        if not cols:
+            return None
+        dc = cols[-1]
+        if any(c[dc] and any(c[d] for d in self.outer if d != dc) for c, _, _ in self.xmasks):
+            return None
+        inside = [v for v in range(k.full[dc]) if all(self._column(t, dc, v) for t in range(len(self.taps)))]
+        lo, hi = (inside[0], inside[-1] + 1) if inside else (0, 0)
+        size = 0
+        for n in range(LANE_PIXELS, 1, -1):
+            loads = max(len({self._offset(self.taps[t]) + j * self.xco[dc] for t in group for j in range(n)})
+                        for group in self._row_groups().values())
+            if n * LANE_CHUNK + loads + 1 <= LANE_REGISTERS:
+                size = n
+                break
+        if not size or self._lane_zeros(dc, size) > ZERO_MAX:
+            return None
+        return dc, lo, hi, size
+
+    def _column(self, t: int, dc: int, v: int) -> bool:
+        """Whether tap ``t`` reads inside the input at column ``v`` of kept dim ``dc`` (its constraints on it)."""
+        return all(0 <= self._at(c, c0, self.taps[t]) + c[dc] * v < b for c, c0, b in self.xmasks if c[dc])
+
+    def _row_groups(self) -> dict[tuple[str, ...], list[int]]:
+        """The taps by their constraints on the other dims than the columns (a window row's taps alike)."""
+        groups: dict[tuple[str, ...], list[int]] = {}
+        dc = [d for d in self.outer if self.k.full[d] > 1 and self.xco[d]][-1]
+        for t, tap in enumerate(self.taps):
+            rowc = tuple(f"((uint64_t){affine(c, c0, list(tap.ex))} < {b}ULL)" for c, c0, b in self.xmasks if not c[dc])
+            groups.setdefault(rowc, []).append(t)
+        return groups
+
+    def _lane_zeros(self, dc: int, size: int) -> int:
+        """The floats a block of ``size`` pixels reads past a row group's pointer (the zero row's length)."""
+        return max(self._offset(self.taps[t]) - self._offset(self.taps[ts[0]]) for ts in self._row_groups().values()
+                   for t in ts) + (size - 1) * self.xco[dc] + self.width
+
+    def lane_block(self, dc: int, size: int, first: int | None) -> list[str]:
+        """``size`` output pixels along the column dim ``dc`` from ``lum_c`` at once, each a row of channels (a
+        lane-weights stencil): a chunk of LANE_CHUNK vectors of channels at a time, for each row group of taps
+        (their rows inside the input or not alike: its pointer the zero row where not) the distinct vectors of
+        input its taps read for the block's pixels loaded once and held, then each tap's vector of weights
+        loaded once and added into each pixel's sum with the input it reads. ``first``: the block's first column
+        where known (the columns in the padding: each pixel's taps that read inside the input), None for a block
+        away from them."""
+        k, bw = self.k, self.vw
+        xbuf = k.ops[self.st.x].attr("buf")
+        groups = list(self._row_groups().items())
+        starts = self.block_starts(bw)
+        lines = [f"const int64_t i{dc} = lum_c;"]
+        for g, (rowc, ts) in enumerate(groups):
+            ptr = f"in{xbuf} + {affine(self.xco, self.xk, list(self.taps[ts[0]].ex))}"
+            if rowc:
+                ptr = f"({' && '.join(rowc)}) ? {ptr} : lum_zero"
+            lines.append(f"const float *lum_g{g} = {ptr};")
+        # the chunk of channels from ``lum_s`` (``lane_source``); a row of fewer channels than a chunk in its vectors
+        span = LANE_CHUNK * bw
+        chunk = [f"lum_s + {i * bw}" for i in range(LANE_CHUNK)] if self.width >= span else list(map(str, starts))
+        body = [f"lum_bv va{j}_{i} = {{0}};" for j in range(size) for i in range(len(chunk))]
+        for g, (_, ts) in enumerate(groups):
+            base = self._offset(self.taps[ts[0]])
+            at = {(t, j): self._offset(self.taps[t]) - base + j * self.xco[dc] for t in ts for j in range(size)
+                  if first is None or self._column(t, dc, first + j)}
+            for i, start in enumerate(chunk):
+                names = {a: f"lum_l{g}_{i}_{n}" for n, a in enumerate(sorted(set(at.values())))}
+                body += [x for a, name in names.items() for x in
+                         (f"lum_bv {name} = lum_ld1(lum_g{g} + {a} + {start});", f"lum_keep({name});")]
+                for t in ts:
+                    fed = [j for j in range(size) if (t, j) in at]
+                    if fed:
+                        body += ["{", f"    lum_bv lum_w = lum_ld1(w{t} + {start});", "    lum_keep(lum_w);",
+                                 *(f"    va{j}_{i} += lum_w * {names[at[t, j]]};" for j in fed), "}"]
+        for j in range(size):
+            body += ["{", f"    const int64_t i{dc} = lum_c + {j};", *_ind(
+                [x for i, start in enumerate(chunk)
+                 for x in ["{", *_ind(self._lanes_epilogue(start, bw, f"va{j}_{i}")), "}"]]), "}"]
+        lines += ["{", *_ind(body), "}"]
+        return lines
+
+    def lane_source(self, threads: int, plan: tuple[int, int, int, int]) -> str:
+        """A lane-weights stencil's pixels in blocks along their columns (``lane_block``): the rows of pixels
+        (every other kept dim) over the threads, and in each the columns from the first: a block away from the
+        padding wherever one fits from the first column inside it, and the blocks of the columns before, after
+        and left over, at their own columns."""
+        k = self.k
+        dc, lo, hi, size = plan
+        rdims = [d for d in self.outer if d != dc]
+        # the threads' iterations: a row's chunks of channels, the last overlapping the one before it (its
+        # channels computed twice alike), each of a row (7 rows of a 7x7 map took 4 and 3 of them on 2 threads)
+        span = LANE_CHUNK * self.vw
+        chunks = -(-self.width // span) if self.width >= span else 1
+        rows = math.prod(k.full[d] for d in rdims) * chunks
+        blocks = [(b0, min(size, e - b0)) for a, e in ((0, lo), (hi, k.full[dc])) for b0 in range(a, e, size)]
+        left = (hi - lo) % size
+        blocks += [(hi - left, left)] if left else []
+        row = f"(r / {chunks})" if chunks > 1 else "r"
+        loop = [f"const int64_t i{d} = {e};" for d, e in zip(rdims, unravel(row, tuple(k.full[d] for d in rdims)))]
+        if self.width >= span:
+            loop.append(f"const int64_t lum_s = lum_min64(r % {chunks} * {span}, {self.width - span});"
+                        if chunks > 1 else "const int64_t lum_s = 0;")
+        cond = "if"
+        if hi - lo >= size:
+            loop += [f"if ((lum_c - {lo}) % {size} == 0 && lum_c >= {lo} && lum_c + {size} <= {hi}) {{",
+                     *_ind(self.lane_block(dc, size, None)), f"    lum_c += {size};"]
+            cond = "} else if"
+        for b0, n in sorted(blocks):
+            inside = lo <= b0 and b0 + n <= hi
+            loop += [f"{cond} (lum_c == {b0}) {{", *_ind(self.lane_block(dc, n, None if inside else b0)),
+                     f"    lum_c += {n};"]
+            cond = "} else if"
+        head = len(rdims) + (self.width >= span)
+        loop = [*loop[:head], f"for (int64_t lum_c = 0; lum_c < {k.full[dc]}LL;) {{", *_ind(loop[head:]),
+                "    } else {", "        lum_c++;", "    }", "}"]
+        return self._with_helpers(_function(k, loop, ("r", rows), self._parallel(threads, rows), self.lane_weights()),
+                                 self._lane_zeros(dc, size), self.vw)
+
     def row_groups(self) -> list[tuple[int, list[tuple[int, list[int]]]]] | None:
         """Where two output rows fit one vector (``row_pairs``): the taps in groups that one load of a vector per
         row serves, as (the group's first element past the row's offset, [(tap, the element each lane takes past
@@ -958,6 +1092,8 @@ class _Emitter:
     def source(self, threads: int) -> str:
         if self.sep is not None:
             return self.separable_source(threads)
+        if (plan := self.lane_plan()) is not None:
+            return self.lane_source(threads, plan)
         k, width = self.k, self.width
         body, bw = self.body()
         # planes: the outer dims up to the last one the weight reads; rows: the others (a conv's output rows)
