@@ -342,3 +342,26 @@ def test_row_blocks_at_a_row_stride_with_a_residual_reading_zeros_in_the_padding
                 scaled=True)
     wide = Tensor.input("x", (1, 16, 6, 16 * stencil.BLOCK_VECTORS + 40), DType.float32)
     assert not _blocks(_conv(wide, 16, 16, (3, 3)), [wide])
+
+
+def test_block_rows_are_the_schedules_mr(sixteen_lanes):
+    """A conv stencil's blocks take their rows from the schedule's ``mr`` (the rows of its register tile), a knob
+    the search varies: each value a source of its own, against the reference; the default's is the rule's
+    (``stencil.block_rows``)."""
+    from luminal.codegen.c import schedule
+
+    x = Tensor.input("x", (1, 16, 23, 40), DType.float32)
+    g = _graph([x], [_bias(_conv(x, 16, 16, (7, 7)))])
+    ks, (k,) = _stencils(g)
+    be = CPUBackend()
+    base = be.default_schedule(k)
+    assert base["impl"] == "stencil" and base["mr"] == stencil.block_rows(k, schedule.simd_width()) > 0
+    assert {2, 3, 5, 8} <= set(next(kn.choices for kn in be.space(k) if kn.name == "mr"))
+    feeds = {"x": RNG.standard_normal(x.shape).astype(np.float32)}
+    sources = set()
+    for mr in (2, 3, 8):
+        s = {**base, "mr": mr}
+        assert be.valid(k, s)
+        sources.add(be.source(k, s))
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is k else None for kk in ks], kernels=ks)
+    assert len(sources) == 3

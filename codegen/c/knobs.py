@@ -12,7 +12,7 @@ from ..knobs import KnobValue, knob
 from .contraction import plan_contraction, swappable
 from .emit import lanes_apply
 from .halo import tile_rows
-from .stencil import plan_stencil, separable, unrolled
+from .stencil import BLOCK_ROWS, plan_stencil, separable, unrolled
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ def _mrs(c: Ctx) -> tuple[int, ...]:
     base = (1, 2, 4, 6, 7, 8, 10, 12) if any(p.sizes[1] <= 2 for p in plans) else (4, 6, 7, 8, 10, 12)
     # and a conv's output row over its padded copy, in one tile where it is a little longer than those
     rows = {r for p in plans if p.a_halo for r in tile_rows(p.a_halo.width)} - set(base)
+    # and a stencil's blocks of output rows (``stencil.block``)
+    if plan_stencil(c.kernel) is not None:
+        rows |= set(range(2, BLOCK_ROWS + 1)) - set(base)
     return (*base, *sorted(rows))
 
 

@@ -23,7 +23,7 @@ from .knobs import (
     ReductionSchedule,
     schedule_type,
 )
-from .stencil import plan_stencil, separable_default, stencil_default
+from .stencil import block_rows, plan_stencil, separable_default, stencil_default
 
 # operations a thread must have before another joins: waking a sleeping team took 60-120 us per kernel on a
 # 2-core VM, where softmaxes and layer norms of 0.6-1.0M operations ran 1.6-2x faster on one thread than on two,
@@ -101,8 +101,11 @@ def typed_default(kernel: Kernel, threads: int) -> CSchedule:
         # 100 steps: 1.11x the whole model; an LSTM's 128 -> 512 (one thread either way) at par; at a quarter
         # of the grain, its 128 -> 512 on two threads as well: 0.86x, the GRU's 256 -> 256 1.14x
         grain = GRAIN // 2 if plan.sizes[1] == 1 else GRAIN
-        return replace(_gemm_default(plan, threads, stencil), swap=False if swappable(kernel) else None,
+        base = replace(_gemm_default(plan, threads, stencil), swap=False if swappable(kernel) else None,
                        threads=threads_for(kernel, threads, grain))
+        # a stencil's rows in blocks of ``mr`` (its register tile's rows), by the stencil's rule where it has them
+        rows = block_rows(kernel, simd_width()) if base.impl == "stencil" else 0
+        return replace(base, mr=rows) if rows else base
     if kernel.reduce_axes:
         return ReductionSchedule(vec=0, unroll=1, threads=threads_for(kernel, threads, LOOP_GRAIN), rows_per_thread=0,
                                  stash=True, lanes=LANES if lanes_apply(kernel) else None,
@@ -298,7 +301,9 @@ def _as_default(s: CSchedule, default: CSchedule, free: tuple[str, ...]) -> bool
 
 def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
     if s.impl != "generated":  # the GEMM's knobs mean nothing to a library call or loops, in the rules' orientation
-        free = ("impl", "threads", "lanes") if s.impl == "loops" else ("impl", "threads")  # blas, stencil
+        # a stencil reads ``mr`` too (its blocks' rows), which a schedule of the loops or BLAS taken from a
+        # stencil's default keeps (the same code whatever its value: one identity)
+        free = ("impl", "threads", "mr", "lanes") if s.impl == "loops" else ("impl", "threads", "mr")
         return not s.swap and _as_default(s, _gemm_default(plan, threads), (*free, "swap"))
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False

@@ -312,15 +312,26 @@ class _Tap:
 
 
 def emit_stencil(kernel: Kernel, sched: GemmSchedule | ReductionSchedule, vw: int) -> str:
+    """The stencil's source; a conv's schedule (a GEMM's) gives its blocks' rows (``mr``: the rows of its register
+    tile), a pool's blocks take ``block_rows``' rule."""
     st = plan_stencil(kernel)
     if st is None:
         raise ValueError("not a stencil kernel")
-    return _Emitter(normalize(kernel), st, vw, sched.impl == "separable").source(sched.threads)
+    rows = getattr(sched, "mr", 0)
+    return _Emitter(normalize(kernel), st, vw, sched.impl == "separable", rows).source(sched.threads)
+
+
+def block_rows(kernel: Kernel, vw: int) -> int:
+    """The rows of the stencil ``kernel``'s blocks by ``_Emitter.block_rows``' rule (a conv's default ``mr``); 0
+    where its rows run in no blocks."""
+    st = plan_stencil(kernel)
+    return 0 if st is None else _Emitter(normalize(kernel), st, vw).default_rows()
 
 
 class _Emitter:
-    def __init__(self, k: Kernel, st: Stencil, vw: int, sep: bool = False):
+    def __init__(self, k: Kernel, st: Stencil, vw: int, sep: bool = False, rows: int = 0):
         self.k, self.st, self.vw = k, st, vw
+        self.rows = rows  # the rows of a block, 0: ``block_rows``' rule
         self.din, self.width = st.din, k.full[st.din]
         self.max = st.max
         kept = [d for d in range(len(k.full)) if d not in k.reduce_axes]
@@ -682,12 +693,21 @@ class _Emitter:
         return ["{", *_ind(lines), "}"], " && ".join(safe) or "1"
 
     def block_rows(self, bw: int, rows: int) -> int:
-        """The output rows of a block (``block``): as many as BLOCK_ACCS accumulators hold beside the most vectors
-        of a chunk of the row, at most BLOCK_ROWS and ``rows``; 0 where a row has more than BLOCK_VECTORS."""
+        """The output rows of a block (``block``): the schedule's where it gives them, else as many as BLOCK_ACCS
+        accumulators hold beside the most vectors of a chunk of the row, at most BLOCK_ROWS; at most ``rows``, and 0
+        where a row has more than BLOCK_VECTORS."""
         n = len(self.block_starts(bw))
         if n > BLOCK_VECTORS:
             return 0
-        return min(BLOCK_ROWS, rows, max(2, BLOCK_ACCS // min(n, BLOCK_CHUNK)))
+        return min(self.rows or min(BLOCK_ROWS, max(2, BLOCK_ACCS // min(n, BLOCK_CHUNK))), rows)
+
+    def default_rows(self) -> int:
+        """The rows of a block by the rule (``block_rows``) where the rows run in blocks (``source``), else 0."""
+        rows_in = self.row_range()
+        if rows_in is None or self.max or self.sep is not None or self.lane_plan() is not None:
+            return 0
+        bw = self.body()[1]
+        return self.block_rows(bw, self.k.full[rows_in[0]]) if bw else 0
 
     def block_starts(self, bw: int) -> list[int]:
         """The first pixel of each vector covering a row: the border vectors', then whole vectors over the interior
