@@ -186,7 +186,7 @@ def test_invalid_schedules_are_rejected():
     assert be.valid(k, s)
     vw = host_simd_width()
     assert not be.valid(k, {**s, "mr": 12, "nr": 4 * vw})      # too many registers, whatever the vector width
-    assert not be.valid(k, {**s, "mr": 5})                     # not a choice
+    assert not be.valid(k, {**s, "mr": 9})                     # not a choice
     assert not be.valid(k, {**s, "impl": "generated", "lanes": 16})  # lanes mean nothing to a GEMM
     assert not be.valid(k, {**s, "bogus": 1})
 
@@ -551,7 +551,7 @@ def test_a_1x1_convs_input_read_in_place_where_its_pixels_do_not_fill_whole_pane
     plan = plan_contraction(c, bool(d.get("swap")))
     assert plan.b_direct and plan.sizes[2] == h * w and plan.sizes[2] % d["nr"]
     assert d["impl"] == "generated" and not d["pack_b"]
-    scheds = random_schedules(be, c, 12, seed=n + cin, keep=lambda s, _: not s["pack_b"] and s["impl"] == "generated"
+    scheds = random_schedules(be, c, 24, seed=n + cin, keep=lambda s, _: not s["pack_b"] and s["impl"] == "generated"
                               and not s.get("swap"))
     assert {s["nr"] for s in scheds} >= {host_simd_width(), 2 * host_simd_width()}
     feeds = {"x": RNG.standard_normal((n, cin, h, w)).astype(np.float32),
