@@ -235,11 +235,16 @@ def test_a_vector_of_pixels_no_tap_reads_is_zeros(lanes, vw):
     _check([x], _bias(_conv(x, 9, 1, (1, 1), 2, 1, ((1, 1), (1, 1)))), stencil=None)
 
 
-def _pairs(y: Tensor, inputs: list[Tensor]) -> bool:
-    """Whether the stencil's default source computes two rows a vector (``row_pairs``)."""
+def _default_source(y: Tensor, inputs: list[Tensor]) -> str:
+    """The source of the stencil computing ``y`` under its default schedule."""
     _, sts = _stencils(_graph(inputs, [y]))
     be = CPUBackend()
-    return "lum_pv" in be.source(sts[0], be.default_schedule(sts[0]))
+    return be.source(sts[0], be.default_schedule(sts[0]))
+
+
+def _pairs(y: Tensor, inputs: list[Tensor]) -> bool:
+    """Whether the stencil's default source computes two rows a vector (``row_pairs``)."""
+    return "lum_pv" in _default_source(y, inputs)
 
 
 @pytest.mark.parametrize("vw", [8, 16])
@@ -293,9 +298,7 @@ def test_two_rows_a_vector_read_zeros_in_the_padding_not_neighbours(sixteen_lane
 
 def _blocks(y: Tensor, inputs: list[Tensor]) -> bool:
     """Whether the stencil's default source computes rows in blocks (``stencil.block``)."""
-    _, sts = _stencils(_graph(inputs, [y]))
-    be = CPUBackend()
-    return "int64_t lum_rb =" in be.source(sts[0], be.default_schedule(sts[0]))
+    return "int64_t lum_rb =" in _default_source(y, inputs)
 
 
 @pytest.mark.parametrize("vw", [8, 16])

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -298,6 +298,18 @@ LANE_PIXELS = 8  # the most output pixels of a lane block
 LANE_CHUNK = 2  # vectors of channels a lane block's chunk covers
 LANE_REGISTERS = 30  # vector registers a lane block's sums, its row group's loads and a weight take at most
 BLOCK_VECTORS = 16  # past this many vectors a row (256 pixels of 16 lanes), a block's code grows too long
+
+
+@dataclass(frozen=True)
+class _LanePlan:
+    """How a lane-weights stencil runs its pixels in blocks (``_Emitter.lane_plan``)."""
+
+    dc: int  # the column dim
+    lo: int  # the first column every tap reads inside the input, and the end of them
+    hi: int
+    size: int  # the pixels of a block
+    groups: tuple[tuple[tuple[str, ...], list[int]], ...]  # the taps by their row constraints (C conditions)
+    zeros: int  # floats of the zero row: a block's reach past a group's pointer
 
 
 @dataclass(frozen=True)
@@ -702,12 +714,10 @@ class _Emitter:
         return min(self.rows or min(BLOCK_ROWS, max(2, BLOCK_ACCS // min(n, BLOCK_CHUNK))), rows)
 
     def default_rows(self) -> int:
-        """The rows of a block by the rule (``block_rows``) where the rows run in blocks (``source``), else 0."""
+        """The rows of a block by the rule (``block_rows``) where rows may run in blocks (``source``), else 0."""
         rows_in = self.row_range()
-        if rows_in is None or self.max or self.sep is not None or self.lane_plan() is not None:
-            return 0
-        bw = self.body()[1]
-        return self.block_rows(bw, self.k.full[rows_in[0]]) if bw else 0
+        bw = self.vector_width(*self.bounds())
+        return self.block_rows(bw, self.k.full[rows_in[0]]) if rows_in is not None and bw else 0
 
     def block_starts(self, bw: int) -> list[int]:
         """The first pixel of each vector covering a row: the border vectors', then whole vectors over the interior
@@ -743,12 +753,14 @@ class _Emitter:
         live = [set(range(len(self.taps))) if first is None else self.live_at(dr, first + j) for j in range(rows)]
         lines = [f"const int64_t lum_rb = i{dr};", f"const float *lum_x = in{xbuf} + {row};"]
         weight = {t: f"w{t}" for t in range(len(self.taps))}
-        if self.st.w is not None and len(self.taps) > BLOCK_WEIGHTS:
+        w = self.st.w
+        fenced = w is not None and len(self.taps) > BLOCK_WEIGHTS
+        if w is not None and fenced:
             # each weight read where its adds take it (a load their broadcast reuses), not kept in a register per
             # tap from the plane's head, whose broadcasts the compiler spilled as whole vectors once they and the
             # sums outnumbered the registers; read again after each group of loads (the empty asm), which keeps
             # the compiler from holding it across the block (2 threads, the 7x7 conv below: 267 -> 209 us)
-            lines += [f"const float *lum_wb = in{k.ops[self.st.w].attr('buf')};"]
+            lines += [f"const float *lum_wb = in{k.ops[w].attr('buf')};"]
             weight = {t: f"({self._weight(list(tap.ex), 'lum_wb')})" for t, tap in enumerate(self.taps)}
         reach: list[int] = []  # the offsets of the masked loads' first and last elements
         for c in range(0, len(starts), BLOCK_CHUNK):
@@ -775,7 +787,7 @@ class _Emitter:
             body = [f"lum_bv va{j}_{i}_{p} = {{0}};" for j, i in sums for p in range(parts)]
             evens = {at for loads in groups.values() for at, _ in loads}
             for base in sorted(groups):
-                if self.st.w is not None and len(self.taps) > BLOCK_WEIGHTS:
+                if fenced:
                     body.append('__asm__("" : "+r"(lum_wb));')
                 for (at, lanes), name in groups[base].items():
                     if step == 1:
@@ -793,22 +805,17 @@ class _Emitter:
                 body += [f"va{j}_{i}_{next(sums[j, i])} += {f'{weight[t]} * ' if self.st.w is not None else ''}{name};"
                          for t, i, j, name in sorted(adds[base])]
             body += [f"const lum_bv va{j}_{i} = {' + '.join(f'va{j}_{i}_{p}' for p in range(parts))};" for j, i in sums]
-            for j in range(rows):
-                body += ["{", f"    const int64_t i{dr} = lum_rb + {j};", *_ind(
-                    [x for i, start in enumerate(chunk)
-                     for x in ["{", *_ind(self._lanes_epilogue(start, bw, f"va{j}_{i}")), "}"]]), "}"]
-            lines += ["{", *_ind(body), "}"]
+            lines += ["{", *_ind(body + self.block_epilogue(dr, "lum_rb", rows, chunk, bw)), "}"]
         numel = k.inputs[xbuf].numel
         safe = f"{row} + {min(reach)} >= 0 && {row} + {max(reach)} < {numel}" if reach else "1"
         return lines, safe
 
-    def lane_plan(self) -> tuple[int, int, int, int] | None:
+    def lane_plan(self) -> _LanePlan | None:
         """Where a lane-weights stencil (its channels innermost, ``_lane_input``) runs its pixels in blocks
-        (``lane_source``): (the column dim, the first and the end of the columns every tap reads inside the input,
-        the pixels of a block); None where the mask constraints on the columns involve another kept dim, the
+        (``lane_source``), how; None where the mask constraints on the columns involve another kept dim, the
         channels fill no vector, or the zero row would pass ZERO_MAX."""
-        k, vw = self.k, self.vw
-        if not self.st.lanes or self.width < vw or len(self.taps) < LANE_TAPS:
+        k = self.k
+        if not self.st.lanes or self.width < self.vw or len(self.taps) < LANE_TAPS:
             return None
         cols = [d for d in self.outer if k.full[d] > 1 and self.xco[d]]
         if not cols:
@@ -818,58 +825,54 @@ class _Emitter:
             return None
         inside = [v for v in range(k.full[dc]) if all(self._column(t, dc, v) for t in range(len(self.taps)))]
         lo, hi = (inside[0], inside[-1] + 1) if inside else (0, 0)
-        size = 0
-        for n in range(LANE_PIXELS, 1, -1):
-            loads = max(len({self._offset(self.taps[t]) + j * self.xco[dc] for t in group for j in range(n)})
-                        for group in self._row_groups().values())
-            if n * LANE_CHUNK + loads + 1 <= LANE_REGISTERS:
-                size = n
-                break
-        if not size or self._lane_zeros(dc, size) > ZERO_MAX:
-            return None
-        return dc, lo, hi, size
+        # the taps by their constraints on the other dims than the columns (a window row's taps alike)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for t, tap in enumerate(self.taps):
+            rowc = tuple(f"((uint64_t){affine(c, c0, list(tap.ex))} < {b}ULL)" for c, c0, b in self.xmasks if not c[dc])
+            groups.setdefault(rowc, []).append(t)
+        rel = [self._offset(self.taps[t]) - self._offset(self.taps[ts[0]]) for ts in groups.values() for t in ts]
+        for size in range(LANE_PIXELS, 1, -1):
+            loads = max(len({self._offset(self.taps[t]) + j * self.xco[dc] for t in ts for j in range(size)})
+                        for ts in groups.values())
+            zeros = max(rel) + (size - 1) * self.xco[dc] + self.width  # a block's reach past a group's pointer
+            if size * LANE_CHUNK + loads + 1 <= LANE_REGISTERS:
+                return _LanePlan(dc, lo, hi, size, tuple(groups.items()), zeros) if zeros <= ZERO_MAX else None
+        return None
 
     def _column(self, t: int, dc: int, v: int) -> bool:
         """Whether tap ``t`` reads inside the input at column ``v`` of kept dim ``dc`` (its constraints on it)."""
         return all(0 <= self._at(c, c0, self.taps[t]) + c[dc] * v < b for c, c0, b in self.xmasks if c[dc])
 
-    def _row_groups(self) -> dict[tuple[str, ...], list[int]]:
-        """The taps by their constraints on the other dims than the columns (a window row's taps alike)."""
-        groups: dict[tuple[str, ...], list[int]] = {}
-        dc = [d for d in self.outer if self.k.full[d] > 1 and self.xco[d]][-1]
-        for t, tap in enumerate(self.taps):
-            rowc = tuple(f"((uint64_t){affine(c, c0, list(tap.ex))} < {b}ULL)" for c, c0, b in self.xmasks if not c[dc])
-            groups.setdefault(rowc, []).append(t)
-        return groups
+    def block_epilogue(self, dim: int, first: str, rows: int, chunk: Sequence[int | str], bw: int) -> list[str]:
+        """The epilogue and stores of a block's sums ``va<j>_<i>``: ``rows`` indices of kept dim ``dim`` from
+        ``first``, each over the vectors from the ``chunk``'s starts."""
+        return [x for j in range(rows) for x in [
+            "{", f"    const int64_t i{dim} = {first} + {j};", *_ind(
+                [y for i, start in enumerate(chunk)
+                 for y in ["{", *_ind(self._lanes_epilogue(start, bw, f"va{j}_{i}")), "}"]]), "}"]]
 
-    def _lane_zeros(self, dc: int, size: int) -> int:
-        """The floats a block of ``size`` pixels reads past a row group's pointer (the zero row's length)."""
-        return max(self._offset(self.taps[t]) - self._offset(self.taps[ts[0]]) for ts in self._row_groups().values()
-                   for t in ts) + (size - 1) * self.xco[dc] + self.width
-
-    def lane_block(self, dc: int, size: int, first: int | None) -> list[str]:
-        """``size`` output pixels along the column dim ``dc`` from ``lum_c`` at once, each a row of channels (a
+    def lane_block(self, plan: _LanePlan, size: int, first: int | None) -> list[str]:
+        """``size`` output pixels along the column dim from ``lum_c`` at once, each a row of channels (a
         lane-weights stencil): a chunk of LANE_CHUNK vectors of channels at a time, for each row group of taps
         (their rows inside the input or not alike: its pointer the zero row where not) the distinct vectors of
         input its taps read for the block's pixels loaded once and held, then each tap's vector of weights
         loaded once and added into each pixel's sum with the input it reads. ``first``: the block's first column
         where known (the columns in the padding: each pixel's taps that read inside the input), None for a block
         away from them."""
-        k, bw = self.k, self.vw
+        k, bw, dc = self.k, self.vw, plan.dc
         xbuf = k.ops[self.st.x].attr("buf")
-        groups = list(self._row_groups().items())
-        starts = self.block_starts(bw)
         lines = [f"const int64_t i{dc} = lum_c;"]
-        for g, (rowc, ts) in enumerate(groups):
+        for g, (rowc, ts) in enumerate(plan.groups):
             ptr = f"in{xbuf} + {affine(self.xco, self.xk, list(self.taps[ts[0]].ex))}"
             if rowc:
                 ptr = f"({' && '.join(rowc)}) ? {ptr} : lum_zero"
             lines.append(f"const float *lum_g{g} = {ptr};")
         # the chunk of channels from ``lum_s`` (``lane_source``); a row of fewer channels than a chunk in its vectors
         span = LANE_CHUNK * bw
-        chunk = [f"lum_s + {i * bw}" for i in range(LANE_CHUNK)] if self.width >= span else list(map(str, starts))
+        chunk = [f"lum_s + {i * bw}" for i in range(LANE_CHUNK)] if self.width >= span else \
+            list(map(str, self.block_starts(bw)))
         body = [f"lum_bv va{j}_{i} = {{0}};" for j in range(size) for i in range(len(chunk))]
-        for g, (_, ts) in enumerate(groups):
+        for g, (_, ts) in enumerate(plan.groups):
             base = self._offset(self.taps[ts[0]])
             at = {(t, j): self._offset(self.taps[t]) - base + j * self.xco[dc] for t in ts for j in range(size)
                   if first is None or self._column(t, dc, first + j)}
@@ -882,49 +885,38 @@ class _Emitter:
                     if fed:
                         body += ["{", f"    lum_bv lum_w = lum_ld1(w{t} + {start});", "    lum_keep(lum_w);",
                                  *(f"    va{j}_{i} += lum_w * {names[at[t, j]]};" for j in fed), "}"]
-        for j in range(size):
-            body += ["{", f"    const int64_t i{dc} = lum_c + {j};", *_ind(
-                [x for i, start in enumerate(chunk)
-                 for x in ["{", *_ind(self._lanes_epilogue(start, bw, f"va{j}_{i}")), "}"]]), "}"]
-        lines += ["{", *_ind(body), "}"]
-        return lines
+        return [*lines, "{", *_ind(body + self.block_epilogue(dc, "lum_c", size, chunk, bw)), "}"]
 
-    def lane_source(self, threads: int, plan: tuple[int, int, int, int]) -> str:
-        """A lane-weights stencil's pixels in blocks along their columns (``lane_block``): the rows of pixels
-        (every other kept dim) over the threads, and in each the columns from the first: a block away from the
-        padding wherever one fits from the first column inside it, and the blocks of the columns before, after
-        and left over, at their own columns."""
-        k = self.k
-        dc, lo, hi, size = plan
+    def lane_source(self, threads: int, plan: _LanePlan) -> str:
+        """A lane-weights stencil's pixels in blocks along their columns (``lane_block``): a row's chunks of
+        channels over the threads, and in each its columns from the first: the blocks of the columns in the
+        padding before and after at their own columns, blocks away from it in a loop from the first column
+        inside it, and the columns left over in one more."""
+        k, dc, lo, hi, size = self.k, plan.dc, plan.lo, plan.hi, plan.size
         rdims = [d for d in self.outer if d != dc]
         # the threads' iterations: a row's chunks of channels, the last overlapping the one before it (its
         # channels computed twice alike), each of a row (7 rows of a 7x7 map took 4 and 3 of them on 2 threads)
         span = LANE_CHUNK * self.vw
         chunks = -(-self.width // span) if self.width >= span else 1
-        rows = math.prod(k.full[d] for d in rdims) * chunks
-        blocks = [(b0, min(size, e - b0)) for a, e in ((0, lo), (hi, k.full[dc])) for b0 in range(a, e, size)]
-        left = (hi - lo) % size
-        blocks += [(hi - left, left)] if left else []
         row = f"(r / {chunks})" if chunks > 1 else "r"
         loop = [f"const int64_t i{d} = {e};" for d, e in zip(rdims, unravel(row, tuple(k.full[d] for d in rdims)))]
         if self.width >= span:
             loop.append(f"const int64_t lum_s = lum_min64(r % {chunks} * {span}, {self.width - span});"
                         if chunks > 1 else "const int64_t lum_s = 0;")
-        cond = "if"
+
+        def at(b0: int, n: int, first: int | None) -> list[str]:
+            return ["{", f"    const int64_t lum_c = {b0};", *_ind(self.lane_block(plan, n, first)), "}"]
+
+        left = (hi - lo) % size
+        loop += [x for b0 in range(0, lo, size) for x in at(b0, min(size, lo - b0), b0)]
         if hi - lo >= size:
-            loop += [f"if ((lum_c - {lo}) % {size} == 0 && lum_c >= {lo} && lum_c + {size} <= {hi}) {{",
-                     *_ind(self.lane_block(dc, size, None)), f"    lum_c += {size};"]
-            cond = "} else if"
-        for b0, n in sorted(blocks):
-            inside = lo <= b0 and b0 + n <= hi
-            loop += [f"{cond} (lum_c == {b0}) {{", *_ind(self.lane_block(dc, n, None if inside else b0)),
-                     f"    lum_c += {n};"]
-            cond = "} else if"
-        head = len(rdims) + (self.width >= span)
-        loop = [*loop[:head], f"for (int64_t lum_c = 0; lum_c < {k.full[dc]}LL;) {{", *_ind(loop[head:]),
-                "    } else {", "        lum_c++;", "    }", "}"]
+            loop += [f"for (int64_t lum_c = {lo}; lum_c < {hi - left}; lum_c += {size}) {{",
+                     *_ind(self.lane_block(plan, size, None)), "}"]
+        loop += at(hi - left, left, None) if left else []
+        loop += [x for b0 in range(hi, k.full[dc], size) for x in at(b0, min(size, k.full[dc] - b0), b0)]
+        rows = math.prod(k.full[d] for d in rdims) * chunks
         return self._with_helpers(_function(k, loop, ("r", rows), self._parallel(threads, rows), self.lane_weights()),
-                                 self._lane_zeros(dc, size), self.vw)
+                                 plan.zeros, self.vw)
 
     def row_groups(self) -> list[tuple[int, list[tuple[int, list[int]]]]] | None:
         """Where two output rows fit one vector (``row_pairs``): the taps in groups that one load of a vector per
