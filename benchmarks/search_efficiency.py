@@ -113,7 +113,7 @@ def kernels():
     conv_keep = {"swap": (False, True), "pack_b": (True, False), "pack_a": (True, False), "mr": (4, 6, 8, 12),
                  "nr": (16, 32, 48), "mc": (24, 96, 288), "nc": (64, 256, 1024)}
     conv_fix = {"impl": "generated", "threads": 1, "order": "nm", "kc": 0}
-    dw_keep = {"impl": ("generated", "blas", "loops", "stencil"), "mr": (4, 6, 8, 12), "nr": (16, 32, 48),
+    dw_keep = {"impl": ("generated", "blas", "loops", "stencil"), "mr": (2, 3, 4, 5, 6, 7, 8, 12), "nr": (16, 32, 48),
                "nc": (64, 256, 1024)}
     for name, cin, cout, group, k, hw, keep, fix in (
             ("conv 3x3 32->32 56x56 +bias+relu", 32, 32, 1, 3, 56, conv_keep, conv_fix),
