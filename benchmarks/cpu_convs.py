@@ -92,6 +92,8 @@ LAYERS = [
     Layer("aspp 3x3 960->256 d12 16", 1, 960, 256, 16, 3, dilation=12),
     Layer("regnet g25 3x3s2 400 14", 1, 400, 400, 14, 3, stride=2, group=25),
     Layer("regnet g25 3x3 400 7", 1, 400, 400, 7, 3, group=25),
+    Layer("regnetx g2 3x3s2 32 112", 1, 32, 32, 112, 3, stride=2, group=2),
+    Layer("regnetx g4 3x3s2 64 56", 1, 64, 64, 56, 3, stride=2, group=4),
     Layer("resnext g32 3x3 128 56", 1, 128, 128, 56, 3, group=32),
     Layer("resnext g32 3x3s2 1024 14", 1, 1024, 1024, 14, 3, stride=2, group=32),
     Layer("convnext dw7x7 96 56", 1, 96, 96, 56, 7, group=96),

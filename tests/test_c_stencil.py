@@ -131,6 +131,21 @@ def test_grouped_few_channels_per_group():
     _check([x], _conv(x, 8, 4, (3, 3)))
 
 
+def test_rows_strided_past_two_elements_are_no_stencils():
+    """A conv whose row's pixels lie more than two elements apart in its input (a grouped conv over a channels-last
+    input: a channel count apart; a depthwise conv at stride 3) is no stencil, which would gather every vector of
+    its rows; its default against the reference."""
+    x = Tensor.input("x", (1, 10, 23, 8), DType.float32)
+    y = _bias(_conv(x.permute((0, 3, 1, 2)), 8, 4, (3, 3))).relu()
+    z = Tensor.input("z", (1, 4, 12, 40), DType.float32)
+    for inputs, out in (([x], y), ([z], _conv(z, 4, 4, (3, 3), 3))):
+        g = _graph(inputs, [out])
+        ks, sts = _stencils(g)
+        assert not sts and any(k.form == "contraction" for k in ks)
+        feeds = {t.node.attrs["name"]: RNG.standard_normal(t.shape).astype(np.float32) for t in inputs}
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)
+
+
 def test_input_feeding_many_outputs_offers_the_stencil_without_defaulting_to_it():
     """A dense conv with few input channels (a stem) reuses each input element across its output channels, as a
     GEMM tile does: the stencil is a choice there, not the default."""
