@@ -754,7 +754,8 @@ def test_the_default_stores_a_grouped_conv_channels_last_for_the_1x1_conv_after_
     the 3x3 over 64 channels in 4 groups at stride 2 from 56x56 with its 1x1 1.31x) where each group has at least
     MIN_CHANNELS outputs and a 1x1 conv reads it; its kernel then writes the channels innermost, no copy made."""
     rng = np.random.default_rng(29)
-    c, groups = 2 * per_group * 2, 2 * 2
+    groups = 4
+    c = groups * per_group
     x = rng.standard_normal((1, 24, 14, 14)).astype(np.float32)
     k = 1 if then == "1x1" else 3
     inits = {"wa": (rng.standard_normal((c, 24, 1, 1)) / 5).astype(np.float32),

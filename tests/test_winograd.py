@@ -16,6 +16,7 @@ from onnx import helper
 from luminal.cache import TuningCache, backend_fingerprints
 from luminal.cache.export import Bad, _fusion_config
 from luminal.codegen.c.check import run_graph
+from luminal.codegen.c.stencil import plan_stencil
 from luminal.codegen.partition import (
     ByImage,
     Winograd,
@@ -84,6 +85,10 @@ def test_winograd_matches_the_reference_and_onnxruntime(case, tile):
     last = {o.op for o in kernels[-1].ops}
     assert {Op.Contiguous, Op.Add, Op.Where} <= last
     assert sum(k.form == "elementwise" for k in kernels) <= (1 if whole else 2)
+    # the columns' input transform is a stencil reading its tiles ``tile`` apart (``stencil.STEP_MAX``), where a
+    # row holds more than one tile
+    steps = [st.step for k in kernels if k.form == "contraction" and (st := plan_stencil(k)) is not None]
+    assert (tile in steps) == (-(-ow // tile) > 1)
     got = run_graph(g, feeds, decisions=decisions)[0]
     want = run_reference(g, feeds)[0].reshape(got.shape)
     scale = float(np.abs(want).max())

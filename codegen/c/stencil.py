@@ -82,6 +82,11 @@ REUSE_MAX = 4
 # input transforms of a Winograd F(4x4) (6 x 6) 0.27 -> 0.07 and 0.52 -> 0.13; at par or behind past it: 2 -> 16
 # (288) 0.067 and 0.068, 3 -> 8 (216) 0.027 and 0.033, 1x1 8 -> 32 (256) 0.042 and 0.047
 WEIGHT_MAX = 160
+# the farthest apart a conv stencil's row reads its input's pixels: Winograd F(4x4, 3x3)'s input transforms
+# take tiles 4 apart (each vector a gather over four cache lines). A conv over a channels-last input, its
+# pixels a channel count apart, is a GEMM reading each pixel's channels (3x3 over 4 channels a group at 56x56,
+# 128 channels: as a stencil 19.1 ms, gathering every vector across sixteen cache lines; 1.46 as the GEMM)
+STEP_MAX = 4
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
 LANE_WEIGHTS_MAX = 1 << 18  # floats of a lane-weights stencil's copy of its weight (``_lane_input``)
 COLUMNS_MAX = 1 << 13  # floats of each of a separable pool's two column buffers (on a thread's stack)
@@ -167,12 +172,11 @@ def _plan(k: Kernel) -> Stencil | None:
     w = next((a for a in args if a != x), None)
     xv: View = k.ops[x].attr("view")
     step = xv.strides[din]
-    # a stencil walks its row at its stride, at most 2 (a vector of every other element). A reduction whose
-    # input jumps further per output (a global pool, a row's sum) reads each row contiguously in the reduction's
-    # own loops; a conv over a channels-last input (its row's pixels a channel count apart) as a GEMM reading
-    # each pixel's channels (a grouped 3x3 over 4 channels a group at 56x56, 128 channels: 19.1 ms gathering
-    # every row's vectors, 0.2 from NCHW)
-    if step < 1 or step > 2 or (_reads_zero_row(xv, din) and step * k.full[din] > ZERO_MAX):
+    # a pool walks its row at its stride; a reduction whose input jumps further per output (a global pool,
+    # a row's sum) reads each row contiguously in the reduction's own loops. A conv walks it at most STEP_MAX
+    # elements apart
+    if step < 1 or step > (STEP_MAX if w is not None else 2) or (
+            _reads_zero_row(xv, din) and step * k.full[din] > ZERO_MAX):
         return None
     reuse = math.prod(k.full[d] for d in kept if not reads_dim(xv, d))
     side = None if w is not None else _side(k, xv, din, step)
@@ -1071,8 +1075,8 @@ class _Emitter:
 
     def vector_width(self, lo: int, hi: int) -> int:
         """Lanes of the border vectors (a power of two up to the target's, at most the row), 0: none (pixel
-        constraints that depend on the row, a border wider than a vector)."""
-        if not self.static or self.st.lanes:
+        constraints that depend on the row, a stride past 2, a border wider than a vector)."""
+        if not self.static or self.st.step > 2 or self.st.lanes:
             return 0
         bw = self.vw
         while bw >= 2 * max(self.width, 4):
