@@ -379,20 +379,12 @@ def _depthwise(red: Node) -> int:
     return _rows(red) if _order(red) is None and _per_channel(red) is not None else 0
 
 
-def _grouped_window(red: Node) -> bool:
-    """A grouped convolution over a window with at least MIN_CHANNELS outputs a group (``_order``), which computed
-    channels-last runs as a GEMM of pixels against one group's weights (the pixels as rows, a group's channels
-    one vector of columns)."""
-    return _summed(red) > 1 and _order(red) is not None
-
-
 def defaults(graph: Graph, order: list[Node]) -> list[Node]:
     """The SumReduce nodes an untuned compile stores channels-last, in topological order: 1x1 convolutions
     without groups (ShuffleNet's grouped ones ran 1-4% slower so) of at most SHORT_ROWS rows whose value
     (through elementwise nodes of its size) some 1x1 convolution reads and nothing else but 1x1 convolutions,
     global pools and depthwise convolutions whose own values are read so in turn, each in place (not through a
-    channel shuffle, which reads a copy), and is not a graph output; grouped convolutions over a window with such
-    readers, whatever their rows (``_grouped_window``); and every convolution over more than a few
+    channel shuffle, which reads a copy), and is not a graph output; and every convolution over more than a few
     input channels that its readers all read transposed with its channels innermost (``_read_transposed``: an
     exporter's NHWC values). ``order``: the graph's toposort.
 
@@ -433,13 +425,12 @@ def defaults(graph: Graph, order: list[Node]) -> list[Node]:
         if _read_transposed(n, users.get(n.id, []), outputs):
             chosen.append(n)
             continue
+        if not _one_by_one(n):
+            continue
         _, (_, vx), (_, vw) = found
+        rows = _rows(n)
         grouped = any(reads_dim(vw, k) and reads_dim(vx, k) for k in _kept(n))
-        if _one_by_one(n):
-            rows = _rows(n)
-            if rows <= SHORT_ROWS and not grouped and readers(n, n.numel, rows) == (True, True):
-                chosen.append(n)
-        elif grouped and _grouped_window(n) and readers(n, n.numel, _rows(n)) == (True, True):
+        if rows <= SHORT_ROWS and not grouped and readers(n, n.numel, rows) == (True, True):
             chosen.append(n)
     if not chosen:  # most graphs: no rewrite to try
         return []

@@ -739,44 +739,6 @@ def test_the_default_stores_a_1x1_conv_channels_last_for_the_depthwise_conv_afte
     _close(run_graph(g, feeds), run_ort(model, feeds))
 
 
-@pytest.mark.parametrize(("per_group", "stride", "then", "out_too", "stored"), [
-    (16, 2, "1x1", False, True),   # RegNetX's block: 1x1, grouped 3x3 (here downsampling), 1x1
-    (16, 1, "1x1", False, True),
-    (32, 1, "1x1", False, True),   # ResNeXt's last stage (1024 channels in 32 groups)
-    (8, 1, "1x1", False, False),   # fewer outputs a group than a vector (RegNetY-400MF's)
-    (16, 1, "3x3", False, False),  # read by a 3x3, which gains nothing from it
-    (16, 1, "1x1", True, False),   # a graph output
-])
-def test_the_default_stores_a_grouped_conv_channels_last_for_the_1x1_conv_after_it(per_group, stride, then,
-                                                                                    out_too, stored):
-    """1x1 -> ReLU -> grouped 3x3 -> ReLU -> ``then``, at 14x14: the grouped conv is stored channels-last by default
-    (a GEMM of its pixels against each group's weights, a group's outputs one vector: RegNetX-400MF 1.05x,
-    the 3x3 over 64 channels in 4 groups at stride 2 from 56x56 with its 1x1 1.31x) where each group has at least
-    MIN_CHANNELS outputs and a 1x1 conv reads it; its kernel then writes the channels innermost, no copy made."""
-    rng = np.random.default_rng(29)
-    groups = 4
-    c = groups * per_group
-    x = rng.standard_normal((1, 24, 14, 14)).astype(np.float32)
-    k = 1 if then == "1x1" else 3
-    inits = {"wa": (rng.standard_normal((c, 24, 1, 1)) / 5).astype(np.float32),
-             "wb": (rng.standard_normal((c, c // groups, 3, 3)) / 12).astype(np.float32),
-             "bb": rng.standard_normal(c).astype(np.float32),
-             "wc": (rng.standard_normal((24, c, k, k)) / 8 / k).astype(np.float32)}
-    n = helper.make_node
-    nodes = [n("Conv", ["x", "wa"], ["a"]), n("Relu", ["a"], ["r"]),
-             n("Conv", ["r", "wb", "bb"], ["b"], group=groups, pads=[1, 1, 1, 1], strides=[stride, stride]),
-             n("Relu", ["b"], ["s"]), n("Conv", ["s", "wc"], ["y"], pads=[k // 2] * 4)]
-    model, feeds = make_model(nodes, {"x": x}, inits, outputs=["y", "s"] if out_too else ["y"]), {"x": x}
-    g = load(model).graph
-    names = [nd.origin[0] for nd in layout.defaults(g, g.toposort())]
-    assert ("b" in names) == stored, names
-    kernels = lower(g)[1]
-    assert len(kernels) == len(lower(g, {})[1])  # no copy either way
-    out = 14 // stride
-    assert any(kk.outputs[0][1].shape == (1, out, out, c) for kk in kernels if ("b", "Conv") in kk.sources) == stored
-    _close(run_graph(g, feeds), run_ort(model, feeds))
-
-
 def test_the_default_stores_convs_channels_last_that_an_exporter_reads_transposed():
     """tf2onnx's graph of a Keras MobileNetV3, its transpositions left in place: an NHWC input, and each conv
     between a Transpose to NCHW and one back to NHWC, its bias or batch norm and activation after the latter.
