@@ -479,7 +479,7 @@ def _torchvision(name: str) -> nn.Module:
 
     seg = name in VISION_SEGMENTERS
     kw: dict = {"weights": None, **({"weights_backbone": None} if seg else {})}
-    if name == "googlenet":
+    if name in ("googlenet", "inception_v3"):
         kw.update(aux_logits=False, init_weights=True)
     return _Tensor(getattr(torchvision.models.segmentation if seg else torchvision.models, name)(**kw))
 
@@ -490,7 +490,8 @@ VISION = {"resnet18": (224, 13), "mobilenet_v2": (224, 11), "mobilenet_v3_large"
           "efficientnet_b0": (224, 13), "efficientnet_v2_s": (224, 17), "shufflenet_v2_x1_0": (224, 13),
           "squeezenet1_1": (224, 9), "googlenet": (224, 13), "densenet121": (224, 13), "regnet_y_400mf": (224, 13),
           "mnasnet1_0": (224, 12), "resnext50_32x4d": (224, 13), "convnext_tiny": (224, 17),
-          "lraspp_mobilenet_v3_large": (320, 13), "deeplabv3_mobilenet_v3_large": (320, 13)}
+          "lraspp_mobilenet_v3_large": (320, 13), "deeplabv3_mobilenet_v3_large": (320, 13),
+          "regnet_x_400mf": (224, 15), "inception_v3": (299, 13)}
 VISION_SEGMENTERS = ("lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large")
 
 CNNS = {"resnet50": (ResNet50, 224, ["logits"]), "mobilenetv3": (MobileNetV3, 224, ["logits"]),
