@@ -8,7 +8,7 @@ import pytest
 from codegen_util import compare_cpu
 from codegen_util import graph as _graph
 
-from luminal.codegen.c import stencil
+from luminal.codegen.c import schedule, stencil
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.stencil import plan_stencil
 from luminal.codegen.partition import partition
@@ -364,8 +364,6 @@ def test_block_rows_are_the_schedules_mr(sixteen_lanes):
     """A conv stencil's blocks take their rows from the schedule's ``mr`` (the rows of its register tile), a knob
     the search varies: each value a source of its own, against the reference; the default's is the rule's
     (``stencil.block_rows``)."""
-    from luminal.codegen.c import schedule
-
     x = Tensor.input("x", (1, 16, 23, 40), DType.float32)
     g = _graph([x], [_bias(_conv(x, 16, 16, (7, 7)))])
     ks, (k,) = _stencils(g)

@@ -289,7 +289,7 @@ def typed_source(kernel: Kernel, sched: CSchedule, threads: int) -> str:
         if sched.impl == "loops":
             return emit_reduction_lanes(kernel, sched.loops())
         if sched.impl == "stencil":
-            return emit_stencil(kernel, sched, schedule.simd_width())
+            return emit_stencil(kernel, sched, schedule.simd_width(), sched.mr)
         return emit_contraction(kernel, sched, schedule.simd_width())
     if isinstance(sched, ReductionSchedule):
         if sched.stencil:

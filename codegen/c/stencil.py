@@ -330,13 +330,12 @@ class _Tap:
     pixc: tuple[tuple[str, int, int], ...]
 
 
-def emit_stencil(kernel: Kernel, sched: GemmSchedule | ReductionSchedule, vw: int) -> str:
-    """The stencil's source; a conv's schedule (a GEMM's) gives its blocks' rows (``mr``: the rows of its register
-    tile), a pool's blocks take ``block_rows``' rule."""
+def emit_stencil(kernel: Kernel, sched: GemmSchedule | ReductionSchedule, vw: int, rows: int = 0) -> str:
+    """The stencil's source; ``rows``: its blocks' rows (a conv's schedule's ``mr``, the rows of its register
+    tile), 0 for ``block_rows``' rule (a pool's)."""
     st = plan_stencil(kernel)
     if st is None:
         raise ValueError("not a stencil kernel")
-    rows = getattr(sched, "mr", 0)
     return _Emitter(normalize(kernel), st, vw, sched.impl == "separable", rows).source(sched.threads)
 
 
@@ -777,6 +776,7 @@ class _Emitter:
             # vectors at once and dies
             groups: dict[int, dict[tuple[int, tuple[bool, ...]], str]] = {}
             adds: dict[int, list[tuple[int, int, int, str]]] = {}
+            names = (f"lum_l{n}" for n in itertools.count())
             for t, tap in enumerate(self.taps):
                 for i, start in enumerate(chunk):
                     lanes = tuple(self._lanes(tap, start, bw))
@@ -786,8 +786,9 @@ class _Emitter:
                         if t in live[j]:
                             at = self._offset(tap) + j * shift + step * start
                             loads = groups.setdefault(at - step * start, {})
-                            name = loads.setdefault((at, lanes), f"lum_l{sum(map(len, groups.values()))}")
-                            adds.setdefault(at - step * start, []).append((t, i, j, name))
+                            if (at, lanes) not in loads:
+                                loads[at, lanes] = next(names)
+                            adds.setdefault(at - step * start, []).append((t, i, j, loads[at, lanes]))
             # each sum in parts where the block's sums are too few to hide an add's latency (a 7x7 map's rows)
             parts = max(1, min(ACCS, -(-BLOCK_CHAINS // (rows * len(chunk)))))
             sums = {(j, i): itertools.cycle(range(parts)) for j in range(rows) for i in range(len(chunk))}
