@@ -14,8 +14,9 @@ from ..target import cpu_info, cuda_info, detect_c_compiler, package_version
 if TYPE_CHECKING:
     from ..codegen.backend import Backend
 
-# bump whenever generated code changes in a way that invalidates measured timings
-CODEGEN_VERSION = "36"
+# bump whenever generated code changes in a way that invalidates measured timings, or a search space's choices change
+# (the studies are named by it, and Optuna resumes no study whose categorical choices differ)
+CODEGEN_VERSION = "37"
 
 
 @dataclass(frozen=True)

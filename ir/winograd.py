@@ -39,6 +39,12 @@ _TRANSFORMS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
     2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
         np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
         np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+    # interpolation points 0, 1, -1, 2 and infinity (Toom-Cook, the scales moved into G)
+    3: (np.array([[2, -1, -2, 1, 0], [0, 2, 1, -1, 0], [0, -2, 3, -1, 0], [0, -1, 0, 1, 0], [0, 2, -1, -2, 1]],
+                 np.float64),
+        np.array([[1 / 2, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 6, -1 / 6, 1 / 6], [1 / 6, 1 / 3, 2 / 3], [0, 0, 1]],
+                 np.float64),
+        np.array([[1, 1, 1, 1, 0], [0, 1, -1, 2, 0], [0, 1, 1, 4, 1]], np.float64)),
     4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
                   [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
         np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
@@ -204,6 +210,13 @@ CHANNELS_INNERMOST_MIN_CHANNELS = 128
 # over 2 images 0.87-0.88x, 4 1.03-1.08x, 8 1.19-1.20x; 96 at 40x40 over 4 0.97-0.98x; 128 at 28x28 over 2
 # 1.01-1.05x, 4 1.12-1.15x, 8 1.19-1.42x; 256 at 56x56 over 2 0.93-1.04x; 256 at 14x14 over 8 1.03-1.05x
 BY_IMAGE_MIN_IMAGES = 4
+# Where F(2x2) is taken (maps of at most SMALL_MAP pixels), F(3x3) is where it computes fewer products over the tiles
+# computed at once (a dilated convolution's phases count as images), each value of the transformed weight (25 per pair
+# of channels against F(2x2)'s 16) counted as this many tiles' products: the weight streams from memory where few tiles
+# reuse it. Fitted on 2 threads, AMD Zen 4, one process, interleaved, F(3x3) / F(2x2): 512 channels at 33x33 dilation 4
+# (sixteen phases of 9x9: 144 tiles of 3, 400 of 2) 0.63x, 256 at 28x28 dilation 2 (four phases of 14x14) 0.92x,
+# undilated 256 at 14x14 1.07x and 512 at 7x7 1.49x
+WEIGHT_READ_TILES = 30
 
 
 def default_tile(red: Node) -> int:
@@ -212,7 +225,8 @@ def default_tile(red: Node) -> int:
     from F4_MIN_CHANNELS (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps, and for a batch's that
     ``default_by_image`` computes image by image); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
     smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7:
-    four phases of 4x4, each padded to whole tiles); else 0 (directly). The search tries every tile either
+    four phases of 4x4, each padded to whole tiles); 3 in place of 2 where it costs less (``_cost``); else 0
+    (directly). The search tries every tile either
     way. Over an input whose channels are innermost (an NHWC value behind an exporter's Transpose) only from
     CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its pixels at the channels' stride."""
     found = _conv_of(red)
@@ -228,12 +242,21 @@ def default_tile(red: Node) -> int:
     channels = min(summed, written)
     if any(0 < abs(vx.strides[k]) < col for k in conv.channels) and channels < CHANNELS_INNERMOST_MIN_CHANNELS:
         return 0
+    by_image = phased is None and _many_images(conv)
     if pixels > SMALL_MAP:
-        one = images == 1 or (phased is None and _many_images(conv))
-        return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if one else F4_MIN_CHANNELS) else 0
-    if pixels > TINY_MAP:
-        return 2 if channels >= SMALL_MAP_MIN_CHANNELS else 0
-    return 2 if channels >= TINY_MAP_MIN_CHANNELS and phased is None else 0
+        return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if images == 1 or by_image else F4_MIN_CHANNELS) else 0
+    small = channels >= (SMALL_MAP_MIN_CHANNELS if pixels > TINY_MAP else TINY_MAP_MIN_CHANNELS)
+    if not small or (pixels <= TINY_MAP and phased is not None):
+        return 0
+    (oh, _), (ow, _) = conv.spatial
+    at_once = 1 if by_image else images
+    return min((2, 3), key=lambda t: _cost(t, at_once * -(-conv.shape[oh] // t) * -(-conv.shape[ow] // t)))
+
+
+def _cost(tile: int, tiles: int) -> int:
+    """The products F(tile x tile) computes per pair of channels over ``tiles`` tiles, its transformed weight's
+    reads counted as WEIGHT_READ_TILES tiles' (``default_tile``)."""
+    return (tile + 2) ** 2 * (tiles + WEIGHT_READ_TILES)
 
 
 def _place(view: View, shape: tuple[int, ...], rows: dict[int, dict[int, int]],
