@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchutil import blas_threads_from_argv, median_time, spread
+from benchutil import blas_threads_from_argv, by_placement, placement_note, placement_probe, spread, timed_rounds
 
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
@@ -143,18 +143,16 @@ def bench(layer: Layer, path: Path, threads: int, rounds: int, reps: int, cache:
     (got,) = ours.run(None, {"x": x})
     (want,) = ref.run(None, {"x": x})
     err = float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))
-    tl, tr = [], []
-    for _ in range(rounds):
-        tl.append(median_time(lambda: ours.run(None, {"x": x}), reps))
-        tr.append(median_time(lambda: ref.run(None, {"x": x}), reps))
+    (tl, tr), tags = timed_rounds([lambda: ours.run(None, {"x": x}), lambda: ref.run(None, {"x": x})], rounds, reps,
+                                  placement_probe())
     lu, ox = ({f"{k}_ms": 1e3 * v for k, v in spread(ts).items()} for ts in (tl, tr))
     row = {"layer": layer.name, "max_rel_err": err, "kernels": len(ours.model.kernels), "luminal": lu,
            "onnxruntime": ox, "speedup_vs_ort": paired_ratio(tr, tl),
-           "gflops": 2 * layer.macs / lu["median_ms"] / 1e6}
+           "gflops": 2 * layer.macs / lu["median_ms"] / 1e6, "placement": by_placement(tags, tl, tr)}
     row["line"] = (f"{layer.name:30s} k={row['kernels']} err={err:.0e}  luminal={lu['median_ms']:7.3f}ms "
                    f"[{lu['p10_ms']:.3f},{lu['p90_ms']:.3f}]  onnxruntime={ox['median_ms']:7.3f}ms "
                    f"[{ox['p10_ms']:.3f},{ox['p90_ms']:.3f}]  {row['gflops']:5.1f} GFLOP/s  "
-                   f"speedup={row['speedup_vs_ort']:.2f}x")
+                   f"speedup={row['speedup_vs_ort']:.2f}x{placement_note(row['placement'])}")
     return row
 
 

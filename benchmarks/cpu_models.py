@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchutil import blas_threads_from_argv, median_time, spread
+from benchutil import blas_threads_from_argv, by_placement, placement_note, placement_probe, spread, timed_rounds
 
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
@@ -70,10 +70,8 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
     want = ref.run(None, ort_feeds)
     err = max(float(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max()
                     / (np.abs(np.asarray(w, np.float64)).max() + 1e-30)) for g, w in zip(got, want))
-    tl, tr = [], []
-    for _ in range(rounds):
-        tl.append(median_time(lambda: ours.run(None, feeds), reps))
-        tr.append(median_time(lambda: ref.run(None, ort_feeds), reps))
+    (tl, tr), tags = timed_rounds([lambda: ours.run(None, feeds), lambda: ref.run(None, ort_feeds)], rounds, reps,
+                                  placement_probe())
 
     def stats(ts):
         return {f"{k}_ms": 1e3 * v for k, v in spread(ts).items()}
@@ -81,11 +79,12 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
     row = {"model": name, "compile_s": compile_s, "max_rel_err": err, "kernels": len(ours.model.kernels),
            "luminal": stats(tl), "onnxruntime": stats(tr)}
     row["speedup_vs_ort"] = paired_ratio(tr, tl)
+    row["placement"] = by_placement(tags, tl, tr)
     lu, ox = row["luminal"], row["onnxruntime"]
     print(f"{name:32s} kernels={row['kernels']:4d} err={err:.1e} compile={compile_s:.1f}s  "
           f"luminal={lu['median_ms']:.2f}ms [{lu['p10_ms']:.2f},{lu['p90_ms']:.2f}]  "
           f"onnxruntime={ox['median_ms']:.2f}ms [{ox['p10_ms']:.2f},{ox['p90_ms']:.2f}]  "
-          f"speedup={row['speedup_vs_ort']:.2f}x", flush=True)
+          f"speedup={row['speedup_vs_ort']:.2f}x{placement_note(row['placement'])}", flush=True)
     return row
 
 
