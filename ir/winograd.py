@@ -226,9 +226,9 @@ def default_tile(red: Node) -> int:
     ``default_by_image`` computes image by image); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
     smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7:
     four phases of 4x4, each padded to whole tiles); 3 in place of 2 where it costs less (``_cost``); else 0
-    (directly). The search tries every tile either
-    way. Over an input whose channels are innermost (an NHWC value behind an exporter's Transpose) only from
-    CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its pixels at the channels' stride."""
+    (directly). The search tries every tile either way. Over an input whose channels are innermost (an NHWC value
+    behind an exporter's Transpose) only from CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its
+    pixels at the channels' stride."""
     found = _conv_of(red)
     if found is None:
         return 0
@@ -245,8 +245,8 @@ def default_tile(red: Node) -> int:
     by_image = phased is None and _many_images(conv)
     if pixels > SMALL_MAP:
         return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if images == 1 or by_image else F4_MIN_CHANNELS) else 0
-    small = channels >= (SMALL_MAP_MIN_CHANNELS if pixels > TINY_MAP else TINY_MAP_MIN_CHANNELS)
-    if not small or (pixels <= TINY_MAP and phased is not None):
+    enough = channels >= (SMALL_MAP_MIN_CHANNELS if pixels > TINY_MAP else TINY_MAP_MIN_CHANNELS)
+    if not enough or (pixels <= TINY_MAP and phased is not None):
         return 0
     (oh, _), (ow, _) = conv.spatial
     at_once = 1 if by_image else images
