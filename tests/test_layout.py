@@ -33,6 +33,7 @@ from luminal.codegen.partition import (
 from luminal.frontend_onnx import load
 from luminal.ir import layout, run_reference
 from luminal.ir.view import View, rebase
+from luminal.ir.winograd import TILES
 from luminal.runtime.compile import compile_graph
 from luminal.search.space import FusionSpace, flag_name
 from luminal.search.tuner import tune
@@ -649,7 +650,7 @@ def test_winograd_transforms_follow_a_channels_last_input():
     g = load(model).graph
     (node,) = winograd_convs(g)
     want = run_ort(model, feeds)
-    for tile in (2, 4):
+    for tile in TILES:
         decisions = {ChannelsLast(layout_convs(g)[0]): True, Winograd(node, tile): True}
         kernels = lower(g, decisions)[1]
         transforms = [k for k in kernels if k.form == "contraction" and len(k.inputs) == 2
