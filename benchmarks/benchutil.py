@@ -87,9 +87,10 @@ def spread(xs: list[float]) -> dict:
     return {"median": s.median_s, "p10": s.p10_s, "p90": s.p90_s}
 
 
-def placement_probe() -> Callable[[], str] | None:
+def placement_probe() -> Callable[[], str | None] | None:
     """A function naming where the first two CPUs of this process lie now: "one die" or "two dies"
-    (``TWO_DIES_NS``); None with fewer than two CPUs, or no C compiler to build the probe with."""
+    (``TWO_DIES_NS``), None where its threads could not start; None with fewer than two CPUs, or no C compiler to
+    build the probe with."""
     from luminal.target import detect_c_compiler
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
@@ -104,11 +105,16 @@ def placement_probe() -> Callable[[], str] | None:
             return None
         fn = ctypes.CDLL(str(lib)).lum_round_trip_ns  # mapped: the file may go
     fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    return lambda: "two dies" if fn(cpus[0], cpus[1], 6000) > TWO_DIES_NS else "one die"
+
+    def probe() -> str | None:
+        ns = fn(cpus[0], cpus[1], 6000)
+        return None if ns < 0 else "two dies" if ns > TWO_DIES_NS else "one die"
+
+    return probe
 
 
 def timed_rounds(fns: list[Callable[[], object]], rounds: int, reps: int,
-                 probe: Callable[[], str] | None) -> tuple[list[list[float]], list[str | None]]:
+                 probe: Callable[[], str | None] | None) -> tuple[list[list[float]], list[str | None]]:
     """Per function the median seconds of ``reps`` calls in each of ``rounds`` interleaved rounds, and each round's
     placement (the probe's before and after it where they agree, else None)."""
     times: list[list[float]] = [[] for _ in fns]
