@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 # A cache line's round trip between two threads on the first two CPUs this process may run on: 50-90 ns where they
 # share a die (and its L3), 330-360 across two, where a host puts a VM's two vCPUs now on one die, now on two, a few
@@ -49,10 +45,13 @@ static void *ping(void *out) {
     *(double *)out = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (rounds - rounds / 2);
     return 0;
 }
-double lum_round_trip_ns(int c0, int c1, int n) {
-    double out = -1; pthread_t t; cpus[0] = c0; cpus[1] = c1; rounds = n;
-    if (!pthread_create(&t, 0, ping, &out)) pthread_join(t, 0);
-    return out;
+/* a kernel's signature (``codegen.c.build``): b[0] the round trip in ns (-1: no threads), b[1] the two CPUs and
+   the round trips to time */
+int lum_kernel(void **b, int nt) {
+    (void)nt; const int *arg = (const int *)b[1]; pthread_t t;
+    *(double *)b[0] = -1; cpus[0] = arg[0]; cpus[1] = arg[1]; rounds = arg[2];
+    if (!pthread_create(&t, 0, ping, b[0])) pthread_join(t, 0);
+    return 0;
 }
 """
 
@@ -91,24 +90,19 @@ def placement_probe() -> Callable[[], str | None] | None:
     """A function naming where the first two CPUs of this process lie now: "one die" or "two dies"
     (``TWO_DIES_NS``), None where its threads could not start; None with fewer than two CPUs, or no C compiler to
     build the probe with."""
-    from luminal.target import detect_c_compiler
+    from luminal.codegen.c import build
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    cc = detect_c_compiler()
-    if len(cpus) < 2 or cc is None:
+    if len(cpus) < 2 or build.toolchain() is None:
         return None
-    with tempfile.TemporaryDirectory() as d:
-        src, lib = Path(d) / "probe.c", Path(d) / "probe.so"
-        src.write_text(_PROBE)
-        cmd = [cc.path, "-O2", "-shared", "-fPIC", "-pthread", str(src), "-o", str(lib)]
-        if subprocess.run(cmd, capture_output=True).returncode:
-            return None
-        fn = ctypes.CDLL(str(lib)).lum_round_trip_ns  # mapped: the file may go
-    fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    (fn,) = build.build([_PROBE])
+    ns = ctypes.c_double()
+    arg = (ctypes.c_int * 3)(*cpus, 6000)
+    bufs = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(ns), ctypes.c_void_p), ctypes.cast(arg, ctypes.c_void_p))
 
     def probe() -> str | None:
-        ns = fn(cpus[0], cpus[1], 6000)
-        return None if ns < 0 else "two dies" if ns > TWO_DIES_NS else "one die"
+        fn(bufs, 1)
+        return None if ns.value < 0 else "two dies" if ns.value > TWO_DIES_NS else "one die"
 
     return probe
 
@@ -137,8 +131,10 @@ def placement_note(split: dict) -> str:
 
 def by_placement(tags: list[str | None], ours: list[float], theirs: list[float]) -> dict:
     """Per placement the rounds tagged so: their count and the median of their own ratios theirs / ours."""
+    from luminal.cli.bench_stats import paired_ratio
+
     out = {}
     for tag in sorted({t for t in tags if t}):
         idx = [i for i, t in enumerate(tags) if t == tag]
-        out[tag] = {"rounds": len(idx), "speedup": statistics.median(theirs[i] / ours[i] for i in idx)}
+        out[tag] = {"rounds": len(idx), "speedup": paired_ratio([theirs[i] for i in idx], [ours[i] for i in idx])}
     return out

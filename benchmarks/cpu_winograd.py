@@ -31,6 +31,7 @@ def main() -> None:
 
     from luminal.codegen.partition import ByImage, Decisions, Winograd, winograd_convs
     from luminal.frontend_onnx.loader import Unbound, load_model
+    from luminal.ir.winograd import TILES
     from luminal.runtime.compile import compile_graph
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,11 +39,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default="")
-    ap.add_argument("--tiles", default="2,3,4")
+    ap.add_argument("--tiles", default="", help="comma-separated tile sizes (default: every one of the set)")
     ap.add_argument("--batch", type=int, default=0, help="every layer over this many images (default: its own)")
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    tiles = [int(t) for t in args.tiles.split(",") if t]
+    tiles = [int(t) for t in args.tiles.split(",") if t] or list(TILES)
     # every dense stride-1 3x3 layer of cpu_convs.py
     square = [x for x in LAYERS if x.k == 3 and x.stride == 1 and x.group == 1 and not x.transpose]
     if args.batch:

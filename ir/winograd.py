@@ -25,6 +25,7 @@ import dataclasses
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -34,24 +35,29 @@ from .reference import read
 from .tensor import Tensor
 from .view import Constraint, View, reads_dim
 
-# (BT, G, AT) per output tile size m, for a 3-tap filter (Lavin and Gray, 2016)
-_TRANSFORMS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
-    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
-        np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
-        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
-    # interpolation points 0, 1, -1, 2 and infinity (Toom-Cook, the scales moved into G)
-    3: (np.array([[2, -1, -2, 1, 0], [0, 2, 1, -1, 0], [0, -2, 3, -1, 0], [0, -1, 0, 1, 0], [0, 2, -1, -2, 1]],
-                 np.float64),
-        np.array([[1 / 2, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 6, -1 / 6, 1 / 6], [1 / 6, 1 / 3, 2 / 3], [0, 0, 1]],
-                 np.float64),
-        np.array([[1, 1, 1, 1, 0], [0, 1, -1, 2, 0], [0, 1, 1, 4, 1]], np.float64)),
-    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
-        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
-        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
-                 np.float64)),
-}
+
+def _toom_cook(m: int, points: tuple[int, ...], r: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(BT, G, AT) of F(m, r) from its finite interpolation points and infinity (Toom-Cook): G and AT evaluate the
+    filter's and the output tile's polynomials at every point, BT is the transposed inverse of the evaluation of
+    a degree m + r - 2 polynomial there (its interpolation), each row of BT scaled to integers and the same row of
+    G divided alike."""
+
+    def evaluate(k: int) -> list[list[Fraction]]:
+        return [[Fraction(p) ** j for j in range(k)] for p in points] + [[Fraction(int(j == k - 1)) for j in range(k)]]
+
+    inverse = np.linalg.inv(np.array(evaluate(m + r - 1), np.float64))
+    bt = [[Fraction(float(v)).limit_denominator(1 << 16) for v in col] for col in inverse.T]
+    g = evaluate(r)
+    for j, row in enumerate(bt):
+        scale = math.lcm(*(v.denominator for v in row))
+        bt[j], g[j] = [v * scale for v in row], [v / scale for v in g[j]]
+    at = [list(col) for col in zip(*evaluate(m))]
+    return np.array(bt, np.float64), np.array(g, np.float64), np.array(at, np.float64)
+
+
+# the finite interpolation points per output tile size m, for a 3-tap filter (Lavin and Gray, 2016)
+_POINTS = {2: (0, 1, -1), 3: (0, 1, -1, 2), 4: (0, 1, -1, 2, -2)}
+_TRANSFORMS = {m: _toom_cook(m, points) for m, points in _POINTS.items()}
 TILES = tuple(sorted(_TRANSFORMS))
 
 

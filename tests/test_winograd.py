@@ -66,7 +66,20 @@ CASES = [  # (batch, in channels, out channels, (h, w), pads (top, left, bottom,
 ]
 
 
-@pytest.mark.parametrize("tile", [2, 3, 4])
+@pytest.mark.parametrize("tile", winograd.TILES)
+def test_the_derived_transforms_compute_a_tile_of_the_correlation(tile):
+    """Each tile's (BT, G, AT), derived from its interpolation points (``winograd._toom_cook``), gives a tile of
+    a 3x3 correlation to float64 rounding; BT's entries are integers (its scales moved into G)."""
+    bt, g, at = winograd._TRANSFORMS[tile]
+    assert bt.shape == (tile + 2, tile + 2) and g.shape == (tile + 2, 3) and at.shape == (tile, tile + 2)
+    assert np.array_equal(bt, np.round(bt))
+    rng = np.random.default_rng(tile)
+    d, w = rng.standard_normal((tile + 2, tile + 2)), rng.standard_normal((3, 3))
+    want = np.array([[np.sum(d[i:i + 3, j:j + 3] * w) for j in range(tile)] for i in range(tile)])
+    np.testing.assert_allclose(at @ ((g @ w @ g.T) * (bt @ d @ bt.T)) @ at.T, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("tile", winograd.TILES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"n{c[0]}c{c[1]}m{c[2]}-{c[3][0]}x{c[3][1]}-p{c[4]}-g{c[5]}")
 def test_winograd_matches_the_reference_and_onnxruntime(case, tile):
     n, c, m, hw, pads, group = case
@@ -112,7 +125,7 @@ def test_other_convolutions_are_left_alone(what):
     assert new is g and edges == {}
 
 
-@pytest.mark.parametrize("tile", [2, 3, 4])
+@pytest.mark.parametrize("tile", winograd.TILES)
 @pytest.mark.parametrize(("n", "hw", "dilation", "stride", "pads"), [
     (1, (9, 9), 2, 1, (2, 2, 2, 2)),  # an atrous 3x3: the output's 9 rows as 5 positions of 2 phases, cropped
     (2, (12, 13), 3, 1, (3, 2, 1, 3)),  # a batch, dilation 3, asymmetric pads
@@ -156,7 +169,7 @@ def test_a_conv_whose_weight_is_an_input_is_left_alone():
     assert winograd_convs(g) == []
 
 
-@pytest.mark.parametrize("tile", [2, 3, 4])
+@pytest.mark.parametrize("tile", winograd.TILES)
 def test_the_tolerance_accepts_winograd_and_rejects_wrong_results(tile):
     """What tune checks a plan with (search.verify.mismatch, as the model job calls it) on a ResNet-like layer:
     realistic magnitudes, 256 channels. Winograd's own error passes; a wrong value in one output, or the output
@@ -311,7 +324,7 @@ def test_a_tuned_direct_choice_overrides_the_default(tmp_path):
     assert len(model.kernels) == 1
 
 
-@pytest.mark.parametrize("tile", [2, 3, 4])
+@pytest.mark.parametrize("tile", winograd.TILES)
 def test_a_batch_image_by_image_runs_one_image_s_kernels_per_image(tile):
     """Image by image, each image's transforms and products are kernels of one image's size that differ only in
     the window of the input they read (the first, whose padded reads reach into the image before only where
