@@ -4,6 +4,9 @@ gathered) against the reference executor."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+
 import numpy as np
 import pytest
 from codegen_util import compare_cpu, random_schedules
@@ -15,6 +18,7 @@ from luminal.codegen.c.schedule import simd_width
 from luminal.codegen.partition import partition
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
+from luminal.runtime.compile import compile_graph
 from luminal.target import host_simd_width
 
 RNG = np.random.default_rng(18)
@@ -166,6 +170,40 @@ def test_default_reads_in_place_where_rows_take_whole_panels(sixteen_lanes):
         g, _ = _conv_graph(1, 3, cout, (12, 8 * vw), stride=(2, 2))
         _, c = _the_conv(g)
         assert be.default_schedule(c)["pack_b"] is not gathered
+
+
+def _before_a_guard_page(x: np.ndarray) -> tuple[np.ndarray, mmap.mmap]:
+    """A copy of ``x`` whose last element ends a page, the page after it unreadable (and the mapping: keep it)."""
+    page = mmap.PAGESIZE
+    total = -(-x.nbytes // page) * page + page
+    m = mmap.mmap(-1, total)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(base + total - page, page, 0) == 0, ctypes.get_errno()  # PROT_NONE
+    out = np.frombuffer(m, x.dtype, x.size, total - page - x.nbytes).reshape(x.shape)
+    out[...] = x
+    return out, m
+
+
+@pytest.mark.parametrize("cout", [16, 72])
+def test_rows_at_stride_2_are_gathered_by_vectors_within_the_input(cout):
+    """A float row read at stride 2 is gathered a vector from each two (``contraction._gather``): read in place (16
+    rows) and packed (72); the last panel's last pair of vectors would read one element past its row, which is
+    past the input's end in the last row of the last channel, so that row takes the element-wise loop: the feed is
+    read in place, its last element before an unreadable page."""
+    vw = host_simd_width()
+    g, feeds = _conv_graph(1, 3, cout, (12, 8 * vw), stride=(2, 2))
+    _, c = _the_conv(g)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    assert s["pack_b"] is (cout > 64) and "= lum_even(src + " in be.source(c, s)
+    x, keep = _before_a_guard_page(feeds["x"])
+    got = compile_graph(g, be).run({"x": x})
+    ref = run_reference(g, feeds)
+    np.testing.assert_allclose(got[0], ref[0], rtol=2e-5, atol=2e-5 * float(np.abs(ref[0]).max()))
+    del x, got
+    keep.close()
 
 
 def test_20_channels_keep_pixels_as_columns():

@@ -48,7 +48,7 @@ from .halo import (
     row_address,
 )
 from .normalize import normalize
-from .prelude import block_transpose, vector_types
+from .prelude import block_transpose, shuffle, vector_types
 
 if TYPE_CHECKING:
     from .knobs import GemmSchedule
@@ -458,12 +458,36 @@ def _halo_micro_kernel(mr: int, nr: int, vw: int) -> list[str]:
     return L + _mk_loop_body(mr, nr // vw, vw, rows, "lum_v", lambda i: f"ar[{i}]")
 
 
+def _pairs(plan: Plan, vb: View, dt: DType) -> bool:
+    """Whether B's rows are float32 read at stride 2 along N (a strided conv's windows): gathered a vector at a
+    time from two (``_gather``)."""
+    return bool(plan.n) and dt is DType.float32 and view_exprs(vb)[0][0][plan.n[-1]] == 2
+
+
+def _evens(vw: int) -> list[str]:
+    """``lum_even(p)``: the even elements of the two vectors from ``p``."""
+    return [f"typedef int32_t lum_evi __attribute__((vector_size({vw * 4})));",
+            "static inline lum_v lum_even(const lum_t *p) {",
+            f"    lum_v a = *(const lum_vu *)p, b = *(const lum_vu *)(p + {vw});",
+            *shuffle("a", "b", list(range(0, 2 * vw, 2)), "lum_evi")]
+
+
+def _gather(value: str, nr: int, vw: int, numel: int, buf: int) -> list[str]:
+    """``ds[w] = value`` for the NR columns of a row read at stride 2 from ``src`` (input ``buf`` of ``numel``
+    elements): a vector from each two, where the element past the row's last one lies in the input, else the
+    compiler's loop (which took the last quarter of the row an element at a time, as its last pair of vectors
+    reads that element: 2 threads, hot, a 3x3 stride-2 conv of 16 -> 16 in 2 groups from 112x112, 266 -> 241 us)."""
+    return [f"if (src - in{buf} + {2 * nr - 1} < {numel}) {{",
+            *[f"    *(lum_vu *)(ds + {v * vw}) = lum_even(src + {2 * v * vw});" for v in range(nr // vw)],
+            "} else {", "    #pragma omp simd", f"    for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};", "}"]
+
+
 def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, dt: DType, nr: int) -> list[str]:
     """Statements packing rows k0..k1-1 of B panel ``q`` (batch ``ib``) to ``dst`` (NR floats per row), row
     segment by row segment: within a run of the innermost N dim every index and mask expression is affine, so
     a segment is one strided copy between two zero fills whose bounds come from the mask by integer division,
     and tables are read once per segment and K row, not per element."""
-    N = plan.sizes[2]
+    N, vw, numel, pairs = plan.sizes[2], host_simd_width(), kernel.inputs[buf].numel, _pairs(plan, vb, dt)
     exprs = view_exprs(vb)
     if plan.n:
         size_l, step = kernel.full[plan.n[-1]], [co[plan.n[-1]] for co, _, _ in exprs]
@@ -488,9 +512,9 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
             body.append(f"{{ const int64_t v = {sb.format(e=e)} + kt{e}; {mask_bounds('v', step[e], r)} }}")
         body.append(f"const {ct.STORAGE[dt]} *restrict src = in{buf} + {sb.format(e=0)} + kt0;")
         # a whole panel row from one run: a loop of fixed length, which the compiler unrolls and vectorises
-        body += [f"if (lo == 0 && hi == {nr}) {{",
-                 "    #pragma omp simd",
-                 f"    for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};",
+        whole = _gather(value, nr, vw, numel, buf) if pairs else \
+            ["#pragma omp simd", f"for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};"]
+        body += [f"if (lo == 0 && hi == {nr}) {{", *_indent(whole, 4),
                  "} else {", *_indent(copy_between("ds", sl, value), 4), "}"]
         return _indent(body, indent)
 
@@ -521,7 +545,8 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     fill_b, names_b, len_b = _tables("tb", vb, {g: ds for g, ds in groups.items() if g != "n" or not t.run},
                                      kernel.full)
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
-    L = _header(elem, vw) + _micro_kernels(kernel, plan, t, vw, vb, names_b)
+    L = _header(elem, vw) + (_evens(vw) if _pairs(plan, vb, ob.dtype) else [])
+    L += _micro_kernels(kernel, plan, t, vw, vb, names_b)
     if t.tr or (t.halo and across(t.halo) >= 0):
         L += block_transpose(vw)
     if t.stream:
@@ -1243,7 +1268,8 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
               "} else {"]
     else:
         L.append("{")
-    gather = f"for (int64_t w = 0; w < {nr}; w++) ds[w] = src[{step[0]} * w];"
+    gather = _gather(f"src[{step[0]} * w]", nr, vw, numel, buf) if _pairs(plan, vb, kernel.ops[plan.b].dtype) \
+        else ["#pragma omp simd", f"for (int64_t w = 0; w < {nr}; w++) ds[w] = src[{step[0]} * w];"]
     # first the rows no mask cuts, branch-free (a vector loop), then the others one by one
     L += [f"    const lum_t **bq = (const lum_t **)(bt + {nr * t.kc});", "    #pragma omp simd",
           "    for (int64_t k = 0; k < kcur; k++) {",
@@ -1261,8 +1287,8 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
         # 2.59 ms, its 3 -> 16 stem 2.29-2.30 -> 2.17)
         ahead = [_prefetch("src", f"{2 * step[0] * nr + x}", 0) for x in range(0, step[0] * nr, 16)]
         L += ["        if (bq[k]) {", "            const lum_t *restrict src = bq[k];", *(" " * 12 + a for a in ahead),
-              f"            lum_t *restrict ds = bt + k * {nr};", "            #pragma omp simd",
-              f"            {gather}", "            bq[k] = ds;", "            continue;", "        }"]
+              f"            lum_t *restrict ds = bt + k * {nr};", *_indent(gather, 12), "            bq[k] = ds;",
+              "            continue;", "        }"]
     L.append("        const int64_t kk = pc + k;")
     body = [*kts, "int64_t lo = 0, hi = jm;"]
     body += [f"{{ const int64_t v = v{e} + kt{e}; {mask_bounds('v', step[e], b)} }}"

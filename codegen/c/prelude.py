@@ -152,6 +152,15 @@ def block_transpose(vw: int) -> list[str]:
     return L
 
 
+def shuffle(a: str, b: str, index: list[int], ints: str = "lum_bi") -> list[str]:
+    """A vector helper's return of the lanes ``index`` of the concatenation of ``a`` and ``b`` (and its end);
+    ``ints`` the vectors' integer type."""
+    idx = ", ".join(map(str, index))
+    return ["#if defined(__clang__)", f"    return __builtin_shufflevector({a}, {b}, {idx});", "#else",
+            f"    return __builtin_shuffle({a}, {b}, ({ints}){{{idx}}});" if b != a else
+            f"    return __builtin_shuffle({a}, ({ints}){{{idx}}});", "#endif", "}"]
+
+
 def vector_types(elem: str, vw: int) -> list[str]:
     """The element type lum_t and its vectors of ``vw`` lanes, aligned (lum_v) and not (lum_vu)."""
     return [f"typedef {elem} lum_t;",

@@ -60,6 +60,7 @@ from ..kernel import REDUCE_OPS, Kernel, Leaf, Space
 from . import ctypes_map as ct
 from .emit import PAR_MIN, Body, _function, affine, epilogue_attribute, mask_bounds, unravel
 from .normalize import normalize
+from .prelude import shuffle
 
 if TYPE_CHECKING:
     from .knobs import GemmSchedule, ReductionSchedule
@@ -1217,15 +1218,6 @@ def _lane_pixel(bw: int) -> list[int]:
     return [2 * (j // 4) + j % 2 + (bw // 2 if j % 4 > 1 else 0) for j in range(bw)]
 
 
-def _shuffle(a: str, b: str, index: list[int], ints: str = "lum_bi") -> list[str]:
-    """A vector helper's return of the lanes ``index`` of the concatenation of ``a`` and ``b`` (and its end);
-    ``ints`` the vectors' integer type."""
-    idx = ", ".join(map(str, index))
-    return ["#if defined(__clang__)", f"    return __builtin_shufflevector({a}, {b}, {idx});", "#else",
-            f"    return __builtin_shuffle({a}, {b}, ({ints}){{{idx}}});" if b != a else
-            f"    return __builtin_shuffle({a}, ({ints}){{{idx}}});", "#endif", "}"]
-
-
 def _pair_helpers(groups: list[tuple[int, list[tuple[int, list[int]]]]], vw: int) -> list[str]:
     """``row_pairs``' vector type of ``vw`` lanes, the lane mask, and each tap's permutation of its group's two
     loads (a lane reading outside the tap's window takes the first element, which the mask zeroes)."""
@@ -1236,7 +1228,7 @@ def _pair_helpers(groups: list[tuple[int, list[tuple[int, list[int]]]]], vw: int
     for _, taps in groups:
         for t, lanes in taps:
             index = [max(e, 0) + (vw if j >= vw // 2 else 0) for j, e in enumerate(lanes)]
-            head += [f"static inline lum_pv lum_p{t}(lum_pv a, lum_pv b) {{", *_shuffle("a", "b", index, "lum_pi")]
+            head += [f"static inline lum_pv lum_p{t}(lum_pv a, lum_pv b) {{", *shuffle("a", "b", index, "lum_pi")]
     return head
 
 
@@ -1252,10 +1244,10 @@ def _vector_helpers(bw: int) -> list[str]:
             f"typedef float lum_bvu __attribute__((vector_size({4 * bw}), aligned(4)));",
             f"typedef int32_t lum_bi __attribute__((vector_size({4 * bw})));",
             "static inline lum_bv lum_ld1(const float *p) { return *(const lum_bvu *)p; }",
-            "static inline lum_bv lum_ev(const float *p) {", *pair, *_shuffle("a", "b", evens),
+            "static inline lum_bv lum_ev(const float *p) {", *pair, *shuffle("a", "b", evens),
             "static inline lum_bv lum_od(const float *p) {", *pair,
-            *_shuffle("a", "b", [e + 1 for e in evens]),
-            "static inline lum_bv lum_px(lum_bv a) {", *_shuffle("a", "a", pixels),
+            *shuffle("a", "b", [e + 1 for e in evens]),
+            "static inline lum_bv lum_px(lum_bv a) {", *shuffle("a", "a", pixels),
             "static inline lum_bv lum_mask(lum_bv x, lum_bi m) { return (lum_bv)((lum_bi)x & m); }",
             # a vector held in a register: the compiler would fold its load into each add that reads it
             f"#if defined(__x86_64__) && ({x86})", '#define lum_keep(x) __asm__("" : "+v"(x))',
