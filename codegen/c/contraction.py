@@ -472,13 +472,15 @@ def _evens(vw: int) -> list[str]:
             *shuffle("a", "b", list(range(0, 2 * vw, 2)), "lum_evi")]
 
 
-def _gather(value: str, nr: int, vw: int, numel: int, buf: int) -> list[str]:
+def _gather(value: str, nr: int, numel: int, buf: int) -> list[str]:
     """``ds[w] = value`` for the NR columns of a row read at stride 2 from ``src`` (input ``buf`` of ``numel``
-    elements): a vector from each two, where the element past the row's last one lies in the input, else the
-    compiler's loop (which took the last quarter of the row an element at a time, as its last pair of vectors
-    reads that element: 2 threads, hot, a 3x3 stride-2 conv of 16 -> 16 in 2 groups from 112x112, 266 -> 241 us)."""
+    elements): a vector (``lum_v``'s lanes) from each two, where the element past the row's last one lies in the
+    input, else the compiler's loop (which took the last quarter of the row an element at a time, as its last pair
+    of vectors reads that element: 2 threads, hot, a 3x3 stride-2 conv of 16 -> 16 in 2 groups from 112x112, 266
+    -> 241 us)."""
     return [f"if (src - in{buf} + {2 * nr - 1} < {numel}) {{",
-            *[f"    *(lum_vu *)(ds + {v * vw}) = lum_even(src + {2 * v * vw});" for v in range(nr // vw)],
+            f"    for (int64_t v = 0; v < {nr}; v += (int64_t)(sizeof(lum_v) / sizeof(lum_t)))",
+            "        *(lum_vu *)(ds + v) = lum_even(src + 2 * v);",
             "} else {", "    #pragma omp simd", f"    for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};", "}"]
 
 
@@ -487,7 +489,7 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
     segment by row segment: within a run of the innermost N dim every index and mask expression is affine, so
     a segment is one strided copy between two zero fills whose bounds come from the mask by integer division,
     and tables are read once per segment and K row, not per element."""
-    N, vw, numel, pairs = plan.sizes[2], host_simd_width(), kernel.inputs[buf].numel, _pairs(plan, vb, dt)
+    N, numel, pairs = plan.sizes[2], kernel.inputs[buf].numel, _pairs(plan, vb, dt)
     exprs = view_exprs(vb)
     if plan.n:
         size_l, step = kernel.full[plan.n[-1]], [co[plan.n[-1]] for co, _, _ in exprs]
@@ -512,7 +514,7 @@ def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, d
             body.append(f"{{ const int64_t v = {sb.format(e=e)} + kt{e}; {mask_bounds('v', step[e], r)} }}")
         body.append(f"const {ct.STORAGE[dt]} *restrict src = in{buf} + {sb.format(e=0)} + kt0;")
         # a whole panel row from one run: a loop of fixed length, which the compiler unrolls and vectorises
-        whole = _gather(value, nr, vw, numel, buf) if pairs else \
+        whole = _gather(value, nr, numel, buf) if pairs else \
             ["#pragma omp simd", f"for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};"]
         body += [f"if (lo == 0 && hi == {nr}) {{", *_indent(whole, 4),
                  "} else {", *_indent(copy_between("ds", sl, value), 4), "}"]
@@ -1268,7 +1270,7 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
               "} else {"]
     else:
         L.append("{")
-    gather = _gather(f"src[{step[0]} * w]", nr, vw, numel, buf) if _pairs(plan, vb, kernel.ops[plan.b].dtype) \
+    gather = _gather(f"src[{step[0]} * w]", nr, numel, buf) if _pairs(plan, vb, kernel.ops[plan.b].dtype) \
         else ["#pragma omp simd", f"for (int64_t w = 0; w < {nr}; w++) ds[w] = src[{step[0]} * w];"]
     # first the rows no mask cuts, branch-free (a vector loop), then the others one by one
     L += [f"    const lum_t **bq = (const lum_t **)(bt + {nr * t.kc});", "    #pragma omp simd",
