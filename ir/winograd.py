@@ -38,15 +38,23 @@ from .view import Constraint, View, reads_dim
 
 def _toom_cook(m: int, points: tuple[int, ...], r: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(BT, G, AT) of F(m, r) from its finite interpolation points and infinity (Toom-Cook): G and AT evaluate the
-    filter's and the output tile's polynomials at every point, BT is the transposed inverse of the evaluation of
-    a degree m + r - 2 polynomial there (its interpolation), each row of BT scaled to integers and the same row of
-    G divided alike."""
+    filter's and the output tile's polynomials at every point; BT's rows are the coefficients of the polynomials
+    that interpolate the product from those values (the Lagrange basis over the finite points, then the points'
+    own product for the leading coefficient), each scaled to integers and the same row of G divided alike."""
 
     def evaluate(k: int) -> list[list[Fraction]]:
         return [[Fraction(p) ** j for j in range(k)] for p in points] + [[Fraction(int(j == k - 1)) for j in range(k)]]
 
-    inverse = np.linalg.inv(np.array(evaluate(m + r - 1), np.float64))
-    bt = [[Fraction(float(v)).limit_denominator(1 << 16) for v in col] for col in inverse.T]
+    def from_roots(roots: list[int]) -> list[Fraction]:  # coefficients of the product of (x - root), lowest first
+        c = [Fraction(1)]
+        for q in roots:
+            c = [a - q * b for a, b in zip([Fraction(0), *c], [*c, Fraction(0)])]  # times (x - q)
+        return c
+
+    n = m + r - 1
+    bt = [[v / math.prod(Fraction(p - q) for q in points if q != p) for v in from_roots([q for q in points if q != p])]
+          for p in points] + [from_roots(list(points))]
+    bt = [row + [Fraction(0)] * (n - len(row)) for row in bt]
     g = evaluate(r)
     for j, row in enumerate(bt):
         scale = math.lcm(*(v.denominator for v in row))

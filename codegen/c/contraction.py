@@ -484,12 +484,13 @@ def _gather(value: str, nr: int, numel: int, buf: int) -> list[str]:
             "} else {", "    #pragma omp simd", f"    for (int64_t w = 0; w < {nr}; w++) ds[w] = {value};", "}"]
 
 
-def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, dt: DType, nr: int) -> list[str]:
+def _pack_b_panel(kernel: Kernel, plan: Plan, vb: View, terms: dict, buf: int, dt: DType, nr: int,
+                  pairs: bool) -> list[str]:
     """Statements packing rows k0..k1-1 of B panel ``q`` (batch ``ib``) to ``dst`` (NR floats per row), row
     segment by row segment: within a run of the innermost N dim every index and mask expression is affine, so
     a segment is one strided copy between two zero fills whose bounds come from the mask by integer division,
     and tables are read once per segment and K row, not per element."""
-    N, numel, pairs = plan.sizes[2], kernel.inputs[buf].numel, _pairs(plan, vb, dt)
+    N, numel = plan.sizes[2], kernel.inputs[buf].numel
     exprs = view_exprs(vb)
     if plan.n:
         size_l, step = kernel.full[plan.n[-1]], [co[plan.n[-1]] for co, _, _ in exprs]
@@ -547,7 +548,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     fill_b, names_b, len_b = _tables("tb", vb, {g: ds for g, ds in groups.items() if g != "n" or not t.run},
                                      kernel.full)
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
-    L = _header(elem, vw) + (_evens(vw) if _pairs(plan, vb, ob.dtype) else [])
+    L = _header(elem, vw) + (_evens(vw) if t.pairs else [])
     L += _micro_kernels(kernel, plan, t, vw, vb, names_b)
     if t.tr or (t.halo and across(t.halo) >= 0):
         L += block_transpose(vw)
@@ -564,7 +565,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a, vw), 8)
     elif not t.direct_a:
         L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
-    pack_b = [] if t.run else _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr)
+    pack_b = [] if t.run else _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr, t.pairs)
     if t.size_b or t.once:
         L += _pack_b_all(pack_b, t)
     if t.run:
@@ -660,6 +661,7 @@ class _Tiling:
     stream: tuple[int, ...] = ()
     axis: int = -1  # the output dim the epilogue's runs walk: M's innermost with ``tr``, else N's (-1: N is empty)
     fused: bool = False  # whole tiles whose columns lie in one run take the epilogue from the registers (``_fused``)
+    pairs: bool = False  # B's rows float32 read at stride 2, gathered a vector from each two (``_pairs``)
 
     @property
     def stage(self) -> int:  # with ``stream``: the floats of an output run the epilogue stages
@@ -756,7 +758,8 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
                    halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,
                    tr=(tr := not plan.as_stored if halo else _rows_walk_output(kernel, plan)),
                    stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1,
-                                   tr and halo is not None), axis=axis)
+                                   tr and halo is not None), axis=axis,
+                   pairs=_pairs(plan, kernel.ops[plan.b].attr("view"), kernel.ops[plan.b].dtype))
     return replace(t, fused=_fused(kernel, plan, t))
 
 
@@ -1270,7 +1273,7 @@ def _rows_panel(kernel: Kernel, plan: Plan, vb: View, names_b: dict, t: _Tiling,
               "} else {"]
     else:
         L.append("{")
-    gather = _gather(f"src[{step[0]} * w]", nr, numel, buf) if _pairs(plan, vb, kernel.ops[plan.b].dtype) \
+    gather = _gather(f"src[{step[0]} * w]", nr, numel, buf) if t.pairs \
         else ["#pragma omp simd", f"for (int64_t w = 0; w < {nr}; w++) ds[w] = src[{step[0]} * w];"]
     # first the rows no mask cuts, branch-free (a vector loop), then the others one by one
     L += [f"    const lum_t **bq = (const lum_t **)(bt + {nr * t.kc});", "    #pragma omp simd",
