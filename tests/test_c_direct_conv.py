@@ -206,6 +206,26 @@ def test_rows_at_stride_2_are_gathered_by_vectors_within_the_input(cout):
     keep.close()
 
 
+def test_a_padded_copy_at_stride_2_gathers_its_rows_by_vectors_within_the_input():
+    """The padded copy of a strided conv's input (``halo.emit_halo_copy``) takes each row's phase a vector from each
+    two of the input (``lum_even``); the even phase's last pair of vectors would read one element past its row, past
+    the input's end in the last row of the last channel, which the copy then takes element by element: the feed
+    is read in place, its last element before an unreadable page."""
+    vw = host_simd_width()
+    g, feeds = _conv_graph(1, 16, 64, (12, 4 * vw), stride=(2, 2))
+    _, c = _the_conv(g)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    assert plan_contraction(c, bool(s["swap"])).a_halo is not None and s["pack_a"] is False
+    assert "= lum_even(x + " in be.source(c, s)
+    x, keep = _before_a_guard_page(feeds["x"])
+    got = compile_graph(g, be).run({"x": x})
+    ref = run_reference(g, feeds)
+    np.testing.assert_allclose(got[0], ref[0], rtol=2e-5, atol=2e-5 * float(np.abs(ref[0]).max()))
+    del x, got
+    keep.close()
+
+
 def test_20_channels_keep_pixels_as_columns():
     """Rows padded to MR (20 channels in 6-row tiles) do not swap the roles: the pixels stay B's columns, read
     in place, instead of an A packed per call."""

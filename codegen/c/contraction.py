@@ -47,6 +47,7 @@ from .halo import (
     plan_halo,
     row_address,
 )
+from .halo import pairs as halo_pairs
 from .normalize import normalize
 from .prelude import block_transpose, shuffle, vector_types
 
@@ -548,7 +549,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     fill_b, names_b, len_b = _tables("tb", vb, {g: ds for g, ds in groups.items() if g != "n" or not t.run},
                                      kernel.full)
     elem = ct.COMPUTE[kernel.ops[plan.mul].dtype]  # float (half precisions compute in it) or int32_t
-    L = _header(elem, vw) + (_evens(vw) if t.pairs else [])
+    L = _header(elem, vw) + (_evens(vw) if t.pairs or t.copy_pairs else [])
     L += _micro_kernels(kernel, plan, t, vw, vb, names_b)
     if t.tr or (t.halo and across(t.halo) >= 0):
         L += block_transpose(vw)
@@ -562,7 +563,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     L.append("    {")
     L += _region_head(t)
     if t.halo:
-        L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a, vw), 8)
+        L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a, vw, t.copy_pairs), 8)
     elif not t.direct_a:
         L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
     pack_b = [] if t.run else _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr, t.pairs)
@@ -662,6 +663,7 @@ class _Tiling:
     axis: int = -1  # the output dim the epilogue's runs walk: M's innermost with ``tr``, else N's (-1: N is empty)
     fused: bool = False  # whole tiles whose columns lie in one run take the epilogue from the registers (``_fused``)
     pairs: bool = False  # B's rows float32 read at stride 2, gathered a vector from each two (``_pairs``)
+    copy_pairs: bool = False  # the padded copy's rows, float32 at stride 2, likewise (``halo.pairs``)
 
     @property
     def stage(self) -> int:  # with ``stream``: the floats of an output run the epilogue stages
@@ -759,7 +761,8 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
                    tr=(tr := not plan.as_stored if halo else _rows_walk_output(kernel, plan)),
                    stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1,
                                    tr and halo is not None), axis=axis,
-                   pairs=_pairs(plan, kernel.ops[plan.b].attr("view"), kernel.ops[plan.b].dtype))
+                   pairs=_pairs(plan, kernel.ops[plan.b].attr("view"), kernel.ops[plan.b].dtype),
+                   copy_pairs=halo is not None and kernel.ops[plan.a].dtype is DType.float32 and halo_pairs(halo))
     return replace(t, fused=_fused(kernel, plan, t))
 
 

@@ -266,11 +266,21 @@ def across(h: Halo) -> int:
     return x if x not in h.pixels and x != h.image and whole else -1
 
 
-def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int) -> list[str]:
+def pairs(h: Halo) -> bool:
+    """Whether the copy's rows are read at stride 2 along the input's innermost axis, so that a vector of a row is
+    the even elements of two vectors of the input (``lum_even``; float32 only, which the caller decides)."""
+    x = h.layout[-1][0]
+    return across(h) < 0 and h.split[x] == 2 and _row_major(h.source)[x] == 1
+
+
+def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int, evens: bool = False) -> list[str]:
     """Statements (inside a parallel region) filling ``dst`` with input ``buf`` between the zeros of its padding,
     split by phase, then zeros up to ``size``; each loop ends in a barrier. Over a channels-last input (``across``)
     each loop step copies ``vw`` channels' rows by one transposition (``lum_tr``) of the input's contiguous pixels,
-    where a row of its own read each element a cache line from the last."""
+    where a row of its own read each element a cache line from the last. With ``evens`` (``pairs``), a row at
+    stride 2 takes a vector from each two of the input (``lum_even``) where the two lie in the input: the
+    compiler's loop took each row's last part an element at a time (its last pair of vectors reads one element
+    past the row, which may lie past the input's end)."""
     dims = h.layout
     alpha = _row_major(h.source)
     *outer, (wx, _, wq) = dims
@@ -331,9 +341,19 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int) -> list[str]
               f"    const lum_t *restrict x = in{buf} + {' + '.join(src) or '0'};",
               f"    const int64_t lo = {lo};",
               f"    const int64_t hi = {hi};",
-              "    for (int64_t w = 0; w < lo; w++) d[w] = 0;",
-              "    #pragma omp simd",
-              f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{at}];",
+              "    for (int64_t w = 0; w < lo; w++) d[w] = 0;"]
+        if evens:  # the vectors from element phase - before + 2 w of the row, while 2 w < end (they lie in the input)
+            end = f"{math.prod(h.source) - 2 * vw + 1} - (x - in{buf}) - {phase} + {b}"
+            L += ["    {",
+                  "    int64_t w = lo;",
+                  f"    for (; w + {vw} <= hi && 2 * w < {end}; w += {vw})",
+                  f"        *(lum_vu *)(d + w) = lum_even(x + {phase} - {b} + 2 * w);",
+                  f"    for (; w < hi; w++) d[w] = x[{at}];",
+                  "    }"]
+        else:
+            L += ["    #pragma omp simd",
+                  f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{at}];"]
+        L += [
               f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;"]
     L += ["    }"] * len(inner)
     L += ["}",
