@@ -15,6 +15,8 @@ from luminal.codegen.c.halo import MAX_WASTE, across, halo_size, panels, plan_ha
 from luminal.codegen.partition import ChannelsLast, layout_convs, lower
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
+from luminal.runtime.compile import compile_graph
+from luminal.target import host_simd_width
 
 RNG = np.random.default_rng(23)
 
@@ -24,7 +26,8 @@ def _halo_schedules(be, c) -> list[dict]:
     default = be.default_schedule(c)
     assert not default["pack_a"] and default["impl"] == "generated"
     picked = random_schedules(be, c, 6, 11,
-                              lambda s, _: s["impl"] == "generated" and not s["pack_a"] and not s.get("swap"))
+                              lambda s, _: s["impl"] == "generated" and not s["pack_a"] and not s.get("swap")
+                              and s.get("copy") is not False)
     assert len(picked) >= 3
     return [default, *picked]
 
@@ -158,27 +161,95 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, kernels=ks)
 
 
-@pytest.mark.parametrize("n,groups,per_group,hw,stride,halo", [
-    (1, 5, 16, (7, 7), 1, True),       # RegNet's last stage: rows of 7 pixels, a vector of channels per group
-    (2, 3, 16, (9, 11), 1, True),      # a batch, rows of 11
-    (1, 4, 16, (10, 20), 1, False),    # rows of 20: the pixels as columns keep whole vectors
-    (1, 6, 8, (7, 7), 1, False),       # half a vector per group
-    (1, 5, 16, (14, 14), 2, True),     # RegNet's strided first block: rows of 7, too few multiply-adds a copied
-    (2, 3, 32, (13, 15), 2, True),     # element for a dense conv's rule; odd sizes, two vectors per group
-    (1, 4, 16, (20, 40), 2, False),    # rows of 20
-    (1, 6, 8, (14, 14), 2, False),
+@pytest.mark.parametrize("n,groups,per_group,hw,stride,read", [
+    (1, 5, 16, (7, 7), 1, "copy"),          # RegNet's last stage: rows of 7 pixels, a vector of channels per group
+    (2, 3, 16, (9, 11), 1, "copy"),         # a batch, rows of 11
+    (1, 4, 16, (10, 20), 1, "columns"),     # rows of 20: the pixels as columns keep whole vectors
+    (1, 6, 8, (7, 7), 1, "columns"),        # half a vector per group
+    (1, 5, 16, (14, 14), 2, "copy"),        # RegNet's strided first block: rows of 7, too few multiply-adds a copied
+    (2, 3, 32, (13, 15), 2, "copy"),        # element for a dense conv's rule; odd sizes, two vectors per group
+    (1, 4, 16, (20, 40), 2, "in place"),    # rows of 20 (RegNetX's 16 channels a group from 112x112)
+    (1, 6, 8, (14, 14), 2, "columns"),
 ])
-def test_grouped_convs_on_small_maps_read_the_copy(sixteen_lanes, n, groups, per_group, hw, stride, halo):
+def test_grouped_convs_read_the_copy_or_the_input_in_place(sixteen_lanes, n, groups, per_group, hw, stride, read):
     """A grouped conv with whole vectors of output channels per group reads its padded copy by default where an
-    output row is shorter than a vector, whatever HALO_MIN_N and, at a stride, HALO_STRIDED_MIN_REUSE say; others
-    keep their reads. Against the reference. On 16-lane vectors (AVX-512) whatever the host's."""
+    output row is shorter than a vector, whatever HALO_MIN_N and, at a stride, HALO_STRIDED_MIN_REUSE say; at a
+    stride, with one vector of them per group and rows of a vector or more, the input itself (``in_place_default``:
+    the copy meets few multiply-adds per element, the rows as columns are gathered); others keep their reads.
+    Against the reference. On 16-lane vectors (AVX-512) whatever the host's."""
     c_all = groups * per_group
     g, feeds = _conv_graph(n, c_all, c_all, hw, stride=(stride, stride), group=groups)
     ks, c = _the_conv(g)
     be = CPUBackend()
     s = be.default_schedule(c)
-    assert halo_default(plan_contraction(c)) == halo and ("lum_mkh(" in be.source(c, s)) == halo
+    src = be.source(c, s)
+    assert halo_default(plan_contraction(c)) == (read != "columns") and (s.get("copy") is False) == (read == "in place")
+    assert ("lum_mkh(" in src, "lum_mkhs(" in src) == (read == "copy", read == "in place")
     compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
+
+
+def _in_place_schedules(be, c, n: int, seed: int) -> list[dict]:
+    """Points of the space that read a conv's input in place (``copy`` off), of every tile height the space has."""
+    picked = random_schedules(be, c, n, seed, lambda s, got: s["impl"] == "generated" and s.get("copy") is False
+                              and s["mr"] not in {p["mr"] for p in got})
+    assert len(picked) >= 4
+    return picked
+
+
+@pytest.mark.parametrize("n,cin,cout,hw,k,stride,dil,pads,group", [
+    (1, 16, 40, (9, 37), 3, (1, 1), 1, ((1, 1), (1, 1)), 1),     # unit stride, channels past the last whole panel
+    (1, 114, 40, (17, 35), 3, (2, 2), 1, ((1, 1), (1, 1)), 1),   # stride 2, K in steps
+    (1, 114, 40, (17, 35), 3, (2, 1), 2, ((2, 1), (0, 2)), 1),   # a stride along one axis, dilation 2, asymmetric pads
+    (1, 60, 48, (20, 31), 3, (3, 3), 1, ((1, 1), (1, 1)), 1),    # stride 3
+    (1, 32, 32, (15, 29), 3, (2, 2), 1, ((1, 1), (1, 1)), 2),    # two groups (a batch dim of the GEMM), odd sizes
+    (1, 6, 48, (12, 20), 5, (1, 1), 1, ((2, 2), (2, 2)), 1),     # 5x5
+    (1, 15, 32, (9, 23), 3, (1, 1), 1, ((3, 3), (3, 3)), 1),     # pads past the window's reach: rows all zeros
+    (1, 16, 32, (5, 6), 7, (1, 1), 1, ((3, 3), (3, 3)), 1),      # a window wider than the map
+    (1, 40, 32, (11, 13), 3, (2, 2), 1, ((0, 0), (0, 0)), 1),    # no padding: every tile but the last of a row in place
+])
+def test_conv_input_read_in_place(n, cin, cout, hw, k, stride, dil, pads, group):
+    """The input read where it lies (``copy`` off): tiles of every height, inside the input and across its
+    padding, each K row of a border tile in place, all zeros or copied between zeros; against the reference."""
+    g, feeds = _conv_graph(n, cin, cout, hw, k=k, stride=stride, dil=dil, pads=pads, group=group)
+    ks, c = _the_conv(g)
+    be = CPUBackend()
+    assert {kn.name: kn.choices for kn in be.space(c)}["copy"] == (True, False)
+    for s in _in_place_schedules(be, c, 6, 5):
+        assert "lum_mkhs(" in be.source(c, s) and "lum_mkh(" not in be.source(c, s)
+        compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
+
+
+def test_only_a_padded_view_the_input_serves_offers_it_in_place():
+    """A batch of images as the rows (the copy puts their axis next to the pixels) and a 1-D conv have no in-place
+    form: their schedules have no ``copy`` knob, and one that sets it off is not valid."""
+    g, _ = _conv_graph(2, 114, HALO_MIN_N + 8, (10, 30))
+    _, c = _the_conv(g)
+    be = CPUBackend()
+    assert plan_contraction(c).a_halo is not None and "copy" not in {kn.name for kn in be.space(c)}
+    assert not be.valid(c, {**be.default_schedule(c), "copy": False})
+    g1, _, h = _conv1d(1)
+    _, c1 = _the_conv(g1)
+    assert h is not None and "copy" not in {kn.name for kn in be.space(c1)}
+
+
+def test_a_tile_in_place_reads_nothing_past_the_input():
+    """A conv read in place whose last tile holds pixels past the output row (19 in tiles of 10), their columns
+    past the input row: those K rows are copied between zeros, so nothing past the input is read, which ends
+    before an unreadable page."""
+    from test_c_direct_conv import _before_a_guard_page
+
+    vw = host_simd_width()
+    g, feeds = _conv_graph(1, 2 * vw, 2 * vw, (10, 38), stride=(2, 2), group=2)
+    _, c = _the_conv(g)
+    be = CPUBackend()
+    s = be.default_schedule(c)
+    assert s["copy"] is False and s["mr"] == 10 and "lum_mkhs(" in be.source(c, s)
+    x, keep = _before_a_guard_page(feeds["x"])
+    got = compile_graph(g, be).run({"x": x})
+    ref = run_reference(g, feeds)
+    np.testing.assert_allclose(got[0], ref[0], rtol=2e-5, atol=2e-5 * float(np.abs(ref[0]).max()))
+    del x, got
+    keep.close()
 
 
 @pytest.mark.parametrize("n,cin,cout,stride", [(1, 3, HALO_MIN_N, (2, 2)), (2, 114, HALO_MIN_N + 8, (1, 1))])
@@ -197,7 +268,8 @@ def test_the_search_takes_either_orientation(n, cin, cout, stride):
     halo = []
     for s in picked:
         plan = plan_contraction(c, s["swap"])
-        halo.append("lum_mkh(" in be.source(c, s))
+        src = be.source(c, s)
+        halo.append("lum_mkh(" in src or "lum_mkhs(" in src)
         assert halo[-1] == (plan.a_halo is not None and not s["pack_a"])
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if k is c else None for k in ks], kernels=ks)
     assert any(halo) and not all(halo)
@@ -223,8 +295,8 @@ def test_a_depthwise_conv_with_its_pixels_as_rows(k, stride):
     be = CPUBackend()
     picked = random_schedules(be, c, 4, 3, lambda s, _: s["impl"] == "generated" and s["swap"] and not s["pack_a"])
     assert len(picked) == 4
-    for s in picked:
-        assert "lum_mkh(" in be.source(c, s)
+    for s in picked:  # from the copy, or (``copy`` off) the input itself
+        assert ("lum_mkh(" if s["copy"] else "lum_mkhs(") in be.source(c, s)
         compare_cpu(g, feeds, 2e-5, 2e-5, scaled=True, schedules=[s if kk is c else None for kk in ks], kernels=ks)
 
 

@@ -41,11 +41,16 @@ from .halo import (
     batch_term,
     emit_halo_copy,
     emit_halo_table,
+    emit_in_place_tables,
     halo_size,
+    in_place,
+    in_place_batch_term,
+    index_range,
     least_cols,
     panels,
     plan_halo,
     row_address,
+    whole_tiles,
 )
 from .halo import pairs as halo_pairs
 from .normalize import normalize
@@ -150,6 +155,12 @@ def swappable(kernel: Kernel) -> bool:
     as the columns, padded to 224, with the weight read in place, 0.065 ms; as the rows, the rules' choice,
     0.077)."""
     return plan_contraction(kernel, True) is not None
+
+
+def in_place_halo(kernel: Kernel) -> bool:
+    """Whether either orientation reads A through a padded view the input itself may serve (``halo.in_place``)."""
+    return any(p is not None and p.a_halo is not None and in_place(p.a_halo)
+               for p in (plan_contraction(kernel), plan_contraction(kernel, True)))
 
 
 def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
@@ -296,7 +307,8 @@ def halo_default(plan: Plan) -> bool:
     HALO_MIN_N output channels, or of whole vectors of them per group where an output row is shorter than a
     vector, with at least HALO_MIN_K K rows; a strided conv with HALO_STRIDED_MIN_K of them or
     HALO_STRIDED_MIN_REUSE multiply-adds per copied element, or grouped as above; any with K rows enough whose tiles
-    are stored as they lie (``Plan.as_stored``: a channels-last output)."""
+    are stored as they lie (``Plan.as_stored``: a channels-last output); and those that read the input itself in
+    place of the copy (``in_place_default``)."""
     h = plan.a_halo
     if h is None or not plan.b_const or plan.size("k") < HALO_MIN_K:
         return False
@@ -307,6 +319,10 @@ def halo_default(plan: Plan) -> bool:
     # call (2 threads, hot, 3x3 16 -> 16 at 160x160: 3.4 ms packed, 0.80 from the copy, 0.94 in the logical
     # order; at stride 2 over 320x320 4.1 / 2.0 / 1.3)
     vw = host_simd_width()
+    # a grouped conv at a stride with a vector of output channels per group: the input in place (2 threads, one
+    # process, new against old: RegNetX's 16 -> 16 in 2 groups from 112x112 0.71-0.78x, in 4 from 56x56 0.80x)
+    if in_place_default(plan):
+        return True
     grouped = bool(plan.batch) and h.width < vw and plan.size("n") % vw == 0
     if plan.size("n") < HALO_MIN_N and not plan.as_stored and not grouped:
         return False
@@ -327,6 +343,15 @@ def halo_default(plan: Plan) -> bool:
         return True
     reuse = math.prod(plan.sizes) / math.prod(h.source)  # the output channels times the taps per phase
     return plan.size("k") >= HALO_STRIDED_MIN_K or reuse >= HALO_STRIDED_MIN_REUSE
+
+
+def in_place_default(plan: Plan) -> bool:
+    """Whether the untuned default reads A's padded view from the input itself (``halo.in_place``), not from its
+    copy: a grouped conv at a stride with one vector of output channels per group and K rows enough, whose copy
+    meets few multiply-adds per copied element."""
+    h = plan.a_halo
+    return (h is not None and plan.b_const and bool(plan.batch) and max(h.split) > 1 and in_place(h)
+            and plan.size("n") == host_simd_width() and plan.size("k") >= HALO_MIN_K and h.width >= host_simd_width())
 
 
 def _run(kernel: Kernel, plan: Plan) -> int:
@@ -541,7 +566,9 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     va, vb = oa.attr("view"), ob.attr("view")
     groups = {"batch": plan.batch, "m": plan.m, "n": plan.n, "k": plan.k}
     names_a: dict = {}
-    if t.halo:  # A's K terms into the padded copy; its rows are the copy's addresses themselves
+    if t.halo and t.in_place:  # A's K terms into the input itself, and the row and column each reads
+        fill_a, len_a = emit_in_place_tables(t.halo, kernel.full, plan.k)
+    elif t.halo:  # A's K terms into the padded copy; its rows are the copy's addresses themselves
         fill_a, len_a = emit_halo_table(t.halo, kernel.full, plan.k, "ta_k")
     else:
         fill_a, names_a, len_a = _tables("ta", va, groups, kernel.full)
@@ -562,7 +589,9 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     L.append("    #pragma omp parallel num_threads(nt)")
     L.append("    {")
     L += _region_head(t)
-    if t.halo:
+    if t.in_place:
+        pass  # A is the input itself
+    elif t.halo:
         L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a, vw, t.copy_pairs), 8)
     elif not t.direct_a:
         L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
@@ -571,6 +600,10 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         L += _pack_b_all(pack_b, t)
     if t.run:
         panel = _rows_panel(kernel, plan, vb, names_b, t, _a_source(oa.attr("buf"), va, names_a, t))
+    elif t.halo and t.in_place:
+        b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
+        boff = in_place_batch_term(t.halo, plan.batch, kernel.full, "ib")
+        panel = b_stmts + _indent(_in_place_loop(f"in{oa.attr('buf')} + {boff}", bptr, t, kernel.full), 20)
     elif t.halo:
         b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
         panel = b_stmts + _indent(_halo_loop(batch_term(t.halo, plan.batch, kernel.full, "ib"), bptr, t), 20)
@@ -605,6 +638,9 @@ def _micro_kernels(kernel: Kernel, plan: Plan, t: _Tiling, vw: int, vb: View, na
         if vb.strides[plan.n[-1]] == 1:
             L += micro("lum_mkt", True, names_b.get((0, "k"), ("lin", 0))[0] == "tab")
         return L + micro("lum_mkp", True, False, rows=True)
+    if t.in_place:
+        assert t.halo is not None
+        return _in_place_micro_kernels(t.mr, t.nr, vw, t.halo.split[t.halo.pixels[1]])
     if t.halo:
         return _halo_micro_kernel(t.mr, t.nr, vw)
     return micro("lum_mk", t.direct, t.direct and names_b[(0, "k")][0] == "tab")
@@ -664,6 +700,8 @@ class _Tiling:
     fused: bool = False  # whole tiles whose columns lie in one run take the epilogue from the registers (``_fused``)
     pairs: bool = False  # B's rows float32 read at stride 2, gathered a vector from each two (``_pairs``)
     copy_pairs: bool = False  # the padded copy's rows, float32 at stride 2, likewise (``halo.pairs``)
+    # with ``halo``: A read from the input itself, no copy (``_in_place_loop``); each output row whole tiles
+    in_place: bool = False
 
     @property
     def stage(self) -> int:  # with ``stream``: the floats of an output run the epilogue stages
@@ -718,7 +756,22 @@ class _Tiling:
     @property
     def size_a(self) -> int:
         """The shared workspace's A: the padded copy (64-byte aligned, as B's panels after it)."""
-        return -(-self.halo_size // 16) * 16 if self.halo else 0
+        return -(-self.halo_size // 16) * 16 if self.halo and not self.in_place else 0
+
+    @property
+    def size_patch(self) -> int:
+        """Per thread, with ``in_place``: a border tile's K rows that meet the padding, copied between zeros (MR
+        values at the column stride each), and a pointer per K row."""
+        if not self.in_place:
+            return 0
+        assert self.halo is not None
+        return self.patch_rows + -(-2 * self.kc // 16) * 16
+
+    @property
+    def patch_rows(self) -> int:
+        """With ``in_place``: the floats of a border tile's copied K rows (16-float aligned, the pointers after)."""
+        assert self.halo is not None
+        return -(-self.kc * self.mr * self.halo.split[self.halo.pixels[1]] // 16) * 16
 
     @property
     def size_b(self) -> int:
@@ -740,7 +793,7 @@ class _Tiling:
 
     @property
     def size_thread(self) -> int:
-        return self.mc * self.nc + self.size_bt + self.size_tt
+        return self.mc * self.nc + self.size_bt + self.size_tt + self.size_patch
 
 
 def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
@@ -749,7 +802,9 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b and (N % nr or not plan.b_direct) else 0
     if run:
         N = N // run * padded(run, nr)
-    halo = panels(plan.a_halo, mr) if plan.a_halo and not sched.pack_a else None
+    inplace = plan.a_halo is not None and not sched.pack_a and sched.copy is False and in_place(plan.a_halo)
+    halo = (whole_tiles(plan.a_halo, mr) if inplace else panels(plan.a_halo, mr)) if plan.a_halo and not sched.pack_a \
+        else None
     if halo:
         M = halo.wide
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such;
@@ -762,7 +817,8 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
                    stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1,
                                    tr and halo is not None), axis=axis,
                    pairs=_pairs(plan, kernel.ops[plan.b].attr("view"), kernel.ops[plan.b].dtype),
-                   copy_pairs=halo is not None and kernel.ops[plan.a].dtype is DType.float32 and halo_pairs(halo))
+                   copy_pairs=halo is not None and not inplace and kernel.ops[plan.a].dtype is DType.float32
+                   and halo_pairs(halo), in_place=inplace)
     return replace(t, fused=_fused(kernel, plan, t))
 
 
@@ -1225,6 +1281,63 @@ def _halo_loop(boff: str, bptr: str, t: _Tiling) -> list[str]:
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
             f"    lum_mkh(kcur, ap + {boff} + {row_address(t.halo, f'ic + ir * {t.mr}')}, ta_k + pc, {bptr}, "
             f"ct + ir * {t.mr * t.nc} + jr * {t.nr}, {t.nc}, pc == 0);",
+            "}"]
+
+
+def _in_place_micro_kernels(mr: int, nr: int, vw: int, step: int) -> list[str]:
+    """The halo micro-kernel over the input itself: A row k is MR values ``step`` apart (the conv's column stride)
+    at a + ak[k] (``lum_mkhs``), or at the pointer aq[k] (``lum_mkhq``: a border tile's rows, some copied between
+    zeros, some all zeros: ``lum_hzero``)."""
+    br = f"const lum_t *br = bp + k*{nr};"
+    head = "                            const lum_t *restrict bp, lum_t *restrict c, int64_t ldc, int first) {"
+    return [f"static const lum_t lum_hzero[{mr * step}] __attribute__((aligned(64)));",
+            "static inline void lum_mkhs(int64_t kc, const lum_t *restrict a, const int64_t *restrict ak,", head,
+            *_mk_loop_body(mr, nr // vw, vw, ["const lum_t *restrict ar = a + ak[k];", br], "lum_v",
+                           lambda i: f"ar[{i * step}]"),
+            "static inline void lum_mkhq(int64_t kc, const lum_t *const *restrict aq,", head,
+            *_mk_loop_body(mr, nr // vw, vw, ["const lum_t *restrict ar = aq[k];", br], "lum_v",
+                           lambda i: f"ar[{i * step}]")]
+
+
+def _in_place_loop(base: str, bptr: str, t: _Tiling, full: tuple[int, ...]) -> list[str]:
+    """The halo micro-kernel over the row panels of the tile, A read from the input itself (``base``: its batch's
+    first element), against B panel ``jr``. Each panel is MR pixels of one output row; one whose windows all lie
+    inside the input reads them in place, one at the border each K row in place, from zeros, or copied between
+    zeros where the padding cuts it (``size_patch``)."""
+    h, mr, nr, nc = t.halo, t.mr, t.nr, t.nc
+    assert h is not None
+    rows, cols = h.pixels
+    sh, sw = h.split[rows], h.split[cols]
+    height, width = h.source[rows], h.source[cols]
+    pitch = math.prod(h.source[rows + 1:])
+    (lo_h, hi_h), (lo_w, hi_w) = index_range(h, rows, full), index_range(h, cols, full)
+    return ["for (int64_t ir = 0; ir < mp; ir++) {",
+            f"    const int64_t r0 = ic + ir * {mr}, oh = r0 / {h.cols}, ow = r0 % {h.cols};",
+            f"    const lum_t *a0 = {base} + oh * {sh * pitch} + ow * {sw};",
+            f"    lum_t *cr = ct + ir * {mr * nc} + jr * {nr};",
+            f"    if (oh * {sh} + {lo_h} >= 0 && oh * {sh} + {hi_h} < {height} && ow * {sw} + {lo_w} >= 0 && "
+            f"(ow + {mr - 1}) * {sw} + {hi_w} < {width}) {{",
+            f"        lum_mkhs(kcur, a0, ta_k + pc, {bptr}, cr, {nc}, pc == 0);",
+            "    } else {",
+            f"        lum_t *hp = tt + {t.size_tt};",
+            f"        const lum_t **aq = (const lum_t **)(hp + {t.patch_rows});",
+            "        for (int64_t k = 0; k < kcur; k++) {",
+            f"            const int64_t ih = oh * {sh} + th_k[pc + k], iw = ow * {sw} + tw_k[pc + k];",
+            f"            const int64_t lo = iw >= 0 ? 0 : lum_cdiv(-iw, {sw});",
+            f"            const int64_t hi = lum_min64({mr}, lum_fdiv({width - 1} - iw, {sw}) + 1);",
+            f"            if ((uint64_t)ih >= {height}ULL || hi <= lo) {{",
+            "                aq[k] = lum_hzero;",
+            f"            }} else if (lo == 0 && hi == {mr}) {{",
+            "                aq[k] = a0 + ta_k[pc + k];",
+            "            } else {",
+            f"                lum_t *p = hp + k * {mr * sw};",
+            f"                for (int64_t i = 0; i < {mr}; i++) p[i * {sw}] = i >= lo && i < hi ? "
+            f"a0[ta_k[pc + k] + i * {sw}] : 0;",
+            "                aq[k] = p;",
+            "            }",
+            "        }",
+            f"        lum_mkhq(kcur, aq, {bptr}, cr, {nc}, pc == 0);",
+            "    }",
             "}"]
 
 

@@ -13,7 +13,10 @@ length share tiles (as onnxruntime's NCHWc and XNNPACK's direct convolutions, on
 images are rows too: the copy holds their axis next to the pixels, each image's wide rows after the last one's.
 Where whole tiles of MR rows cover an output row in fewer rows than R (``panels``: a 7x7 map's 9-pixel wide rows
 in tiles of 7), each output row starts a tile instead, and a tile's rows past the output row are not stored.
-The copy is the input's size (plus padding); im2col writes it K / channels times.
+The copy is the input's size (plus padding); im2col writes it K / channels times. Where the input's rows are its
+innermost axis, the tiles may read the input itself instead (``in_place``, the schedule's ``copy`` off): MR pixels of
+an output row at the column stride apart, a tile whose windows cross the padding taking its K rows one by one, in
+place, as zeros, or copied between zeros.
 """
 
 from __future__ import annotations
@@ -246,6 +249,12 @@ def panels(h: Halo, mr: int) -> Halo:
     return replace(h, cols=cols) if cols < h.pitch else h
 
 
+def whole_tiles(h: Halo, mr: int) -> Halo:
+    """``h`` with each output row in whole tiles of ``mr`` rows whatever the wide row: the input read in place
+    (``in_place``) has no wide rows, and a tile must not cross an output row."""
+    return replace(h, cols=_whole(h.width, mr))
+
+
 def row_address(h: Halo, row: str) -> str:
     """C expression of the copy's element at GEMM row ``row`` (a tile's first: within one wide row's ``cols``)."""
     return row if h.cols == h.pitch else f"(({row}) / {h.cols}) * {h.pitch} + ({row}) % {h.cols}"
@@ -379,5 +388,56 @@ def batch_term(h: Halo, batch: tuple[int, ...], full: tuple[int, ...], ib: str) 
 
     strides = h.strides
     parts = [f"{c * strides[(ax, 'a')]}*({e})" for d, e in zip(batch, unravel(ib, tuple(full[x] for x in batch)))
+             for dd, ax, c in h.walks if dd == d]
+    return " + ".join(parts) or "0"
+
+
+def in_place(h: Halo) -> bool:
+    """Whether a tile may read A from the input itself (``emit_in_place_tables``): one image, two pixel axes, the
+    inner one the input's innermost (rows contiguous), no other axis padded."""
+    inner = len(h.source) - 1
+    return (h.image < 0 and len(h.pixels) == 2 and h.pixels[1] == inner
+            and all(h.padded[x] == h.source[x] for x in range(len(h.source)) if x not in h.pixels))
+
+
+def _index(h: Halo, x: int, index: dict[int, str]) -> str:
+    """C expression of the input's index along axis ``x`` that output pixel 0 reads at the K and batch indices
+    ``index`` (negative, or past the axis, in the padding)."""
+    return " + ".join([str(h.offset[x] - h.before[x]), *(f"{c}*{index[d]}" for d, ax, c in h.walks
+                                                          if ax == x and d in index)])
+
+
+def index_range(h: Halo, x: int, full: tuple[int, ...]) -> tuple[int, int]:
+    """The least and greatest index along axis ``x`` that output pixel 0 reads over every K index."""
+    lo = h.offset[x] - h.before[x]
+    return lo, lo + sum(c * (full[d] - 1) for d, ax, c in h.walks if ax == x)
+
+
+def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> tuple[list[str], int]:
+    """Fill statements of the in-place tables, per flattened K index: ``ta_k`` the input's element that output pixel
+    0 reads (batch dims at 0; negative in the padding), ``th_k`` and ``tw_k`` its row and column; their length."""
+    from .emit import unravel
+
+    size = math.prod(full[d] for d in k)
+    idx = dict(zip(k, unravel("x", tuple(full[d] for d in k))))
+    alpha = _row_major(h.source)
+    flat = " + ".join(f"({_index(h, x, idx)})*{alpha[x]}" for x in range(len(h.source)))
+    rows, cols = h.pixels
+    return [f"int64_t *ta_k = lum_ti; lum_ti += {size};",
+            f"int64_t *th_k = lum_ti; lum_ti += {size};",
+            f"int64_t *tw_k = lum_ti; lum_ti += {size};",
+            f"for (int64_t x = 0; x < {size}; x++) {{",
+            f"    ta_k[x] = {flat};",
+            f"    th_k[x] = {_index(h, rows, idx)};",
+            f"    tw_k[x] = {_index(h, cols, idx)};",
+            "}"], 3 * size
+
+
+def in_place_batch_term(h: Halo, batch: tuple[int, ...], full: tuple[int, ...], ib: str) -> str:
+    """C expression of the input's offset for batch index ``ib`` (batch dims walk no pixel axis: linear)."""
+    from .emit import unravel
+
+    alpha = _row_major(h.source)
+    parts = [f"{c * alpha[ax]}*({e})" for d, e in zip(batch, unravel(ib, tuple(full[x] for x in batch)))
              for dd, ax, c in h.walks if dd == d]
     return " + ".join(parts) or "0"

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from ..kernel import Kernel
 from ..knobs import KnobValue, knob
-from .contraction import plan_contraction, swappable
+from .contraction import in_place_halo, plan_contraction, swappable
 from .emit import lanes_apply
 from .halo import tile_rows
 from .stencil import BLOCK_ROWS, plan_stencil, separable, unrolled
@@ -77,6 +77,10 @@ class GemmSchedule:
     # a conv: A and B's roles exchanged (its output pixels the rows where they were the columns, or back), the
     # orientation the default's rules did not take; left out (a schedule stored before the knob): theirs
     swap: bool | None = _knob(lambda c: (False, True) if swappable(c.kernel) else (), conditional=True,
+                              optional=True)
+    # a conv over its padded input: the copy (True), or the input read where it lies, a border tile's rows that
+    # meet the padding copied between zeros (False); left out (a schedule stored before the knob): the copy
+    copy: bool | None = _knob(lambda c: (True, False) if in_place_halo(c.kernel) else (), conditional=True,
                               optional=True)
 
     def loops(self) -> ReductionSchedule:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
@@ -10,9 +11,20 @@ from ..kernel import Kernel
 from ..knobs import Knob, Schedule, parse, to_json
 from ..knobs import space as knobs_of
 from . import contraction
-from .contraction import TILE, Plan, fits, halo_default, padded, plan_contraction, swappable, whole_vector_rows
+from .contraction import (
+    TILE,
+    Plan,
+    fits,
+    halo_default,
+    in_place_default,
+    in_place_halo,
+    padded,
+    plan_contraction,
+    swappable,
+    whole_vector_rows,
+)
 from .emit import LANES, lanes_apply
-from .halo import Halo, panels, tile_rows
+from .halo import Halo, in_place, panels, tile_rows, whole_tiles
 from .knobs import (
     MC_BLOCKS,
     NC_BLOCKS,
@@ -102,6 +114,7 @@ def typed_default(kernel: Kernel, threads: int) -> CSchedule:
         # of the grain, its 128 -> 512 on two threads as well: 0.86x, the GRU's 256 -> 256 1.14x
         grain = GRAIN // 2 if plan.sizes[1] == 1 else GRAIN
         base = replace(_gemm_default(plan, threads, stencil), swap=False if swappable(kernel) else None,
+                       copy=not in_place_default(plan) if in_place_halo(kernel) else None,
                        threads=threads_for(kernel, threads, grain))
         # a stencil's rows in blocks of ``mr`` (its register tile's rows), by the stencil's rule where it has them
         rows = block_rows(kernel, simd_width()) if base.impl == "stencil" else 0
@@ -194,8 +207,9 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         mr = _fewest_rows(m, (8, TILE[0], 7), nr, vw)
     # pixels of a conv's padded input copy (``halo.py``): MR neighbouring values broadcast per K row
     if halo_default(plan) and plan.a_halo is not None:
-        mr = _halo_rows(plan.a_halo, nr, vw) or mr
-        wide = panels(plan.a_halo, mr).wide
+        tiles = whole_tiles if in_place_default(plan) else panels
+        mr = _halo_rows(plan.a_halo, nr, vw, tiles) or mr
+        wide = tiles(plan.a_halo, mr).wide
         mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
         # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel
         # call reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did
@@ -227,12 +241,12 @@ def _one_vector(n: int, vw: int) -> bool:
     return fits(8, vw, vw) and padded(n, vw) <= 0.95 * padded(n, 2 * vw)
 
 
-def _halo_rows(h: Halo, nr: int, vw: int) -> int:
+def _halo_rows(h: Halo, nr: int, vw: int, tiles: Callable[[Halo, int], Halo] = panels) -> int:
     """The MR of a tile over a conv's padded copy (0: none fits): of ``halo.tile_rows`` that the registers hold,
     the one that computes the conv's rows at the least cost, each output row in whole tiles where that is fewer
-    than a wide row (``halo.panels``): a tile's rows times 1 + ROW_OVERHEAD / MR, the K loop's own work shared by
-    the tile's rows."""
-    rows = {r: padded(panels(h, r).wide, r) * (1 + ROW_OVERHEAD / r) for r in tile_rows(h.width) if fits(r, nr, vw)}
+    than a wide row (``halo.panels``; over the input in place, always: ``halo.whole_tiles``): a tile's rows times
+    1 + ROW_OVERHEAD / MR, the K loop's own work shared by the tile's rows."""
+    rows = {r: padded(tiles(h, r).wide, r) * (1 + ROW_OVERHEAD / r) for r in tile_rows(h.width) if fits(r, nr, vw)}
     return min(rows, key=rows.__getitem__) if rows else 0
 
 
@@ -304,7 +318,8 @@ def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
         # a stencil reads ``mr`` too (its blocks' rows), which a schedule of the loops or BLAS taken from a
         # stencil's default keeps (the same code whatever its value: one identity)
         free = ("impl", "threads", "mr", "lanes") if s.impl == "loops" else ("impl", "threads", "mr")
-        return not s.swap and _as_default(s, _gemm_default(plan, threads), (*free, "swap"))
+        return not s.swap and s.copy is not False and _as_default(s, _gemm_default(plan, threads),
+                                                                  (*free, "swap", "copy"))
     if s.lanes != LANES:  # nor lanes to the GEMM
         return False
     vw = simd_width()
@@ -314,4 +329,6 @@ def _gemm_valid(plan: Plan, s: GemmSchedule, threads: int) -> bool:
         return False
     if not s.pack_a and plan.a_halo is not None and not s.pack_b and plan.b_run_stride:
         return False  # A from its padded copy takes B's panels; B by runs has its own micro-kernel
+    if s.copy is False and (s.pack_a or plan.a_halo is None or not in_place(plan.a_halo)):
+        return False  # the input in place of the copy means nothing to A packed or read otherwise
     return s.pack_a or plan.a_direct or plan.a_halo is not None
