@@ -186,6 +186,17 @@ def _before_a_guard_page(x: np.ndarray) -> tuple[np.ndarray, mmap.mmap]:
     return out, m
 
 
+def compare_before_a_guard_page(g, feeds: dict, be) -> None:
+    """``g`` compiled with ``be`` and run on its feed ``x`` read in place, its last element before an unreadable
+    page (a read past it kills the process), against the reference."""
+    x, keep = _before_a_guard_page(feeds["x"])
+    got = compile_graph(g, be).run({"x": x})
+    ref = run_reference(g, feeds)
+    np.testing.assert_allclose(got[0], ref[0], rtol=2e-5, atol=2e-5 * float(np.abs(ref[0]).max()))
+    del x, got
+    keep.close()
+
+
 @pytest.mark.parametrize("cout", [16, 72])
 def test_rows_at_stride_2_are_gathered_by_vectors_within_the_input(cout):
     """A float row read at stride 2 is gathered a vector from each two (``contraction._gather``): read in place (16
@@ -198,12 +209,7 @@ def test_rows_at_stride_2_are_gathered_by_vectors_within_the_input(cout):
     be = CPUBackend()
     s = be.default_schedule(c)
     assert s["pack_b"] is (cout > 64) and "= lum_even(src + " in be.source(c, s)
-    x, keep = _before_a_guard_page(feeds["x"])
-    got = compile_graph(g, be).run({"x": x})
-    ref = run_reference(g, feeds)
-    np.testing.assert_allclose(got[0], ref[0], rtol=2e-5, atol=2e-5 * float(np.abs(ref[0]).max()))
-    del x, got
-    keep.close()
+    compare_before_a_guard_page(g, feeds, be)
 
 
 def test_a_padded_copy_at_stride_2_gathers_its_rows_by_vectors_within_the_input():
@@ -218,12 +224,7 @@ def test_a_padded_copy_at_stride_2_gathers_its_rows_by_vectors_within_the_input(
     s = be.default_schedule(c)
     assert plan_contraction(c, bool(s["swap"])).a_halo is not None and s["pack_a"] is False
     assert "= lum_even(x + " in be.source(c, s)
-    x, keep = _before_a_guard_page(feeds["x"])
-    got = compile_graph(g, be).run({"x": x})
-    ref = run_reference(g, feeds)
-    np.testing.assert_allclose(got[0], ref[0], rtol=2e-5, atol=2e-5 * float(np.abs(ref[0]).max()))
-    del x, got
-    keep.close()
+    compare_before_a_guard_page(g, feeds, be)
 
 
 def test_20_channels_keep_pixels_as_columns():

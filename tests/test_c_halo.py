@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from codegen_util import compare_cpu, random_schedules
 from codegen_util import graph as _graph
-from test_c_direct_conv import _conv_graph, _out, _the_conv
+from test_c_direct_conv import _conv_graph, _out, _the_conv, compare_before_a_guard_page
 
 from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.contraction import HALO_MIN_N, halo_default, plan_contraction
@@ -15,7 +15,6 @@ from luminal.codegen.c.halo import MAX_WASTE, across, halo_size, panels, plan_ha
 from luminal.codegen.partition import ChannelsLast, layout_convs, lower
 from luminal.frontend_onnx.ops_nn_conv import conv
 from luminal.ir import DType, Tensor, run_reference
-from luminal.runtime.compile import compile_graph
 from luminal.target import host_simd_width
 
 RNG = np.random.default_rng(23)
@@ -236,20 +235,13 @@ def test_a_tile_in_place_reads_nothing_past_the_input():
     """A conv read in place whose last tile holds pixels past the output row (19 in tiles of 10), their columns
     past the input row: those K rows are copied between zeros, so nothing past the input is read, which ends
     before an unreadable page."""
-    from test_c_direct_conv import _before_a_guard_page
-
     vw = host_simd_width()
     g, feeds = _conv_graph(1, 2 * vw, 2 * vw, (10, 38), stride=(2, 2), group=2)
     _, c = _the_conv(g)
     be = CPUBackend()
     s = be.default_schedule(c)
     assert s["copy"] is False and s["mr"] == 10 and "lum_mkhs(" in be.source(c, s)
-    x, keep = _before_a_guard_page(feeds["x"])
-    got = compile_graph(g, be).run({"x": x})
-    ref = run_reference(g, feeds)
-    np.testing.assert_allclose(got[0], ref[0], rtol=2e-5, atol=2e-5 * float(np.abs(ref[0]).max()))
-    del x, got
-    keep.close()
+    compare_before_a_guard_page(g, feeds, be)
 
 
 @pytest.mark.parametrize("n,cin,cout,stride", [(1, 3, HALO_MIN_N, (2, 2)), (2, 114, HALO_MIN_N + 8, (1, 1))])

@@ -589,11 +589,9 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     L.append("    #pragma omp parallel num_threads(nt)")
     L.append("    {")
     L += _region_head(t)
-    if t.in_place:
-        pass  # A is the input itself
-    elif t.halo:
+    if t.halo and not t.in_place:
         L += _indent(emit_halo_copy(t.halo, oa.attr("buf"), "ap", t.size_a, vw, t.copy_pairs), 8)
-    elif not t.direct_a:
+    elif not t.halo and not t.direct_a:
         L += _pack_a(oa.attr("buf"), oa.dtype, va, names_a, t)
     pack_b = [] if t.run else _pack_b_panel(kernel, plan, vb, names_b, ob.attr("buf"), ob.dtype, t.nr, t.pairs)
     if t.size_b or t.once:
@@ -689,7 +687,7 @@ class _Tiling:
     run: int = 0
     # A read in place from its padded copy (``Plan.a_halo``): M counts the wide rows' pixels. None: not so
     halo: Halo | None = None
-    halo_size: int = 0  # floats of that copy
+    halo_size: int = 0  # floats of that copy (0: none, the input read in place)
     # the tile transposed before its epilogue (into ``tt``), which then stores along the output's innermost dim:
     # a halo tile, or any tile whose rows walk that dim (an NCHW conv's pixels as rows)
     tr: bool = False
@@ -756,7 +754,7 @@ class _Tiling:
     @property
     def size_a(self) -> int:
         """The shared workspace's A: the padded copy (64-byte aligned, as B's panels after it)."""
-        return -(-self.halo_size // 16) * 16 if self.halo and not self.in_place else 0
+        return -(-self.halo_size // 16) * 16
 
     @property
     def size_patch(self) -> int:
@@ -812,7 +810,7 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     mc, nc = min(sched.mc // mr * mr, padded(M, mr)), min(sched.nc // nr * nr, padded(N, nr))
     t = _Tiling(nb, M, N, K, mr, nr, mc, nc, kc=min(sched.kc or K, K), direct=not sched.pack_b and not run,
                    direct_a=not sched.pack_a and not halo, once=_packs_b_once(plan, sched), run=run,
-                   halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo else 0,
+                   halo=halo, halo_size=halo_size(halo, kernel.full, mr) if halo and not inplace else 0,
                    tr=(tr := not plan.as_stored if halo else _rows_walk_output(kernel, plan)),
                    stream=_streams(kernel, axis := plan.m[-1] if tr else plan.n[-1] if plan.n else -1,
                                    tr and halo is not None), axis=axis,
