@@ -320,7 +320,8 @@ def halo_default(plan: Plan) -> bool:
     # order; at stride 2 over 320x320 4.1 / 2.0 / 1.3)
     vw = host_simd_width()
     # a grouped conv at a stride with a vector of output channels per group: the input in place (2 threads, one
-    # process, new against old: RegNetX's 16 -> 16 in 2 groups from 112x112 0.71-0.78x, in 4 from 56x56 0.80x)
+    # process, new against old: RegNetX's 16 -> 16 in 2 groups from 112x112 0.71-0.78x, in 4 from 56x56 0.80x, 400
+    # -> 400 in 25 from 14x14 0.86-0.91x)
     if in_place_default(plan):
         return True
     grouped = bool(plan.batch) and h.width < vw and plan.size("n") % vw == 0
@@ -348,10 +349,10 @@ def halo_default(plan: Plan) -> bool:
 def in_place_default(plan: Plan) -> bool:
     """Whether the untuned default reads A's padded view from the input itself (``halo.in_place``), not from its
     copy: a grouped conv at a stride with one vector of output channels per group and K rows enough, whose copy
-    meets few multiply-adds per copied element."""
+    meets few multiply-adds per copied element (36 for a 3x3 conv at stride 2)."""
     h = plan.a_halo
     return (h is not None and plan.b_const and bool(plan.batch) and max(h.split) > 1 and in_place(h)
-            and plan.size("n") == host_simd_width() and plan.size("k") >= HALO_MIN_K and h.width >= host_simd_width())
+            and plan.size("n") == host_simd_width() and plan.size("k") >= HALO_MIN_K)
 
 
 def _run(kernel: Kernel, plan: Plan) -> int:
