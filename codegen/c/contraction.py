@@ -44,17 +44,17 @@ from .halo import (
     emit_in_place_tables,
     halo_size,
     in_place,
-    in_place_batch_term,
     index_range,
     least_cols,
     panels,
     plan_halo,
     row_address,
+    row_major,
     whole_tiles,
 )
 from .halo import pairs as halo_pairs
 from .normalize import normalize
-from .prelude import block_transpose, shuffle, vector_types
+from .prelude import block_transpose, pair_shuffle, vector_types
 
 if TYPE_CHECKING:
     from .knobs import GemmSchedule
@@ -494,9 +494,7 @@ def _pairs(plan: Plan, vb: View, dt: DType) -> bool:
 def _evens(vw: int) -> list[str]:
     """``lum_even(p)``: the even elements of the two vectors from ``p``."""
     return [f"typedef int32_t lum_evi __attribute__((vector_size({vw * 4})));",
-            "static inline lum_v lum_even(const lum_t *p) {",
-            f"    lum_v a = *(const lum_vu *)p, b = *(const lum_vu *)(p + {vw});",
-            *shuffle("a", "b", list(range(0, 2 * vw, 2)), "lum_evi")]
+            *pair_shuffle("lum_even", "lum_t", "lum_v", "lum_vu", "lum_evi", vw, list(range(0, 2 * vw, 2)))]
 
 
 def _gather(value: str, nr: int, numel: int, buf: int) -> list[str]:
@@ -601,7 +599,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
         panel = _rows_panel(kernel, plan, vb, names_b, t, _a_source(oa.attr("buf"), va, names_a, t))
     elif t.halo and t.in_place:
         b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
-        boff = in_place_batch_term(t.halo, plan.batch, kernel.full, "ib")
+        boff = batch_term(t.halo, plan.batch, kernel.full, "ib", in_input=True)
         panel = b_stmts + _indent(_in_place_loop(f"in{oa.attr('buf')} + {boff}", bptr, t, kernel.full), 20)
     elif t.halo:
         b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
@@ -761,10 +759,7 @@ class _Tiling:
     def size_patch(self) -> int:
         """Per thread, with ``in_place``: a border tile's K rows that meet the padding, copied between zeros (MR
         values at the column stride each), and a pointer per K row."""
-        if not self.in_place:
-            return 0
-        assert self.halo is not None
-        return self.patch_rows + -(-2 * self.kc // 16) * 16
+        return self.patch_rows + -(-2 * self.kc // 16) * 16 if self.in_place else 0
 
     @property
     def patch_rows(self) -> int:
@@ -801,9 +796,10 @@ def _tiling(kernel: Kernel, plan: Plan, sched: GemmSchedule) -> _Tiling:
     run = _run(kernel, plan) if plan.b_run_stride and not sched.pack_b and (N % nr or not plan.b_direct) else 0
     if run:
         N = N // run * padded(run, nr)
-    inplace = plan.a_halo is not None and not sched.pack_a and sched.copy is False and in_place(plan.a_halo)
-    halo = (whole_tiles(plan.a_halo, mr) if inplace else panels(plan.a_halo, mr)) if plan.a_halo and not sched.pack_a \
-        else None
+    halo, inplace = None, False
+    if plan.a_halo is not None and not sched.pack_a:
+        inplace = sched.copy is False and in_place(plan.a_halo)
+        halo = (whole_tiles if inplace else panels)(plan.a_halo, mr)
     if halo:
         M = halo.wide
     # a block past the rows (columns) there are is one block of them all: the same code as the smallest such;
@@ -1308,7 +1304,7 @@ def _in_place_loop(base: str, bptr: str, t: _Tiling, full: tuple[int, ...]) -> l
     rows, cols = h.pixels
     sh, sw = h.split[rows], h.split[cols]
     height, width = h.source[rows], h.source[cols]
-    pitch = math.prod(h.source[rows + 1:])
+    pitch = row_major(h.source)[rows]
     (lo_h, hi_h), (lo_w, hi_w) = index_range(h, rows, full), index_range(h, cols, full)
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
             f"    const int64_t r0 = ic + ir * {mr}, oh = r0 / {h.cols}, ow = r0 % {h.cols};",

@@ -84,14 +84,14 @@ class Halo:
         return math.prod(e for _, _, e in self.layout)
 
 
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.prod(shape[x + 1:]) for x in range(len(shape)))
 
 
 def _walks(strides: tuple[int, ...], moving: list[int], source: tuple[int, ...]
            ) -> tuple[dict[int, int], dict[int, int]] | None:
     """Per moving dim, the input axis it walks (the coarsest whose stride divides its own) and its step there."""
-    alpha = _row_major(source)
+    alpha = row_major(source)
     axis: dict[int, int] = {}
     coef: dict[int, int] = {}
     for d in moving:
@@ -108,7 +108,7 @@ def _offsets(view, full: tuple[int, ...], source: tuple[int, ...], axis: dict[in
              moving: list[int]) -> tuple[list[int], dict[int, tuple[int, ...]]] | None:
     """Per axis the index at dims 0 (the view's offset split over the axes), and the masked axes' coefficients:
     each mask must bound one axis by its extent, with every dim walking that axis in it."""
-    alpha = _row_major(source)
+    alpha = row_major(source)
     off = [0] * len(source)
     masked: dict[int, tuple[int, ...]] = {}
     for co, lo, hi in view.mask:
@@ -200,7 +200,7 @@ def address(h: Halo, index: dict[int, str]) -> str:
     strides = h.strides
     parts = []
     for x in range(len(h.source)):
-        v = " + ".join([str(h.offset[x]), *(f"{c}*{index[d]}" for d, ax, c in h.walks if ax == x and d in index)])
+        v = _index(h, x, index, padded=True)
         if x in h.pixels:
             s = h.split[x]
             parts += [f"(({v}) % {s})*{strides[(x, 'p')]}", f"(({v}) / {s})*{strides[(x, 'q')]}"] if s > 1 \
@@ -279,7 +279,7 @@ def pairs(h: Halo) -> bool:
     """Whether the copy's rows are read at stride 2 along the input's innermost axis, so that a vector of a row is
     the even elements of two vectors of the input (``lum_even``; float32 only, which the caller decides)."""
     x = h.layout[-1][0]
-    return across(h) < 0 and h.split[x] == 2 and _row_major(h.source)[x] == 1
+    return across(h) < 0 and h.split[x] == 2 and row_major(h.source)[x] == 1
 
 
 def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int, evens: bool = False) -> list[str]:
@@ -291,7 +291,7 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int, evens: bool 
     compiler's loop took each row's last part an element at a time (its last pair of vectors reads one element
     past the row, which may lie past the input's end)."""
     dims = h.layout
-    alpha = _row_major(h.source)
+    alpha = row_major(h.source)
     *outer, (wx, _, wq) = dims
     cx = across(h)
     steps = [(x, kind, -(-e // vw) if x == cx else e) for x, kind, e in outer]
@@ -382,12 +382,13 @@ def emit_halo_table(h: Halo, full: tuple[int, ...], k: tuple[int, ...], name: st
             f"for (int64_t x = 0; x < {size}; x++) {name}[x] = {address(h, idx)};"], size
 
 
-def batch_term(h: Halo, batch: tuple[int, ...], full: tuple[int, ...], ib: str) -> str:
-    """C expression of the copy's offset for batch index ``ib`` (batch dims walk no pixel axis: linear)."""
+def batch_term(h: Halo, batch: tuple[int, ...], full: tuple[int, ...], ib: str, in_input: bool = False) -> str:
+    """C expression of the copy's offset for batch index ``ib``, or (``in_input``) the input's (batch dims walk no
+    pixel axis: linear)."""
     from .emit import unravel
 
-    strides = h.strides
-    parts = [f"{c * strides[(ax, 'a')]}*({e})" for d, e in zip(batch, unravel(ib, tuple(full[x] for x in batch)))
+    stride = row_major(h.source) if in_input else [h.strides.get((x, "a"), 0) for x in range(len(h.source))]
+    parts = [f"{c * stride[ax]}*({e})" for d, e in zip(batch, unravel(ib, tuple(full[x] for x in batch)))
              for dd, ax, c in h.walks if dd == d]
     return " + ".join(parts) or "0"
 
@@ -400,11 +401,12 @@ def in_place(h: Halo) -> bool:
             and all(h.padded[x] == h.source[x] for x in range(len(h.source)) if x not in h.pixels))
 
 
-def _index(h: Halo, x: int, index: dict[int, str]) -> str:
+def _index(h: Halo, x: int, index: dict[int, str], padded: bool = False) -> str:
     """C expression of the input's index along axis ``x`` that output pixel 0 reads at the K and batch indices
-    ``index`` (negative, or past the axis, in the padding)."""
-    return " + ".join([str(h.offset[x] - h.before[x]), *(f"{c}*{index[d]}" for d, ax, c in h.walks
-                                                          if ax == x and d in index)])
+    ``index`` (absent dims at 0; negative, or past the axis, in the padding), or (``padded``) the copy's, its
+    padding counted."""
+    first = h.offset[x] - (0 if padded else h.before[x])
+    return " + ".join([str(first), *(f"{c}*{index[d]}" for d, ax, c in h.walks if ax == x and d in index)])
 
 
 def index_range(h: Halo, x: int, full: tuple[int, ...]) -> tuple[int, int]:
@@ -420,7 +422,7 @@ def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> 
 
     size = math.prod(full[d] for d in k)
     idx = dict(zip(k, unravel("x", tuple(full[d] for d in k))))
-    alpha = _row_major(h.source)
+    alpha = row_major(h.source)
     flat = " + ".join(f"({_index(h, x, idx)})*{alpha[x]}" for x in range(len(h.source)))
     rows, cols = h.pixels
     return [f"int64_t *ta_k = lum_ti; lum_ti += {size};",
@@ -432,12 +434,3 @@ def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> 
             f"    tw_k[x] = {_index(h, cols, idx)};",
             "}"], 3 * size
 
-
-def in_place_batch_term(h: Halo, batch: tuple[int, ...], full: tuple[int, ...], ib: str) -> str:
-    """C expression of the input's offset for batch index ``ib`` (batch dims walk no pixel axis: linear)."""
-    from .emit import unravel
-
-    alpha = _row_major(h.source)
-    parts = [f"{c * alpha[ax]}*({e})" for d, e in zip(batch, unravel(ib, tuple(full[x] for x in batch)))
-             for dd, ax, c in h.walks if dd == d]
-    return " + ".join(parts) or "0"

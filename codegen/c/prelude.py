@@ -161,6 +161,13 @@ def shuffle(a: str, b: str, index: list[int], ints: str = "lum_bi") -> list[str]
             f"    return __builtin_shuffle({a}, ({ints}){{{idx}}});", "#endif", "}"]
 
 
+def pair_shuffle(name: str, elem: str, vec: str, vecu: str, ints: str, vw: int, index: list[int]) -> list[str]:
+    """``name(p)``: the lanes ``index`` of the two vectors (``vec``, ``vw`` lanes of ``elem``) from ``p``, read
+    unaligned (``vecu``); ``ints`` the vectors' integer type."""
+    return [f"static inline {vec} {name}(const {elem} *p) {{",
+            f"    {vec} a = *(const {vecu} *)p, b = *(const {vecu} *)(p + {vw});", *shuffle("a", "b", index, ints)]
+
+
 def vector_types(elem: str, vw: int) -> list[str]:
     """The element type lum_t and its vectors of ``vw`` lanes, aligned (lum_v) and not (lum_vu)."""
     return [f"typedef {elem} lum_t;",

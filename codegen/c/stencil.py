@@ -60,7 +60,7 @@ from ..kernel import REDUCE_OPS, Kernel, Leaf, Space
 from . import ctypes_map as ct
 from .emit import PAR_MIN, Body, _function, affine, epilogue_attribute, mask_bounds, unravel
 from .normalize import normalize
-from .prelude import shuffle
+from .prelude import pair_shuffle, shuffle
 
 if TYPE_CHECKING:
     from .knobs import GemmSchedule, ReductionSchedule
@@ -1239,14 +1239,12 @@ def _vector_helpers(bw: int) -> list[str]:
     x86 = {64: "defined(__AVX512F__)", 32: "defined(__AVX__)"}.get(4 * bw, "1")
     evens = [2 * p for p in lanes]  # of the concatenation of two vectors from the tap's first element
     pixels = [lanes.index(p) for p in range(bw)]
-    pair = [f"    lum_bv a = *(const lum_bvu *)p, b = *(const lum_bvu *)(p + {bw});"]
     return [f"typedef float lum_bv __attribute__((vector_size({4 * bw})));",
             f"typedef float lum_bvu __attribute__((vector_size({4 * bw}), aligned(4)));",
             f"typedef int32_t lum_bi __attribute__((vector_size({4 * bw})));",
             "static inline lum_bv lum_ld1(const float *p) { return *(const lum_bvu *)p; }",
-            "static inline lum_bv lum_ev(const float *p) {", *pair, *shuffle("a", "b", evens),
-            "static inline lum_bv lum_od(const float *p) {", *pair,
-            *shuffle("a", "b", [e + 1 for e in evens]),
+            *pair_shuffle("lum_ev", "float", "lum_bv", "lum_bvu", "lum_bi", bw, evens),
+            *pair_shuffle("lum_od", "float", "lum_bv", "lum_bvu", "lum_bi", bw, [e + 1 for e in evens]),
             "static inline lum_bv lum_px(lum_bv a) {", *shuffle("a", "a", pixels),
             "static inline lum_bv lum_mask(lum_bv x, lum_bi m) { return (lum_bv)((lum_bi)x & m); }",
             # a vector held in a register: the compiler would fold its load into each add that reads it
