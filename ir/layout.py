@@ -336,30 +336,66 @@ def _pool_follows(n: Node, srcs: tuple[Src, ...]) -> tuple[int, tuple[int, ...]]
 SHORT_ROWS = 28 * 28  # the contraction's rows: the product of the kept axes the weight does not read
 
 
-def _read_transposed(red: Node, readers: list[Node], outputs: set[int]) -> bool:
+def _read_transposed(red: Node, users: dict[int, list[Node]], outputs: set[int]) -> bool:
     """Whether every reader of the convolution ``red`` reads it transposed with its channels innermost (an
     exporter's Transpose to NHWC before the bias, activation or batch norm that follows each convolution in
     tf2onnx's graphs of Keras models), so that stored channels-last it reads it in order: those then fuse into
-    the convolution, where they ran as passes of their own over its value read across the channels' stride. Not
-    a stem over an image's few channels (3 -> 16 at 112x112: its windows gathered three floats at a time, 0.14 ->
-    0.28 ms)."""
+    the convolution, where they ran as passes of their own over its value read across the channels' stride.
+    Elementwise nodes that take its value along (``_follower``: a bias or an activation before the Transpose, as
+    ONNX's Conv bias and a ReLU) follow the stored order (``_follows``), so their readers count in their place.
+    Not a stem over an image's few channels (3 -> 16 at 112x112: its windows gathered three floats at a time,
+    0.14 -> 0.28 ms)."""
     order = _order(red)
-    if order is None or red.id in outputs or not readers or _channels_in(red) < MIN_CHANNELS:
+    if order is None or _channels_in(red) < MIN_CHANNELS:
         return False
-    onto = View.contiguous(tuple(red.shape[k] for k in order)).permute(_inverse(order))
-    views = [v for u in readers for s, v in u.srcs if s is red]
-    return all(not v.is_contiguous and (m := rebase(v, red.shape, onto)) is not None and m.is_contiguous
-               for v in views)
+    # the value's nodes: the conv, and the elementwise nodes that take it along (``_follower``), each with the view
+    # its value would be stored as
+    stored = {red.id: View.contiguous(tuple(red.shape[k] for k in order)).permute(_inverse(order))}
+    nodes = {red.id: red}
+    grown = True
+    while grown:
+        grown = False
+        for f in list(nodes.values()):
+            for u in users.get(f.id, []):
+                if u.id not in nodes and _follower(u, red, nodes) \
+                        and (view := stored[f.id].reshape(u.shape)) is not None:
+                    stored[u.id], nodes[u.id] = view, u
+                    grown = True
+    reads = [(v, f) for f in nodes.values() for u in users.get(f.id, []) if u.id not in nodes
+             for s, v in u.srcs if s is f]
+    return bool(reads) and not any(f in outputs for f in nodes) \
+        and all(not v.is_contiguous and (m := rebase(v, f.shape, stored[f.id])) is not None and m.is_contiguous
+                for v, f in reads)
 
 
-def _channels_in(red: Node) -> int:
-    """The input channels a convolution's window sums (per group): of the dims it sums, the one its weight walks
-    at the largest stride."""
+def _follower(u: Node, red: Node, nodes: dict[int, Node]) -> bool:
+    """Whether the elementwise node ``u`` takes the value of ``nodes`` along: whole, each of its operands that is one
+    of them read in its order, the others smaller (a bias, a scale, an activation's constants, a ReLU's test)."""
+    return u.op in ELEMENTWISE and u.op is not Op.Contiguous and u.numel == red.numel and all(
+        v.is_contiguous and v.numel == s.numel if s.id in nodes else s.numel < u.numel for s, v in u.srcs)
+
+
+def _channel_axis(red: Node) -> int | None:
+    """The dim of a convolution's product that walks the input channels: of the dims it sums, the one its weight
+    walks at the largest stride (None: it sums none)."""
     found = weighted_sum(red)
     assert found is not None
     mul, _, (_, vw) = found
     summed = [k for k in red.attrs["axes"] if mul.shape[k] > 1]
-    return mul.shape[max(summed, key=lambda k: abs(vw.strides[k]))] if summed else 1
+    return max(summed, key=lambda k: abs(vw.strides[k])) if summed else None
+
+
+def _channels_in(red: Node) -> int:
+    """The input channels a convolution's window sums (per group)."""
+    k = _channel_axis(red)
+    return 1 if k is None else red.srcs[0][0].shape[k]
+
+
+def _reads_channels_last(red: Node) -> bool:
+    """Whether the convolution ``red`` reads its input with the channels innermost (a channels-last value)."""
+    found = weighted_sum(red)
+    k = None if found is None else _channel_axis(red)
+    return found is not None and k is not None and abs(found[1][1].strides[k]) == 1
 
 
 def _one_by_one(red: Node) -> bool:
@@ -418,12 +454,14 @@ def defaults(graph: Graph, order: list[Node]) -> list[Node]:
         return False, False
 
     chosen = []
+    transposed: set[int] = set()
     for n in order:
         found = weighted_sum(n)
         if found is None:
             continue
-        if _read_transposed(n, users.get(n.id, []), outputs):
+        if _read_transposed(n, users, outputs):
             chosen.append(n)
+            transposed.add(n.id)
             continue
         if not _one_by_one(n):
             continue
@@ -434,5 +472,19 @@ def defaults(graph: Graph, order: list[Node]) -> list[Node]:
             chosen.append(n)
     if not chosen:  # most graphs: no rewrite to try
         return []
-    _, _, copied = _rewrite(graph, order, {n.id for n in chosen})
-    return [n for n in chosen if n.id not in copied]
+    return _kept_stored(graph, order, chosen, transposed)
+
+
+def _kept_stored(graph: Graph, order: list[Node], chosen: list[Node], transposed: set[int]) -> list[Node]:
+    """Of the ``chosen`` convolutions, those stored channels-last with the others (``_rewrite``): not one whose
+    value some reader reads from a copy, nor one of the ``transposed`` (``_read_transposed``) whose input is not
+    stored channels-last as well (an NHWC input, or a convolution stored so, through depthwise convolutions and
+    elementwise nodes): over an NCHW input a 1x1 144 -> 24 at 56x56 packed its rows across the channels' stride,
+    101 -> 171 us. Dropping one may change another's input, so until none is dropped."""
+    ids = {n.id for n in chosen}
+    while True:
+        _, moved, copied = _rewrite(graph, order, ids)
+        dropped = {i for i in transposed & ids if not _reads_channels_last(moved[i])}
+        if not dropped:
+            return [n for n in chosen if n.id in ids and n.id not in copied]
+        ids -= dropped

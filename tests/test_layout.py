@@ -775,6 +775,38 @@ def test_the_default_stores_convs_channels_last_that_an_exporter_reads_transpose
     _close(run_graph(g, feeds), run_ort(model, feeds))
 
 
+@pytest.mark.parametrize("variant", ["bias_and_relu", "read_in_order_too", "full_size_operand", "nchw_input"])
+def test_a_conv_whose_epilogue_precedes_the_exporters_transpose_is_stored_channels_last(variant):
+    """A conv over an NHWC input whose bias (ONNX's Conv bias) and ReLU come before the Transpose back to NHWC, then
+    a residual add of the NHWC input: the bias and ReLU follow the stored order, so the conv is stored channels-last
+    by default and the residual fuses into it (one kernel). Not where the ReLU's value is also read in the logical
+    order (a graph output), nor where an elementwise node before the Transpose takes another operand as large (an
+    NCHW residual): those would read it transposed instead; nor over an NCHW input, whose rows the conv would then
+    read across the channels' stride. The reference's outputs either way."""
+    rng = np.random.default_rng(41)
+    c = 32
+    nchw = variant == "nchw_input"
+    x = rng.standard_normal((1, c, 12, 12) if nchw else (1, 12, 12, c)).astype(np.float32)
+    inits = {"w": (rng.standard_normal((c, c, 1, 1)) / 6).astype(np.float32),
+             "b": rng.standard_normal(c).astype(np.float32)}
+    n = helper.make_node
+    to_nchw, to_nhwc = {"perm": [0, 3, 1, 2]}, {"perm": [0, 2, 3, 1]}
+    nodes = [n("Transpose", ["x"], ["x0"], **to_nhwc), n("Transpose", ["x0"], ["x1"], **to_nchw)] if nchw else \
+        [n("Transpose", ["x"], ["x1"], **to_nchw), n("Identity", ["x"], ["x0"])]
+    nodes.append(n("Conv", ["x1", "w", "b"], ["c"]))
+    nodes += [n("Add", ["c", "x1"], ["a"]), n("Relu", ["a"], ["r"])] if variant == "full_size_operand" else \
+        [n("Relu", ["c"], ["r"])]
+    nodes += [n("Transpose", ["r"], ["t"], **to_nhwc), n("Add", ["t", "x0"], ["y"])]
+    outputs = ["y", "r"] if variant == "read_in_order_too" else ["y"]
+    model, feeds = make_model(nodes, {"x": x}, inits, outputs=outputs), {"x": x}
+    g = load(model).graph
+    names = [nd.origin[0] for nd in layout.defaults(g, g.toposort())]
+    assert names == (["c"] if variant == "bias_and_relu" else []), names
+    forms = [k.form for k in lower(g)[1]]
+    assert (forms == ["contraction"]) == (variant == "bias_and_relu"), forms
+    _close(run_graph(g, feeds), run_ort(model, feeds))
+
+
 def test_a_depthwise_conv_over_a_norm_moved_channels_last_computes_channels_innermost():
     """ConvNeXt's first stage: its stem's LayerNorm over the channels moved last (permute, norm, permute back),
     then a depthwise 7x7 conv. No conv is stored channels-last, yet the depthwise conv reads a value stored with
