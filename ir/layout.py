@@ -337,7 +337,7 @@ SHORT_ROWS = 28 * 28  # the contraction's rows: the product of the kept axes the
 
 
 def _read_transposed(red: Node, users: dict[int, list[Node]], outputs: set[int]) -> bool:
-    """Whether every reader of the convolution ``red`` reads it transposed with its channels innermost (an
+    """Whether every reader of the convolution ``red``'s value reads it transposed with its channels innermost (an
     exporter's Transpose to NHWC before the bias, activation or batch norm that follows each convolution in
     tf2onnx's graphs of Keras models), so that stored channels-last it reads it in order: those then fuse into
     the convolution, where they ran as passes of their own over its value read across the channels' stride.
@@ -394,8 +394,10 @@ def _channels_in(red: Node) -> int:
 def _reads_channels_last(red: Node) -> bool:
     """Whether the convolution ``red`` reads its input with the channels innermost (a channels-last value)."""
     found = weighted_sum(red)
-    k = None if found is None else _channel_axis(red)
-    return found is not None and k is not None and abs(found[1][1].strides[k]) == 1
+    if found is None:
+        return False
+    k = _channel_axis(red)
+    return k is not None and abs(found[1][1].strides[k]) == 1
 
 
 def _one_by_one(red: Node) -> bool:
