@@ -362,8 +362,7 @@ def emit_halo_copy(h: Halo, buf: int, dst: str, size: int, vw: int, evens: bool 
         else:
             L += ["    #pragma omp simd",
                   f"    for (int64_t w = lo; w < hi; w++) d[w] = x[{at}];"]
-        L += [
-              f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;"]
+        L.append(f"    for (int64_t w = lum_max64(lo, hi); w < {wq}; w++) d[w] = 0;")
     L += ["    }"] * len(inner)
     L += ["}",
           "#pragma omp for schedule(static)",
@@ -401,17 +400,21 @@ def in_place(h: Halo) -> bool:
             and all(h.padded[x] == h.source[x] for x in range(len(h.source)) if x not in h.pixels))
 
 
+def _first(h: Halo, x: int, padded: bool = False) -> int:
+    """The input's index along axis ``x`` that output pixel 0 reads at K index 0 (negative in the padding), or
+    (``padded``) the copy's, its padding counted."""
+    return h.offset[x] - (0 if padded else h.before[x])
+
+
 def _index(h: Halo, x: int, index: dict[int, str], padded: bool = False) -> str:
-    """C expression of the input's index along axis ``x`` that output pixel 0 reads at the K and batch indices
-    ``index`` (absent dims at 0; negative, or past the axis, in the padding), or (``padded``) the copy's, its
-    padding counted."""
-    first = h.offset[x] - (0 if padded else h.before[x])
-    return " + ".join([str(first), *(f"{c}*{index[d]}" for d, ax, c in h.walks if ax == x and d in index)])
+    """C expression of ``_first`` at the K and batch indices ``index`` (absent dims at 0)."""
+    return " + ".join([str(_first(h, x, padded)),
+                       *(f"{c}*{index[d]}" for d, ax, c in h.walks if ax == x and d in index)])
 
 
 def index_range(h: Halo, x: int, full: tuple[int, ...]) -> tuple[int, int]:
     """The least and greatest index along axis ``x`` that output pixel 0 reads over every K index."""
-    lo = h.offset[x] - h.before[x]
+    lo = _first(h, x)
     return lo, lo + sum(c * (full[d] - 1) for d, ax, c in h.walks if ax == x)
 
 
