@@ -50,6 +50,7 @@ from .halo import (
     plan_halo,
     row_address,
     row_major,
+    taps,
     whole_tiles,
 )
 from .halo import pairs as halo_pairs
@@ -600,7 +601,7 @@ def emit_contraction(kernel: Kernel, sched: GemmSchedule, vw: int) -> str:
     elif t.halo and t.in_place:
         b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
         boff = batch_term(t.halo, plan.batch, kernel.full, "ib", in_input=True)
-        panel = b_stmts + _indent(_in_place_loop(f"in{oa.attr('buf')} + {boff}", bptr, t, kernel.full), 20)
+        panel = b_stmts + _indent(_in_place_loop(f"in{oa.attr('buf')} + {boff}", bptr, t, kernel.full, plan.k), 20)
     elif t.halo:
         b_stmts, bptr, _ = _b_source(ob.attr("buf"), vb, names_b, t)
         panel = b_stmts + _indent(_halo_loop(batch_term(t.halo, plan.batch, kernel.full, "ib"), bptr, t), 20)
@@ -1294,11 +1295,12 @@ def _in_place_micro_kernels(mr: int, nr: int, vw: int, step: int) -> list[str]:
                            lambda i: f"ar[{i * step}]")]
 
 
-def _in_place_loop(base: str, bptr: str, t: _Tiling, full: tuple[int, ...]) -> list[str]:
+def _in_place_loop(base: str, bptr: str, t: _Tiling, full: tuple[int, ...], k: tuple[int, ...]) -> list[str]:
     """The halo micro-kernel over the row panels of the tile, A read from the input itself (``base``: its batch's
-    first element), against B panel ``jr``. Each panel is MR pixels of one output row; one whose windows all lie
-    inside the input reads them in place, one at the border each K row in place, from zeros, or copied between
-    zeros where the padding cuts it (``size_patch``)."""
+    first element), against B panel ``jr`` (``k``: the K dims). Each panel is MR pixels of one output row; one whose
+    windows all lie inside the input reads them in place, one at the border each K row in place, from zeros, or
+    copied between zeros where the padding cuts it (``size_patch``), as its tap (``halo.taps``) falls: the panel's
+    pixels cut at each tap found once, not at each K row."""
     h, mr, nr, nc = t.halo, t.mr, t.nr, t.nc
     assert h is not None
     rows, cols = h.pixels
@@ -1306,6 +1308,7 @@ def _in_place_loop(base: str, bptr: str, t: _Tiling, full: tuple[int, ...]) -> l
     height, width = h.source[rows], h.source[cols]
     pitch = row_major(h.source)[rows]
     (lo_h, hi_h), (lo_w, hi_w) = index_range(h, rows, full), index_range(h, cols, full)
+    ntap = math.prod(full[d] for d in taps(h, k))
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
             f"    const int64_t r0 = ic + ir * {mr}, oh = r0 / {h.cols}, ow = r0 % {h.cols};",
             f"    const lum_t *a0 = {base} + oh * {sh * pitch} + ow * {sw};",
@@ -1316,11 +1319,16 @@ def _in_place_loop(base: str, bptr: str, t: _Tiling, full: tuple[int, ...]) -> l
             "    } else {",
             f"        lum_t *hp = tt + {t.size_tt};",
             f"        const lum_t **aq = (const lum_t **)(hp + {t.patch_rows});",
+            f"        int64_t lo_t[{ntap}], hi_t[{ntap}];",
+            f"        for (int64_t y = 0; y < {ntap}; y++) {{",
+            f"            const int64_t ih = oh * {sh} + th_t[y], iw = ow * {sw} + tw_t[y];",
+            f"            lo_t[y] = iw >= 0 ? 0 : lum_cdiv(-iw, {sw});",
+            f"            hi_t[y] = (uint64_t)ih >= {height}ULL ? 0 "
+            f": lum_min64({mr}, lum_fdiv({width - 1} - iw, {sw}) + 1);",
+            "        }",
             "        for (int64_t k = 0; k < kcur; k++) {",
-            f"            const int64_t ih = oh * {sh} + th_k[pc + k], iw = ow * {sw} + tw_k[pc + k];",
-            f"            const int64_t lo = iw >= 0 ? 0 : lum_cdiv(-iw, {sw});",
-            f"            const int64_t hi = lum_min64({mr}, lum_fdiv({width - 1} - iw, {sw}) + 1);",
-            f"            if ((uint64_t)ih >= {height}ULL || hi <= lo) {{",
+            "            const int64_t lo = lo_t[tp_k[pc + k]], hi = hi_t[tp_k[pc + k]];",
+            "            if (hi <= lo) {",
             "                aq[k] = lum_hzero;",
             f"            }} else if (lo == 0 && hi == {mr}) {{",
             "                aq[k] = a0 + ta_k[pc + k];",

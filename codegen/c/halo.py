@@ -418,22 +418,40 @@ def index_range(h: Halo, x: int, full: tuple[int, ...]) -> tuple[int, int]:
     return lo, lo + sum(c * (full[d] - 1) for d, ax, c in h.walks if ax == x)
 
 
+def taps(h: Halo, k: tuple[int, ...]) -> tuple[int, ...]:
+    """The K dims that walk a pixel axis (a conv's kernel rows and columns): the row and column a K index reads
+    depend on these alone."""
+    return tuple(d for d in k if any(dd == d and ax in h.pixels for dd, ax, _ in h.walks))
+
+
 def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> tuple[list[str], int]:
-    """Fill statements of the in-place tables, per flattened K index: ``ta_k`` the input's element that output pixel
-    0 reads (batch dims at 0; negative in the padding), ``th_k`` and ``tw_k`` its row and column; their length."""
+    """Fill statements of the in-place tables: per flattened K index ``ta_k`` the input's element that output pixel
+    0 reads (batch dims at 0; negative in the padding) and ``tp_k`` its tap (the flattened index of ``taps``); per
+    tap ``th_t`` and ``tw_t`` the row and column pixel 0 reads; their length."""
     from .emit import unravel
 
     size = math.prod(full[d] for d in k)
+    ntap = math.prod(full[d] for d in taps(h, k))
     idx = dict(zip(k, unravel("x", tuple(full[d] for d in k))))
+    tap = dict(zip(taps(h, k), unravel("y", tuple(full[d] for d in taps(h, k)))))
     alpha = row_major(h.source)
     flat = " + ".join(f"({_index(h, x, idx)})*{alpha[x]}" for x in range(len(h.source)))
+    inner = 1
+    tap_of = []
+    for d in reversed(taps(h, k)):
+        tap_of.append(f"{inner}*{idx[d]}")
+        inner *= full[d]
     rows, cols = h.pixels
     return [f"int64_t *ta_k = lum_ti; lum_ti += {size};",
-            f"int64_t *th_k = lum_ti; lum_ti += {size};",
-            f"int64_t *tw_k = lum_ti; lum_ti += {size};",
+            f"int64_t *tp_k = lum_ti; lum_ti += {size};",
+            f"int64_t *th_t = lum_ti; lum_ti += {ntap};",
+            f"int64_t *tw_t = lum_ti; lum_ti += {ntap};",
             f"for (int64_t x = 0; x < {size}; x++) {{",
             f"    ta_k[x] = {flat};",
-            f"    th_k[x] = {_index(h, rows, idx)};",
-            f"    tw_k[x] = {_index(h, cols, idx)};",
-            "}"], 3 * size
+            f"    tp_k[x] = {' + '.join(tap_of) or '0'};",
+            "}",
+            f"for (int64_t y = 0; y < {ntap}; y++) {{",
+            f"    th_t[y] = {_index(h, rows, tap)};",
+            f"    tw_t[y] = {_index(h, cols, tap)};",
+            "}"], 2 * size + 2 * ntap
 
