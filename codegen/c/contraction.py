@@ -1290,7 +1290,7 @@ def _in_place_micro_kernels(mr: int, nr: int, vw: int, step: int) -> list[str]:
             "static inline void lum_mkhs(int64_t kc, const lum_t *restrict a, const int64_t *restrict ak,", head,
             *_mk_loop_body(mr, nr // vw, vw, ["const lum_t *restrict ar = a + ak[k];", br], "lum_v",
                            lambda i: f"ar[{i * step}]"),
-            "static inline void lum_mkhq(int64_t kc, const lum_t *const *restrict aq,", head,
+            "static __attribute__((noinline)) void lum_mkhq(int64_t kc, const lum_t *const *restrict aq,", head,
             *_mk_loop_body(mr, nr // vw, vw, ["const lum_t *restrict ar = aq[k];", br], "lum_v",
                            lambda i: f"ar[{i * step}]")]
 
