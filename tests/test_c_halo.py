@@ -166,15 +166,17 @@ def test_other_convs_keep_their_reads(n, cin, cout, stride):
     (1, 4, 16, (10, 20), 1, "columns"),     # rows of 20: the pixels as columns keep whole vectors
     (1, 6, 8, (7, 7), 1, "columns"),        # half a vector per group
     (1, 5, 16, (14, 14), 2, "in place"),    # RegNet's strided first block: rows of 7, too few multiply-adds a copied
-    (2, 3, 32, (13, 15), 2, "copy"),        # element for a dense conv's rule; odd sizes, two vectors per group
+    (2, 3, 32, (13, 15), 2, "copy"),        # element for a dense conv's rule; a batch's images as rows: no in place
+    (1, 3, 32, (13, 15), 2, "in place"),    # odd sizes, two vectors per group (ResNeXt's last stage)
+    (1, 2, 48, (13, 15), 2, "copy"),        # three vectors per group meet each copied element often enough
     (1, 4, 16, (20, 40), 2, "in place"),    # rows of 20 (RegNetX's 16 channels a group from 112x112)
     (1, 6, 8, (14, 14), 2, "columns"),
 ])
 def test_grouped_convs_read_the_copy_or_the_input_in_place(sixteen_lanes, n, groups, per_group, hw, stride, read):
     """A grouped conv with whole vectors of output channels per group reads its padded copy by default where an
-    output row is shorter than a vector, whatever HALO_MIN_N says; at a stride with one vector of them per group,
-    whatever its rows, the input itself (``in_place_default``: the copy meets few multiply-adds per element, the rows
-    as columns are gathered); others keep their reads.
+    output row is shorter than a vector, whatever HALO_MIN_N says; at a stride with up to two vectors of them per
+    group, whatever its rows, the input itself (``in_place_default``: the copy meets few multiply-adds per element,
+    the rows as columns are gathered); others keep their reads.
     Against the reference. On 16-lane vectors (AVX-512) whatever the host's."""
     c_all = groups * per_group
     g, feeds = _conv_graph(n, c_all, c_all, hw, stride=(stride, stride), group=groups)
