@@ -431,16 +431,14 @@ def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> 
     from .emit import unravel
 
     size = math.prod(full[d] for d in k)
-    ntap = math.prod(full[d] for d in taps(h, k))
+    walk = taps(h, k)
+    extents = tuple(full[d] for d in walk)
     idx = dict(zip(k, unravel("x", tuple(full[d] for d in k))))
-    tap = dict(zip(taps(h, k), unravel("y", tuple(full[d] for d in taps(h, k)))))
+    tap = dict(zip(walk, unravel("y", extents)))
     alpha = row_major(h.source)
     flat = " + ".join(f"({_index(h, x, idx)})*{alpha[x]}" for x in range(len(h.source)))
-    inner = 1
-    tap_of = []
-    for d in reversed(taps(h, k)):
-        tap_of.append(f"{inner}*{idx[d]}")
-        inner *= full[d]
+    tap_of = " + ".join(f"{c}*{idx[d]}" for d, c in zip(walk, row_major(extents))) or "0"
+    ntap = math.prod(extents)
     rows, cols = h.pixels
     return [f"int64_t *ta_k = lum_ti; lum_ti += {size};",
             f"int64_t *tp_k = lum_ti; lum_ti += {size};",
@@ -448,7 +446,7 @@ def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> 
             f"int64_t *tw_t = lum_ti; lum_ti += {ntap};",
             f"for (int64_t x = 0; x < {size}; x++) {{",
             f"    ta_k[x] = {flat};",
-            f"    tp_k[x] = {' + '.join(tap_of) or '0'};",
+            f"    tp_k[x] = {tap_of};",
             "}",
             f"for (int64_t y = 0; y < {ntap}; y++) {{",
             f"    th_t[y] = {_index(h, rows, tap)};",
