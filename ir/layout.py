@@ -394,8 +394,7 @@ def _channels_in(red: Node) -> int:
 def _reads_channels_last(red: Node) -> bool:
     """Whether the convolution ``red`` reads its input with the channels innermost (a channels-last value)."""
     found = weighted_sum(red)
-    if found is None:
-        return False
+    assert found is not None
     k = _channel_axis(red)
     return k is not None and abs(found[1][1].strides[k]) == 1
 

@@ -50,7 +50,7 @@ from .halo import (
     plan_halo,
     row_address,
     row_major,
-    taps,
+    tap_count,
     whole_tiles,
 )
 from .halo import pairs as halo_pairs
@@ -1308,7 +1308,7 @@ def _in_place_loop(base: str, bptr: str, t: _Tiling, full: tuple[int, ...], k: t
     height, width = h.source[rows], h.source[cols]
     pitch = row_major(h.source)[rows]
     (lo_h, hi_h), (lo_w, hi_w) = index_range(h, rows, full), index_range(h, cols, full)
-    ntap = math.prod(full[d] for d in taps(h, k))
+    ntap = tap_count(h, full, k)
     return ["for (int64_t ir = 0; ir < mp; ir++) {",
             f"    const int64_t r0 = ic + ir * {mr}, oh = r0 / {h.cols}, ow = r0 % {h.cols};",
             f"    const lum_t *a0 = {base} + oh * {sh * pitch} + ow * {sw};",

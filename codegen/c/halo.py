@@ -424,6 +424,11 @@ def taps(h: Halo, k: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d for d in k if any(dd == d and ax in h.pixels for dd, ax, _ in h.walks))
 
 
+def tap_count(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> int:
+    """How many taps (``taps``) the K dims ``k`` of extents ``full`` hold: the length of the per-tap tables."""
+    return math.prod(full[d] for d in taps(h, k))
+
+
 def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> tuple[list[str], int]:
     """Fill statements of the in-place tables: per flattened K index ``ta_k`` the input's element that output pixel
     0 reads (batch dims at 0; negative in the padding) and ``tp_k`` its tap (the flattened index of ``taps``); per
@@ -438,7 +443,7 @@ def emit_in_place_tables(h: Halo, full: tuple[int, ...], k: tuple[int, ...]) -> 
     alpha = row_major(h.source)
     flat = " + ".join(f"({_index(h, x, idx)})*{alpha[x]}" for x in range(len(h.source)))
     tap_of = " + ".join(f"{c}*{idx[d]}" for d, c in zip(walk, row_major(extents))) or "0"
-    ntap = math.prod(extents)
+    ntap = tap_count(h, full, k)
     rows, cols = h.pixels
     return [f"int64_t *ta_k = lum_ti; lum_ti += {size};",
             f"int64_t *tp_k = lum_ti; lum_ti += {size};",
