@@ -211,14 +211,6 @@ def _gemm_default(plan: Plan, threads: int, stencil: bool = False) -> GemmSchedu
         mr = _halo_rows(plan.a_halo, nr, vw, tiles) or mr
         wide = tiles(plan.a_halo, mr).wide
         mc = _halo_row_block(mc, nb * -(-n // nc), wide, threads)
-        # a strided conv's copy holds each phase of its input apart, so that nearly every K row of a micro-kernel
-        # call reads a line of A of its own: 64 of them stay in L1 beside their rows of the B panel, where 256 did
-        # not (2 threads, hot, 3x3 stride 2: 128 -> 128 at 56x56 1.83 -> 1.62 ms, 256 -> 256 at 28x28 1.55 ->
-        # 1.47, 128 -> 256 at 40x40 1.53 -> 1.42, 512 -> 512 at 14x14 1.77 -> 1.68; at unit stride, where a
-        # channel's taps share lines, 64 -> 64 at 14x14 1.09x, 96 -> 96 0.98x, 128 and 160 at 7x7 par). A K that
-        # one step of 256 covers stays one step (ResNet's 7x7 stride-2 stem, K = 147: 1.39 ms, 1.45 by 64)
-        if max(plan.a_halo.split) > 1 and k > kc:
-            kc = 64
         mc, nc = _weight_once(plan, wide, nr, mc, nc, threads)
     # up to four rows (a classifier, a squeeze-excitation's 1x1 convs at batch 1, against a weight packed once):
     # tiles of about those rows, as wide as the registers allow where B is packed (2 threads, 1x1280 times
