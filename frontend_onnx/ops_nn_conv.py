@@ -171,7 +171,12 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
             total = strides[d] * (n_in - 1) + out_pad[d] + ek - target
             half = total // 2
             upper = auto == "SAME_UPPER"
-            pads.append((half, total - half) if upper else (total - half, half))
+            if out_shape is not None and total < 0:
+                # an output_shape past the whole result: the rest at the end, as onnxruntime and TensorFlow
+                # (the spec's equations would put it on both sides)
+                pads.append((0, total))
+            else:
+                pads.append((half, total - half) if upper else (total - half, half))
         elif auto == "VALID":
             pads.append((0, 0))
         else:

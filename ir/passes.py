@@ -87,7 +87,10 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _scalar(src: Src):
-    s = src[0]
+    """The one value read through ``src``, if a constant holds one and no mask reads zeros around it."""
+    s, v = src
+    if v.mask:
+        return None
     if s.op is Op.Constant and s.attrs["value"].ndim == 0:
         return s.attrs["value"].item()
     if s.op is Op.Constant and s.attrs["value"].size == 1:

@@ -96,7 +96,7 @@ class Tensor:
         if not self.is_const:
             return None
         v = self.node.attrs["value"]
-        if v.ndim == 0:
+        if v.ndim == 0 and not self.view.mask:
             return v.item()
         if self.numel == 1:
             return self.numpy().reshape(-1)[0].item()

@@ -71,6 +71,22 @@ def test_simplify_removes_identities():
     np.testing.assert_allclose(out, np.arange(4) * 6.0)
 
 
+@pytest.mark.parametrize("value", [1.0, 2.0])
+def test_a_padded_constant_is_no_scalar(value):
+    # the zeros the padding reads: x * pad(1) is no x, (x * pad(a)) * 3 no x * 3a, x / pad(2) no x * 0.5
+    x = Tensor.input("x", (5,), DType.float32)
+    c = Tensor.full((3,), value, DType.float32).pad(((1, 1),))
+    assert c.scalar() is None
+    ys = [x.mul(c), x.mul(c).mul(3.0), x.div(c)]
+    g = optimize(Graph([x.node], [y.contiguous().node for y in ys], ["a", "b", "c"]))
+    xv = np.arange(1, 6, dtype=np.float32)
+    cv = np.array([0, value, value, value, 0], np.float32)
+    with np.errstate(divide="ignore"):
+        wants = (xv * cv, xv * cv * 3, xv / cv)
+    for got, want in zip(run_reference(g, {"x": xv}), wants):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_cse_merges_equal_subexpressions():
     x = Tensor.input("x", (4,), DType.float32)
     a = x.exp().add(x.exp())

@@ -52,6 +52,9 @@ def test_conv_weight_as_input():
 CONVT_CASES = [
     ((2, 4, 5, 6), (4, 3, 3, 2), dict(group=2, strides=[2, 3], pads=[1, 0, 0, 1], output_padding=[1, 0])),
     ((2, 4, 5, 6), (4, 3, 3, 2), dict(strides=[2, 2], output_shape=[11, 13])),
+    # an output_shape past the whole result (12 and 17 of 14 and 19): the rest at the end, as onnxruntime's
+    ((1, 4, 4, 6), (4, 3, 3, 2), dict(group=2, strides=[3, 3], output_shape=[14, 19])),
+    ((1, 2, 4), (2, 3, 3), dict(strides=[3], output_shape=[14], auto_pad="SAME_UPPER")),
     ((2, 4, 5, 6), (4, 3, 3, 2), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
     ((2, 4, 5, 6), (4, 3, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
     ((1, 2, 5), (2, 3, 3), dict(dilations=[2], strides=[3])),
@@ -71,6 +74,14 @@ def test_conv_transpose(xs, ws, attrs, bias):
     m = ws[1] * attrs.get("group", 1)
     inputs = [rand(*xs), rand(*ws, seed=1)] + ([rand(m, seed=2)] if bias else [])
     h.check("ConvTranspose", inputs, attrs, consts={1, 2})
+
+
+@pytest.mark.parametrize("value", [1.0, 0.02])
+@pytest.mark.parametrize("ws,attrs", [((3, 2, 1, 2), dict(strides=[2, 3])), ((1, 1, 1), dict(strides=[2]))])
+def test_a_conv_transpose_of_one_repeated_weight_value_short_of_its_stride(ws, attrs, value):
+    # phases past the kernel multiply the weight's zero padding, which a weight of ones must not lose
+    x = rand(1, ws[0], *(4,) * (len(ws) - 2))
+    h.check("ConvTranspose", [x, np.full(ws, value, np.float32)], attrs, consts={1})
 
 
 def test_strided_conv_transpose_does_not_multiply_inserted_zeros():
