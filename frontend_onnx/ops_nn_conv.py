@@ -169,14 +169,13 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
         if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
             target = out_shape[-nd + d] if out_shape is not None else n_in * strides[d]
             total = strides[d] * (n_in - 1) + out_pad[d] + ek - target
-            half = total // 2
-            upper = auto == "SAME_UPPER"
             if out_shape is not None and total < 0:
                 # an output_shape past the whole result: the rest at the end, as onnxruntime and TensorFlow
                 # (the spec's equations would put it on both sides)
                 pads.append((0, total))
             else:
-                pads.append((half, total - half) if upper else (total - half, half))
+                half = total // 2
+                pads.append((half, total - half) if auto == "SAME_UPPER" else (total - half, half))
         elif auto == "VALID":
             pads.append((0, 0))
         else:
