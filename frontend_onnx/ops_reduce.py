@@ -81,11 +81,11 @@ def reduce_op(ctx: OpContext) -> Tensor:
     x = need(ctx, 0)
     axes = axes_arg(ctx, _AXES_INPUT_SINCE.get(kind, 18))
     keepdim = bool(ctx.attr("keepdims", 1))
-    if not axes:
-        if ctx.attr("noop_with_empty_axes", 0):
-            return x
+    if not axes and not ctx.attr("noop_with_empty_axes", 0):
         axes = list(range(x.ndim))
-    red = tuple(sorted({norm_axis(a, x.ndim) for a in axes}))
+    # no axes with noop_with_empty_axes: each element reduced alone (ReduceSumSquare squares it, ReduceL1 takes its
+    # absolute value), as onnxruntime and onnx's reference do
+    red = tuple(sorted({norm_axis(a, x.ndim) for a in axes or ()}))
     shape = [1 if k in red else s for k, s in enumerate(x.shape)] if keepdim else \
         [s for k, s in enumerate(x.shape) if k not in red]
     if any(x.shape[a] == 0 for a in red):

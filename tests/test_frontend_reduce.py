@@ -64,6 +64,13 @@ def test_reduce_noop_with_empty_axes():
     assert_matches(reduce_model("ReduceMax", X, None, 0, 18, noop=0), {"x": X})
 
 
+@pytest.mark.parametrize("op_type", REDUCE)
+def test_reduce_over_no_axes_reduces_each_element_alone(op_type):
+    # ReduceSumSquare squares each element, ReduceL1 and ReduceL2 take its absolute value, ReduceLogSum its log
+    x = np.abs(X) if op_type == "ReduceLogSum" else X
+    assert_matches(reduce_model(op_type, x, None, 0, 18, noop=1), {"x": x}, rtol=2e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("op_type,value", [("ReduceSum", 0.0), ("ReduceProd", 1.0), ("ReduceMax", -np.inf),
                                            ("ReduceMin", np.inf), ("ReduceLogSumExp", -np.inf), ("ReduceL2", 0.0)])
 def test_reduce_empty(op_type, value):
