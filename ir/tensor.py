@@ -381,7 +381,9 @@ class Tensor:
         neg = x.lt(0)
         signed = (neg & odd).where(mag.neg(), mag)
         nan = Tensor.full(signed.shape, float("nan"), x.dtype)
-        return (neg & is_int.logical_not()).where(nan, signed)
+        out = (neg & is_int.logical_not()).where(nan, signed)
+        # x^0 and 1^y are 1 whatever the other (C's pow): log2 and exp2 would give 0 * inf, a NaN
+        return (other.eq(0.0) | x.eq(1.0)).where(Tensor.full(out.shape, 1, x.dtype), out)
 
     def exp(self) -> Tensor:
         if self.dtype in (DType.float16, DType.bfloat16):  # x*log2(e) rounded to half would cost 0.2%

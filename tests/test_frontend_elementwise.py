@@ -122,6 +122,10 @@ def test_mod(fmod, dtype):
     (np.array([2, 3, 4], np.int64), np.array([3, 2, 0], np.int64)),
     (np.array([1.5, -2, 3], np.float32), np.array([2, 3, 1], np.int64)),
     (np.array([2, 3, 5], np.int32), np.array([2.0, 3.0, 1.0], np.float32)),
+    # x^0 and 1^y are 1 whatever the other, zero, infinite or NaN (log2 and exp2 alone give 0 * inf)
+    (np.array([0, np.inf, 1, 1, np.nan, 0, 0, -np.inf], np.float32),
+     np.array([0, 0, np.inf, np.nan, 0, 3, -1, 2], np.float32)),
+    (np.array([0, 0, 5, -3, 1], np.int32), np.array([0, 2, 0, 3, 7], np.int32)),
 ])
 def test_pow(base, exp):
     assert_matches(make_model(node("Pow", 2), {"x0": base, "x1": exp}, opset=15), {"x0": base, "x1": exp}, rtol=1e-5)
