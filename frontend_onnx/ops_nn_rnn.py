@@ -13,7 +13,7 @@ import numpy as np
 from ..ir import DType, Tensor
 from .ops_elementwise import ACTIVATIONS
 from .ops_shape import stack
-from .registry import OpContext, fail, need, need_const, op, wants
+from .registry import OpContext, fail, need, op, wants
 
 _TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
 _TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
@@ -62,7 +62,7 @@ class _Rnn:
     layout: int
     dtype: DType
     clip: float | None
-    lens: np.ndarray | None  # per-batch sequence lengths when some are shorter than seq
+    lens: Tensor | None  # (batch,) int64 sequence lengths, where some may be shorter than seq
 
 
 def _setup(ctx: OpContext, gates: int) -> _Rnn:
@@ -80,13 +80,21 @@ def _setup(ctx: OpContext, gates: int) -> _Rnn:
     hidden = int(ctx.attr("hidden_size", r.shape[-1]))
     if w.shape != (dirs, gates * hidden, x.shape[2]) or r.shape != (dirs, gates * hidden, hidden):
         raise fail(ctx, "W/R shapes do not match hidden_size, direction and the input size")
-    lens = None
-    if ctx.input(4) is not None:
-        v = need_const(ctx, 4).reshape(-1).astype(np.int64)
-        if v.size:
-            if v.shape != (batch,) or (v < 0).any() or (v > seq).any():
+    lens = ctx.input(4)
+    if lens is not None and lens.numel:
+        if lens.shape != (batch,):
+            raise fail(ctx, f"sequence_lens must be {batch} lengths in [0, {seq}]")
+        lens = lens.cast(DType.int64)
+        if lens.is_const:
+            v = lens.numpy()
+            if (v < 0).any() or (v > seq).any():
                 raise fail(ctx, f"sequence_lens must be {batch} lengths in [0, {seq}]")
-            lens = None if (v == seq).all() else v
+            if (v == seq).all():
+                lens = None
+        else:  # known when the model runs: lengths past [0, seq] are taken as the nearest bound
+            lens = lens.maximum(0).minimum(seq)
+    else:
+        lens = None
     clip = ctx.attr("clip")
     return _Rnn(x, seq, batch, hidden, dirs, direction, layout, x.dtype, None if clip is None else float(clip), lens)
 
@@ -120,7 +128,7 @@ def _direction(ctx: OpContext, s: _Rnn, d: int, gates: int, recurrent_bias_cols:
     return xw, rd.transpose(), rest
 
 
-def _time_order(s: _Rnn, d: int, xw: Tensor) -> tuple[Tensor, range, np.ndarray | None]:
+def _time_order(s: _Rnn, d: int, xw: Tensor) -> tuple[Tensor, range, Tensor | None]:
     """(step inputs, the order to visit them, the (seq, batch) time index that puts outputs back).
 
     With uneven sequence lengths a reverse direction walks each sequence from its own last
@@ -130,28 +138,28 @@ def _time_order(s: _Rnn, d: int, xw: Tensor) -> tuple[Tensor, range, np.ndarray 
         return xw, (range(s.seq) if forward else range(s.seq - 1, -1, -1)), None
     if forward:
         return xw, range(s.seq), None
-    t = np.arange(s.seq)[:, None]
-    idx = np.where(t < s.lens[None, :], s.lens[None, :] - 1 - t, t)
+    t = Tensor.const(np.arange(s.seq).reshape(s.seq, 1), DType.int64).expand((s.seq, s.batch))
+    lens = s.lens.reshape((1, s.batch)).expand((s.seq, s.batch))
+    idx = t.lt(lens).where(lens.sub(1).sub(t), t)
     return _time_gather(xw, idx), range(s.seq), idx
 
 
-def _time_gather(t: Tensor, idx: np.ndarray) -> Tensor:
-    index = Tensor.const(idx.reshape((*idx.shape, 1)), DType.int64).expand(t.shape)
-    return t.gather(index, 0)
+def _time_gather(t: Tensor, idx: Tensor) -> Tensor:
+    return t.gather(idx.reshape((*idx.shape, 1)).expand(t.shape), 0)
 
 
 def _valid(s: _Rnn, t: int) -> Tensor | None:
     """(batch, 1) mask of the sequences still running at step t; None when all are."""
     if s.lens is None:
         return None
-    return Tensor.const((t < s.lens).reshape(s.batch, 1), DType.bool)
+    return s.lens.gt(t).reshape((s.batch, 1))
 
 
 def _final(s: _Rnn, state: Tensor) -> Tensor:
     """A final state; an empty sequence reports zeros (as onnxruntime does), not the initial state."""
-    if s.lens is None or s.lens.all():
+    if s.lens is None or (s.lens.is_const and s.lens.numpy().all()):
         return state
-    ran = Tensor.const((s.lens > 0).reshape(s.batch, 1), DType.bool).expand(state.shape)
+    ran = s.lens.gt(0).reshape((s.batch, 1)).expand(state.shape)
     return ran.where(state, Tensor.full(state.shape, 0, state.dtype))
 
 
@@ -165,7 +173,7 @@ def _step_input(xw: Tensor, t: int) -> Tensor:
 
 
 def _outputs(ctx: OpContext, s: _Rnn, ys: list[list[Tensor]], finals: list[list[Tensor]],
-             orders: list[np.ndarray | None]) -> list[Tensor | None]:
+             orders: list[Tensor | None]) -> list[Tensor | None]:
     """Y (seq, dirs, batch, H) and each final state (dirs, batch, H), in the node's layout."""
     y = None
     if wants(ctx, 0):

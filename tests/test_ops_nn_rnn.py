@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import ops_nn_harness as h
 import pytest
+from codegen_util import compare_cpu
 
 from luminal.errors import LuminalError
 from luminal.ir import Op
@@ -55,14 +56,24 @@ def test_lstm_projection_is_one_matmul_per_direction():
     assert h.op_counts(g).get(Op.SumReduce) == 1 + S
 
 
+@pytest.mark.parametrize("known", [True, False])  # a constant, or an input of the model (tf2onnx's masks)
 @pytest.mark.parametrize("lens", [[S, 2], [1, 3], [0, S]])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("op_type,gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
-def test_uneven_sequence_lengths(op_type, gates, direction, lens):
+def test_uneven_sequence_lengths(op_type, gates, direction, lens, known):
     ins = _gated_inputs(gates, direction, True) if op_type != "LSTM" else _inputs(direction, True)
     ins[4] = np.array(lens, np.int32)
     n_out = 3 if op_type == "LSTM" else 2
-    h.check(op_type, ins, dict(hidden_size=H, direction=direction), n_out=n_out, opset=14, consts={4})
+    g = h.check(op_type, ins, dict(hidden_size=H, direction=direction), n_out=n_out, opset=14,
+                consts={4} if known else set())
+    assert any(n.op is Op.Input and n.attrs.get("name") == "i4" for n in g.toposort()) != known
+
+
+def test_sequence_lengths_from_the_model_on_the_c_backend():
+    ins = _inputs("bidirectional", True)
+    ins[4] = np.array([1, 3], np.int32)
+    g = h.check("LSTM", ins, dict(hidden_size=H, direction="bidirectional"), n_out=3, opset=14)
+    compare_cpu(g, {f"i{k}": a for k, a in enumerate(ins)}, rtol=1e-4, atol=1e-5)
 
 
 def test_bad_sequence_lengths_refused():
