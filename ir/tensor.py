@@ -382,6 +382,8 @@ class Tensor:
         signed = (neg & odd).where(mag.neg(), mag)
         nan = Tensor.full(signed.shape, float("nan"), x.dtype)
         out = (neg & is_int.logical_not()).where(nan, signed)
+        if s is not None and math.isfinite(s):  # a constant exponent but 0 (above): 1^y is exp2(0)
+            return out
         # x^0 and 1^y are 1 whatever the other (C's pow): log2 and exp2 would give 0 * inf, a NaN
         return (other.eq(0.0) | x.eq(1.0)).where(Tensor.full(out.shape, 1, x.dtype), out)
 
