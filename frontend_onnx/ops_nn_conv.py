@@ -9,10 +9,11 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
+from .ops_elementwise import ACTIVATIONS, activation
 from .ops_nn_util import spatial_pads, windows
 from .ops_reduce import lp_norm
 from .ops_shape import concat
-from .registry import OpContext, fail, need, op, wants
+from .registry import MS, OpContext, fail, need, op, wants
 
 
 def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = False):
@@ -127,6 +128,26 @@ def _bias(y: Tensor, b: Tensor | None) -> Tensor:
 @op("Conv")
 def conv_op(ctx: OpContext) -> Tensor:
     return _bias(conv_node(ctx, need(ctx, 0), need(ctx, 1)), ctx.input(2))
+
+
+@op("FusedConv", domain=MS)
+def fused_conv_op(ctx: OpContext) -> Tensor:
+    """onnxruntime's Conv + optional sum Z + activation, as its graph optimizer saves them: activation(conv + B +
+    Z), the activation's alpha (LeakyRelu), alpha and beta (HardSigmoid) or bounds (Clip) in activation_params."""
+    y = conv_op(ctx)
+    z = ctx.input(3)
+    if z is not None:
+        y = y.add(z)
+    name = ctx.attr("activation") or "Identity"
+    params = [float(v) for v in ctx.attr("activation_params") or []]
+    if name == "Identity":
+        return y
+    if name == "Clip":
+        lo, hi = (params + [-math.inf, math.inf][len(params):])[:2]
+        return y.maximum(lo).minimum(hi)
+    if name.lower() not in ACTIVATIONS:
+        raise fail(ctx, f"unsupported activation {name[:40]!r}")
+    return activation(name, y, *params[:2])
 
 
 def conv_node(ctx: OpContext, x: Tensor, w: Tensor) -> Tensor:

@@ -100,6 +100,41 @@ def test_fused_gemm(activation, attrs):
     assert_matches(ms_model(node, {"a": a}, {"b": b, "c": c}), {"a": a}, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("activation,params,with_z", [
+    ("Relu", [], False), ("Relu", [], True), ("Tanh", [], False), ("Sigmoid", [], True), ("LeakyRelu", [0.2], False),
+    ("Clip", [0.0, 6.0], True), ("HardSigmoid", [0.3, 0.4], False), (None, [], True),
+])
+def test_fused_conv(activation, params, with_z):
+    x, w, b = f32(2, 4, 9, 7), f32(6, 2, 3, 3), f32(6)
+    attrs = ({"activation": activation} | ({"activation_params": params} if params else {})) if activation else {}
+    feeds = {"x": x} | ({"z": f32(2, 6, 5, 7)} if with_z else {})
+    node = helper.make_node("FusedConv", ["x", "w", "b", *(["z"] if with_z else [])], ["y"], domain=MS, group=2,
+                            strides=[2, 1], pads=[1, 1, 1, 1], **attrs)
+    assert_matches(ms_model(node, feeds, {"w": w, "b": b}), feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_onnxruntime_optimised_cnn(tmp_path):
+    """Convs onnxruntime's optimiser fused with their activations (FusedConv) import and match."""
+    import onnx
+    import onnxruntime as ort
+
+    x = f32(1, 8, 12, 12)
+    inits = {"w": f32(16, 8, 3, 3), "b": f32(16), "w2": f32(16, 16, 3, 3), "lo": np.float32(0), "hi": np.float32(6),
+             "w3": f32(4, 16, 1, 1)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Conv", ["r", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c2", "lo", "hi"], ["k"]), helper.make_node("Conv", ["k", "w3"], ["c3"]),
+             helper.make_node("Sigmoid", ["c3"], ["y"])]
+    m = make_model(nodes, {"x": x}, inits, outputs=["y"])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [n.op_type for n in opt.graph.node].count("FusedConv") == 3
+    assert_matches(opt, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
 def test_onnxruntime_optimised_model(tmp_path):
     """A model onnxruntime's optimiser rewrote into com.microsoft fused ops imports and matches."""
     import onnx
