@@ -113,11 +113,20 @@ def test_fused_conv(activation, params, with_z):
     assert_matches(ms_model(node, feeds, {"w": w, "b": b}), feeds, rtol=1e-4, atol=1e-5)
 
 
-def test_onnxruntime_optimised_cnn(tmp_path):
-    """Convs onnxruntime's optimiser fused with their activations (FusedConv) import and match."""
+def ort_optimised(model, tmp_path):
+    """``model`` as onnxruntime's graph optimizer saves it (extended level: its com.microsoft fusions)."""
     import onnx
     import onnxruntime as ort
 
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return onnx.load(str(tmp_path / "opt.onnx"))
+
+
+def test_onnxruntime_optimised_cnn(tmp_path):
+    """Convs onnxruntime's optimiser fused with their activations (FusedConv) import and match."""
     x = f32(1, 8, 12, 12)
     inits = {"w": f32(16, 8, 3, 3), "b": f32(16), "w2": f32(16, 16, 3, 3), "lo": np.float32(0), "hi": np.float32(6),
              "w3": f32(4, 16, 1, 1)}
@@ -125,21 +134,13 @@ def test_onnxruntime_optimised_cnn(tmp_path):
              helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Conv", ["r", "w2"], ["c2"], pads=[1, 1, 1, 1]),
              helper.make_node("Clip", ["c2", "lo", "hi"], ["k"]), helper.make_node("Conv", ["k", "w3"], ["c3"]),
              helper.make_node("Sigmoid", ["c3"], ["y"])]
-    m = make_model(nodes, {"x": x}, inits, outputs=["y"])
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
-    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = ort_optimised(make_model(nodes, {"x": x}, inits, outputs=["y"]), tmp_path)
     assert [n.op_type for n in opt.graph.node].count("FusedConv") == 3
     assert_matches(opt, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
 def test_onnxruntime_optimised_model(tmp_path):
     """A model onnxruntime's optimiser rewrote into com.microsoft fused ops imports and matches."""
-    import onnx
-    import onnxruntime as ort
-
     x = f32(2, 4, 16)
     inits = {"w": f32(16, 16), "b": f32(16), "half": np.float32(0.5), "one": np.float32(1.0),
              "rsqrt2": np.float32(0.7071067811865476), "scale": np.float32(0.125), "w2": f32(16, 8)}
@@ -148,12 +149,7 @@ def test_onnxruntime_optimised_model(tmp_path):
              helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["g"]),
              helper.make_node("Mul", ["g", "half"], ["gelu"]),
              helper.make_node("MatMul", ["gelu", "w2"], ["m2"]), helper.make_node("Mul", ["m2", "scale"], ["y"])]
-    m = make_model(nodes, {"x": x}, inits, outputs=["y"])
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
-    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    opt = onnx.load(str(tmp_path / "opt.onnx"))
+    opt = ort_optimised(make_model(nodes, {"x": x}, inits, outputs=["y"]), tmp_path)
     fused = {n.op_type for n in opt.graph.node if n.domain == MS}
     assert fused & {"BiasGelu", "Gelu", "FusedMatMul"}, fused
     assert_matches(opt, {"x": x}, rtol=1e-4, atol=1e-5)
