@@ -102,6 +102,13 @@ class Node:
     def is_scalar_const(self) -> bool:
         return self.op is Op.Constant and self.attrs["value"].ndim == 0
 
+    def one_value(self, view: View):
+        """The value every element read through ``view`` takes, where this is a constant of one element and no mask
+        reads zeros around it (a padded constant is no one value); else None."""
+        if self.op is not Op.Constant or view.mask or self.attrs["value"].size != 1:
+            return None
+        return self.attrs["value"].reshape(()).item()
+
     def __repr__(self) -> str:
         return f"%{self.id}={self.op.value}{list(self.shape)}:{self.dtype.value}"
 

@@ -86,18 +86,6 @@ def fold_constants(graph: Graph) -> Graph:
     return _rebuild(graph, lambda n, srcs: _folded(n, srcs) or _copy(n, srcs))
 
 
-def _scalar(src: Src):
-    """The one value read through ``src``, if a constant holds one and no mask reads zeros around it."""
-    s, v = src
-    if v.mask:
-        return None
-    if s.op is Op.Constant and s.attrs["value"].ndim == 0:
-        return s.attrs["value"].item()
-    if s.op is Op.Constant and s.attrs["value"].size == 1:
-        return s.attrs["value"].reshape(()).item()
-    return None
-
-
 def _uniform_along(src: Src, d: int, depth: int = 8) -> bool:
     """Whether the values read through ``src`` are the same all along dim ``d``: its view does not move
     along d, or it is an elementwise node read in order whose sources are all uniform along d."""
@@ -203,7 +191,7 @@ def _unit_or_combined(n: Node, srcs: tuple[Src, ...]) -> Node | Src | None:
     """x*1 and x+0 as x; (x*a)*b and (x+a)+b with one constant a*b or a+b."""
     unit = 1 if n.op is Op.Mul else 0
     for i in (0, 1):
-        c = _scalar(srcs[i])
+        c = srcs[i][0].one_value(srcs[i][1])
         other = srcs[1 - i]
         if c is not None and c == unit and other[0].dtype == n.dtype and n.dtype.is_float:
             return other
@@ -211,7 +199,7 @@ def _unit_or_combined(n: Node, srcs: tuple[Src, ...]) -> Node | Src | None:
             x, vx = other
             if x.op is n.op and vx.is_contiguous and vx.shape == n.shape and x.shape == n.shape:
                 for j in (0, 1):
-                    c2 = _scalar(x.srcs[j])
+                    c2 = x.srcs[j][0].one_value(x.srcs[j][1])
                     if c2 is not None and x.dtype == n.dtype:
                         combined = c * c2 if n.op is Op.Mul else c + c2
                         k = Node(Op.Constant, (), (), n.dtype,

@@ -95,9 +95,9 @@ class Tensor:
         """The single value of a constant tensor whose elements are all equal, else None."""
         if not self.is_const:
             return None
-        v = self.node.attrs["value"]
-        if v.ndim == 0 and not self.view.mask:
-            return v.item()
+        v = self.node.one_value(self.view)
+        if v is not None:
+            return v
         if self.numel == 1:
             return self.numpy().reshape(-1)[0].item()
         return None
