@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import reduce
 
 import numpy as np
@@ -137,6 +138,20 @@ def activation(name: str, x: Tensor, alpha: float | None = None, beta: float | N
     if fn is None:
         raise NotImplementedError(f"activation {name[:40]!r}")
     return fn(x, alpha, beta)
+
+
+def fused_activation(ctx: OpContext, y: Tensor, params: list[float | None]) -> Tensor:
+    """onnxruntime's activation fused into a node (FusedGemm, FusedConv), named by its ``activation`` attribute:
+    ``params`` its alpha and beta, or Clip's bounds."""
+    name = str(ctx.attr("activation") or "Identity")
+    if name == "Identity":
+        return y
+    if name == "Clip":
+        lo, hi = [*params, None, None][:2]
+        return y.maximum(-math.inf if lo is None else lo).minimum(math.inf if hi is None else hi)
+    if name.lower() not in ACTIVATIONS:
+        raise fail(ctx, f"unsupported activation {name[:40]!r}")
+    return activation(name, y, *params[:2])
 
 
 @op("Softsign", "Elu", "LeakyRelu", "ThresholdedRelu", "HardSigmoid")

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_elementwise import ACTIVATIONS, activation
+from .ops_elementwise import fused_activation
 from .ops_nn_util import spatial_pads, windows
 from .ops_reduce import lp_norm
 from .ops_shape import concat
@@ -138,16 +138,7 @@ def fused_conv_op(ctx: OpContext) -> Tensor:
     z = ctx.input(3)
     if z is not None:
         y = y.add(z)
-    name = ctx.attr("activation") or "Identity"
-    params = [float(v) for v in ctx.attr("activation_params") or []]
-    if name == "Identity":
-        return y
-    if name == "Clip":
-        lo, hi = (params + [-math.inf, math.inf][len(params):])[:2]
-        return y.maximum(lo).minimum(hi)
-    if name.lower() not in ACTIVATIONS:
-        raise fail(ctx, f"unsupported activation {name[:40]!r}")
-    return activation(name, y, *params[:2])
+    return fused_activation(ctx, y, [float(v) for v in ctx.attr("activation_params") or []])
 
 
 def conv_node(ctx: OpContext, x: Tensor, w: Tensor) -> Tensor:

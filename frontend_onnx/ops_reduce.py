@@ -10,7 +10,7 @@ from ..ir import DType, Tensor
 from ..ir.tensor import FOLD_LIMIT
 from . import registry
 from .importer import const_tensor
-from .ops_elementwise import activation
+from .ops_elementwise import fused_activation
 from .ops_shape import axes_arg, concat, norm_axis
 from .registry import MS, OpContext, need, need_ints, op
 
@@ -158,11 +158,9 @@ def fused_gemm(ctx: OpContext) -> Tensor:
     gemm = registry.lookup("", "Gemm")
     if gemm is None:
         raise NotImplementedError("Gemm")
-    y, name = gemm(ctx), str(ctx.attr("activation", ""))
+    y = gemm(ctx)
     assert isinstance(y, Tensor), "Gemm has one output"
-    if name in ("", "Identity"):
-        return y
-    return activation(name, y, ctx.attr("activation_alpha"), ctx.attr("activation_beta"))
+    return fused_activation(ctx, y, [ctx.attr("activation_alpha"), ctx.attr("activation_beta")])
 
 
 ROUNDS_MAX_K = 16  # up to this k, k rounds of (max, its first index, mask it out); past it a sorting network
