@@ -79,11 +79,14 @@ _ELEM: dict[int, DType] = {
 }
 
 
+def _type_name(elem: int) -> str:
+    return TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+
+
 def onnx_dtype(elem_type: int) -> DType:
     """The IR dtype an ONNX element type computes in (double as float32, small ints as int32)."""
     if elem_type not in _ELEM:
-        name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else elem_type
-        raise LuminalError(f"unsupported ONNX element type {name}")
+        raise LuminalError(f"unsupported ONNX element type {_type_name(elem_type)}")
     return _ELEM[elem_type]
 
 
@@ -92,11 +95,13 @@ def tensor_value(t: TensorProto) -> np.ndarray:
     if t.data_type not in _ELEM:
         onnx_dtype(t.data_type)
     if t.data_location == TensorProto.EXTERNAL:
-        raise LuminalError(f"tensor {t.name!r} has external data that was not loaded")
+        raise LuminalError(f"tensor {clean(t.name)!r} has external data that was not loaded")
+    if any(d < 0 for d in t.dims):
+        raise LuminalError(f"tensor {clean(t.name)!r} has a negative dim: {list(t.dims)}")
     try:
         return numpy_helper.to_array(t)
     except (ValueError, TypeError) as e:
-        raise LuminalError(f"tensor {t.name!r} is malformed: {e}") from None
+        raise LuminalError(f"tensor {clean(t.name)!r} is malformed: {e}") from None
 
 
 def sparse_value(sp: onnx.SparseTensorProto) -> np.ndarray:
@@ -104,6 +109,8 @@ def sparse_value(sp: onnx.SparseTensorProto) -> np.ndarray:
     values = tensor_value(sp.values).reshape(-1)
     indices = tensor_value(sp.indices).astype(np.int64)
     dims = tuple(int(d) for d in sp.dims)
+    if any(d < 0 for d in dims):
+        raise LuminalError(f"sparse tensor {clean(sp.values.name)!r} has a negative dim: {list(dims)}")
     size = math.prod(dims)
     if indices.ndim == 2:
         if indices.shape[1] != len(dims) or (indices < 0).any() or (indices >= np.array(dims)).any():
@@ -382,6 +389,27 @@ class Importer:
     # body runs of Loops and Scans (unrolled) over the whole model, each counted as its nodes + 1
     unrolled: int = 0
 
+    @functools.cached_property
+    def _checker(self) -> onnx.checker.C.CheckerContext:
+        ctx = onnx.checker.C.CheckerContext()
+        ctx.ir_version = onnx.IR_VERSION
+        ctx.opset_imports = self.opsets
+        return ctx
+
+    def _check_schema(self, n: onnx.NodeProto) -> None:
+        """Refuse what onnxruntime refuses in a node its op's schema defines: inputs or outputs past the schema's
+        count, a required one left empty, an attribute the op does not have or a required one missing. Left to the
+        op: nodes with a graph or tensor attribute (a subgraph is checked in its own scope, a big constant is not
+        copied), and ops the schema registry lacks at the model's opset (the registry decides what is supported)."""
+        if any(a.type in _UNCHECKED_ATTRS for a in n.attribute):
+            return
+        try:
+            onnx.checker.check_node(n, self._checker)
+        except onnx.checker.ValidationError as e:
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else "invalid node"
+            if not msg.startswith(("No Op registered", "No opset import", "Op registered for")):
+                raise LuminalError(f"{_label(n)}: {clean(msg, 200)}") from None
+
     def source_dtype(self, name: str) -> np.dtype | None:
         return self.written.get(name)
 
@@ -438,6 +466,7 @@ class Importer:
         if fields.attributes:
             _check_attr_types(n, dom, opset)
             attrs = {a.name: _attr_value(a) for a in n.attribute}
+        self._check_schema(n)
         if op_type == "Constant" and isinstance(attrs.get("value"), np.ndarray) and output:
             self.written[output[0]] = attrs["value"].dtype
         elif op_type == "Cast" and attrs.get("to") in _ELEM and output:
@@ -470,6 +499,10 @@ class Importer:
 def _label(n: onnx.NodeProto) -> str:
     """How a message names a node: by its name, else its first output."""
     return f"node {clean(n.name or n.output[0] if n.output else n.name)!r} ({clean(n.op_type)})"
+
+
+_UNCHECKED_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.TENSOR,
+                    onnx.AttributeProto.TENSORS, onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS)
 
 
 @functools.cache
@@ -596,11 +629,29 @@ def _default_opset(opsets: Mapping[str, int], warnings: list[str], graph: onnx.G
     return opset
 
 
+def _check_listed_initializers(g: onnx.GraphProto) -> None:
+    """Refuse an initializer listed as an input whose declared type or shape is not its own (onnxruntime does)."""
+    inits = {t.name: t for t in g.initializer}
+    for vi in g.input:
+        t = inits.get(vi.name)
+        if t is None or not vi.type.HasField("tensor_type"):
+            continue
+        elem, declared = vi.type.tensor_type.elem_type, dims.declared_dims(vi)
+        if elem and elem != t.data_type:
+            raise LuminalError(f"input {clean(vi.name)!r} declares element type {_type_name(elem)}, its initializer "
+                               f"is {_type_name(t.data_type)}")
+        if declared is not None and (len(declared) != len(t.dims) or any(
+                isinstance(d, int) and d != s for d, s in zip(declared, t.dims))):
+            raise LuminalError(f"input {clean(vi.name)!r} declares shape {list(declared)}, its initializer is "
+                               f"{list(t.dims)}")
+
+
 def _bind_inputs(g: onnx.GraphProto, shapes: Shapes | None,
                  warnings: list[str]) -> tuple[list[tuple[str, DType, tuple[int, ...]]], dims.Binding]:
     """The graph's inputs (initializers listed as inputs are constants) with their dtypes and shapes."""
     init_names = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
     real_inputs = [vi for vi in g.input if vi.name not in init_names]
+    _check_listed_initializers(g)
     dtypes = []
     for vi in real_inputs:
         if not vi.type.HasField("tensor_type"):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_elementwise import fused_activation
-from .ops_nn_util import spatial_pads, windows
+from .ops_nn_util import spatial_pads, window_ints, windows
 from .ops_reduce import lp_norm
 from .ops_shape import concat
 from .registry import MS, OpContext, fail, need, op, wants
@@ -18,8 +18,8 @@ from .registry import MS, OpContext, fail, need, op, wants
 
 def _geometry(ctx: OpContext, x: Tensor, kernel: list[int], ceil_mode: bool = False):
     nd = x.ndim - 2
-    strides = list(ctx.attr("strides") or [1] * nd)
-    dilations = list(ctx.attr("dilations") or [1] * nd)
+    strides = window_ints(ctx, "strides", [1] * nd)
+    dilations = window_ints(ctx, "dilations", [1] * nd)
     if len(kernel) != nd or len(strides) != nd or len(dilations) != nd:
         raise fail(ctx, f"kernel/strides/dilations do not match {nd} spatial dims")
     pads, outs = spatial_pads(ctx, x.shape[2:], kernel, strides, dilations, ceil_mode)
@@ -146,7 +146,7 @@ def conv_node(ctx: OpContext, x: Tensor, w: Tensor) -> Tensor:
     if x.ndim < 3 or w.ndim != x.ndim:
         raise fail(ctx, f"input rank {x.ndim} and weight rank {w.ndim} do not fit a convolution")
     group = int(ctx.attr("group", 1))
-    kernel = list(ctx.attr("kernel_shape") or w.shape[2:])
+    kernel = window_ints(ctx, "kernel_shape", w.shape[2:])
     if tuple(kernel) != tuple(w.shape[2:]):
         raise fail(ctx, "kernel_shape does not match the weight")
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
@@ -167,13 +167,13 @@ def conv_transpose_op(ctx: OpContext) -> Tensor:
     c = x.shape[1]
     if c != w.shape[0] or c % group:
         raise fail(ctx, f"channels {c} / weight {list(w.shape)} do not fit group {group}")
-    kernel = list(ctx.attr("kernel_shape") or w.shape[2:])
-    strides = list(ctx.attr("strides") or [1] * nd)
-    dilations = list(ctx.attr("dilations") or [1] * nd)
+    kernel = window_ints(ctx, "kernel_shape", w.shape[2:])
+    strides = window_ints(ctx, "strides", [1] * nd)
+    dilations = window_ints(ctx, "dilations", [1] * nd)
     out_pad = list(ctx.attr("output_padding") or [0] * nd)
     auto = ctx.attr("auto_pad", "NOTSET")
     out_shape = ctx.attr("output_shape")
-    raw = list(ctx.attr("pads") or [0] * (2 * nd))
+    raw = window_ints(ctx, "pads", [0] * (2 * nd), 0)
     pads = []
     for d in range(nd):
         n_in = x.shape[2 + d]
@@ -332,7 +332,7 @@ def _pool_geometry(ctx: OpContext, x: Tensor):
     """(kernel, strides, dilations, pads, outs) of a pooling node over ``x``."""
     if x.ndim < 3:
         raise fail(ctx, f"input rank {x.ndim} has no spatial dims")
-    kernel = list(ctx.attr("kernel_shape") or [])
+    kernel = window_ints(ctx, "kernel_shape", [])
     if len(kernel) != x.ndim - 2:
         raise fail(ctx, "kernel_shape is required and must match the spatial dims")
     return kernel, *_geometry(ctx, x, kernel, bool(ctx.attr("ceil_mode", 0)))
@@ -459,12 +459,12 @@ def deform_conv_op(ctx: OpContext) -> Tensor:
         raise fail(ctx, "only 2-D deformable convolution is supported")
     n, c, ih, iw = x.shape
     m, cg = w.shape[:2]
-    kh, kw = ctx.attr("kernel_shape") or w.shape[2:]
+    kh, kw = window_ints(ctx, "kernel_shape", w.shape[2:])
     group = int(ctx.attr("group", 1))
     og = int(ctx.attr("offset_group", 1))
-    sh, sw = ctx.attr("strides") or [1, 1]
-    dh, dw = ctx.attr("dilations") or [1, 1]
-    pt, pl, pb, pr = ctx.attr("pads") or [0, 0, 0, 0]
+    sh, sw = window_ints(ctx, "strides", [1, 1])
+    dh, dw = window_ints(ctx, "dilations", [1, 1])
+    pt, pl, pb, pr = window_ints(ctx, "pads", [0, 0, 0, 0], 0)
     oh, ow = off.shape[2:]
     if (oh, ow) != ((ih + pt + pb - (kh - 1) * dh - 1) // sh + 1, (iw + pl + pr - (kw - 1) * dw - 1) // sw + 1):
         raise fail(ctx, "offset's spatial shape does not match the convolution's output")
@@ -516,9 +516,9 @@ def col2im_op(ctx: OpContext) -> Tensor:
     image = [int(v) for v in image_c.reshape(-1)]
     block = [int(v) for v in block_c.reshape(-1)]
     nd = len(image)
-    strides = list(ctx.attr("strides") or [1] * nd)
-    dilations = list(ctx.attr("dilations") or [1] * nd)
-    pads = list(ctx.attr("pads") or [0] * (2 * nd))
+    strides = window_ints(ctx, "strides", [1] * nd)
+    dilations = window_ints(ctx, "dilations", [1] * nd)
+    pads = window_ints(ctx, "pads", [0] * (2 * nd), 0)
     counts = [(image[d] + pads[d] + pads[d + nd] - (block[d] - 1) * dilations[d] - 1) // strides[d] + 1
               for d in range(nd)]
     n, cb, length = x.shape
@@ -568,11 +568,11 @@ def max_unpool_op(ctx: OpContext) -> Tensor:
     x, idx = need(ctx, 0), need(ctx, 1)
     n, c, *sp = x.shape
     nd = len(sp)
-    kernel = [int(k) for k in ctx.attr("kernel_shape") or []]
+    kernel = window_ints(ctx, "kernel_shape", [])
     if len(kernel) != nd or tuple(idx.shape) != tuple(x.shape):
         raise fail(ctx, f"kernel_shape {kernel}, X {list(x.shape)} and I {list(idx.shape)} do not fit")
-    strides = [int(s) for s in ctx.attr("strides") or [1] * nd]
-    raw = [int(p) for p in ctx.attr("pads") or [0] * (2 * nd)]
+    strides = window_ints(ctx, "strides", [1] * nd)
+    raw = window_ints(ctx, "pads", [0] * (2 * nd), 0)
     pads = [(raw[d], raw[d + nd]) for d in range(nd)]
     outs = _unpool_outs(ctx, sp, kernel, strides, pads)
     plane = int(np.prod(outs))

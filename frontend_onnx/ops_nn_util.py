@@ -16,6 +16,15 @@ class RandomOpError(LuminalError):
     """The node's output is random (training-mode Dropout, ...): no deterministic result exists."""
 
 
+def window_ints(ctx: OpContext, name: str, default: Sequence[int], least: int = 1) -> list[int]:
+    """A conv's or pool's int-list attribute: kernel_shape, strides and dilations at least 1, pads (``least`` 0) at
+    least 0, as ONNX's shape inference and onnxruntime require."""
+    values = [int(v) for v in ctx.attr(name) or default]
+    if any(v < least for v in values):
+        raise fail(ctx, f"{name} {values}: each must be at least {least}")
+    return values
+
+
 def spatial_pads(ctx: OpContext, in_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
                  dilations: Sequence[int], ceil_mode: bool = False) -> tuple[list[tuple[int, int]], list[int]]:
     """(pads per spatial dim as (begin, end), output sizes) from pads/auto_pad, for conv and pooling.
@@ -26,7 +35,7 @@ def spatial_pads(ctx: OpContext, in_sizes: Sequence[int], kernel: Sequence[int],
     auto = ctx.attr("auto_pad", "NOTSET")
     pads: list[tuple[int, int]] = []
     outs: list[int] = []
-    raw = ctx.attr("pads") or [0] * (2 * nd)
+    raw = window_ints(ctx, "pads", [0] * (2 * nd), 0)
     if len(raw) != 2 * nd:
         raise fail(ctx, f"pads has {len(raw)} values, expected {2 * nd}")
     for d in range(nd):

@@ -12,11 +12,11 @@ import onnx
 from ..errors import LuminalError
 
 
-def clean(s: str | bytes) -> str:
-    """A name from the model, fit for a one-line message: unprintable characters as ``?``, at most 80."""
+def clean(s: str | bytes, limit: int = 80) -> str:
+    """A name from the model, fit for a one-line message: unprintable characters as ``?``, at most ``limit``."""
     if isinstance(s, bytes):  # proto2 hands out strings that are not UTF-8 as bytes
         s = s.decode("utf-8", "replace")
-    return "".join(c if c.isprintable() else "?" for c in s)[:80]
+    return "".join(c if c.isprintable() else "?" for c in s)[:limit]
 
 
 def _unique(kind: str, names: Iterable[str]) -> None:

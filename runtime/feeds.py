@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 from ..errors import LuminalError
 from ..frontend_onnx.dims import Dim, InputDecl, declared_dims, dim_value, is_placeholder, whole_shape
+from ..frontend_onnx.structure import clean
 from .model import TensorSpec
 
 
@@ -51,6 +52,8 @@ class IOSpec:
     @staticmethod
     def of_value(vi: onnx.ValueInfoProto) -> IOSpec:
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else TensorProto.UNDEFINED
+        if elem not in TensorProto.DataType.values():
+            raise LuminalError(f"{clean(vi.name)!r} declares element type {elem}, which ONNX does not define")
         return IOSpec(vi.name, declared_dims(vi), elem or TensorProto.FLOAT)
 
     @staticmethod

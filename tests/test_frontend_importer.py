@@ -281,6 +281,87 @@ def test_op_errors_name_the_node():
         load(m)
 
 
+X23 = np.ones((2, 3), np.float32)
+
+
+@pytest.mark.parametrize("node, inits, match", [
+    (helper.make_node("Tanh", ["x"], ["y"], dilations=[1]), {}, "Unrecognized attribute: dilations"),
+    (helper.make_node("Shape", ["x", "x"], ["y"]), {}, r"input size 2 not in range \[min=1, max=1\]"),
+    (helper.make_node("Reshape", ["x", "s", "s"], ["y"]), {"s": np.array([3, 2], np.int64)}, "input size 3"),
+    (helper.make_node("Gemm", ["x", ""], ["y"]), {}, "input 1 is marked single but has an empty string"),
+    (helper.make_node("Relu", ["x"], ["y", "z"]), {}, "output size 2"),
+    (helper.make_node("Cast", ["x"], ["y"]), {}, "Required attribute 'to' is missing"),
+])
+def test_a_node_its_schema_refuses_is_refused(node, inits, match):
+    """What onnxruntime's schema check refuses (arity, attributes) luminal refuses too, naming the node, where before
+    the extra input or attribute was ignored and the model ran."""
+    node.name = "odd"
+    m = make_model(node, {"x": X23}, inits, outputs=["y"])
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime's own error type is not public
+        run_ort(m, {"x": X23})
+    with pytest.raises(LuminalError, match=rf"node 'odd' \({node.op_type}\): .*{match}"):
+        load(m)
+
+
+def test_a_node_of_another_domain_or_opset_is_left_to_its_op():
+    """Ops of domains onnx does not register (com.microsoft) and ops past the model's opset are not the schema
+    check's: the op decides (FusedConv imports; an op ONNX has no schema for is the unsupported-op error)."""
+    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    node = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.microsoft", activation="Relu")
+    m = make_model(node, {"x": x}, {"w": w})
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    assert_matches(m, {"x": x})
+    with pytest.raises(LuminalError, match="unsupported"):
+        load(make_model(helper.make_node("Frobnicate", ["x"], ["y"]), {"x": x}))
+
+
+@pytest.mark.parametrize("attrs, match", [
+    (dict(kernel_shape=[-3, 3]), r"kernel_shape \[-3, 3\]: each must be at least 1"),
+    (dict(kernel_shape=[0, 2]), r"kernel_shape \[0, 2\]"),
+    (dict(kernel_shape=[2, 2], strides=[0, 1]), r"strides \[0, 1\]"),
+    (dict(kernel_shape=[2, 2], dilations=[-1, 1]), r"dilations \[-1, 1\]"),
+    (dict(kernel_shape=[2, 2], pads=[-1, 0, 0, 0]), r"pads \[-1, 0, 0, 0\]: each must be at least 0"),
+])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "Conv", "ConvTranspose"])
+def test_window_attributes_out_of_range_are_refused(op, attrs, match):
+    """A kernel, stride or dilation below 1 or a negative pad: onnxruntime refuses them; luminal ran some (a negative
+    kernel made a larger output) and divided by zero on others."""
+    x = np.ones((1, 2, 9, 9), np.float32)
+    inits = {"w": np.ones((2, 2, 3, 3), np.float32)} if "Conv" in op else {}
+    if "Conv" in op and attrs.get("kernel_shape") == [2, 2]:
+        attrs = {k: v for k, v in attrs.items() if k != "kernel_shape"}
+    m = make_model(helper.make_node(op, ["x", *inits], ["y"], **attrs), {"x": x}, inits, opset=19)
+    with pytest.raises(Exception):  # noqa: B017
+        run_ort(m, {"x": x})
+    with pytest.raises(LuminalError, match=match):
+        load(m)
+
+
+def test_an_initializer_with_a_negative_dim_is_refused():
+    x = np.ones(4, np.float32)
+    m = make_model(helper.make_node("Add", ["x", "b"], ["y"]), {"x": x}, {"b": x})
+    m.graph.initializer[0].dims[0] = -1  # numpy's reshape would take -1 as "the rest" and read 4 values
+    with pytest.raises(LuminalError, match=r"tensor 'b' has a negative dim: \[-1\]"):
+        load(m)
+
+
+@pytest.mark.parametrize("declared, match", [
+    (helper.make_tensor_value_info("w", TensorProto.FLOAT, [3]), r"declares shape \[3\], its initializer is \[2, 3\]"),
+    (helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 4]), r"declares shape \[2, 4\]"),
+    (helper.make_tensor_value_info("w", TensorProto.INT64, [2, 3]), "declares element type INT64, its initializer is"),
+])
+def test_an_initializer_listed_as_an_input_of_another_shape_is_refused(declared, match):
+    """onnxruntime refuses an input whose initializer has another shape or type; luminal took the initializer."""
+    x = np.ones((2, 3), np.float32)
+    m = make_model(helper.make_node("Add", ["x", "w"], ["y"]), {"x": x}, {"w": x})
+    m.graph.input.append(declared)
+    with pytest.raises(Exception):  # noqa: B017
+        run_ort(m, {"x": x})
+    with pytest.raises(LuminalError, match=match):
+        load(m)
+
+
 def test_unsupported_input_dtype():
     x = helper.make_tensor_value_info("x", TensorProto.STRING, [2])
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x],

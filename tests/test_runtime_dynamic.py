@@ -42,6 +42,17 @@ def test_no_shapes_needed_and_inputs_described_as_onnxruntime_does(model_path):
                               ("peak", ["batch"], "tensor(float)")]
 
 
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_an_element_type_onnx_does_not_define_is_refused_when_the_session_is_made(model_path, which):
+    """A model with dynamic dims compiles at its first run; an input declared of element type 99 failed inside the
+    feed check with a KeyError, now the session refuses the model with the name."""
+    m = onnx.load(str(model_path))
+    (m.graph.input if which == "input" else m.graph.output)[0].type.tensor_type.elem_type = 99
+    onnx.save(m, str(model_path))
+    with pytest.raises(LuminalError, match="declares element type 99, which ONNX does not define"):
+        InferenceSession(model_path, backend="interpret")
+
+
 def test_each_size_compiles_once_and_is_reused(model_path):
     sess, ref = InferenceSession(model_path, backend="interpret"), _ref(model_path)
     for batch in (2, 5, 2, 5, 1):
