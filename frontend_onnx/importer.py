@@ -135,16 +135,46 @@ def array_dtype(dt: np.dtype) -> DType:
         raise LuminalError(f"unsupported tensor element type {dt}") from None
 
 
-def _declared(g: onnx.GraphProto, computed: Mapping[str, DType], outputs: bool = False) -> dict[str, str]:
-    """The graph inputs (or outputs) whose declared element type the IR computes in another dtype."""
+def _declared(g: onnx.GraphProto, computed: Mapping[str, DType], outputs: bool = False,
+              inferred: Mapping[str, int] | None = None) -> dict[str, str]:
+    """The graph inputs (or outputs) whose declared element type (else ``inferred``'s) the IR computes in another
+    dtype."""
     out = {}
     for vi in g.output if outputs else g.input:
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        elem = elem or (inferred or {}).get(vi.name, 0)
         if vi.name in computed and _ELEM.get(elem) is computed[vi.name]:
             written = onnx.helper.tensor_dtype_to_np_dtype(elem)
             if written != computed[vi.name].np:
                 out[vi.name] = written.name
     return out
+
+
+# initializers up to this size keep their values for type inference (shape tensors a Reshape's inference reads)
+INFERENCE_VALUES = 1 << 12
+
+
+def _inferred_elems(proto: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """ONNX's type inference for the graph outputs that declare no element type (what onnxruntime returns them
+    as: an int16 Abs is int16, where the IR computes int32), over the graph without its larger weights."""
+    g = proto.graph
+    if all(o.type.tensor_type.elem_type for o in g.output):
+        return {}
+    light = onnx.GraphProto(name=g.name, node=g.node, input=g.input, output=g.output, value_info=g.value_info,
+                            sparse_initializer=g.sparse_initializer)
+    for t in g.initializer:
+        if t.name in weights and weights[t.name].nbytes <= INFERENCE_VALUES:
+            light.initializer.append(numpy_helper.from_array(np.asarray(weights[t.name]), t.name))
+        elif t.name not in weights and t.ByteSize() <= INFERENCE_VALUES:
+            light.initializer.append(t)
+        else:
+            light.initializer.append(TensorProto(name=t.name, dims=t.dims, data_type=t.data_type))
+    model = onnx.helper.make_model(light, opset_imports=proto.opset_import, ir_version=proto.ir_version)
+    try:
+        g = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # the inference's own failures (a model onnx does not know): the computed dtypes stand
+        return {}
+    return {o.name: o.type.tensor_type.elem_type for o in g.output if o.type.tensor_type.elem_type}
 
 
 def const_tensor(arr, dtype: DType | None = None) -> Tensor:
@@ -735,7 +765,8 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         out_tensors.append(materialise(value))
         names.append(o.name)
     guard.node(lambda: "the graph", [scope[name] for name, _, _ in resolved], dict(zip(names, out_tensors)))
-    declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True))
+    declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True,
+                              inferred=_inferred_elems(proto, weights)))
     graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(bound.symbols), declared)
     if optimize:
         graph = ir.optimize(graph)

@@ -411,7 +411,23 @@ def cast(ctx: OpContext) -> Tensor:
         if to.upper() not in TensorProto.DataType.keys():  # noqa: SIM118 (an enum wrapper, no __contains__)
             raise ValueError(f"unknown type {to[:20]!r}")
         to = TensorProto.DataType.Value(to.upper())
-    return _x(ctx).cast(onnx_dtype(int(to)))
+    return cast_wrapped(_x(ctx), ctx.written(0), int(to))
+
+
+def cast_wrapped(x: Tensor, src: np.dtype | None, to: int) -> Tensor:
+    """``x`` (of ONNX type ``src`` where known) cast to ONNX type ``to``; an integer type the IR computes wider (int8
+    to uint32) takes the value modulo its range, as C's cast, numpy and onnxruntime do (300 as int8 is 44), where
+    ``src``'s values may fall outside it (a float is truncated first)."""
+    dtype = onnx_dtype(to)
+    dst = np.dtype(helper.tensor_dtype_to_np_dtype(to))
+    if dst.kind not in "iu" or dtype.np.itemsize <= dst.itemsize or np.can_cast(src or x.dtype.np, dst, "safe"):
+        return x.cast(dtype)
+    if x.dtype.is_float:
+        x = x.cast(DType.int64)
+    x = x.cast(dtype)  # a wider int wraps at 2^32 or 2^64 first, a multiple of the span
+    span = 1 << (8 * dst.itemsize)
+    r = remainder(x, span)
+    return r if dst.kind == "u" else r.ge(span >> 1).where(r.sub(span), r)
 
 
 @op("BitCast")
@@ -448,7 +464,11 @@ def bit_cast(ctx: OpContext) -> Tensor:
 
 @op("CastLike")
 def cast_like(ctx: OpContext) -> Tensor:
-    return _x(ctx).cast(need(ctx, 1).dtype)
+    target = ctx.written(1)
+    if target is None:
+        return _x(ctx).cast(need(ctx, 1).dtype)
+    ctx.declare(0, target)
+    return cast_wrapped(_x(ctx), ctx.written(0), helper.np_dtype_to_tensor_dtype(target))
 
 
 # -- com.microsoft activations (onnxruntime's fused forms) ------------------------------------

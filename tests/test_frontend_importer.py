@@ -362,6 +362,26 @@ def test_an_initializer_listed_as_an_input_of_another_shape_is_refused(declared,
         load(m)
 
 
+@pytest.mark.parametrize("dtype, chain", [
+    (np.int16, [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])]),
+    (np.uint8, [helper.make_node("ReduceMax", ["x"], ["y"], keepdims=0)]),
+    (np.int8, [helper.make_node("Less", ["x", "x"], ["c"]), helper.make_node("Where", ["c", "x", "x"], ["y"])]),
+    (np.float64, [helper.make_node("Cast", ["x"], ["a"], to=TensorProto.INT16), helper.make_node("Abs", ["a"], ["y"])]),
+])
+def test_an_output_of_no_declared_type_has_the_type_onnx_infers(dtype, chain, tmp_path):
+    """An output the model declares no element type for comes back as onnxruntime returns it (ONNX's type
+    inference), not in the wider dtype the IR computes it in (int16 as int32, double as float32)."""
+    from luminal.runtime.session import InferenceSession
+
+    x = (RNG.standard_normal((2, 3)) * 50).astype(dtype)
+    m = make_model(chain, {"x": x})
+    assert not m.graph.output[0].type.tensor_type.elem_type
+    onnx.save(m, tmp_path / "m.onnx")
+    (want,) = run_ort(m, {"x": x})
+    (got,) = InferenceSession(tmp_path / "m.onnx", backend="interpret").run(None, {"x": x})
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
 def test_unsupported_input_dtype():
     x = helper.make_tensor_value_info("x", TensorProto.STRING, [2])
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x],
