@@ -160,19 +160,20 @@ def _inferred_elems(proto: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -
     g = proto.graph
     if all(o.type.tensor_type.elem_type for o in g.output):
         return {}
-    light = onnx.GraphProto(name=g.name, node=g.node, input=g.input, output=g.output, value_info=g.value_info,
-                            sparse_initializer=g.sparse_initializer)
-    for t in g.initializer:
-        if t.name in weights and weights[t.name].nbytes <= INFERENCE_VALUES:
-            light.initializer.append(numpy_helper.from_array(np.asarray(weights[t.name]), t.name))
-        elif t.name not in weights and t.ByteSize() <= INFERENCE_VALUES:
-            light.initializer.append(t)
-        else:
-            light.initializer.append(TensorProto(name=t.name, dims=t.dims, data_type=t.data_type))
-    model = onnx.helper.make_model(light, opset_imports=proto.opset_import, ir_version=proto.ir_version)
     try:
+        light = onnx.GraphProto(name=g.name, node=g.node, input=g.input, output=g.output, value_info=g.value_info,
+                                sparse_initializer=g.sparse_initializer)
+        for t in g.initializer:
+            if t.name in weights and weights[t.name].nbytes <= INFERENCE_VALUES:
+                light.initializer.add().CopyFrom(t)
+                light.initializer[-1].raw_data = np.ascontiguousarray(weights[t.name]).tobytes()
+            elif t.name in weights or t.ByteSize() <= INFERENCE_VALUES:
+                light.initializer.add().CopyFrom(t)  # a mapped weight's proto holds no data
+            else:
+                light.initializer.append(TensorProto(name=t.name, dims=t.dims, data_type=t.data_type))
+        model = onnx.helper.make_model(light, opset_imports=proto.opset_import, ir_version=proto.ir_version)
         g = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # the inference's own failures (a model onnx does not know): the computed dtypes stand
+    except Exception:  # the inference's own failures (a model onnx does not know, names not UTF-8): the IR's types
         return {}
     return {o.name: o.type.tensor_type.elem_type for o in g.output if o.type.tensor_type.elem_type}
 
