@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_loop import Loop as ReferenceLoop
 
 
 class NonMaxSuppression(OpRun):
@@ -66,4 +67,34 @@ def _suppressed(head: list, rest: list[np.ndarray], iou) -> np.ndarray:
     return (ix > 0) & (iy > 0) & (inter > 0) & (ra > 0) & (a > 0) & (union > 0) & (inter / union > iou)
 
 
-HOST_OPS: list[type[OpRun]] = [NonMaxSuppression]
+class Loop(ReferenceLoop):
+    """The reference's Loop with its scan outputs stacked on a new first axis as the spec says (the reference
+    concatenates them: 3 iterations of [2, 4] gave [6, 4], not [3, 2, 4]); values of the enclosing scope as the
+    reference reads them."""
+
+    def _run(self, M, cond, *carried, context=None, body=None, attributes=None, bindings=None):
+        names_in = self.body.input_names
+        values = dict.fromkeys(names_in) | dict(zip(names_in[2:], carried)) | dict(context or {})
+        scans: list[list[np.ndarray]] = [[] for _ in range(self.K)]
+        trip = None if M is None else int(np.asarray(M).reshape(-1)[0])
+        go = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
+        it = 0
+        while go and (trip is None or it < trip):
+            values[names_in[0]] = np.array(it, np.int64)
+            values[names_in[1]] = np.array(go)
+            outs = self._run_body(values, attributes=attributes, bindings=bindings)
+            go = bool(np.asarray(outs[0]).reshape(-1)[0])
+            carried = tuple(outs[1:1 + len(carried)])
+            values.update(zip(names_in[2:], carried))
+            for k, part in enumerate(outs[1 + len(carried):]):
+                scans[k].append(np.asarray(part))
+            it += 1
+        if it == 0 and scans:  # each scan output empty, of the shape one iteration would give it
+            values[names_in[0]], values[names_in[1]] = np.array(0, np.int64), np.array(True)
+            once = self._run_body(values, attributes=attributes, bindings=bindings)[1 + len(carried):]
+            empty = (np.zeros((0, *np.shape(part)), np.asarray(part).dtype) for part in once)
+            return self._check_and_fix_outputs((*carried, *empty))
+        return self._check_and_fix_outputs((*carried, *(np.stack(s) for s in scans)))
+
+
+HOST_OPS: list[type[OpRun]] = [NonMaxSuppression, Loop]

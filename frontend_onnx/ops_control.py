@@ -1,9 +1,9 @@
 """Control flow and sequences, resolved while importing.
 
 If with a condition known at import time is inlined, otherwise both branches run under
-Where; Loop is unrolled when its trip count and condition are known, Scan over its
-scan axis; sequences are
-lists of tensors that exist only during the import.
+Where; Loop is unrolled when its trip count and condition are known (else it runs on the
+host), Scan over its scan axis; sequences are lists of tensors that exist only during the
+import.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import onnx
 from ..errors import LuminalError
 from ..ir import DType, Tensor
 from .ops_shape import concat, norm_axis, split_sizes, stack
-from .registry import DataDependent, OpContext, need, need_const, need_ints, op
+from .registry import DataDependent, OpContext, fail, need, need_const, need_ints, op
 
 
 def _branch(ctx: OpContext, name: str) -> list[Tensor | None]:
@@ -56,9 +56,13 @@ def if_op(ctx: OpContext) -> list[Tensor | None]:
 MAX_UNROLL = 1024
 
 
-def _known_bool(t: Tensor, what: str) -> bool:
-    if not t.is_const or t.numel != 1:
-        raise LuminalError(f"Loop {what} must be known at import time")
+def _known_bool(ctx: OpContext, t: Tensor) -> bool:
+    """The condition a Loop's body computes, where the import knows it; else the whole Loop runs on the host."""
+    if t.numel != 1:
+        raise fail(ctx, f"the body's condition has {t.numel} elements")
+    if not t.is_const:
+        raise DataDependent(f"node {ctx.node.name or 'Loop'!r} (Loop): the condition its body computes is only known "
+                            "at run time", ctx.node)
     return bool(t.numpy().reshape(-1)[0])
 
 
@@ -89,17 +93,16 @@ def loop_op(ctx: OpContext) -> list[Tensor | None]:
         it = Tensor.const(np.array([i], np.int64)).reshape(())
         cond_in = Tensor.full((), True, DType.bool)
         outs = _run_body(ctx, body, [it, cond_in, *carried], "Loop")
-        go = _known_bool(outs[0], "condition (computed by its body)")
+        go = _known_bool(ctx, outs[0])
         carried = list(outs[1:1 + len(carried)])
         for k in range(n_scan):
             scans[k].append(outs[1 + len(carried) + k])
         i += 1
-    stacked = []
-    for k, parts in enumerate(scans):
-        if not parts:
-            raise LuminalError(f"node {ctx.node.name!r} (Loop): scan output {k} of a loop that never runs")
-        stacked.append(stack(parts, 0))
-    return [*carried, *stacked]
+    if i == 0 and n_scan:  # no iteration: each scan output is empty, of the shape one iteration would give it
+        it = Tensor.const(np.array(0, np.int64))
+        once = _run_body(ctx, body, [it, Tensor.full((), True, DType.bool), *carried], "Loop")[1 + len(carried):]
+        return [*carried, *(Tensor.const(np.zeros((0, *t.shape), t.dtype.np)) for t in once)]
+    return [*carried, *(stack(parts, 0) for parts in scans)]
 
 
 def _scan(ctx: OpContext, states: list[Tensor], scans: list[Tensor], in_axes: list[int], in_dirs: list[int],

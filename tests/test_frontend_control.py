@@ -108,15 +108,72 @@ def test_loop_stopped_by_condition():
     assert_matches(m, {"x": x})
 
 
-def test_loop_with_runtime_condition_is_refused():
+def _session_matches_onnxruntime(m, feeds, tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    from luminal.runtime.session import InferenceSession
+
+    onnx.save(m, tmp_path / "m.onnx")
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = InferenceSession(tmp_path / "m.onnx", backend="interpret").run(None, feeds)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_loop_with_runtime_condition_runs_on_the_host(tmp_path):
+    """A condition the body computes from the data: the import cannot unroll the Loop, a session runs it on the host
+    between its compiled parts (it was refused)."""
     x = np.array([1.0, -2.0], np.float32)
     body = [helper.make_node("ReduceSum", ["v0_in"], ["s"], keepdims=0),
-            helper.make_node("Less", ["s", "zero"], ["c_out"]),
-            helper.make_node("Neg", ["v0_in"], ["v0_out"])]
-    m = _loop_model(5, True, body, ["c_out", "v0_out"], [x])
-    m.graph.initializer.append(helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]))
-    with pytest.raises(LuminalError, match=r"Loop condition .computed by its body. must be known"):
-        load(m)
+            helper.make_node("Less", ["s", "lim"], ["c_out"]),
+            helper.make_node("Add", ["v0_in", "v0_in"], ["v0_out"]),
+            helper.make_node("Neg", ["v0_out"], ["scan"])]
+    m = _loop_model(50, True, body, ["c_out", "v0_out", "scan"], [x])
+    m.graph.initializer.append(helper.make_tensor("lim", TensorProto.FLOAT, [], [40.0]))
+    m.graph.node.insert(0, helper.make_node("Abs", ["x"], ["ax"]))
+    m.graph.node[1].input[2] = "ax"
+    for feed in ([1.0, -2.0], [30.0, 20.0], [0.5, 0.25]):  # 4, 1 and 7 iterations
+        _session_matches_onnxruntime(m, {"x": np.array(feed, np.float32)}, tmp_path)
+
+
+def _typed_scan_output(m):
+    """The Loop body's carried input declared float [2, 3]: onnxruntime infers the scan output's shape from it (for a
+    Loop of no iteration luminal reads it from the body; onnxruntime gives [0] where it cannot infer one)."""
+    body = next(n for n in m.graph.node if n.op_type == "Loop").attribute[0].g
+    body.input[2].CopyFrom(helper.make_tensor_value_info("v0_in", TensorProto.FLOAT, [2, 3]))
+    body.output[2].type.tensor_type.elem_type = TensorProto.FLOAT
+
+
+@pytest.mark.parametrize("trip", [0, 1, 3])
+def test_loop_with_a_trip_count_from_the_model_stacks_its_scan_outputs(trip, tmp_path):
+    """A trip count given at run time: the Loop runs on the host, each scan output stacked on a new first axis (onnx's
+    reference implementation concatenates them: 3 iterations of [2, 3] gave [6, 3]); no iteration gives an empty
+    [0, 2, 3], as onnxruntime does."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    body = [helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["v0_in", "fi"], ["v0_out"]),
+            helper.make_node("Mul", ["v0_out", "v0_out"], ["scan"])]
+    feeds = {"x": x, "n": np.array(trip, np.int64)}
+    m = _loop_model(0, True, body, ["c_out", "v0_out", "scan"], [x], feeds=feeds)
+    m.graph.node[0].input[0] = "n"
+    _typed_scan_output(m)
+    _session_matches_onnxruntime(m, feeds, tmp_path)
+
+
+def test_loop_of_no_iteration_gives_empty_scan_outputs():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    body = [helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Neg", ["v0_in"], ["v0_out"]),
+            helper.make_node("Unsqueeze", ["v0_out", "ax"], ["scan"])]
+    m = _loop_model(0, True, body, ["c_out", "v0_out", "scan"], [x])
+    m.graph.initializer.append(helper.make_tensor("ax", TensorProto.INT64, [1], [0]))
+    _typed_scan_output(m)
+    r = load(m)
+    assert [o.shape for o in r.outputs] == [(2, 3), (0, 1, 2, 3)]
+    assert_matches(m, {"x": x})
 
 
 def test_sequence_ops():
