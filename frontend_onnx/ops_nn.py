@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     ops_nn_attention,
+    ops_nn_contrib_attention,
     ops_nn_conv,
     ops_nn_index,
     ops_nn_linalg,

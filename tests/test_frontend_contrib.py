@@ -153,3 +153,162 @@ def test_onnxruntime_optimised_model(tmp_path):
     fused = {n.op_type for n in opt.graph.node if n.domain == MS}
     assert fused & {"BiasGelu", "Gelu", "FusedMatMul"}, fused
     assert_matches(opt, {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+def _attention_case(kind, batch=2, seq=5, heads=2, hidden=8, seed=0, **attrs):
+    """A com.microsoft Attention node and its feeds: ``kind`` names the mask or the other input it exercises."""
+    r = np.random.default_rng(seed)
+    feeds = {"x": r.standard_normal((batch, seq, hidden)).astype(np.float32)}
+    sizes = attrs.get("qkv_hidden_sizes", [hidden] * 3)
+    inits = {"w": (r.standard_normal((hidden, sum(sizes))) * 0.3).astype(np.float32),
+             "b": r.standard_normal(sum(sizes)).astype(np.float32)}
+    past = 3 if kind == "past" else 0
+    total = seq + past
+    names = ["x", "w", "b", "", "", ""]
+    if kind == "lengths":
+        feeds["m"] = np.array([total, 2, 0][:batch], np.int32)
+    elif kind == "ends and starts":
+        feeds["m"] = np.array([total - 1, 3, 1, 0][:2 * batch], np.int32)
+    elif kind == "2-D":
+        feeds["m"] = (r.random((batch, total)) < 0.7).astype(np.int32)
+    elif kind == "3-D":
+        feeds["m"] = (r.random((batch, seq, total)) < 0.7).astype(np.int32)
+    if "m" in feeds:
+        names[3] = "m"
+    if past:
+        feeds["past"] = r.standard_normal((2, batch, heads, past, sizes[1] // heads)).astype(np.float32)
+        names[4] = "past"
+    if kind == "attention_bias":
+        feeds["ab"] = r.standard_normal((1, heads, seq, total)).astype(np.float32)
+        names[5] = "ab"
+    while not names[-1]:
+        names.pop()
+    outs = ["y", "present"] if past else ["y"]
+    node = helper.make_node("Attention", names, outs, domain=MS, num_heads=heads, **attrs)
+    return ms_model(node, feeds, inits, outputs=outs), feeds
+
+
+MASKS = ["none", "lengths", "ends and starts", "2-D", "3-D", "past", "attention_bias"]
+ATTENTION_CASES = [(kind, attrs) for kind in MASKS
+                   for attrs in [{}, {"unidirectional": 1}, {"scale": 0.2, "mask_filter_value": -50.0},
+                                 {"qkv_hidden_sizes": [8, 8, 4]}]
+                   if not (kind == "past" and "qkv_hidden_sizes" in attrs)]  # a past needs equal k and v sizes
+
+
+@pytest.mark.parametrize("kind, attrs", ATTENTION_CASES)
+def test_ms_attention(kind, attrs):
+    """onnxruntime's packed-projection self-attention, each mask_index form (a key with no length left and a row
+    with every key masked included), past and present, attention_bias, a causal mask, its own scale and fill value
+    and a value size of its own, against onnxruntime's CPU kernel."""
+    model, feeds = _attention_case(kind, **attrs)
+    assert_matches(model, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mask", [None, "lengths", "2-D"])
+@pytest.mark.parametrize("past, bias, attention_bias", [(False, False, False), (True, True, False),
+                                                        (False, True, True)])
+def test_ms_multi_head_attention(mask, past, bias, attention_bias):
+    r = np.random.default_rng(3)
+    batch, seq, kv_len, heads, hidden = 2, 4, 6, 2, 8
+    feeds = {"q": f32(batch, seq, hidden), "k": f32(batch, kv_len, hidden), "v": f32(batch, kv_len, hidden)}
+    names, inits = ["q", "k", "v", "", "", "", "", ""], {}
+    total = kv_len + (2 if past else 0)
+    if bias:
+        inits["b"], names[3] = f32(3 * hidden), "b"
+    if mask == "lengths":
+        feeds["m"], names[4] = np.array([total, 3], np.int32), "m"
+    elif mask == "2-D":
+        feeds["m"], names[4] = (r.random((batch, total)) < 0.7).astype(np.int32), "m"
+    if attention_bias:
+        feeds["ab"], names[5] = f32(batch, 1, seq, total), "ab"
+    if past:
+        feeds["pk"], feeds["pv"] = f32(batch, heads, 2, hidden // heads), f32(batch, heads, 2, hidden // heads)
+        names[6:8] = ["pk", "pv"]
+    while not names[-1]:
+        names.pop()
+    outs = ["y", "pk_out", "pv_out"] if past else ["y"]
+    node = helper.make_node("MultiHeadAttention", names, outs, domain=MS, num_heads=heads)
+    assert_matches(ms_model(node, feeds, inits, outputs=outs), feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("segments, mask, position_ids", [(True, True, False), (False, False, False),
+                                                          (True, False, True), (False, True, True)])
+def test_embed_layer_normalization(segments, mask, position_ids):
+    """Word, position and segment embeddings summed and normalised; mask_index counts each row's ones (zeros with
+    no mask); embedding_sum is the sum before the norm."""
+    r = np.random.default_rng(4)
+    batch, seq, vocab, hidden = 2, 5, 30, 8
+    feeds = {"ids": r.integers(0, vocab, (batch, seq)).astype(np.int32)}
+    inits = {"we": f32(vocab, hidden), "pe": f32(seq + 2, hidden), "g": f32(hidden) + 1, "bt": f32(hidden)}
+    names = ["ids", "", "we", "pe", "", "g", "bt", "", ""]
+    if segments:
+        feeds["seg"], inits["se"] = r.integers(0, 2, (batch, seq)).astype(np.int32), f32(2, hidden)
+        names[1], names[4] = "seg", "se"
+    if mask:
+        feeds["m"], names[7] = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32), "m"
+    if position_ids:
+        feeds["pid"], names[8] = r.integers(0, seq + 2, (1, seq)).astype(np.int32), "pid"
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("EmbedLayerNormalization", names, ["y", "mi", "es"], domain=MS, epsilon=1e-5)
+    assert_matches(ms_model(node, feeds, inits, outputs=["y", "mi", "es"]), feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_onnxruntime_transformer_optimised_bert(tmp_path):
+    """A BERT layer exported from torch as Hugging Face writes it, then fused by onnxruntime's transformer
+    optimizer into EmbedLayerNormalization, Attention, SkipLayerNormalization and BiasGelu (the form its users
+    ship): it imports (it was refused) and its session matches onnxruntime on the model before the fusion, padded
+    rows included."""
+    import math
+
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    from luminal.runtime.session import InferenceSession
+
+    torch.manual_seed(0)
+    hidden, heads = 32, 4
+
+    class Bert(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.words, self.positions = torch.nn.Embedding(50, hidden), torch.nn.Embedding(16, hidden)
+            self.types, self.ln0 = torch.nn.Embedding(2, hidden), torch.nn.LayerNorm(hidden, eps=1e-12)
+            self.q, self.k, self.v, self.o = (torch.nn.Linear(hidden, hidden) for _ in range(4))
+            self.ln1, self.ln2 = torch.nn.LayerNorm(hidden, eps=1e-12), torch.nn.LayerNorm(hidden, eps=1e-12)
+            self.up, self.down = torch.nn.Linear(hidden, 4 * hidden), torch.nn.Linear(4 * hidden, hidden)
+            self.register_buffer("pos", torch.arange(16).unsqueeze(0))
+
+        def split(self, t):
+            return t.view(t.size(0), t.size(1), heads, hidden // heads).permute(0, 2, 1, 3)
+
+        def forward(self, ids, mask, types):
+            x = self.ln0(self.words(ids) + self.positions(self.pos[:, :ids.size(1)]) + self.types(types))
+            extended = (1.0 - mask[:, None, None, :].to(x.dtype)) * -10000.0
+            scores = torch.matmul(self.split(self.q(x)), self.split(self.k(x)).transpose(-1, -2))
+            p = torch.softmax(scores / math.sqrt(hidden // heads) + extended, dim=-1)
+            c = torch.matmul(p, self.split(self.v(x))).permute(0, 2, 1, 3).contiguous()
+            a = self.ln1(self.o(c.view(c.size(0), c.size(1), hidden)) + x)
+            return self.ln2(self.down(torch.nn.functional.gelu(self.up(a))) + a)
+
+    ids, types = torch.randint(0, 50, (2, 8)), torch.zeros(2, 8, dtype=torch.int64)
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    torch.onnx.export(Bert().eval(), (ids, mask, types), str(tmp_path / "bert.onnx"), input_names=names,
+                      output_names=["out"], opset_version=14, dynamo=False,
+                      dynamic_axes={n: {0: "batch", 1: "seq"} for n in names})
+    optimize_model(str(tmp_path / "bert.onnx"), model_type="bert", num_heads=heads,
+                   hidden_size=hidden).save_model_to_file(str(tmp_path / "opt.onnx"))
+    fused = {n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node if n.domain == MS}
+    assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization"} <= fused
+    r = np.random.default_rng(5)
+    feeds = {"input_ids": r.integers(0, 50, (3, 7)), "attention_mask": np.ones((3, 7), np.int64),
+             "token_type_ids": r.integers(0, 2, (3, 7))}
+    feeds["attention_mask"][1, 4:] = 0
+    want = ort.InferenceSession(str(tmp_path / "bert.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)
+    opt = InferenceSession(tmp_path / "opt.onnx", backend="interpret")
+    typed = {i.name: feeds[i.name].astype(np.int32 if i.type == "tensor(int32)" else np.int64)
+             for i in opt.get_inputs()}
+    np.testing.assert_allclose(opt.run(None, typed)[0], want[0], rtol=1e-4, atol=1e-5)

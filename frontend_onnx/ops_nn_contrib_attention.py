@@ -1,0 +1,177 @@
+"""onnxruntime's com.microsoft Attention, MultiHeadAttention and EmbedLayerNormalization (what its transformer
+optimizer writes into BERT and GPT-2 graphs), composed from matmuls, masks and softmax as onnxruntime's CPU kernels
+compute them: a masked key adds ``mask_filter_value`` (-10000) to its score, a key past a causal query's position
+takes the lowest float."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import DType, Tensor
+from .ops_nn_attention import _heads
+from .ops_nn_index import gather_axis
+from .ops_reduce import normalise
+from .ops_shape import concat, stack
+from .registry import MS, OpContext, fail, need, op, wants
+
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def _key_mask(ctx: OpContext, mask: Tensor, batch: int, q_len: int, total: int) -> Tensor:
+    """Attention's mask_index as an additive (batch, 1, q or 1, total) mask of 0 and mask_filter_value: key lengths
+    (batch), lengths then starts (2 x batch), a 0/1 mask per key (batch, total) or per query and key (batch, q,
+    total)."""
+    fill = float(ctx.attr("mask_filter_value", -10000.0))
+    keys = Tensor.const(np.arange(total, dtype=np.int32)).reshape((1, total))
+    if mask.ndim == 1 and mask.shape[0] in (batch, 2 * batch):
+        ends = mask.shrink([(0, batch)]).cast(DType.int32).reshape((batch, 1))
+        dead = keys.expand((batch, total)).ge(ends.expand((batch, total)))
+        if mask.shape[0] == 2 * batch:
+            starts = mask.shrink([(batch, 2 * batch)]).cast(DType.int32).reshape((batch, 1))
+            dead = dead | keys.expand((batch, total)).lt(starts.expand((batch, total)))
+        dead = dead.reshape((batch, 1, 1, total))
+    elif mask.ndim == 2 and tuple(mask.shape) == (batch, total):
+        dead = mask.le(0).reshape((batch, 1, 1, total))
+    elif mask.ndim == 3 and tuple(mask.shape) == (batch, q_len, total):
+        dead = mask.le(0).reshape((batch, 1, q_len, total))
+    else:
+        raise fail(ctx, f"mask_index of shape {list(mask.shape)} is not one onnxruntime's CPU kernel takes "
+                        f"({batch}, {2 * batch}, ({batch}, {total}) or ({batch}, {q_len}, {total}))")
+    return dead.where(Tensor.full(dead.shape, fill, DType.float32), Tensor.full(dead.shape, 0.0, DType.float32))
+
+
+def _causal(q_len: int, total: int) -> np.ndarray:
+    """Where query i (after the past) may see key j: j <= past + i."""
+    past = total - q_len
+    return np.arange(total)[None, :] <= np.arange(q_len)[:, None] + past
+
+
+def _attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+            scale: float) -> Tensor:
+    """softmax(scale q k^T + mask + bias) v over (batch, heads, seq, head) q, k and v; a causal query's later keys
+    at the lowest float."""
+    dt = q.dtype
+    scores = q.matmul(k.transpose()).mul(scale)
+    q_len, total = scores.shape[2:]
+    if mask is not None:
+        scores = scores.add(mask.cast(dt).expand(scores.shape))
+    if int(ctx.attr("unidirectional", 0)):
+        allowed = Tensor.const(_causal(q_len, total)).reshape((1, 1, q_len, total)).expand(scores.shape)
+        scores = allowed.where(scores, Tensor.full(scores.shape, LOWEST, dt))
+    if bias is not None:
+        scores = scores.add(bias.cast(dt).expand(scores.shape))
+    m = scores.max((3,), keepdim=True)
+    e = scores.sub(m.expand(scores.shape)).exp()
+    p = e.div(e.sum((3,), keepdim=True).expand(scores.shape))
+    return p.matmul(v)
+
+
+def _merge(y: Tensor) -> Tensor:
+    """(batch, heads, seq, head) -> (batch, seq, heads*head)."""
+    b, h, s, d = y.shape
+    return y.permute([0, 2, 1, 3]).reshape((b, s, h * d))
+
+
+def _num_heads(ctx: OpContext, *hidden: int) -> int:
+    heads = int(ctx.attr("num_heads", 0))
+    if heads <= 0 or any(h % heads for h in hidden):
+        raise fail(ctx, f"num_heads {heads} must be positive and divide the hidden sizes {list(hidden)}")
+    return heads
+
+
+def _scale(ctx: OpContext, head: int) -> float:
+    scale = float(ctx.attr("scale", 0.0) or 0.0)
+    return scale if scale else 1 / math.sqrt(head)
+
+
+@op("Attention", domain=MS)
+def attention(ctx: OpContext) -> list[Tensor | None]:
+    """Self-attention over one packed projection: input @ weights + bias split into Q, K and V (by
+    qkv_hidden_sizes), the past's keys and values before this step's, present = (2, batch, heads, total, head)."""
+    x, w, b = need(ctx, 0), need(ctx, 1), ctx.input(2)
+    mask, past, attn_bias = ctx.input(3), ctx.input(4), ctx.input(5)
+    if int(ctx.attr("do_rotary", 0)) or int(ctx.attr("past_present_share_buffer", 0)):
+        raise fail(ctx, "do_rotary and past_present_share_buffer are not supported")
+    if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2]:
+        raise fail(ctx, f"input {list(x.shape)} and weights {list(w.shape)} do not fit (batch, seq, hidden) @ "
+                        "(hidden, q + k + v)")
+    sizes = [int(s) for s in ctx.attr("qkv_hidden_sizes") or [w.shape[1] // 3] * 3]
+    if len(sizes) != 3 or sum(sizes) != w.shape[1] or sizes[0] != sizes[1]:
+        raise fail(ctx, f"qkv_hidden_sizes {sizes} do not split the weights' {w.shape[1]} columns")
+    heads = _num_heads(ctx, *sizes)
+    qkv = x.matmul(w.cast(x.dtype))
+    if b is not None:
+        qkv = qkv.add(b.cast(x.dtype).expand(qkv.shape))
+    batch, seq, _ = x.shape
+    cuts = np.cumsum([0, *sizes])
+    q, k, v = (_heads(qkv.shrink([(0, batch), (0, seq), (int(cuts[i]), int(cuts[i + 1]))]), heads)
+               for i in range(3))
+    if past is not None:
+        if past.ndim != 5 or past.shape[0] != 2 or tuple(past.shape[1:3]) != (batch, heads):
+            raise fail(ctx, f"past {list(past.shape)} is not (2, {batch}, {heads}, past, head)")
+        k = concat([_at(past, 0).cast(k.dtype), k], 2)
+        v = concat([_at(past, 1).cast(v.dtype), v], 2)
+    total = k.shape[2]
+    key_mask = None if mask is None else _key_mask(ctx, mask, batch, seq, total)
+    y = _merge(_attend(ctx, q, k, v, key_mask, attn_bias, _scale(ctx, sizes[0] // heads)))
+    present = stack([k, v], 0) if wants(ctx, 1) and sizes[1] == sizes[2] else None
+    return [y, present]
+
+
+def _at(x: Tensor, i: int) -> Tensor:
+    return x.shrink([(i, i + 1)] + [(0, s) for s in x.shape[1:]]).squeeze([0])
+
+
+@op("MultiHeadAttention", domain=MS)
+def multi_head_attention(ctx: OpContext) -> list[Tensor | None]:
+    """Attention over separate query, key and value (batch, seq, hidden) with an optional packed bias (q + k + v),
+    key_padding_mask (key lengths or a 0/1 mask per key), attention_bias and past keys and values (batch, heads,
+    past, head); present_key and present_value hold the past and this step's."""
+    q, k, v = need(ctx, 0), ctx.input(1), ctx.input(2)
+    bias, pad_mask, attn_bias, past_k, past_v = (ctx.input(i) for i in range(3, 8))
+    if k is None or v is None or q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise fail(ctx, "only separate 3-D query, key and value are supported (not packed or per-head forms)")
+    heads = _num_heads(ctx, q.shape[2], k.shape[2], v.shape[2])
+    if bias is not None:
+        cuts = np.cumsum([0, q.shape[2], k.shape[2], v.shape[2]])
+        q, k, v = (t.add(bias.shrink([(int(cuts[i]), int(cuts[i + 1]))]).cast(t.dtype).expand(t.shape))
+                   for i, t in enumerate((q, k, v)))
+    batch, seq = q.shape[:2]
+    qh, kh, vh = _heads(q, heads), _heads(k, heads), _heads(v, heads)
+    if past_k is not None and past_v is not None:
+        kh, vh = concat([past_k.cast(kh.dtype), kh], 2), concat([past_v.cast(vh.dtype), vh], 2)
+    total = kh.shape[2]
+    mask = None
+    if pad_mask is not None:
+        if pad_mask.ndim == 1 and pad_mask.shape[0] != batch:
+            raise fail(ctx, f"key_padding_mask {list(pad_mask.shape)} is not ({batch}) or ({batch}, {total})")
+        mask = _key_mask(ctx, pad_mask, batch, seq, total)
+    y = _merge(_attend(ctx, qh, kh, vh, mask, attn_bias, _scale(ctx, q.shape[2] // heads)))
+    return [y, kh if wants(ctx, 1) else None, vh if wants(ctx, 2) else None]
+
+
+@op("EmbedLayerNormalization", domain=MS)
+def embed_layer_norm(ctx: OpContext) -> list[Tensor | None]:
+    """LayerNorm(word[input_ids] + position[position_ids, else 0..seq) + segment[segment_ids]) over the hidden
+    size; mask_index the number of ones in each row of the mask (zeros without one); embedding_sum before the
+    norm."""
+    ids, segments, words, positions = need(ctx, 0), ctx.input(1), need(ctx, 2), need(ctx, 3)
+    segment_table, gamma, beta, mask, position_ids = ctx.input(4), need(ctx, 5), need(ctx, 6), ctx.input(7), \
+        ctx.input(8)
+    if ids.ndim != 2:
+        raise fail(ctx, f"input_ids {list(ids.shape)} is not (batch, seq)")
+    batch, seq = ids.shape
+    s = gather_axis(words, ids, 0)
+    if position_ids is None:
+        pos = positions.shrink([(0, seq), (0, positions.shape[1])]).unsqueeze([0]).expand(s.shape)
+    else:
+        pos = gather_axis(positions, position_ids, 0).expand(s.shape)
+    s = s.add(pos)
+    if segments is not None and segment_table is not None:
+        s = s.add(gather_axis(segment_table, segments, 0))
+    y = normalise(s, (2,), float(ctx.attr("epsilon", 1e-12)))[0]
+    y = y.mul(gamma.expand(y.shape)).add(beta.expand(y.shape))
+    ones = Tensor.full((batch,), 0, DType.int32) if mask is None else mask.ne(0).cast(DType.int32).sum((1,))
+    return [y, ones if wants(ctx, 1) else None, s if wants(ctx, 2) else None]
