@@ -3,6 +3,9 @@ evaluator as ``new_ops`` (``host.py``), subgraphs included."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_loop import Loop as ReferenceLoop
@@ -71,6 +74,9 @@ class Loop(ReferenceLoop):
     """The reference's Loop with its scan outputs stacked on a new first axis as the spec says (the reference
     concatenates them: 3 iterations of [2, 4] gave [6, 4], not [3, 2, 4]); values of the enclosing scope as the
     reference reads them."""
+
+    body: Any  # both set by the reference's constructor
+    _run_body: Callable[..., list[Any]]
 
     def _run(self, M, cond, *carried, context=None, body=None, attributes=None, bindings=None):
         names_in = self.body.input_names
