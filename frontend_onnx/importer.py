@@ -419,6 +419,8 @@ class Importer:
     written: dict[str, np.dtype] = field(default_factory=dict)
     # body runs of Loops and Scans (unrolled) over the whole model, each counted as its nodes + 1
     unrolled: int = 0
+    # the channel block of onnxruntime's com.microsoft.nchwc ops in the model (0: none)
+    nchwc_block: int = 0
 
     @functools.cached_property
     def _checker(self) -> onnx.checker.C.CheckerContext:
@@ -660,6 +662,15 @@ def _default_opset(opsets: Mapping[str, int], warnings: list[str], graph: onnx.G
     return opset
 
 
+def _nchwc_block(g: onnx.GraphProto) -> int:
+    """The channel block of onnxruntime's com.microsoft.nchwc ops in ``g``; 0 where it holds none."""
+    if not any(n.domain == "com.microsoft.nchwc" for n in g.node):
+        return 0
+    from .ops_nn_nchwc import block_size
+
+    return block_size(g)
+
+
 def _check_listed_initializers(g: onnx.GraphProto) -> None:
     """Refuse an initializer listed as an input whose declared type or shape is not its own (onnxruntime does)."""
     inits = {t.name: t for t in g.initializer}
@@ -737,7 +748,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         inputs.append(IOInfo(name, dt, shape, declared.get(name)))
     guard = MemoryGuard.of(max_memory)
     guard.inputs({name: scope[name] for name, _, _ in resolved})
-    imp = Importer(opsets, warnings, guard)
+    imp = Importer(opsets, warnings, guard, nchwc_block=_nchwc_block(g))
     for vi in list(g.input) + list(g.value_info):
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
         if elem in _ELEM:

@@ -129,6 +129,7 @@ ACTIVATIONS = {
     "leakyrelu": lambda x, a, b: x.lt(0).where(x.mul(_or(a, 0.01)), x),
     "thresholdedrelu": lambda x, a, b: x.gt(_or(a, 1.0)).where(x, _full_like(x, 0)),
     "hardsigmoid": lambda x, a, b: x.mul(_or(a, 0.2)).add(_or(b, 0.5)).maximum(0).minimum(1),
+    "hardswish": lambda x, a, b: x.mul(x.mul(1.0 / 6).add(0.5).maximum(0).minimum(1)),
 }
 
 
@@ -197,8 +198,7 @@ def prelu(ctx: OpContext) -> Tensor:
 
 @op("HardSwish")
 def hard_swish(ctx: OpContext) -> Tensor:
-    x = _x(ctx)
-    return x.mul(x.mul(1.0 / 6).add(0.5).maximum(0).minimum(1))
+    return activation("HardSwish", _x(ctx))
 
 
 @op("Shrink")

@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     ops_nn_conv,
     ops_nn_index,
     ops_nn_linalg,
+    ops_nn_nchwc,
     ops_nn_norm,
     ops_nn_quant,
     ops_nn_resize,

@@ -312,3 +312,96 @@ def test_onnxruntime_transformer_optimised_bert(tmp_path):
     typed = {i.name: feeds[i.name].astype(np.int32 if i.type == "tensor(int32)" else np.int64)
              for i in opt.get_inputs()}
     np.testing.assert_allclose(opt.run(None, typed)[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def _small_cnn():
+    """A CNN with what onnxruntime's NCHWc transformer rewrites: a conv over the 3-channel input, convs whose
+    channels are no multiple of the block, depthwise, 1x1, a residual sum, fused activations, pools and a nearest
+    2x upsample."""
+    r = np.random.default_rng(8)
+
+    def w(*shape):
+        return (r.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+    inits = {"w1": w(20, 3, 3, 3), "b1": w(20), "w2": w(20, 1, 3, 3), "w3": w(32, 20, 1, 1), "b3": w(32),
+             "w4": w(32, 32, 3, 3), "w5": w(32, 32, 3, 3), "w6": w(32, 32, 1, 1),
+             "sc": np.array([1, 1, 2, 2], np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("HardSwish", ["c1"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=20),
+             helper.make_node("Relu", ["c2"], ["a2"]),
+             helper.make_node("Conv", ["a2", "w3", "b3"], ["c3"]),
+             helper.make_node("Conv", ["c3", "w4"], ["c4"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c4", "c3"], ["s4"]), helper.make_node("Relu", ["s4"], ["a4"]),
+             helper.make_node("MaxPool", ["a4"], ["p4"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p4", "w5"], ["c5"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c5"], ["a5"]),
+             helper.make_node("AveragePool", ["a5"], ["p5"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["p5", "", "sc"], ["u5"], mode="nearest", nearest_mode="floor",
+                              coordinate_transformation_mode="asymmetric"),
+             helper.make_node("Conv", ["u5", "w6"], ["c6"]),
+             helper.make_node("GlobalAveragePool", ["c6"], ["y"])]
+    return make_model(nodes, {"x": f32(2, 3, 16, 16)}, inits, outputs=["y"], opset=14)
+
+
+def test_onnxruntime_saved_at_its_default_level(tmp_path):
+    """onnxruntime's default optimisation level saves convs and pools over channel-blocked activations
+    (com.microsoft.nchwc: ReorderInput, Conv with its sum and activation, the pools, Upsample, ReorderOutput), the
+    weights stored blocked; the model imports (it was refused) and matches onnxruntime on the model before."""
+    import onnx
+    import onnxruntime as ort
+
+    from luminal.runtime.session import InferenceSession
+
+    model = _small_cnn()
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "all.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    saved = {n.op_type for n in onnx.load(str(tmp_path / "all.onnx")).graph.node if n.domain == "com.microsoft.nchwc"}
+    assert {"Conv", "ReorderOutput", "MaxPool", "AveragePool", "Upsample", "GlobalAveragePool"} <= saved, saved
+    x = f32(2, 3, 16, 16)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = InferenceSession(tmp_path / "all.onnx", backend="interpret").run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_nchwc_weights_blocked_by_eight():
+    """The same ops as an AVX2 machine saves them (blocks of 8: a conv of 24 output channels tells): the blocked
+    weights are read back to OIHW, [O/8][I][kh][kw][8] over the model's input and depthwise, [O/8][I/8][kh][kw][8
+    in][8 out] over blocked channels, and the model gives what its plain form gives."""
+    from luminal.frontend_onnx.ops_nn_nchwc import NCHWC, block_size
+
+    r = np.random.default_rng(9)
+    w1, w2, w3 = f32(24, 3, 3, 3), f32(24, 1, 3, 3), f32(16, 24, 1, 1)
+    b3, z = f32(16), f32(1, 16, 8, 8)
+
+    def bo(w):  # [O/8][I][kh][kw][8]
+        o, i, kh, kw = w.shape
+        return w.reshape(o // 8, 8, i, kh, kw).transpose(0, 2, 3, 4, 1).reshape(w.shape)
+
+    def bibo(w):  # [O/8][I/8][kh][kw][8 in][8 out]
+        o, i, kh, kw = w.shape
+        return w.reshape(o // 8, 8, i // 8, 8, kh, kw).transpose(0, 2, 4, 5, 3, 1).reshape(w.shape)
+
+    blocked = [helper.make_node("Conv", ["x", "w1"], ["c1"], domain=NCHWC, pads=[1, 1, 1, 1], activation="Relu"),
+               helper.make_node("Conv", ["c1", "w2"], ["c2"], domain=NCHWC, pads=[1, 1, 1, 1], group=24),
+               helper.make_node("Conv", ["c2", "w3", "b3", "zb"], ["c3"], domain=NCHWC, activation="HardSigmoid",
+                                activation_params=[0.2, 0.5]),
+               helper.make_node("ReorderInput", ["z"], ["zb"], domain=NCHWC),
+               helper.make_node("ReorderOutput", ["c3"], ["y"], domain=NCHWC, channels=13, channels_last=1)]
+    plain = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=24),
+             helper.make_node("Conv", ["c2", "w3", "b3"], ["c3"]), helper.make_node("Add", ["c3", "z"], ["s3"]),
+             helper.make_node("HardSigmoid", ["s3"], ["h3"]),
+             helper.make_node("Slice", ["h3", "lo", "hi", "ax"], ["y13"]),
+             helper.make_node("Transpose", ["y13"], ["y"], perm=[0, 2, 3, 1])]
+    x = r.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    feeds = {"x": x, "z": z}
+    m = ms_model(blocked, feeds, {"w1": bo(w1), "w2": bo(w2), "w3": bibo(w3), "b3": b3}, outputs=["y"])
+    m.opset_import.append(helper.make_opsetid(NCHWC, 1))
+    assert block_size(m.graph) == 8
+    consts = {"w1": w1, "w2": w2, "w3": w3, "b3": b3, "lo": np.array([0]), "hi": np.array([13]), "ax": np.array([1])}
+    want = run_ours(make_model(plain, feeds, consts, outputs=["y"]), feeds)[0]
+    got = run_ours(m, feeds)[0]
+    assert got.shape == (1, 8, 8, 13)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
