@@ -17,7 +17,7 @@ from .ops_elementwise import activation
 from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op
 from .ops_nn_norm import softmax_op
 from .ops_shape import concat
-from .registry import MS, OpContext, fail, need, op
+from .registry import MS, OpContext, fail, need, need_const, op
 
 # the saturation range of each quantised ONNX type
 _QRANGE: dict[int, tuple[int, int]] = {
@@ -265,3 +265,41 @@ def qgemm(ctx: OpContext) -> Tensor:
     if y_s is None:  # a float output
         return acc.cast(DType.float32).mul(scale)
     return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 8, 0))
+
+
+def _unpacked(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The first ``count`` unsigned ``bits``-bit values packed little-endian into each row of bytes."""
+    shifts = (np.arange(8 // bits) * bits).astype(np.uint8)
+    values = (packed[..., None] >> shifts) & ((1 << bits) - 1)
+    return values.reshape(*packed.shape[:-1], -1)[..., :count]
+
+
+@op("MatMulNBits", domain=MS)
+def matmul_nbits(ctx: OpContext) -> Tensor:
+    """A @ B^T + bias over B of N rows of K values, 2, 4 or 8 bits each, in blocks of ``block_size`` along K with a
+    scale and a zero point each (packed like B, or floats; 2^(bits-1) where absent): B is dequantised at import into
+    a float weight (the products run as float32, onnxruntime's default accuracy level)."""
+    a = need(ctx, 0)
+    k, n, bits, block = (int(ctx.attr(name, 0)) for name in ("K", "N", "bits", "block_size"))
+    if bits not in (2, 4, 8) or block < 16 or block & (block - 1) or k <= 0 or n <= 0 or a.shape[-1] != k:
+        raise fail(ctx, f"K {k}, N {n}, bits {bits} and block_size {block} do not describe a weight for A "
+                        f"{list(a.shape)}")
+    if ctx.input(4) is not None:
+        raise fail(ctx, "g_idx (act-order quantisation) is not supported")
+    blocks = -(-k // block)
+    packed = need_const(ctx, 1)
+    if packed.size != n * blocks * block * bits // 8:
+        raise fail(ctx, f"B holds {packed.size} bytes, not {n} x {blocks} blocks of {block} {bits}-bit values")
+    q = _unpacked(packed.astype(np.uint8).reshape(n, blocks, -1), bits, block).reshape(n, -1)[:, :k]
+    scales = need_const(ctx, 2).astype(np.float32).reshape(n, blocks)
+    zp = ctx.input(3)
+    if zp is None:
+        zero = np.full((n, blocks), 1 << (bits - 1), np.float32)
+    elif zp.dtype is DType.float32 or zp.dtype is DType.float16:
+        zero = need_const(ctx, 3).astype(np.float32).reshape(n, blocks)
+    else:
+        zero = _unpacked(need_const(ctx, 3).astype(np.uint8).reshape(n, -1), bits, blocks).astype(np.float32)
+    w = (q - np.repeat(zero, block, axis=1)[:, :k]) * np.repeat(scales, block, axis=1)[:, :k]
+    y = a.matmul(Tensor.const(np.ascontiguousarray(w.T).astype(a.dtype.np)))
+    bias = ctx.input(5)
+    return y if bias is None else y.add(bias.cast(y.dtype).expand(y.shape))

@@ -190,6 +190,67 @@ def test_dynamically_quantised_transformer_matches_onnxruntime(small_models, tmp
     assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
 
 
+def test_weight_only_4_bit_transformer_matches_onnxruntime(small_models, tmp_path):
+    """onnxruntime's weight-only recipe (MatMulNBits: 4-bit weights in blocks of 32 with a scale each) over the
+    bundled BERT: it imports (it was refused) and matches onnxruntime's own kernel."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    name = "bert-small-torchscript.onnx"
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(MODELS_DIR / name)),
+                                     algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True))
+    quantizer.process()
+    out = tmp_path / "bert-4bit.onnx"
+    onnx.save(quantizer.model.model, str(out))
+    assert "MatMulNBits" in {n.op_type for n in onnx.load(str(out)).graph.node}
+    report = check_model(str(out), small_models[name]["shapes"], "cpu", seed=0)
+    assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
+
+
+def _packed(values: np.ndarray, bits: int) -> np.ndarray:
+    """``bits``-bit values packed little-endian along the last axis, the last byte padded with zeros."""
+    per = 8 // bits
+    v = np.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, -values.shape[-1] % per)]).astype(np.uint16)
+    return (v.reshape(*v.shape[:-1], -1, per) << (np.arange(per) * bits)).sum(-1).astype(np.uint8)
+
+
+@pytest.mark.parametrize("bits, block, k, zero_points, bias", [
+    (4, 32, 64, None, False), (4, 16, 37, "packed", True), (4, 64, 100, "float", False), (8, 32, 70, "packed", True),
+    (2, 16, 50, "packed", False), (2, 128, 130, None, True),
+])
+def test_matmul_nbits_matches_onnxruntime(bits, block, k, zero_points, bias, tmp_path):
+    """Each width, a K that leaves the last block short, zero points absent (2^(bits-1)), packed like the weight
+    or as floats, and a bias."""
+    r = np.random.default_rng(bits * k)
+    n, blocks = 24, -(-k // block)
+    inits = [numpy_helper.from_array(_packed(r.integers(0, 1 << bits, (n, blocks, block)), bits), "B"),
+             numpy_helper.from_array((r.random(n * blocks) * 0.1 + 0.01).astype(np.float32), "s")]
+    names = ["a", "B", "s", "", "", ""]
+    if zero_points == "packed":
+        inits.append(numpy_helper.from_array(_packed(r.integers(0, 1 << bits, (n, blocks)), bits).ravel(), "z"))
+    elif zero_points == "float":
+        inits.append(numpy_helper.from_array((r.random(n * blocks) * (1 << bits)).astype(np.float32), "z"))
+    if zero_points:
+        names[3] = "z"
+    if bias:
+        inits.append(numpy_helper.from_array(r.standard_normal(n).astype(np.float32), "bias"))
+        names[5] = "bias"
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("MatMulNBits", names, ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
+                            block_size=block)
+    a = r.standard_normal((2, 3, k)).astype(np.float32)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    import onnxruntime as ort
+
+    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"a": a})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_qlinearmatmul_with_per_row_and_per_column_scales(tmp_path):
     """a's scale per row and b's per column at once: the requantisation scale is their outer product. Against
     the spec's formula in numpy: onnxruntime refuses a per-row scale of a, and onnx's reference evaluator
