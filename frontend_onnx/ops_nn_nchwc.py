@@ -7,6 +7,7 @@ the pools and Resize, and the layout is luminal's own to choose again."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -85,7 +86,7 @@ def reorder_output(ctx: OpContext) -> Tensor:
 
 
 @op("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool", domain=NCHWC)
-def nchwc_pool(ctx: OpContext) -> Tensor | list[Tensor | None]:
+def nchwc_pool(ctx: OpContext) -> Tensor | Sequence[Tensor | None]:
     """The pool of the default domain, channel by channel as over NCHW."""
     pool = lookup("", ctx.node.op_type)
     if pool is None:
