@@ -72,6 +72,7 @@ def _quant(y: Tensor, zp: Tensor | None, qtype: int, axis: int = 1, block: int =
     return y.maximum(float(lo)).minimum(float(hi)).cast(onnx_dtype(qtype))
 
 
+@op("DequantizeLinear", domain=MS)  # onnxruntime's, for the 16-bit types before opset 21 had them
 @op("DequantizeLinear")
 def dequantize_linear(ctx: OpContext) -> Tensor:
     x, scale = need(ctx, 0), need(ctx, 1)
@@ -80,6 +81,7 @@ def dequantize_linear(ctx: OpContext) -> Tensor:
     return out.cast(onnx_dtype(dt) if dt else scale.dtype)
 
 
+@op("QuantizeLinear", domain=MS)
 @op("QuantizeLinear")
 def quantize_linear(ctx: OpContext) -> Tensor:
     x, scale, zp = need(ctx, 0), need(ctx, 1), ctx.input(2)

@@ -206,6 +206,43 @@ def test_weight_only_4_bit_transformer_matches_onnxruntime(small_models, tmp_pat
     assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
 
 
+@pytest.mark.parametrize("qtype", [TensorProto.INT16, TensorProto.UINT16, TensorProto.UINT8])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_onnxruntime_domain_quantize_dequantize(qtype, per_channel, tmp_path):
+    """onnxruntime's com.microsoft QuantizeLinear / DequantizeLinear (its quantizer writes them for 16-bit QDQ
+    before opset 21 had those types): a conv between QDQ pairs of 16-bit activations and weights."""
+    r = np.random.default_rng(qtype)
+    np_q = helper.tensor_dtype_to_np_dtype(qtype)
+    x = r.standard_normal((1, 3, 9, 9)).astype(np.float32) * 4
+    w = r.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    info = np.iinfo(np_q)
+    scale = np.float32(8.0 / (int(info.max) - int(info.min)))
+    zero = np.array((int(info.max) + int(info.min) + 1) // 2, np_q)
+    w_scale = (np.abs(w).reshape(4, -1).max(1) / 100).astype(np.float32) if per_channel else np.float32(0.05)
+    w_q = np.clip(np.round(w / (w_scale.reshape(4, 1, 1, 1) if per_channel else w_scale)), -120, 120)
+    w_zero = np.zeros(4, np.int16) if per_channel else np.array(0, np.int16)
+    inits = [numpy_helper.from_array(np.asarray(scale), "s"), numpy_helper.from_array(zero, "z"),
+             numpy_helper.from_array(w_q.astype(np.int16), "wq"), numpy_helper.from_array(np.asarray(w_scale), "ws"),
+             numpy_helper.from_array(w_zero, "wz")]
+    ms = {"domain": "com.microsoft"}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], **ms),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], **ms),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0, **ms),
+             helper.make_node("Conv", ["xd", "wd"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _packed(values: np.ndarray, bits: int) -> np.ndarray:
     """``bits``-bit values packed little-endian along the last axis, the last byte padded with zeros."""
     per = 8 // bits
