@@ -94,18 +94,49 @@ def quantize_linear(ctx: OpContext) -> Tensor:
     return _quant(y, zp, qtype, axis, block)
 
 
-@op("DynamicQuantizeLinear")
-def dynamic_quantize_linear(ctx: OpContext) -> list[Tensor]:
-    x = need(ctx, 0).cast(DType.float32)
+def _dynamic_quantised(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """x in uint8 over the range of its values and 0: (the values and zero point as int32, the scale)."""
+    x = x.cast(DType.float32)
     axes = tuple(range(x.ndim))
     hi, lo = x.max(axes).maximum(0.0), x.min(axes).minimum(0.0)
     span = hi.sub(lo)
     scale = span.eq(0.0).where(Tensor.full((), 1.0, DType.float32), span).div(255.0)
     zp = Tensor.full((), 0.0, DType.float32).sub(lo.div(scale)).maximum(0.0).minimum(255.0).round()
     y = x.div(scale).round().add(zp).maximum(0.0).minimum(255.0)
+    return y.cast(DType.int32), scale, zp.cast(DType.int32)
+
+
+@op("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx: OpContext) -> list[Tensor]:
+    y, scale, zp = _dynamic_quantised(need(ctx, 0))
     for k in range(3):
         ctx.declare(k, np.float32 if k == 1 else np.uint8)
-    return [y.cast(DType.int32), scale, zp.cast(DType.int32)]
+    return [y, scale, zp]
+
+
+def _scaled_product(acc: Tensor, a_scale: Tensor, b_scale: Tensor, bias: Tensor | None) -> Tensor:
+    """An integer product in float: times A's scale (one) and B's (one or per column), plus the bias."""
+    scale = _per_axis(b_scale, acc, -1).cast(DType.float32).mul(a_scale.reshape(()).cast(DType.float32))
+    y = acc.cast(DType.float32).mul(scale)
+    return y if bias is None else y.add(bias.cast(DType.float32).expand(y.shape))
+
+
+@op("MatMulIntegerToFloat", domain=MS)
+def matmul_integer_to_float(ctx: OpContext) -> Tensor:
+    """onnxruntime's MatMulInteger with its scales and bias: (A - a_zp)(B - b_zp) a_scale b_scale + bias."""
+    a, b, a_scale, b_scale = need(ctx, 0), need(ctx, 1), need(ctx, 2), need(ctx, 3)
+    acc = _centred(a, ctx.input(4), -2).matmul(_centred(b, ctx.input(5), -1))
+    return _scaled_product(acc, a_scale, b_scale, ctx.input(6))
+
+
+@op("DynamicQuantizeMatMul", domain=MS)
+def dynamic_quantize_matmul(ctx: OpContext) -> Tensor:
+    """onnxruntime's fusion of DynamicQuantizeLinear and MatMulInteger: A quantised to uint8 over its range, then
+    the integer product scaled back, plus the bias."""
+    a, b, b_scale = need(ctx, 0), need(ctx, 1), need(ctx, 2)
+    q, a_scale, a_zp = _dynamic_quantised(a)
+    acc = q.sub(a_zp).matmul(_centred(b, ctx.input(3), -1))
+    return _scaled_product(acc, a_scale, b_scale, ctx.input(4))
 
 
 @op("MatMulInteger")

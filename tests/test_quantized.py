@@ -190,6 +190,57 @@ def test_dynamically_quantised_transformer_matches_onnxruntime(small_models, tmp
     assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
 
 
+def test_dynamically_quantised_transformer_saved_by_onnxruntime(small_models, tmp_path):
+    """The same model as onnxruntime's optimizer saves it: DynamicQuantizeLinear and MatMulInteger fused into
+    com.microsoft DynamicQuantizeMatMul (it was refused)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import quantize_dynamic
+
+    name = "bert-small-torchscript.onnx"
+    quantize_dynamic(str(MODELS_DIR / name), str(tmp_path / "dynamic.onnx"), reduce_range=True)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "saved.onnx")
+    ort.InferenceSession(str(tmp_path / "dynamic.onnx"), so, providers=["CPUExecutionProvider"])
+    assert "DynamicQuantizeMatMul" in {n.op_type for n in onnx.load(str(tmp_path / "saved.onnx")).graph.node}
+    report = check_model(str(tmp_path / "saved.onnx"), small_models[name]["shapes"], "cpu", seed=0)
+    assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
+
+
+@pytest.mark.parametrize("a_type, b_type, per_column, zero_points, bias", [
+    (np.uint8, np.int8, False, True, True), (np.uint8, np.uint8, True, True, False),
+    (np.int8, np.int8, True, False, True)])
+def test_matmul_integer_to_float(a_type, b_type, per_column, zero_points, bias, tmp_path):
+    """(A - a_zp)(B - b_zp) a_scale b_scale + bias, B's scale and zero point one or per column, against
+    onnxruntime's kernel."""
+    r = np.random.default_rng(11)
+    a = r.integers(np.iinfo(a_type).min, np.iinfo(a_type).max, (2, 5, 16)).astype(a_type)
+    b = r.integers(-60, 60, (16, 6)).astype(b_type) if b_type == np.int8 else r.integers(0, 120, (16, 6)).astype(b_type)
+    inits = {"b": b, "as": np.array(0.02, np.float32),
+             "bs": (r.random(6) * 0.05 + 0.01).astype(np.float32) if per_column else np.array(0.03, np.float32)}
+    names = ["a", "b", "as", "bs", "", "", ""]
+    if zero_points:
+        inits["az"] = np.array(3, a_type)
+        inits["bz"] = r.integers(0, 5, 6).astype(b_type) if per_column else np.array(2, b_type)
+        names[4:6] = ["az", "bz"]
+    if bias:
+        inits["bias"], names[6] = r.standard_normal(6).astype(np.float32), "bias"
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("MatMulIntegerToFloat", names, ["y"], domain="com.microsoft")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", helper.np_dtype_to_tensor_dtype(
+        np.dtype(a_type)), list(a.shape))], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    import onnxruntime as ort
+
+    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"a": a})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_weight_only_4_bit_transformer_matches_onnxruntime(small_models, tmp_path):
     """onnxruntime's weight-only recipe (MatMulNBits: 4-bit weights in blocks of 32 with a scale each) over the
     bundled BERT: it imports (it was refused) and matches onnxruntime's own kernel."""
