@@ -217,6 +217,18 @@ def qlinear_conv(ctx: OpContext) -> Tensor:
     return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 7, 0))
 
 
+@op("QLinearConv", domain=MS)
+def ms_qlinear_conv(ctx: OpContext) -> Tensor:
+    """onnxruntime's QLinearConv, whose input and output are NHWC where ``channels_last`` is set (its NHWC
+    transformer's form; the weight stays OIHW)."""
+    x = need(ctx, 0)
+    if not ctx.attr("channels_last", 0):
+        return qlinear_conv(ctx)
+    first = x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])
+    y = qlinear_conv(dataclasses.replace(ctx, inputs=[first, *ctx.inputs[1:]]))
+    return y.permute([0, *range(2, y.ndim), 1])
+
+
 # -- onnxruntime's QOperator contrib ops: dequantise the inputs, run the float op, quantise the output --
 
 def _qlinear(float_op: Callable[..., Tensor], arity: int) -> Callable[[OpContext], Tensor]:

@@ -94,6 +94,22 @@ def test_quantised_model_matches_onnxruntime(float_model, kind, backend):
     assert report.ok, [(o.name, o.max_abs, step, o.reason) for o in report.outputs]
 
 
+@pytest.mark.parametrize("kind", ["qdq", "qoperator"])
+def test_quantised_model_saved_by_onnxruntime_at_its_default_level(float_model, kind, tmp_path):
+    """onnxruntime's default level saves a quantised CNN with its NHWC transformer's com.microsoft QLinearConv
+    (``channels_last``: NHWC in and out between Transposes); it imports (it was refused) and matches."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "saved.onnx")
+    ort.InferenceSession(str(_quantised(float_model, kind)), so, providers=["CPUExecutionProvider"])
+    saved = onnx.load(str(tmp_path / "saved.onnx"))
+    assert any(n.op_type == "QLinearConv" and n.domain == "com.microsoft" for n in saved.graph.node)
+    step = _output_step(_quantised(float_model, kind))
+    report = check_model(str(tmp_path / "saved.onnx"), {}, "cpu", seed=0, atol=1.01 * step, rtol=0.0)
+    assert report.ok, [(o.name, o.max_abs, step, o.reason) for o in report.outputs]
+
+
 def test_requantizing_epilogues_are_compiled_for_the_vectoriser(float_model):
     """A conv whose epilogue requantizes (its rounding, clamps and saturation: a long chain of selects) has that
     epilogue compiled without gcc's jump threading, which otherwise leaves the loop scalar (QDQ MobileNetV3-Small
