@@ -17,7 +17,7 @@ from .ops_elementwise import activation
 from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op
 from .ops_nn_norm import softmax_op
 from .ops_shape import concat
-from .registry import MS, OpContext, fail, need, need_const, op
+from .registry import MS, OpContext, fail, lookup, need, need_const, op
 
 # the saturation range of each quantised ONNX type
 _QRANGE: dict[int, tuple[int, int]] = {
@@ -226,6 +226,19 @@ def ms_qlinear_conv(ctx: OpContext) -> Tensor:
         return qlinear_conv(ctx)
     first = x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])
     y = qlinear_conv(dataclasses.replace(ctx, inputs=[first, *ctx.inputs[1:]]))
+    return y.permute([0, *range(2, y.ndim), 1])
+
+
+@op("NhwcMaxPool", domain=MS)
+def nhwc_max_pool(ctx: OpContext) -> Tensor:
+    """onnxruntime's MaxPool over an NHWC (8-bit) tensor, what its NHWC transformer puts between quantised convs."""
+    x = need(ctx, 0)
+    pool = lookup("", "MaxPool")
+    if pool is None or x.ndim < 3:
+        raise fail(ctx, f"input rank {x.ndim} has no spatial dims")
+    out = pool(_shim(ctx, x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])))
+    y = out if isinstance(out, Tensor) else out[0]
+    assert y is not None, "MaxPool gives its values"
     return y.permute([0, *range(2, y.ndim), 1])
 
 

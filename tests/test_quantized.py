@@ -110,6 +110,28 @@ def test_quantised_model_saved_by_onnxruntime_at_its_default_level(float_model, 
     assert report.ok, [(o.name, o.max_abs, step, o.reason) for o in report.outputs]
 
 
+@pytest.mark.parametrize("np_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)])
+def test_nhwc_max_pool(np_type, attrs, tmp_path):
+    """onnxruntime's NhwcMaxPool (its NHWC transformer's MaxPool between quantised convs) over 8-bit NHWC values,
+    padding and ceil_mode included."""
+    import onnxruntime as ort
+
+    x = np.random.default_rng(3).integers(np.iinfo(np_type).min, np.iinfo(np_type).max, (2, 9, 11, 5)).astype(np_type)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(np_type))
+    node = helper.make_node("NhwcMaxPool", ["x"], ["y"], domain="com.microsoft", **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                          [helper.make_tensor_value_info("y", elem, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"x": x})
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_requantizing_epilogues_are_compiled_for_the_vectoriser(float_model):
     """A conv whose epilogue requantizes (its rounding, clamps and saturation: a long chain of selects) has that
     epilogue compiled without gcc's jump threading, which otherwise leaves the loop scalar (QDQ MobileNetV3-Small
