@@ -154,7 +154,7 @@ def _declared(g: onnx.GraphProto, computed: Mapping[str, DType], outputs: bool =
 INFERENCE_VALUES = 1 << 12
 
 
-def _inferred_elems(proto: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> dict[str, int]:
+def inferred_elems(proto: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> dict[str, int]:
     """ONNX's type inference for the graph outputs that declare no element type (what onnxruntime returns them
     as: an int16 Abs is int16, where the IR computes int32), over the graph without its larger weights."""
     g = proto.graph
@@ -778,7 +778,7 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         names.append(o.name)
     guard.node(lambda: "the graph", [scope[name] for name, _, _ in resolved], dict(zip(names, out_tensors)))
     declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True,
-                              inferred=_inferred_elems(proto, weights)))
+                              inferred=inferred_elems(proto, weights)))
     graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(bound.symbols), declared)
     if optimize:
         graph = ir.optimize(graph)

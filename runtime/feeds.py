@@ -3,6 +3,7 @@ run's feeds against them: names, element types, and shapes that bind each symbol
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from onnx import TensorProto, helper
 
 from ..errors import LuminalError
 from ..frontend_onnx.dims import Dim, InputDecl, declared_dims, dim_value, is_placeholder, whole_shape
+from ..frontend_onnx.importer import inferred_elems
 from ..frontend_onnx.structure import clean
 from .model import TensorSpec
 
@@ -66,7 +68,10 @@ def model_io(proto: onnx.ModelProto) -> tuple[list[IOSpec], list[IOSpec]]:
     """The graph's real inputs (initializers listed as inputs left out) and its outputs."""
     g = proto.graph
     inits = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
-    return [IOSpec.of_value(vi) for vi in g.input if vi.name not in inits], [IOSpec.of_value(vi) for vi in g.output]
+    inferred = inferred_elems(proto, {})  # an output's type where the model declares none, as the run returns it
+    outputs = [IOSpec.of_value(vi) for vi in g.output]
+    outputs = [dataclasses.replace(o, elem=inferred.get(o.name, o.elem)) for o in outputs]
+    return [IOSpec.of_value(vi) for vi in g.input if vi.name not in inits], outputs
 
 
 def constrain(specs: Sequence[IOSpec], shapes: Mapping[str, Any]) -> list[IOSpec]:

@@ -378,8 +378,15 @@ def test_an_output_of_no_declared_type_has_the_type_onnx_infers(dtype, chain, tm
     assert not m.graph.output[0].type.tensor_type.elem_type
     onnx.save(m, tmp_path / "m.onnx")
     (want,) = run_ort(m, {"x": x})
-    (got,) = InferenceSession(tmp_path / "m.onnx", backend="interpret").run(None, {"x": x})
+    session = InferenceSession(tmp_path / "m.onnx", backend="interpret")
+    (got,) = session.run(None, {"x": x})
     assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert session.get_outputs()[0].type == f"tensor({want.dtype.name.replace('float64', 'double')})"
+    dynamic = make_model(chain, {"x": x}, input_shapes={"x": ["n", 3]})  # compiled at its first run
+    onnx.save(dynamic, tmp_path / "d.onnx")
+    session = InferenceSession(tmp_path / "d.onnx", backend="interpret")
+    assert session.get_outputs()[0].type == f"tensor({want.dtype.name.replace('float64', 'double')})"
+    assert session.run(None, {"x": x})[0].dtype == want.dtype
 
 
 def test_unsupported_input_dtype():
