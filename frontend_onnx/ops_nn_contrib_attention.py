@@ -1,16 +1,17 @@
-"""onnxruntime's com.microsoft Attention, MultiHeadAttention and EmbedLayerNormalization (what its transformer
-optimizer writes into BERT and GPT-2 graphs), composed from matmuls, masks and softmax as onnxruntime's CPU kernels
-compute them: a masked key adds ``mask_filter_value`` (-10000) to its score, a key past a causal query's position
-takes the lowest float."""
+"""onnxruntime's com.microsoft Attention, MultiHeadAttention, EmbedLayerNormalization and RotaryEmbedding (what
+its transformer optimizer writes into BERT, GPT-2 and LLaMA-style graphs), composed from matmuls, masks and softmax
+as onnxruntime's CPU kernels compute them: a masked key adds ``mask_filter_value`` (-10000) to its score, a key past
+a causal query's position takes the lowest float."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_nn_attention import _heads
+from .ops_nn_attention import _heads, rotary_embedding_op
 from .ops_nn_index import gather_axis
 from .ops_reduce import normalise
 from .ops_shape import concat, stack
@@ -175,3 +176,23 @@ def embed_layer_norm(ctx: OpContext) -> list[Tensor | None]:
     y = y.mul(gamma.expand(y.shape)).add(beta.expand(y.shape))
     ones = Tensor.full((batch,), 0, DType.int32) if mask is None else mask.ne(0).cast(DType.int32).sum((1,))
     return [y, ones if wants(ctx, 1) else None, s if wants(ctx, 2) else None]
+
+
+@op("RotaryEmbedding", domain=MS)
+def ms_rotary_embedding(ctx: OpContext) -> Tensor:
+    """The default domain's RotaryEmbedding with onnxruntime's inputs (input, position_ids, cos_cache, sin_cache):
+    position_ids of one element is the first position of every row; a 3-D input without num_heads has heads of
+    twice the cache's width."""
+    x, pos, cos, sin = need(ctx, 0), need(ctx, 1), need(ctx, 2), need(ctx, 3)
+    if x.ndim not in (3, 4) or cos.ndim != 2:
+        raise fail(ctx, f"input {list(x.shape)} and cos_cache {list(cos.shape)} are not (batch, seq, hidden) or "
+                        "(batch, heads, seq, head) and (positions, rotary dim / 2)")
+    seq = x.shape[2] if x.ndim == 4 else x.shape[1]
+    if pos.numel == 1:
+        first = pos.reshape((1, 1)).cast(DType.int64)
+        pos = first.add(Tensor.const(np.arange(seq, dtype=np.int64)).reshape((1, seq))).expand((x.shape[0], seq))
+    attrs = dict(ctx.attrs)
+    if x.ndim == 3 and not int(attrs.get("num_heads", 0)):
+        head = int(attrs.get("rotary_embedding_dim", 0)) or 2 * cos.shape[1]
+        attrs["num_heads"] = x.shape[2] // head
+    return rotary_embedding_op(dataclasses.replace(ctx, inputs=[x, cos, sin, pos], attrs=attrs))

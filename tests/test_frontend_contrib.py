@@ -405,3 +405,22 @@ def test_nchwc_weights_blocked_by_eight():
     got = run_ours(m, feeds)[0]
     assert got.shape == (1, 8, 8, 13)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("layout, rotary_dim, offset", [("3-D", 0, False), ("3-D", 4, True), ("4-D", 0, True),
+                                                        ("4-D", 4, False)])
+def test_ms_rotary_embedding(interleaved, layout, rotary_dim, offset):
+    """onnxruntime's RotaryEmbedding (input, position_ids, cos_cache, sin_cache): positions per token or one start
+    for every row, a partial rotary dim, 3-D input with its heads found from the cache, against its kernel."""
+    r = np.random.default_rng(12)
+    batch, seq, heads, head = 2, 5, 2, 8
+    x = f32(batch, heads, seq, head) if layout == "4-D" else f32(batch, seq, heads * head)
+    pos = np.array([3], np.int64) if offset else r.integers(0, 12, (batch, seq)).astype(np.int64)
+    width = (rotary_dim or head) // 2
+    attrs = {"interleaved": interleaved}
+    if rotary_dim or layout == "4-D":
+        attrs.update(num_heads=heads, rotary_embedding_dim=rotary_dim)
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)
+    model = ms_model(node, {"x": x, "pos": pos}, {"cos": f32(12, width), "sin": f32(12, width)})
+    assert_matches(model, {"x": x, "pos": pos}, rtol=1e-5, atol=1e-5)
