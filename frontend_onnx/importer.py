@@ -777,8 +777,10 @@ def load(model: str | Path | onnx.ModelProto, shapes: Shapes | None = None, opti
         out_tensors.append(materialise(value))
         names.append(o.name)
     guard.node(lambda: "the graph", [scope[name] for name, _, _ in resolved], dict(zip(names, out_tensors)))
+    known = {o.name: onnx.helper.np_dtype_to_tensor_dtype(imp.written[o.name]) for o in g.output
+             if o.name in imp.written}  # what the import knows, where ONNX's inference does not (contrib ops)
     declared.update(_declared(g, {nm: t.dtype for nm, t in zip(names, out_tensors)}, outputs=True,
-                              inferred=inferred_elems(proto, weights)))
+                              inferred=known | inferred_elems(proto, weights)))
     graph = ir.Graph(in_nodes, [t.node for t in out_tensors], names, dict(bound.symbols), declared)
     if optimize:
         graph = ir.optimize(graph)

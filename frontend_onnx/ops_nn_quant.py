@@ -236,6 +236,8 @@ def nhwc_max_pool(ctx: OpContext) -> Tensor:
     pool = lookup("", "MaxPool")
     if pool is None or x.ndim < 3:
         raise fail(ctx, f"input rank {x.ndim} has no spatial dims")
+    if (written := ctx.written(0)) is not None:
+        ctx.declare(0, written)
     out = pool(_shim(ctx, x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])))
     y = out if isinstance(out, Tensor) else out[0]
     assert y is not None, "MaxPool gives its values"

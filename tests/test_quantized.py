@@ -110,26 +110,35 @@ def test_quantised_model_saved_by_onnxruntime_at_its_default_level(float_model, 
     assert report.ok, [(o.name, o.max_abs, step, o.reason) for o in report.outputs]
 
 
+def _matches_onnxruntime(nodes, feeds: dict, inits: list, tmp_path: Path, rtol: float = 0.0,
+                         atol: float = 0.0) -> None:
+    """A model of ``nodes`` (the default and com.microsoft domains) on ``feeds``: luminal's C backend against
+    onnxruntime running it as written, the output of the same type."""
+    import onnxruntime as ort
+
+    ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+           for k, v in feeds.items()]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_empty_tensor_value_info(nodes[-1].output[0])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, feeds)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("np_type", [np.uint8, np.int8])
 @pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                                    dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)])
 def test_nhwc_max_pool(np_type, attrs, tmp_path):
     """onnxruntime's NhwcMaxPool (its NHWC transformer's MaxPool between quantised convs) over 8-bit NHWC values,
     padding and ceil_mode included."""
-    import onnxruntime as ort
-
     x = np.random.default_rng(3).integers(np.iinfo(np_type).min, np.iinfo(np_type).max, (2, 9, 11, 5)).astype(np_type)
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(np_type))
-    node = helper.make_node("NhwcMaxPool", ["x"], ["y"], domain="com.microsoft", **attrs)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, list(x.shape))],
-                          [helper.make_tensor_value_info("y", elem, None)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
-    onnx.save(m, str(tmp_path / "m.onnx"))
-    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"x": x})
-    assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    _matches_onnxruntime([helper.make_node("NhwcMaxPool", ["x"], ["y"], domain="com.microsoft", **attrs)], {"x": x},
+                         [], tmp_path)
 
 
 def test_requantizing_epilogues_are_compiled_for_the_vectoriser(float_model):
@@ -266,17 +275,8 @@ def test_matmul_integer_to_float(a_type, b_type, per_column, zero_points, bias, 
     while not names[-1]:
         names.pop()
     node = helper.make_node("MatMulIntegerToFloat", names, ["y"], domain="com.microsoft")
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", helper.np_dtype_to_tensor_dtype(
-        np.dtype(a_type)), list(a.shape))], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
-    onnx.save(m, str(tmp_path / "m.onnx"))
-    import onnxruntime as ort
-
-    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"a": a})
-    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"a": a})
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _matches_onnxruntime([node], {"a": a}, [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+                         tmp_path, rtol=1e-5, atol=1e-5)
 
 
 def test_weight_only_4_bit_transformer_matches_onnxruntime(small_models, tmp_path):
@@ -318,18 +318,7 @@ def test_onnxruntime_domain_quantize_dequantize(qtype, per_channel, tmp_path):
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], **ms),
              helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0, **ms),
              helper.make_node("Conv", ["xd", "wd"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
-    onnx.save(m, str(tmp_path / "m.onnx"))
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"x": x})
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _matches_onnxruntime(nodes, {"x": x}, inits, tmp_path, rtol=1e-5, atol=1e-5)
 
 
 def _packed(values: np.ndarray, bits: int) -> np.ndarray:
@@ -364,17 +353,8 @@ def test_matmul_nbits_matches_onnxruntime(bits, block, k, zero_points, bias, tmp
         names.pop()
     node = helper.make_node("MatMulNBits", names, ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
                             block_size=block)
-    a = r.standard_normal((2, 3, k)).astype(np.float32)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a.shape))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
-    onnx.save(m, str(tmp_path / "m.onnx"))
-    import onnxruntime as ort
-
-    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"a": a})
-    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, {"a": a})
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    _matches_onnxruntime([node], {"a": r.standard_normal((2, 3, k)).astype(np.float32)}, inits, tmp_path,
+                         rtol=1e-4, atol=1e-4)
 
 
 def test_qlinearmatmul_with_per_row_and_per_column_scales(tmp_path):
