@@ -70,7 +70,8 @@ def model_io(proto: onnx.ModelProto) -> tuple[list[IOSpec], list[IOSpec]]:
     inits = {t.name for t in g.initializer} | {sp.values.name for sp in g.sparse_initializer}
     inferred = inferred_elems(proto, {})  # an output's type where the model declares none, as the run returns it
     outputs = [IOSpec.of_value(vi) for vi in g.output]
-    outputs = [dataclasses.replace(o, elem=inferred.get(o.name, o.elem)) for o in outputs]
+    outputs = [dataclasses.replace(o, elem=inferred[o.name])
+               if not vi.type.tensor_type.elem_type and o.name in inferred else o for o, vi in zip(outputs, g.output)]
     return [IOSpec.of_value(vi) for vi in g.input if vi.name not in inits], outputs
 
 
