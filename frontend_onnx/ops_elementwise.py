@@ -84,8 +84,9 @@ def unary(ctx: OpContext) -> Tensor:
 
 
 @op("Identity")
-def identity(ctx: OpContext) -> Tensor:
-    return _x(ctx)
+def identity(ctx: OpContext) -> list[Tensor]:
+    """Its input, a tensor or (opset 14 on) a sequence: one output either way (a sequence is a list of tensors)."""
+    return [_x(ctx)]
 
 
 def _both_const_ints(a: Tensor, b: Tensor) -> bool:

@@ -194,6 +194,17 @@ def test_sequence_ops():
     assert_matches(m, {"x": x})
 
 
+def test_identity_of_a_sequence_is_the_sequence():
+    """Identity takes a sequence from opset 14 on (exporters put it between sequence ops); it gave the sequence's
+    first tensor, so the next sequence op found no sequence."""
+    x = np.random.default_rng(6).standard_normal((3, 4)).astype(np.float32)
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
+             helper.make_node("Identity", ["seq"], ["same"]),
+             helper.make_node("SequenceErase", ["same"], ["shorter"]),
+             helper.make_node("ConcatFromSequence", ["shorter"], ["y"], axis=0, new_axis=1)]
+    assert_matches(make_model(nodes, {"x": x}, outputs=["y"]), {"x": x})
+
+
 def test_sequence_graph_output_is_refused():
     x = np.ones((2, 2), np.float32)
     m = make_model([helper.make_node("SequenceConstruct", ["x", "x"], ["s"])], {"x": x})
