@@ -90,18 +90,24 @@ def onnx_dtype(elem_type: int) -> DType:
     return _ELEM[elem_type]
 
 
+# packed sub-byte integers (4-bit weights of block-wise quantised models): constants read as 8-bit
+_SUB_BYTE = {TensorProto.INT4: np.int8, TensorProto.UINT4: np.uint8, TensorProto.INT2: np.int8,
+             TensorProto.UINT2: np.uint8}
+
+
 def tensor_value(t: TensorProto) -> np.ndarray:
-    """An ONNX tensor (initializer or attribute) as a numpy array."""
-    if t.data_type not in _ELEM:
+    """An ONNX tensor (initializer or attribute) as a numpy array; 4- and 2-bit integers as 8-bit ones."""
+    if t.data_type not in _ELEM and t.data_type not in _SUB_BYTE:
         onnx_dtype(t.data_type)
     if t.data_location == TensorProto.EXTERNAL:
         raise LuminalError(f"tensor {clean(t.name)!r} has external data that was not loaded")
     if any(d < 0 for d in t.dims):
         raise LuminalError(f"tensor {clean(t.name)!r} has a negative dim: {list(t.dims)}")
     try:
-        return numpy_helper.to_array(t)
+        value = numpy_helper.to_array(t)
     except (ValueError, TypeError) as e:
         raise LuminalError(f"tensor {clean(t.name)!r} is malformed: {e}") from None
+    return value.astype(_SUB_BYTE[t.data_type]) if t.data_type in _SUB_BYTE else value
 
 
 def sparse_value(sp: onnx.SparseTensorProto) -> np.ndarray:
