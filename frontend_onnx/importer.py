@@ -91,8 +91,8 @@ def onnx_dtype(elem_type: int) -> DType:
 
 
 # packed sub-byte integers (4-bit weights of block-wise quantised models): constants read as 8-bit
-_SUB_BYTE = {TensorProto.INT4: np.int8, TensorProto.UINT4: np.uint8, TensorProto.INT2: np.int8,
-             TensorProto.UINT2: np.uint8}
+_SUB_BYTE: dict[int, type[np.integer]] = {TensorProto.INT4: np.int8, TensorProto.UINT4: np.uint8,
+                                          TensorProto.INT2: np.int8, TensorProto.UINT2: np.uint8}
 
 
 def tensor_value(t: TensorProto) -> np.ndarray:
