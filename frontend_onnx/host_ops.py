@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_loop import Loop as ReferenceLoop
+from onnx.reference.ops.op_roi_align import RoiAlign as ReferenceRoiAlign
 
 
 class NonMaxSuppression(OpRun):
@@ -103,4 +104,20 @@ class Loop(ReferenceLoop):
         return self._check_and_fix_outputs((*carried, *(np.stack(s) for s in scans)))
 
 
-HOST_OPS: list[type[OpRun]] = [NonMaxSuppression, Loop]
+class RoiAlign(ReferenceRoiAlign):
+    """The reference's RoiAlign, which takes the newest schema's default coordinate mode (half_pixel) at any opset;
+    before opset 16 the op had no such attribute and mapped boxes as output_half_pixel does (onnxruntime)."""
+
+    onnx_node: Any  # set by OpRun's constructor
+    run_params: dict[str, Any]
+
+    def _run(self, X, rois, batch_indices, coordinate_transformation_mode=None, mode=None, output_height=None,
+             output_width=None, sampling_ratio=None, spatial_scale=None):
+        named = any(a.name == "coordinate_transformation_mode" for a in self.onnx_node.attribute)
+        if not named and (self.run_params.get("opsets") or {}).get("", 16) < 16:
+            coordinate_transformation_mode = "output_half_pixel"
+        return super()._run(X, rois, batch_indices, coordinate_transformation_mode, mode, output_height, output_width,
+                            sampling_ratio, spatial_scale)
+
+
+HOST_OPS: list[type[OpRun]] = [NonMaxSuppression, Loop, RoiAlign]

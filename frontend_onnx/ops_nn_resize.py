@@ -9,8 +9,8 @@ import numpy as np
 
 from ..ir import DType, Tensor
 from .ops_nn_util import take
-from .ops_shape import norm_axis
-from .registry import OpContext, fail, need, need_const, op
+from .ops_shape import concat, norm_axis
+from .registry import DataDependent, OpContext, fail, need, need_const, op
 
 F32 = np.float32
 
@@ -502,3 +502,82 @@ def center_crop_pad_op(ctx: OpContext) -> Tensor:
             start = -diff // 2
             pads[a] = (-start, -(-diff - start))
     return x.pad(pads)
+
+
+# -- RoiAlign: bilinear samples at positions computed from the boxes, gathered from the feature map --------------
+
+def _roi_axis(start: Tensor, size: Tensor, bins: int, grid: int, extent: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The (rois, bins * grid) sample positions along one axis as onnxruntime takes them: low and high pixel, the
+    high one's weight, and 0 where the position lies more than a pixel outside the map (else 1)."""
+    r = start.shape[0]
+    steps = (np.arange(bins)[:, None] + (np.arange(grid)[None, :] + 0.5) / grid).reshape(1, bins * grid)
+    pos = start.reshape((r, 1)).add(size.reshape((r, 1)).mul(1.0 / bins).mul(Tensor.const(steps.astype(np.float32))))
+    inside = (pos.ge(-1.0) & pos.le(float(extent))).cast(DType.float32)
+    pos = pos.maximum(0.0)
+    low = pos.floor().minimum(float(extent - 1))
+    at_end = low.ge(float(extent - 1))
+    high = at_end.where(low, low.add(1.0))
+    frac = at_end.where(Tensor.full(pos.shape, 0.0, DType.float32), pos.sub(low))
+    return low.cast(DType.int64), high.cast(DType.int64), frac, inside
+
+
+def _roi_align(x: Tensor, x1: Tensor, y1: Tensor, bw: Tensor, bh: Tensor, batch: Tensor, out: tuple[int, int],
+               grid: tuple[int, int], mode: str) -> Tensor:
+    """(rois, C, oh, ow): each box's bins pooled over ``grid`` bilinear samples a bin."""
+    n, c, h, w = x.shape
+    (oh, ow), (gh, gw), r = out, grid, x1.shape[0]
+    ylo, yhi, fy, yin = _roi_axis(y1, bh, oh, gh, h)
+    xlo, xhi, fx, xin = _roi_axis(x1, bw, ow, gw, w)
+    sy, sx = oh * gh, ow * gw
+    base = batch.cast(DType.int64).reshape((r, 1, 1)).mul(h * w)
+    flat = x.permute([1, 0, 2, 3]).reshape((c, n * h * w))
+    inside = yin.reshape((r, sy, 1)).mul(xin.reshape((r, 1, sx)))
+    pooled = None
+    for yi, wy in ((ylo, fy.neg().add(1.0)), (yhi, fy)):
+        for xi, wx in ((xlo, fx.neg().add(1.0)), (xhi, fx)):
+            lin = base.add(yi.reshape((r, sy, 1)).mul(w)).add(xi.reshape((r, 1, sx)))
+            v = flat.gather(lin.reshape((1, r * sy * sx)).expand((c, r * sy * sx)), 1).reshape((c, r, sy, sx))
+            weight = wy.reshape((r, sy, 1)).mul(wx.reshape((r, 1, sx))).mul(inside)
+            tap = v.mul(weight.cast(x.dtype).reshape((1, r, sy, sx)).expand((c, r, sy, sx)))
+            pooled = tap if pooled is None else (pooled.maximum(tap) if mode == "max" else pooled.add(tap))
+    assert pooled is not None, "four bilinear taps"
+    bins = pooled.reshape((c, r, oh, gh, ow, gw))
+    y = bins.max((3, 5)) if mode == "max" else bins.sum((3, 5)).mul(1.0 / (gh * gw))
+    return y.permute([1, 0, 2, 3])
+
+
+@op("RoiAlign")
+def roi_align_op(ctx: OpContext) -> Tensor:
+    """Each box's bins averaged (or maxed) over a grid of bilinear samples, as onnxruntime computes them; the grid
+    is ``sampling_ratio`` samples a side, or (0) as many as a bin is pixels: read from constant boxes, boxes of one
+    grid computed together; boxes computed at run time then run on the host."""
+    x, rois, batch = need(ctx, 0), need(ctx, 1), need(ctx, 2)
+    if x.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 4 or batch.shape != (rois.shape[0],):
+        raise fail(ctx, f"X {list(x.shape)}, rois {list(rois.shape)} and batch_indices {list(batch.shape)} do not fit")
+    oh, ow = int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))
+    ratio, scale = int(ctx.attr("sampling_ratio", 0)), float(ctx.attr("spatial_scale", 1.0))
+    mode = ctx.attr("mode", "avg")
+    half = ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else "output_half_pixel")
+    if oh < 1 or ow < 1 or ratio < 0 or mode not in ("avg", "max") or half not in ("half_pixel", "output_half_pixel"):
+        raise fail(ctx, f"output {oh}x{ow}, sampling_ratio {ratio}, mode {mode!r}, {half!r} not supported")
+    r = rois.shape[0]
+    box = rois.cast(DType.float32).mul(scale).sub(0.5 if half == "half_pixel" else 0.0)
+    x1, y1, x2, y2 = (box.shrink([(0, r), (k, k + 1)]).reshape((r,)) for k in range(4))
+    bw, bh = x2.sub(x1), y2.sub(y1)
+    if half == "output_half_pixel":
+        bw, bh = bw.maximum(1.0), bh.maximum(1.0)
+    if ratio:
+        return _roi_align(x, x1, y1, bw, bh, batch, (oh, ow), (ratio, ratio), mode)
+    if not (bh.is_const and bw.is_const):
+        raise DataDependent(f"node {ctx.node.name or 'RoiAlign'!r} (RoiAlign): sampling_ratio 0 takes each box's "
+                            "grid from its size, which the run decides", ctx.node)
+    grids = np.maximum(np.ceil(np.stack([bh.numpy() / oh, bw.numpy() / ow], 1)), 1).astype(np.int64)
+    parts, order = [], []
+    for gh, gw in sorted({(int(a), int(b)) for a, b in grids}):
+        idx = np.flatnonzero((grids[:, 0] == gh) & (grids[:, 1] == gw))
+        bx, by, bwi, bhi, bb = (take(t, idx, 0) for t in (x1, y1, bw, bh, batch))
+        parts.append(_roi_align(x, bx, by, bwi, bhi, bb, (oh, ow), (gh, gw), mode))
+        order.extend(idx.tolist())
+    if len(parts) == 1:
+        return parts[0]
+    return take(concat(parts, 0), np.argsort(np.array(order)), 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 
 import numpy as np
 import ops_nn_harness as h
@@ -234,3 +235,57 @@ def test_gathered_upsampling_is_a_kernel_per_axis_innermost_first(mode, sizes):
     assert [k.full for k in kernels] == [(*sizes[:2], 6, sizes[3]), tuple(sizes)]
     assert all(int(np.prod(b.shape)) <= max(sizes) for k in kernels for b in k.inputs if b.constant)
     compare_cpu(g, {"i0": x}, rtol=1e-4, atol=1e-4)
+
+
+def _boxes(seed: int, count: int, size: float) -> np.ndarray:
+    """Boxes (x1, y1, x2, y2), some reaching past the map's edges."""
+    r = np.random.default_rng(seed)
+    corner = r.uniform(-3, size, (count, 2))
+    return np.concatenate([corner, corner + r.uniform(0.3, size, (count, 2))], 1).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ratio", [1, 2])
+@pytest.mark.parametrize("opset, coords", [(10, None), (16, "half_pixel"), (16, "output_half_pixel")])
+def test_roi_align(mode, ratio, opset, coords):
+    """Bilinear samples in each box's bins, a box's corners past the map, spatial_scale, both modes (onnxruntime's
+    max: the largest weighted tap), the coordinate modes (before opset 16 there was one, output_half_pixel); the
+    boxes a model input, so the sample positions are computed in the graph."""
+    x = rand(2, 3, 10, 12)
+    attrs = dict(mode=mode, sampling_ratio=ratio, output_height=3, output_width=2, spatial_scale=0.5)
+    if coords:
+        attrs["coordinate_transformation_mode"] = coords
+    h.check("RoiAlign", [x, _boxes(1, 5, 20.0), np.array([0, 1, 1, 0, 1], np.int64)], attrs, opset=opset,
+            consts={2}, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [10, 16])
+def test_roi_align_grid_from_each_box(opset):
+    """sampling_ratio 0: each bin sampled as many times a side as it is pixels, a grid of its own per box; constant
+    boxes group by grid, boxes from the model run on the host (onnx's reference took opset 16's default coordinate
+    mode at opset 10: luminal's host op corrects it)."""
+    x = rand(1, 2, 16, 16)
+    boxes = np.array([[0, 0, 3, 3], [1, 2, 14, 9], [2, 2, 12, 15], [4, 1, 7, 4]], np.float32)
+    attrs = dict(sampling_ratio=0, output_height=2, output_width=2)
+    batch = np.zeros(4, np.int64)
+    h.check("RoiAlign", [x, boxes, batch], attrs, opset=opset, consts={1, 2}, atol=1e-5)
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from luminal.runtime.session import InferenceSession
+
+    node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                                            for k, v in (("x", x), ("rois", boxes))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(batch, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/m.onnx"
+        onnx.save(model, path)
+        feeds = {"x": x, "rois": boxes}
+        (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+        (got,) = InferenceSession(path, backend="interpret").run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
