@@ -63,10 +63,7 @@ def _attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
         scores = allowed.where(scores, Tensor.full(scores.shape, LOWEST, dt))
     if bias is not None:
         scores = scores.add(bias.cast(dt).expand(scores.shape))
-    m = scores.max((3,), keepdim=True)
-    e = scores.sub(m.expand(scores.shape)).exp()
-    p = e.div(e.sum((3,), keepdim=True).expand(scores.shape))
-    return p.matmul(v)
+    return scores.softmax(3).matmul(v)
 
 
 def _merge(y: Tensor) -> Tensor:

@@ -7,18 +7,29 @@ the pools and Resize, and the layout is luminal's own to choose again."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import numpy as np
 import onnx
 
 from ..ir import Tensor
 from ..target import host_simd_width
-from .ops_nn_conv import fused_conv_op
+from .ops_nn_conv import (
+    average_pool_op,
+    fused_conv_op,
+    global_average_pool_op,
+    global_max_pool_op,
+    max_pool_op,
+)
 from .ops_nn_resize import resize
-from .registry import OpContext, fail, lookup, need, need_const, op
+from .ops_nn_util import channels_first, channels_last
+from .registry import OpContext, fail, need, need_const, op
 
 NCHWC = "com.microsoft.nchwc"
+
+
+def _host_block() -> int:
+    """The block onnxruntime's NCHWc kernels take on this machine: 16 floats with AVX-512, else 8."""
+    return 16 if host_simd_width() >= 16 else 8
 
 
 def block_size(g: onnx.GraphProto) -> int:
@@ -28,14 +39,12 @@ def block_size(g: onnx.GraphProto) -> int:
     dims = {t.name: list(t.dims) for t in g.initializer}
     outs = [dims[n.input[1]][0] for n in g.node
             if n.domain == NCHWC and n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in dims]
-    if any(c % 16 for c in outs):
-        return 8
-    return 16 if host_simd_width() >= 16 else 8
+    return 8 if any(c % 16 for c in outs) else _host_block()
 
 
 def _block(ctx: OpContext) -> int:
     block = ctx.importer.nchwc_block if ctx.importer is not None else 0
-    return block or (16 if host_simd_width() >= 16 else 8)
+    return block or _host_block()
 
 
 def _unblocked_weight(ctx: OpContext, x: Tensor) -> np.ndarray:
@@ -68,7 +77,7 @@ def reorder_input(ctx: OpContext) -> Tensor:
     if x.ndim < 3:
         raise fail(ctx, f"input rank {x.ndim} has no spatial dims")
     if int(ctx.attr("channels_last", 0)):
-        x = x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])
+        x = channels_first(x)
     b = _block(ctx)
     extra = -x.shape[1] % b
     return x.pad([(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2)) if extra else x
@@ -82,16 +91,13 @@ def reorder_output(ctx: OpContext) -> Tensor:
     if not 0 < channels <= x.shape[1]:
         raise fail(ctx, f"channels {channels} is not within the blocked {x.shape[1]}")
     y = x.shrink([(0, x.shape[0]), (0, channels)] + [(0, s) for s in x.shape[2:]])
-    return y.permute([0, *range(2, y.ndim), 1]) if int(ctx.attr("channels_last", 0)) else y
+    return channels_last(y) if int(ctx.attr("channels_last", 0)) else y
 
 
-@op("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool", domain=NCHWC)
-def nchwc_pool(ctx: OpContext) -> Tensor | Sequence[Tensor | None]:
-    """The pool of the default domain, channel by channel as over NCHW."""
-    pool = lookup("", ctx.node.op_type)
-    if pool is None:
-        raise fail(ctx, "no such pool")
-    return pool(ctx)
+# the pools over blocked channels are the default domain's, channel by channel as over NCHW
+for _name, _pool in (("MaxPool", max_pool_op), ("AveragePool", average_pool_op),
+                     ("GlobalMaxPool", global_max_pool_op), ("GlobalAveragePool", global_average_pool_op)):
+    op(_name, domain=NCHWC)(_pool)
 
 
 @op("Upsample", domain=NCHWC)

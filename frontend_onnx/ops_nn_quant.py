@@ -14,10 +14,11 @@ from onnx import TensorProto, helper
 from ..ir import DType, Tensor
 from .importer import onnx_dtype
 from .ops_elementwise import activation
-from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op
+from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op, max_pool_op
 from .ops_nn_norm import softmax_op
+from .ops_nn_util import channels_first, channels_last
 from .ops_shape import concat
-from .registry import MS, OpContext, fail, lookup, need, need_const, op
+from .registry import MS, OpContext, fail, need, need_const, op
 
 # the saturation range of each quantised ONNX type
 _QRANGE: dict[int, tuple[int, int]] = {
@@ -221,27 +222,23 @@ def qlinear_conv(ctx: OpContext) -> Tensor:
 def ms_qlinear_conv(ctx: OpContext) -> Tensor:
     """onnxruntime's QLinearConv, whose input and output are NHWC where ``channels_last`` is set (its NHWC
     transformer's form; the weight stays OIHW)."""
-    x = need(ctx, 0)
     if not ctx.attr("channels_last", 0):
         return qlinear_conv(ctx)
-    first = x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])
-    y = qlinear_conv(dataclasses.replace(ctx, inputs=[first, *ctx.inputs[1:]]))
-    return y.permute([0, *range(2, y.ndim), 1])
+    first = channels_first(need(ctx, 0))
+    return channels_last(qlinear_conv(dataclasses.replace(ctx, inputs=[first, *ctx.inputs[1:]])))
 
 
 @op("NhwcMaxPool", domain=MS)
 def nhwc_max_pool(ctx: OpContext) -> Tensor:
     """onnxruntime's MaxPool over an NHWC (8-bit) tensor, what its NHWC transformer puts between quantised convs."""
     x = need(ctx, 0)
-    pool = lookup("", "MaxPool")
-    if pool is None or x.ndim < 3:
+    if x.ndim < 3:
         raise fail(ctx, f"input rank {x.ndim} has no spatial dims")
     if (written := ctx.written(0)) is not None:
         ctx.declare(0, written)
-    out = pool(_shim(ctx, x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])))
-    y = out if isinstance(out, Tensor) else out[0]
+    y = max_pool_op(_shim(ctx, channels_first(x)))[0]
     assert y is not None, "MaxPool gives its values"
-    return y.permute([0, *range(2, y.ndim), 1])
+    return channels_last(y)
 
 
 # -- onnxruntime's QOperator contrib ops: dequantise the inputs, run the float op, quantise the output --
@@ -282,9 +279,7 @@ def _pool(f: Callable[[OpContext], Tensor]) -> Callable[..., Tensor]:
     def g(ctx: OpContext, x: Tensor) -> Tensor:
         if not ctx.attr("channels_last", 0):
             return f(_shim(ctx, x))
-        to_first = [0, x.ndim - 1, *range(1, x.ndim - 1)]
-        to_last = [0, *range(2, x.ndim), 1]
-        return f(_shim(ctx, x.permute(to_first))).permute(to_last)
+        return channels_last(f(_shim(ctx, channels_first(x))))
 
     return g
 

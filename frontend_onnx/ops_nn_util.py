@@ -25,6 +25,16 @@ def window_ints(ctx: OpContext, name: str, default: Sequence[int], least: int = 
     return values
 
 
+def channels_first(x: Tensor) -> Tensor:
+    """An NHWC tensor (channels last, any spatial rank) as NCHW."""
+    return x.permute([0, x.ndim - 1, *range(1, x.ndim - 1)])
+
+
+def channels_last(x: Tensor) -> Tensor:
+    """An NCHW tensor as NHWC."""
+    return x.permute([0, *range(2, x.ndim), 1])
+
+
 def spatial_pads(ctx: OpContext, in_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
                  dilations: Sequence[int], ceil_mode: bool = False) -> tuple[list[tuple[int, int]], list[int]]:
     """(pads per spatial dim as (begin, end), output sizes) from pads/auto_pad, for conv and pooling.
