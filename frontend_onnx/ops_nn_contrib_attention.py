@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_nn_attention import _heads, rotary_embedding_op
+from .ops_nn_attention import _band, _heads, rotary_embedding_op
 from .ops_nn_index import gather_axis
 from .ops_reduce import normalise
 from .ops_shape import concat, stack
@@ -25,13 +25,13 @@ def _key_mask(ctx: OpContext, mask: Tensor, batch: int, q_len: int, total: int) 
     (batch), lengths then starts (2 x batch), a 0/1 mask per key (batch, total) or per query and key (batch, q,
     total)."""
     fill = float(ctx.attr("mask_filter_value", -10000.0))
-    keys = Tensor.const(np.arange(total, dtype=np.int32)).reshape((1, total))
     if mask.ndim == 1 and mask.shape[0] in (batch, 2 * batch):
+        keys = Tensor.iota((batch, total), 1, DType.int32)
         ends = mask.shrink([(0, batch)]).cast(DType.int32).reshape((batch, 1))
-        dead = keys.expand((batch, total)).ge(ends.expand((batch, total)))
+        dead = keys.ge(ends.expand((batch, total)))
         if mask.shape[0] == 2 * batch:
             starts = mask.shrink([(batch, 2 * batch)]).cast(DType.int32).reshape((batch, 1))
-            dead = dead | keys.expand((batch, total)).lt(starts.expand((batch, total)))
+            dead = dead | keys.lt(starts.expand((batch, total)))
         dead = dead.reshape((batch, 1, 1, total))
     elif mask.ndim == 2 and tuple(mask.shape) == (batch, total):
         dead = mask.le(0).reshape((batch, 1, 1, total))
@@ -41,12 +41,6 @@ def _key_mask(ctx: OpContext, mask: Tensor, batch: int, q_len: int, total: int) 
         raise fail(ctx, f"mask_index of shape {list(mask.shape)} is not one onnxruntime's CPU kernel takes "
                         f"({batch}, {2 * batch}, ({batch}, {total}) or ({batch}, {q_len}, {total}))")
     return dead.where(Tensor.full(dead.shape, fill, DType.float32), Tensor.full(dead.shape, 0.0, DType.float32))
-
-
-def _causal(q_len: int, total: int) -> np.ndarray:
-    """Where query i (after the past) may see key j: j <= past + i."""
-    past = total - q_len
-    return np.arange(total)[None, :] <= np.arange(q_len)[:, None] + past
 
 
 def _attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
@@ -59,7 +53,7 @@ def _attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
     if mask is not None:
         scores = scores.add(mask.cast(dt).expand(scores.shape))
     if int(ctx.attr("unidirectional", 0)):
-        allowed = Tensor.const(_causal(q_len, total)).reshape((1, 1, q_len, total)).expand(scores.shape)
+        allowed = Tensor.const(_band(q_len, total, np.array([total - q_len]), 0, None)).expand(scores.shape)
         scores = allowed.where(scores, Tensor.full(scores.shape, LOWEST, dt))
     if bias is not None:
         scores = scores.add(bias.cast(dt).expand(scores.shape))
