@@ -350,7 +350,7 @@ def matmul_nbits(ctx: OpContext) -> Tensor:
     zp = ctx.input(3)
     if zp is None:
         zero = np.full((n, blocks), 1 << (bits - 1), np.float32)
-    elif zp.dtype is DType.float32 or zp.dtype is DType.float16:
+    elif zp.dtype.is_float:
         zero = need_const(ctx, 3).astype(np.float32).reshape(n, blocks)
     else:
         zero = _unpacked(need_const(ctx, 3).astype(np.uint8).reshape(n, -1), bits, blocks).astype(np.float32)
