@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.version_converter
 import torch
 from onnx import numpy_helper
 from torch import nn
@@ -743,7 +744,12 @@ def quantize(src: Path, shapes: dict[str, int], kind: str, path: Path) -> None:
         if kind == "dynamic":
             quantize_dynamic(str(pre), str(path))
             return
-        graph = onnx.load(str(pre), load_external_data=False).graph
+        model = onnx.load(str(pre))
+        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        if kind == "qdq" and opset < 13:  # the quantizer writes per-channel axes, which need opset 13
+            model = onnx.version_converter.convert_version(model, 13)
+            onnx.save(model, str(pre))
+        graph = model.graph
         inits = {t.name for t in graph.initializer}
         inputs = {i.name: [d.dim_value or shapes[d.dim_param] for d in i.type.tensor_type.shape.dim]
                   for i in graph.input if i.name not in inits}

@@ -14,7 +14,7 @@ import numpy as np
 from .graph import ELEMENTWISE, REDUCE, SOURCES, Graph, Node, Op
 from .nogc import gc_paused
 from .reference import eval_node, read
-from .tensor import FOLD_LIMIT
+from .tensor import storable
 from .view import View, contiguous_strides, reads_dim
 
 Src = tuple[Node, View]
@@ -76,7 +76,7 @@ def _folded(n: Node, srcs: tuple[Src, ...]) -> Node | None:
     for s, _ in srcs:
         if s.op is not Op.Constant:
             return None
-    if n.numel <= FOLD_LIMIT:
+    if storable(n.numel, (s for s, _ in srcs)):
         val = eval_node(n, [read(s.attrs["value"], v) for s, v in srcs])
         return Node(Op.Constant, (), n.shape, n.dtype, {"value": np.ascontiguousarray(val).reshape(n.shape)})
     return None

@@ -20,6 +20,13 @@ from .reference import eval_node, read
 from .view import View, _contiguous, reads_dim
 
 FOLD_LIMIT = 1 << 22
+
+
+def storable(numel: int, consts) -> bool:
+    """Whether a value of ``numel`` elements computed from the constants ``consts`` is folded into a constant:
+    up to FOLD_LIMIT, or no larger than one of them (a dequantised weight replaces its quantised one); a larger
+    broadcast is computed by a kernel at run time rather than stored."""
+    return numel <= FOLD_LIMIT or any(numel <= c.numel for c in consts)
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
@@ -665,7 +672,7 @@ def _fold(node: Node, srcs: Sequence[Tensor]) -> Tensor:
         narrow = Node(node.op, tuple((t.node, t.view) for t in small), tuple(b for _, b in ranges), node.dtype,
                       dict(node.attrs))
         return _fold(narrow, small).expand(node.shape)
-    if node.numel > FOLD_LIMIT:
+    if not storable(node.numel, (t.node for t in srcs)):
         return Tensor(node)
     vals = [read(t.node.attrs["value"], t.view) for t in srcs]
     return Tensor.const(np.ascontiguousarray(eval_node(node, vals)).reshape(node.shape), node.dtype)

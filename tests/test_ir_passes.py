@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from luminal.ir import DType, Graph, Op, Tensor, format_graph, optimize, run_reference
+from luminal.ir.graph import Node
 from luminal.ir.passes import cse, fold_constants, simplify
+from luminal.ir.tensor import FOLD_LIMIT
+from luminal.ir.view import View
 
 rng = np.random.default_rng(1)
 X = (rng.standard_normal((3, 7)) * 3).astype(np.float32)
@@ -94,6 +97,26 @@ def test_cse_merges_equal_subexpressions():
     assert g.primitive_counts()["Exp2"] == 2
     g2 = cse(simplify(fold_constants(g)))
     assert g2.primitive_counts()["Exp2"] == 1
+
+
+def test_a_fold_stores_no_more_than_a_constant_it_reads():
+    """Past FOLD_LIMIT a node of constants folds when it is no larger than one of them (a dequantised weight), and
+    stays a kernel when it broadcasts them larger; at build time (Tensor) and in the pass alike."""
+    n = FOLD_LIMIT + 8
+    big = Tensor.const(np.arange(n, dtype=np.int32) % 251 - 125)
+    w = big.cast(DType.float32).mul(0.5)
+    assert w.is_const and w.node.shape == (n,)
+    np.testing.assert_array_equal(w.numpy(), (np.arange(n) % 251 - 125) * 0.5)
+    row = Tensor.const(np.arange(n // 8, dtype=np.float32)).reshape((1, n // 8))
+    wide = row.expand((9, n // 8)).add(Tensor.const(np.arange(9, dtype=np.float32)).reshape((9, 1)))
+    assert not wide.is_const
+    c = big.node
+    cast = Node(Op.Cast, ((c, View.contiguous(c.shape)),), c.shape, DType.float32, {})
+    (folded,) = fold_constants(Graph([], [cast], ["y"])).outputs
+    assert folded.op is Op.Constant and folded.attrs["value"].dtype == np.float32
+    wider = Node(Op.Cast, ((c, View((2, n), (0, 1))),), (2, n), DType.float32, {})
+    (kept,) = fold_constants(Graph([], [wider], ["y"])).outputs
+    assert kept.op is Op.Cast
 
 
 def test_printer_never_needs_names_from_graph():

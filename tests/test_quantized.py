@@ -356,6 +356,22 @@ def test_dequantize_4_bit_constants_in_blocks(elem, tmp_path):
                          atol=1e-5, opset=21)
 
 
+def test_a_large_quantised_weight_is_dequantised_once(tmp_path):
+    """A QDQ weight of more elements than a computed constant is stored folds into its float weight, as a small one
+    does: one contraction kernel, not a dequantisation every run ahead of it."""
+    r = np.random.default_rng(3)
+    k, n = 1024, 4100  # 4.2M elements, past FOLD_LIMIT
+    inits = [numpy_helper.from_array(r.integers(-127, 128, (k, n), dtype=np.int8), "w"),
+             numpy_helper.from_array((r.random(n) * 0.01 + 0.001).astype(np.float32), "s"),
+             numpy_helper.from_array(r.integers(-3, 4, n, dtype=np.int8), "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["a", "wd"], ["y"])]
+    _matches_onnxruntime(nodes, {"a": r.standard_normal((2, k)).astype(np.float32)}, inits, tmp_path, rtol=1e-4,
+                         atol=1e-4)
+    (kernel,) = compile_model(tmp_path / "m.onnx", backend="cpu").kernels
+    assert kernel.form == "contraction"
+
+
 def _packed(values: np.ndarray, bits: int) -> np.ndarray:
     """``bits``-bit values packed little-endian along the last axis, the last byte padded with zeros."""
     per = 8 // bits
