@@ -187,3 +187,141 @@ def ms_rotary_embedding(ctx: OpContext) -> Tensor:
         head = int(attrs.get("rotary_embedding_dim", 0)) or 2 * cos.shape[1]
         attrs["num_heads"] = x.shape[2] // head
     return rotary_embedding_op(dataclasses.replace(ctx, inputs=[x, cos, sin, pos], attrs=attrs))
+
+
+@op("GroupQueryAttention", domain=MS)
+def group_query_attention(ctx: OpContext) -> list[Tensor | None]:
+    """Grouped-query attention with a KV cache, as onnxruntime's CPU kernel: this step's keys and values (rotated
+    where asked) go into the cache after each batch entry's past, seqlens_k + 1 - sequence_length positions (none
+    on a first prompt: total_sequence_length == sequence_length); the query at absolute position past + i attends to
+    the cache's keys up to it (the last local_window_size of them where set; every key of its entry when not causal),
+    query head h to key head h // (num_heads / kv_num_heads)."""
+    q, k, v, heads, kv_heads, head = _gqa_projections(ctx)
+    past_k, past_v, seqlens, total = ctx.input(3), ctx.input(4), need(ctx, 5), _gqa_total(ctx)
+    cos, sin, position_ids, bias, sink = (ctx.input(i) for i in range(7, 12))
+    batch, seq, _ = q.shape
+    past_len = 0 if past_k is None else past_k.shape[2]
+    for name, p in (("past_key", past_k), ("past_value", past_v)):
+        if p is not None and (p.ndim != 4 or tuple(p.shape) != (batch, kv_heads, past_len, head)):
+            raise fail(ctx, f"{name} {list(p.shape)} is not ({batch}, {kv_heads}, past, {head})")
+    if (past_k is None) != (past_v is None) or seqlens.numel != batch or total < seq:
+        raise fail(ctx, f"past_key and past_value come together, seqlens_k has one value per batch entry "
+                        f"({batch}), total_sequence_length ({total}) is at least the sequence ({seq})")
+    out = q.dtype
+    dt = DType.float32 if out in (DType.float16, DType.bfloat16) else out  # half types computed in float
+    qh, kh, vh = (_heads(x.cast(dt), n) for x, n in ((q, heads), (k, kv_heads), (v, kv_heads)))
+    lengths = seqlens.reshape((batch, 1)).cast(DType.int64).add(1)  # each entry's keys after this step
+    past = Tensor.full((batch, 1), 0, DType.int64) if total == seq else lengths.sub(seq)
+    at = past.expand((batch, seq)).add(Tensor.iota((batch, seq), 1, DType.int64))  # each query's position
+    if int(ctx.attr("do_rotary", 0)):
+        if cos is None or sin is None:
+            raise fail(ctx, "do_rotary needs cos_cache and sin_cache")
+        pos = at if position_ids is None else position_ids.cast(DType.int64)
+        qh, kh = (_rotate(ctx, t, pos, cos, sin) for t in (qh, kh))
+    cache = max(total, past_len)
+    present_k, present_v = _into_cache(past_k, kh, past, cache), _into_cache(past_v, vh, past, cache)
+    group = heads // kv_heads
+    grouped = (batch, kv_heads, group, cache, head)
+    scores = (qh.reshape((batch, kv_heads, group, seq, head))
+              .matmul(present_k.reshape((batch, kv_heads, 1, cache, head)).expand(grouped).transpose())
+              .mul(_scale(ctx, head)))
+    softcap = float(ctx.attr("softcap", 0.0))
+    if softcap > 0:
+        scores = scores.mul(1 / softcap).tanh().mul(softcap)
+    shape = scores.shape
+    if bias is not None:
+        if bias.ndim != 4 or bias.shape[2] != seq or bias.shape[3] > cache:
+            raise fail(ctx, f"attention_bias {list(bias.shape)} is not (batch or 1, heads or 1, {seq}, {total})")
+        bias = bias.cast(dt).pad([(0, 0), (0, 0), (0, 0), (0, cache - bias.shape[3])])
+        scores = scores.add(bias.expand((batch, heads, seq, cache)).reshape(shape))
+    allowed = _gqa_allowed(ctx, at, lengths, cache).reshape((batch, 1, 1, seq, cache)).expand(shape)
+    scores = allowed.where(scores, Tensor.full(shape, LOWEST, dt))
+    if sink is not None or int(ctx.attr("smooth_softmax", 0)):  # one more logit in every row's denominator
+        extra = (Tensor.full((batch, kv_heads, group, seq, 1), 0.0, dt) if sink is None else
+                 sink.cast(dt).reshape((1, kv_heads, group, 1, 1)).expand((batch, kv_heads, group, seq, 1)))
+        probs = concat([scores, extra], 4).softmax(4).shrink([(0, n) for n in shape])
+    else:
+        probs = scores.softmax(4)
+    y = probs.matmul(present_v.reshape((batch, kv_heads, 1, cache, head)).expand(grouped))
+    y = _merge(y.reshape((batch, heads, seq, head)))
+    return [y.cast(out), present_k.cast(out) if wants(ctx, 1) else None, present_v.cast(out) if wants(ctx, 2) else None]
+
+
+_GQA_UNSUPPORTED = {12: "k_scale (a quantised cache)", 13: "v_scale (a quantised cache)",
+                    14: "q_norm_weight (onnxruntime's CPU kernel refuses it too)", 15: "k_norm_weight",
+                    16: "query_seqlens (a chunked prefill)"}
+
+
+def _gqa_projections(ctx: OpContext) -> tuple[Tensor, Tensor, Tensor, int, int, int]:
+    """Query, key and value (batch, seq, heads * head), split from a packed query where key and value are absent;
+    num_heads, kv_num_heads and the head size. What the op leaves out is refused here."""
+    for i, name in _GQA_UNSUPPORTED.items():
+        if ctx.input(i) is not None:
+            raise fail(ctx, f"{name} is not supported")
+    if int(ctx.attr("sliding_window_cache", 0)) or int(ctx.attr("qk_output", 0)) or wants(ctx, 3):
+        raise fail(ctx, "sliding_window_cache and qk_output are not supported")
+    if any(str(ctx.attr(a, "NONE")) != "NONE" for a in ("k_quant_type", "v_quant_type")):
+        raise fail(ctx, "a quantised KV cache is not supported")
+    q, k, v = need(ctx, 0), ctx.input(1), ctx.input(2)
+    heads, kv_heads = int(ctx.attr("num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or q.ndim != 3:
+        raise fail(ctx, f"num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}, query "
+                        "(batch, seq, hidden)")
+    batch, seq, width = q.shape
+    if k is None and v is None:  # packed: query, key, value along the hidden axis
+        if width % (heads + 2 * kv_heads):
+            raise fail(ctx, f"packed QKV of {width} is not (num_heads + 2 * kv_num_heads) heads")
+        head = width // (heads + 2 * kv_heads)
+        cuts = np.cumsum([0, heads * head, kv_heads * head, kv_heads * head])
+        q, k, v = (q.shrink([(0, batch), (0, seq), (int(cuts[i]), int(cuts[i + 1]))]) for i in range(3))
+    if k is None or v is None:
+        raise fail(ctx, "key and value must be given together")
+    head = q.shape[2] // heads
+    if q.shape[2] % heads or tuple(k.shape) != (batch, seq, kv_heads * head) or k.shape != v.shape:
+        raise fail(ctx, f"query {list(q.shape)}, key {list(k.shape)} and value {list(v.shape)} do not fit "
+                        f"{heads} and {kv_heads} heads over (batch, {seq}, hidden)")
+    return q, k, v, heads, kv_heads, head
+
+
+def _gqa_total(ctx: OpContext) -> int:
+    t = need(ctx, 6)
+    if not t.is_const or t.numel != 1:
+        raise fail(ctx, "total_sequence_length must be one value known when the model is compiled (a constant, or "
+                        "computed from input shapes)")
+    return int(t.numpy().reshape(-1)[0])
+
+
+def _gqa_allowed(ctx: OpContext, at: Tensor, lengths: Tensor, cache: int) -> Tensor:
+    """(batch, seq, cache): the keys each query attends to, by the queries' positions ``at`` (batch, seq) and the
+    entries' ``lengths`` (batch, 1)."""
+    batch, seq = at.shape
+    keys = Tensor.iota((batch, seq, cache), 2, DType.int64)
+    at = at.reshape((batch, seq, 1)).expand(keys.shape)
+    allowed = keys.lt(lengths.reshape((batch, 1, 1)).expand(keys.shape))
+    if int(ctx.attr("causal", 1)):
+        allowed = allowed & keys.le(at)
+        window = int(ctx.attr("local_window_size", -1))
+        if window > 0:
+            allowed = allowed & keys.gt(at.sub(window))
+    return allowed
+
+
+def _rotate(ctx: OpContext, x: Tensor, pos: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    attrs = {"interleaved": int(ctx.attr("rotary_interleaved", 0)), "rotary_embedding_dim": 2 * cos.shape[1]}
+    return rotary_embedding_op(dataclasses.replace(ctx, inputs=[x, cos, sin, pos], attrs=attrs))
+
+
+def _into_cache(past: Tensor | None, new: Tensor, at: Tensor, cache: int) -> Tensor:
+    """(batch, heads, cache, head): the past's first ``at`` positions of each batch entry, then ``new``, then
+    zeros."""
+    batch, heads, seq, head = new.shape
+    shape = (batch, heads, cache, head)
+    pos = Tensor.iota(shape, 2, DType.int64)
+    start = at.reshape((batch, 1, 1, 1)).expand(shape)
+    step = new.expand(shape) if seq == 1 else new.gather(pos.sub(start).maximum(0).minimum(seq - 1), 2)
+    step = pos.lt(start.add(seq)).where(step, Tensor.full(shape, 0.0, new.dtype))
+    if past is None:
+        return step
+    old = past.cast(new.dtype).shrink([(0, batch), (0, heads), (0, min(past.shape[2], cache)), (0, head)])
+    old = old.pad([(0, 0), (0, 0), (0, cache - old.shape[2]), (0, 0)])
+    return pos.lt(start).where(old, step)

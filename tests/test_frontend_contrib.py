@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from frontend_util import assert_matches, make_model, run_ours
+from frontend_util import assert_matches, make_model, run_ort, run_ours
 from onnx import helper
 
 from luminal.errors import LuminalError
@@ -424,3 +424,141 @@ def test_ms_rotary_embedding(interleaved, layout, rotary_dim, offset):
     node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)
     model = ms_model(node, {"x": x, "pos": pos}, {"cos": f32(12, width), "sin": f32(12, width)})
     assert_matches(model, {"x": x, "pos": pos}, rtol=1e-5, atol=1e-5)
+
+
+# (mode, batch, seq, past, cache, lengths, heads, kv heads, head, packed, attributes, inputs)
+GQA_CASES = [
+    ("prompt", 2, 4, 0, 0, [4, 2], 4, 2, 16, False, {}, ()),
+    ("prompt", 3, 3, 0, 0, [3, 1, 2], 3, 1, 16, True, {"do_rotary": 1}, ()),
+    ("prompt", 1, 5, 0, 0, [5], 2, 2, 32, False, {"do_rotary": 1, "rotary_interleaved": 1}, ("partial rotary",)),
+    ("decode", 3, 1, 5, 5, [6, 3, 5], 4, 2, 16, False, {"do_rotary": 1, "local_window_size": 3}, ()),
+    ("decode", 2, 1, 4, 9, [5, 2], 6, 2, 16, True, {"softcap": 5.0, "scale": 0.3, "k_quant_type": "NONE"},
+     ("shared buffer",)),
+    ("decode", 2, 1, 3, 3, [4, 4], 2, 1, 16, False, {"smooth_softmax": 1}, ("attention_bias",)),
+    ("chunk", 1, 3, 4, 4, [7], 4, 1, 16, False, {"do_rotary": 1}, ("head_sink",)),
+    ("chunk", 1, 4, 2, 8, [6], 2, 2, 16, False, {"causal": 0}, ("shared buffer", "position_ids")),
+    ("decode", 2, 1, 6, 6, [7, 5], 4, 2, 16, False, {"do_rotary": 1, "local_window_size": 2}, ("float16",)),
+]
+
+
+@pytest.mark.parametrize("mode, batch, seq, past, cache, lengths, heads, kv_heads, head, packed, attrs, extra",
+                         GQA_CASES)
+def test_group_query_attention(mode, batch, seq, past, cache, lengths, heads, kv_heads, head, packed, attrs, extra):
+    """onnxruntime's GroupQueryAttention against its CPU kernel: a first prompt right-padded per batch entry, a
+    token or a chunk after a past of fewer tokens in some entries (a cache of the past's length or a longer shared
+    buffer), packed QKV, rotary embeddings (interleaved, partial, from position_ids), a local window, softcap,
+    smooth softmax, head sinks, attention bias, no causal mask, float16. The rows onnxruntime leaves unspecified
+    (a padded query, cache positions past an entry's length) are not compared."""
+    r = np.random.default_rng(len(lengths) * 7 + seq)
+    dtype = np.float16 if "float16" in extra else np.float32
+    total = seq if mode == "prompt" else past + seq
+    width = (heads + 2 * kv_heads) * head if packed else heads * head
+    feeds = {"q": r.standard_normal((batch, seq, width)).astype(dtype)}
+    names = ["q", "", ""]
+    if not packed:
+        feeds["k"], feeds["v"] = (r.standard_normal((batch, seq, kv_heads * head)).astype(dtype) for _ in range(2))
+        names[1:3] = ["k", "v"]
+    if past:
+        feeds["pk"], feeds["pv"] = (r.standard_normal((batch, kv_heads, cache, head)).astype(dtype) for _ in range(2))
+    names += ["pk", "pv"] if past else ["", ""]
+    feeds["seqlens"] = np.array(lengths, np.int32) - 1
+    inits = {"total": np.array(total, np.int32)}
+    names += ["seqlens", "total", "", "", "", "", ""]
+    if attrs.get("do_rotary"):
+        rotary = head // 2 if "partial rotary" in extra else head
+        angles = np.arange(total + 4)[:, None] / 10000 ** (np.arange(rotary // 2) / (rotary // 2))[None]
+        inits["cos"], inits["sin"] = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+        names[7:9] = ["cos", "sin"]
+    if "position_ids" in extra:
+        feeds["pos"], names[9] = (past + 1 + np.arange(seq)[None]).repeat(batch, 0).astype(np.int64), "pos"
+        names[7:9] = ["cos", "sin"]
+        angles = np.arange(total + 4)[:, None] / 10000 ** (np.arange(head // 2) / (head // 2))[None]
+        inits["cos"], inits["sin"] = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+        attrs = {**attrs, "do_rotary": 1}
+    if "attention_bias" in extra:
+        feeds["ab"], names[10] = r.standard_normal((batch, 1, seq, total)).astype(dtype), "ab"
+    if "head_sink" in extra:
+        feeds["sink"], names[11] = r.standard_normal(heads).astype(dtype), "sink"
+    while not names[-1]:
+        names.pop()
+    outs = ["y", "present_k", "present_v"]
+    node = helper.make_node("GroupQueryAttention", names, outs, domain=MS, num_heads=heads, kv_num_heads=kv_heads,
+                            **attrs)
+    model = ms_model(node, feeds, inits, outputs=outs)
+    ours, theirs = run_ours(model, feeds), run_ort(model, feeds)
+    tol = 1e-2 if dtype == np.float16 else 1e-4
+    for b, n in enumerate(lengths):
+        assert ours[0].dtype == theirs[0].dtype and ours[1].shape == theirs[1].shape
+        rows = n if mode == "prompt" else seq
+        np.testing.assert_allclose(ours[0][b, :rows].astype(np.float32), theirs[0][b, :rows], rtol=tol, atol=tol)
+        for o in (1, 2):
+            np.testing.assert_allclose(ours[o][b, :, :n].astype(np.float32), theirs[o][b, :, :n], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("total_is_input, attrs, message", [
+    (True, {}, "total_sequence_length must be one value known when the model is compiled"),
+    (False, {"k_quant_type": "PER_TENSOR"}, "a quantised KV cache is not supported"),
+])
+def test_group_query_attention_refusals(total_is_input, attrs, message):
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "seqlens", "total"], ["y"], domain=MS,
+                            num_heads=2, kv_num_heads=1, **attrs)
+    feeds = {"q": f32(1, 3, 32), "k": f32(1, 3, 16), "v": f32(1, 3, 16), "seqlens": np.array([2], np.int32)}
+    total = {"total": np.array(3, np.int32)}
+    model = ms_model(node, {**feeds, **total}) if total_is_input else ms_model(node, feeds, total)
+    with pytest.raises(LuminalError, match=message):
+        load(model)
+
+
+def test_decoder_with_group_query_attention_prompt_then_token(tmp_path):
+    """A one-layer decoder as onnxruntime-genai's model builder writes one: seqlens_k from the attention mask's
+    sum, total_sequence_length from its shape, a KV cache in and out by symbolic dims; one session on the C backend
+    runs the prompt (an empty past) and the next token (the prompt's present as its past) as onnxruntime does."""
+    from onnx import TensorProto, numpy_helper
+
+    from luminal.runtime import InferenceSession
+
+    r = np.random.default_rng(8)
+    vocab, hidden, heads, kv_heads, head = 50, 64, 4, 2, 16
+    w = {"embed": r.standard_normal((vocab, hidden)), "wq": r.standard_normal((hidden, heads * head)) * 0.2,
+         "wk": r.standard_normal((hidden, kv_heads * head)) * 0.2, "wv": r.standard_normal((hidden, kv_heads * head)),
+         "wo": r.standard_normal((heads * head, vocab)) * 0.2}
+    angles = np.arange(32)[:, None] / 10000 ** (np.arange(head // 2) / (head // 2))[None]
+    w |= {"cos": np.cos(angles), "sin": np.sin(angles)}
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in w.items()]
+    inits += [numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+              numpy_helper.from_array(np.array(1, np.int64), "one")]
+    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["x"]),
+             *(helper.make_node("MatMul", ["x", f"w{p}"], [p]) for p in "qkv"),
+             helper.make_node("ReduceSum", ["attention_mask", "axis1"], ["n"], keepdims=0),
+             helper.make_node("Sub", ["n", "one"], ["n1"]),
+             helper.make_node("Cast", ["n1"], ["seqlens"], to=TensorProto.INT32),
+             helper.make_node("Shape", ["attention_mask"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["t"]),
+             helper.make_node("Cast", ["t"], ["total"], to=TensorProto.INT32),
+             helper.make_node("GroupQueryAttention", ["q", "k", "v", "past_key", "past_value", "seqlens", "total",
+                                                      "cos", "sin"], ["y", "present_key", "present_value"],
+                              domain=MS, num_heads=heads, kv_num_heads=kv_heads, do_rotary=1),
+             helper.make_node("MatMul", ["y", "wo"], ["logits"])]
+    cache = ["batch", kv_heads, "past", head]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+              helper.make_tensor_value_info("past_key", TensorProto.FLOAT, cache),
+              helper.make_tensor_value_info("past_value", TensorProto.FLOAT, cache)]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab]),
+               *(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", kv_heads, "total", head])
+                 for n in ("present_key", "present_value"))]
+    model = helper.make_model(helper.make_graph(nodes, "decoder", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    onnx_path = tmp_path / "decoder.onnx"
+    onnx_path.write_bytes(model.SerializeToString())
+    ours = InferenceSession(onnx_path, backend="cpu")
+    empty = np.zeros((1, kv_heads, 0, head), np.float32)
+    feeds = {"input_ids": np.array([[3, 14, 15, 9, 2]]), "attention_mask": np.ones((1, 5), np.int64),
+             "past_key": empty, "past_value": empty}
+    for _ in range(2):
+        got, want = ours.run(None, feeds), run_ort(model, feeds)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        feeds = {"input_ids": np.array([[int(want[0][0, -1].argmax())]]), "attention_mask": np.ones((1, 6), np.int64),
+                 "past_key": want[1], "past_value": want[2]}
