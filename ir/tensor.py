@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -20,15 +20,15 @@ from .reference import eval_node, read
 from .view import View, _contiguous, reads_dim
 
 FOLD_LIMIT = 1 << 22
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
-def storable(numel: int, consts) -> bool:
+def storable(numel: int, consts: Iterable[Node]) -> bool:
     """Whether a value of ``numel`` elements computed from the constants ``consts`` is folded into a constant:
     up to FOLD_LIMIT, or no larger than one of them (a dequantised weight replaces its quantised one); a larger
     broadcast is computed by a kernel at run time rather than stored."""
     return numel <= FOLD_LIMIT or any(numel <= c.numel for c in consts)
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 def _node(op: Op, srcs, shape, dtype: DType, **attrs) -> Node:
