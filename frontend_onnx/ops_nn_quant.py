@@ -15,6 +15,7 @@ from ..ir import DType, Tensor
 from .importer import onnx_dtype
 from .ops_elementwise import activation
 from .ops_nn_conv import average_pool_op, conv_node, global_average_pool_op, max_pool_op
+from .ops_nn_index import gather_axis
 from .ops_nn_norm import softmax_op
 from .ops_nn_util import channels_first, channels_last
 from .ops_shape import concat
@@ -358,3 +359,61 @@ def matmul_nbits(ctx: OpContext) -> Tensor:
     y = a.matmul(Tensor.const(np.ascontiguousarray(w.T).astype(a.dtype.np)))
     bias = ctx.input(5)
     return y if bias is None else y.add(bias.cast(y.dtype).expand(y.shape))
+
+
+@op("GatherBlockQuantized", domain=MS)
+def gather_block_quantized(ctx: OpContext) -> Tensor:
+    """Gather over a table quantised in blocks along ``quantize_axis`` (int4 / uint4, or uint8 holding 2-, 4- or
+    8-bit values packed along its last axis), dequantised at import into a float table: (q - zero point) * scale,
+    zero points 0 for int4 / uint4 and 2^(bits-1) for uint8 where absent; an index outside the axis gives zeros."""
+    data, indices, scales = need_const(ctx, 0), need(ctx, 1), need(ctx, 2)
+    bits, block = int(ctx.attr("bits", 4)), int(ctx.attr("block_size", 128))
+    q_axis, g_axis = int(ctx.attr("quantize_axis", 1)), int(ctx.attr("gather_axis", 0))
+    if not data.ndim or bits not in (2, 4, 8) or block < 16 or block & (block - 1) or \
+            not -data.ndim <= q_axis < data.ndim or not -data.ndim <= g_axis < data.ndim:
+        raise fail(ctx, f"bits {bits}, block_size {block}, quantize_axis {q_axis} and gather_axis {g_axis} do not "
+                        f"describe a table of {data.ndim} dims")
+    q_axis, g_axis = q_axis % data.ndim, g_axis % data.ndim
+    written = ctx.written(0) or data.dtype
+    if written.kind not in "iu":
+        raise fail(ctx, f"data of {written} is not supported (int4, uint4 or uint8)")
+    unsigned = written.kind == "u"
+    packed = unsigned and bits < 8 and _packed_fits(data.shape, bits, block, q_axis, scales.shape,
+                                                                  "bits" in ctx.attrs)
+    q = _unpacked(data.astype(np.uint8), bits, data.shape[-1] * (8 // bits)) if packed else data
+    q = q.astype(np.float32)
+    blocks = _blocked(q.shape, q_axis, block)
+    if tuple(scales.shape) != blocks:
+        raise fail(ctx, f"scales {list(scales.shape)} are not one per block of {block}: {list(blocks)}")
+    zp = ctx.input(3)
+    unsigned_default = 1 << (bits - 1) if unsigned and (packed or bits == 8) else 0
+    if zp is None:
+        zero = np.full(blocks, unsigned_default, np.float32)
+    else:
+        zero = need_const(ctx, 3)
+        zero = _unpacked(zero.astype(np.uint8), bits, blocks[-1]) if packed else zero
+        if zero.shape != blocks:
+            raise fail(ctx, f"zero_points {list(zero.shape)} are not one per block: {list(blocks)}")
+        zero = zero.astype(np.float32)
+    spread = [np.repeat(v, block, axis=q_axis).take(range(q.shape[q_axis]), axis=q_axis)
+              for v in (zero, need_const(ctx, 2).astype(np.float32))]
+    table = Tensor.const(((q - spread[0]) * spread[1]).astype(scales.dtype.np))
+    size = q.shape[g_axis]
+    idx = indices.cast(DType.int64)
+    inside = idx.ge(-size) & idx.lt(size)
+    rows = gather_axis(table, inside.where(idx, Tensor.full(idx.shape, 0, DType.int64)), g_axis)
+    keep = inside.reshape((1,) * g_axis + idx.shape + (1,) * (q.ndim - g_axis - 1)).expand(rows.shape)
+    return keep.where(rows, Tensor.full(rows.shape, 0.0, rows.dtype))
+
+
+def _blocked(shape: tuple[int, ...], axis: int, block: int) -> tuple[int, ...]:
+    return tuple(-(-n // block) if k == axis else n for k, n in enumerate(shape))
+
+
+def _packed_fits(shape: tuple[int, ...], bits: int, block: int, axis: int, scales: tuple[int, ...],
+                 told: bool) -> bool:
+    """Whether an unsigned table is uint8 holding ``bits``-bit values packed along its last axis (else uint4): the
+    reading its scales fit, the packed one where both do and ``bits`` is given."""
+    unpacked = (*shape[:-1], shape[-1] * (8 // bits))
+    fits = [tuple(scales) == _blocked(s, axis, block) for s in (shape, unpacked)]
+    return fits[1] and (told or not fits[0])

@@ -279,18 +279,22 @@ def test_matmul_integer_to_float(a_type, b_type, per_column, zero_points, bias, 
                          tmp_path, rtol=1e-5, atol=1e-5)
 
 
-def test_weight_only_4_bit_transformer_matches_onnxruntime(small_models, tmp_path):
-    """onnxruntime's weight-only recipe (MatMulNBits: 4-bit weights in blocks of 32 with a scale each) over the
-    bundled BERT: it imports (it was refused) and matches onnxruntime's own kernel."""
+@pytest.mark.parametrize("name, ops", [("bert-small-torchscript.onnx", ("MatMul",)),
+                                       ("gpt2-small-torchscript.onnx", ("MatMul", "Gather"))])
+def test_weight_only_4_bit_transformer_matches_onnxruntime(small_models, name, ops, tmp_path):
+    """onnxruntime's weight-only recipe (MatMulNBits: 4-bit weights in blocks of 32 with a scale each; with Gather
+    asked for, GPT-2's embedding tables as GatherBlockQuantized) over the bundled BERT and GPT-2: they import (they
+    were refused) and match onnxruntime's own kernels."""
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-    name = "bert-small-torchscript.onnx"
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(MODELS_DIR / name)),
-                                     algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True))
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, op_types_to_quantize=ops,
+                                          quant_axes=(("MatMul", 0), ("Gather", 1)))
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(MODELS_DIR / name)), algo_config=config)
     quantizer.process()
-    out = tmp_path / "bert-4bit.onnx"
+    out = tmp_path / "4bit.onnx"
     onnx.save(quantizer.model.model, str(out))
-    assert "MatMulNBits" in {n.op_type for n in onnx.load(str(out)).graph.node}
+    made = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert "MatMulNBits" in made and ("Gather" not in ops or "GatherBlockQuantized" in made)
     report = check_model(str(out), small_models[name]["shapes"], "cpu", seed=0)
     assert report.ok, [(o.name, o.max_abs, o.reason) for o in report.outputs]
 
@@ -377,6 +381,37 @@ def _packed(values: np.ndarray, bits: int) -> np.ndarray:
     per = 8 // bits
     v = np.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, -values.shape[-1] % per)]).astype(np.uint16)
     return (v.reshape(*v.shape[:-1], -1, per) << (np.arange(per) * bits)).sum(-1).astype(np.uint8)
+
+
+@pytest.mark.parametrize("kind, bits, gather_axis, quantize_axis, zero_points, scale_type", [
+    ("int4", 4, 0, 1, True, np.float32), ("uint4", 4, 1, 0, False, np.float32), ("int4", 4, 0, 0, False, np.float16),
+    ("uint8", 4, 0, 1, True, np.float32), ("uint8", 8, 0, 1, False, np.float16), ("uint8", 2, 0, 1, False, np.float32),
+])
+def test_gather_block_quantized(kind, bits, gather_axis, quantize_axis, zero_points, scale_type, tmp_path):
+    """onnxruntime's GatherBlockQuantized (the 4-bit quantizer's embedding tables): int4 / uint4 tables, uint8 ones of
+    2-, 4- or 8-bit values packed along the last axis with packed zero points, default zero points (0, or 2^(bits-1)
+    for uint8), blocks that do not divide the axis, negative indices and one past the end (zeros)."""
+    r = np.random.default_rng(bits + gather_axis)
+    rows, cols, block = 9, 40, 16
+    lo, hi = (-8, 8) if kind == "int4" else (0, 16 if kind == "uint4" else 1 << bits)
+    q = r.integers(lo, hi, (rows, cols))
+    blocks = [-(-n // block) if k == quantize_axis else n for k, n in enumerate(q.shape)]
+    zp = r.integers(lo, hi, blocks)
+    if kind == "uint8":
+        inits = [numpy_helper.from_array(_packed(q, bits) if bits < 8 else q.astype(np.uint8), "data"),
+                 numpy_helper.from_array(_packed(zp, bits) if bits < 8 else zp.astype(np.uint8), "zp")]
+    else:
+        elem = TensorProto.INT4 if kind == "int4" else TensorProto.UINT4
+        inits = [helper.make_tensor("data", elem, q.shape, q.ravel().tolist()),
+                 helper.make_tensor("zp", elem, blocks, zp.ravel().tolist())]
+    inits.append(numpy_helper.from_array((r.random(blocks) * 0.1 + 0.01).astype(scale_type), "scales"))
+    size = q.shape[gather_axis]
+    indices = np.array([[size - 1, -1, 0], [size, -size, 2]], np.int64)
+    node = helper.make_node("GatherBlockQuantized", ["data", "i", "scales"] + ["zp"] * zero_points, ["y"],
+                            domain="com.microsoft", bits=bits, block_size=block, gather_axis=gather_axis,
+                            quantize_axis=quantize_axis)
+    _matches_onnxruntime([node], {"i": indices}, inits if zero_points else inits[:1] + inits[2:], tmp_path,
+                         rtol=1e-3, atol=1e-3, opset=21)
 
 
 @pytest.mark.parametrize("bits, block, k, zero_points, bias", [
