@@ -436,7 +436,7 @@ GQA_CASES = [
      ("shared buffer",)),
     ("decode", 2, 1, 3, 3, [4, 4], 2, 1, 16, False, {"smooth_softmax": 1}, ("attention_bias",)),
     ("chunk", 1, 3, 4, 4, [7], 4, 1, 16, False, {"do_rotary": 1}, ("head_sink",)),
-    ("chunk", 1, 4, 2, 8, [6], 2, 2, 16, False, {"causal": 0}, ("shared buffer", "position_ids")),
+    ("chunk", 1, 4, 2, 8, [6], 2, 2, 16, False, {"causal": 0, "do_rotary": 1}, ("shared buffer", "position_ids")),
     ("decode", 2, 1, 6, 6, [7, 5], 4, 2, 16, False, {"do_rotary": 1, "local_window_size": 2}, ("float16",)),
 ]
 
@@ -471,10 +471,6 @@ def test_group_query_attention(mode, batch, seq, past, cache, lengths, heads, kv
         names[7:9] = ["cos", "sin"]
     if "position_ids" in extra:
         feeds["pos"], names[9] = (past + 1 + np.arange(seq)[None]).repeat(batch, 0).astype(np.int64), "pos"
-        names[7:9] = ["cos", "sin"]
-        angles = np.arange(total + 4)[:, None] / 10000 ** (np.arange(head // 2) / (head // 2))[None]
-        inits["cos"], inits["sin"] = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
-        attrs = {**attrs, "do_rotary": 1}
     if "attention_bias" in extra:
         feeds["ab"], names[10] = r.standard_normal((batch, 1, seq, total)).astype(dtype), "ab"
     if "head_sink" in extra:
