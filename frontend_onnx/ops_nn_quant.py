@@ -378,8 +378,7 @@ def gather_block_quantized(ctx: OpContext) -> Tensor:
     if written.kind not in "iu":
         raise fail(ctx, f"data of {written} is not supported (int4, uint4 or uint8)")
     unsigned = written.kind == "u"
-    packed = unsigned and bits < 8 and _packed_fits(data.shape, bits, block, q_axis, scales.shape,
-                                                                  "bits" in ctx.attrs)
+    packed = unsigned and bits < 8 and _packed_fits(data.shape, bits, block, q_axis, scales.shape, "bits" in ctx.attrs)
     q = _unpacked(data.astype(np.uint8), bits, data.shape[-1] * (8 // bits)) if packed else data
     q = q.astype(np.float32)
     blocks = _blocked(q.shape, q_axis, block)

@@ -361,8 +361,8 @@ def test_dequantize_4_bit_constants_in_blocks(elem, tmp_path):
 
 
 def test_a_large_quantised_weight_is_dequantised_once(tmp_path):
-    """A QDQ weight of more elements than a computed constant is stored folds into its float weight, as a small one
-    does: one contraction kernel, not a dequantisation every run ahead of it."""
+    """A QDQ weight of more than FOLD_LIMIT elements folds into its float weight, as a small one does: one
+    contraction kernel, not a dequantisation every run ahead of it."""
     r = np.random.default_rng(3)
     k, n = 1024, 4100  # 4.2M elements, past FOLD_LIMIT
     inits = [numpy_helper.from_array(r.integers(-127, 128, (k, n), dtype=np.int8), "w"),
