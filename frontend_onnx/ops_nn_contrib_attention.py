@@ -13,6 +13,7 @@ import numpy as np
 from ..ir import DType, Tensor
 from .ops_nn_attention import _band, _heads, rotary_embedding_op
 from .ops_nn_index import gather_axis
+from .ops_nn_quant import _centred, _dequant, _per_axis
 from .ops_reduce import normalise
 from .ops_shape import concat, stack
 from .registry import MS, OpContext, fail, need, op, wants
@@ -82,8 +83,27 @@ def _scale(ctx: OpContext, head: int) -> float:
 def attention(ctx: OpContext) -> list[Tensor | None]:
     """Self-attention over one packed projection: input @ weights + bias split into Q, K and V (by
     qkv_hidden_sizes), the past's keys and values before this step's, present = (2, batch, heads, total, head)."""
-    x, w, b = need(ctx, 0), need(ctx, 1), ctx.input(2)
-    mask, past, attn_bias = ctx.input(3), ctx.input(4), ctx.input(5)
+    x, w = need(ctx, 0), need(ctx, 1)
+    sizes = _packed_sizes(ctx, x, w)
+    return _packed_attention(ctx, x.matmul(w.cast(x.dtype)), ctx.input(2), sizes, ctx.input(3), ctx.input(4),
+                             ctx.input(5))
+
+
+@op("QAttention", domain=MS)
+def quantized_attention(ctx: OpContext) -> list[Tensor | None]:
+    """Attention over an 8-bit input and weight (what onnxruntime's dynamic quantisation makes of Attention): the
+    projection an exact integer product scaled by the input's scale and the weight's (per tensor or per column),
+    then as Attention."""
+    x, w, x_scale, w_scale = need(ctx, 0), need(ctx, 1), need(ctx, 3), need(ctx, 4)
+    sizes = _packed_sizes(ctx, x, w)
+    acc = _centred(x, ctx.input(6)).matmul(_centred(w, ctx.input(7), -1))
+    scale = _per_axis(w_scale, acc, -1).cast(DType.float32).mul(x_scale.cast(DType.float32).reshape(()))
+    return _packed_attention(ctx, acc.cast(DType.float32).mul(scale), need(ctx, 2), sizes, ctx.input(5),
+                             ctx.input(8), None)
+
+
+def _packed_sizes(ctx: OpContext, x: Tensor, w: Tensor) -> list[int]:
+    """The widths of Q, K and V in the packed projection's columns (qkv_hidden_sizes, else thirds)."""
     if int(ctx.attr("do_rotary", 0)) or int(ctx.attr("past_present_share_buffer", 0)):
         raise fail(ctx, "do_rotary and past_present_share_buffer are not supported")
     if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2]:
@@ -92,11 +112,15 @@ def attention(ctx: OpContext) -> list[Tensor | None]:
     sizes = [int(s) for s in ctx.attr("qkv_hidden_sizes") or [w.shape[1] // 3] * 3]
     if len(sizes) != 3 or sum(sizes) != w.shape[1] or sizes[0] != sizes[1]:
         raise fail(ctx, f"qkv_hidden_sizes {sizes} do not split the weights' {w.shape[1]} columns")
+    return sizes
+
+
+def _packed_attention(ctx: OpContext, qkv: Tensor, b: Tensor | None, sizes: list[int], mask: Tensor | None,
+                      past: Tensor | None, attn_bias: Tensor | None) -> list[Tensor | None]:
     heads = _num_heads(ctx, *sizes)
-    qkv = x.matmul(w.cast(x.dtype))
     if b is not None:
-        qkv = qkv.add(b.cast(x.dtype).expand(qkv.shape))
-    batch, seq, _ = x.shape
+        qkv = qkv.add(b.cast(qkv.dtype).expand(qkv.shape))
+    batch, seq, _ = qkv.shape
     cuts = np.cumsum([0, *sizes])
     q, k, v = (_heads(qkv.shrink([(0, batch), (0, seq), (int(cuts[i]), int(cuts[i + 1]))]), heads)
                for i in range(3))
@@ -149,11 +173,25 @@ def embed_layer_norm(ctx: OpContext) -> list[Tensor | None]:
     """LayerNorm(word[input_ids] + position[position_ids, else 0..seq) + segment[segment_ids]) over the hidden
     size; mask_index the number of ones in each row of the mask (zeros without one); embedding_sum before the
     norm."""
-    ids, segments, words, positions = need(ctx, 0), ctx.input(1), need(ctx, 2), need(ctx, 3)
-    segment_table, gamma, beta, mask, position_ids = ctx.input(4), need(ctx, 5), need(ctx, 6), ctx.input(7), \
-        ctx.input(8)
-    if ids.ndim != 2:
-        raise fail(ctx, f"input_ids {list(ids.shape)} is not (batch, seq)")
+    tables = [ctx.input(i) for i in (2, 3, 4, 5, 6)]
+    return _embed_layer_norm(ctx, need(ctx, 0), ctx.input(1), tables, ctx.input(7), ctx.input(8))
+
+
+@op("QEmbedLayerNormalization", domain=MS)
+def quantized_embed_layer_norm(ctx: OpContext) -> list[Tensor | None]:
+    """EmbedLayerNormalization over 8-bit tables, gamma and beta (each with its scale and zero point: inputs 8-12
+    and 13-17), dequantised at import."""
+    tables = [None if ctx.input(i) is None else _dequant(need(ctx, i), need(ctx, i + 6), ctx.input(i + 11))
+              for i in (2, 3, 4, 5, 6)]
+    return _embed_layer_norm(ctx, need(ctx, 0), ctx.input(1), tables, ctx.input(7), None)
+
+
+def _embed_layer_norm(ctx: OpContext, ids: Tensor, segments: Tensor | None, tables: list[Tensor | None],
+                      mask: Tensor | None, position_ids: Tensor | None) -> list[Tensor | None]:
+    words, positions, segment_table, gamma, beta = tables
+    if ids.ndim != 2 or words is None or positions is None or gamma is None or beta is None:
+        raise fail(ctx, f"input_ids {list(ids.shape)} is not (batch, seq), or a word or position table, gamma or "
+                        "beta is missing")
     batch, seq = ids.shape
     s = gather_axis(words, ids, 0)
     if position_ids is None:

@@ -254,19 +254,41 @@ def test_embed_layer_normalization(segments, mask, position_ids):
     assert_matches(ms_model(node, feeds, inits, outputs=["y", "mi", "es"]), feeds, rtol=1e-4, atol=1e-5)
 
 
-def test_onnxruntime_transformer_optimised_bert(tmp_path):
-    """A BERT layer exported from torch as Hugging Face writes it, then fused by onnxruntime's transformer
-    optimizer into EmbedLayerNormalization, Attention, SkipLayerNormalization and BiasGelu (the form its users
-    ship): it imports (it was refused) and its session matches onnxruntime on the model before the fusion, padded
-    rows included."""
+@pytest.mark.parametrize("weight_type, per_column, mask, past, attrs", [
+    (np.int8, False, False, False, {}), (np.int8, True, True, False, {"unidirectional": 1}),
+    (np.uint8, True, False, True, {}), (np.uint8, False, True, True, {"scale": 0.3}),
+])
+def test_ms_quantized_attention(weight_type, per_column, mask, past, attrs):
+    """onnxruntime's QAttention: a uint8 input and an int8 or uint8 weight with their scales and zero points (per
+    tensor or per column), key lengths, a past, a causal mask, against its CPU kernel."""
+    r = np.random.default_rng(9)
+    batch, seq, hidden, heads = 2, 4, 8, 2
+    lo, hi = (-128, 128) if weight_type == np.int8 else (0, 256)
+    cols = 3 * hidden if per_column else 1
+    feeds = {"x": r.integers(0, 256, (batch, seq, hidden)).astype(np.uint8),
+             "xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8)}
+    inits = {"w": r.integers(lo, hi, (hidden, 3 * hidden)).astype(weight_type), "b": f32(3 * hidden),
+             "ws": (r.random(cols) * 0.01 + 0.002).astype(np.float32).reshape(() if cols == 1 else (cols,)),
+             "wz": r.integers(lo // 8, hi // 8, cols).astype(weight_type).reshape(() if cols == 1 else (cols,))}
+    names = ["x", "w", "b", "xs", "ws", "", "xz", "wz"]
+    if mask:
+        feeds["m"], names[5] = np.array([seq + (2 if past else 0), 2], np.int32), "m"
+    if past:
+        feeds["past"] = f32(2, batch, heads, 2, hidden // heads)
+        names.append("past")
+    outs = ["y", "present"] if past else ["y"]
+    node = helper.make_node("QAttention", names, outs, domain=MS, num_heads=heads, **attrs)
+    assert_matches(ms_model(node, feeds, inits, outputs=outs), feeds, rtol=1e-4, atol=1e-4)
+
+
+def _optimised_bert(tmp_path):
+    """A BERT layer exported from torch as Hugging Face writes it (``bert.onnx``), then fused by onnxruntime's
+    transformer optimizer into EmbedLayerNormalization, Attention, SkipLayerNormalization and BiasGelu (``opt.onnx``,
+    the form its users ship), and feeds with a padded row."""
     import math
 
-    import onnx
-    import onnxruntime as ort
     import torch
     from onnxruntime.transformers.optimizer import optimize_model
-
-    from luminal.runtime.session import InferenceSession
 
     torch.manual_seed(0)
     hidden, heads = 32, 4
@@ -301,17 +323,57 @@ def test_onnxruntime_transformer_optimised_bert(tmp_path):
                       dynamic_axes={n: {0: "batch", 1: "seq"} for n in names})
     optimize_model(str(tmp_path / "bert.onnx"), model_type="bert", num_heads=heads,
                    hidden_size=hidden).save_model_to_file(str(tmp_path / "opt.onnx"))
-    fused = {n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node if n.domain == MS}
-    assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization"} <= fused
     r = np.random.default_rng(5)
     feeds = {"input_ids": r.integers(0, 50, (3, 7)), "attention_mask": np.ones((3, 7), np.int64),
              "token_type_ids": r.integers(0, 2, (3, 7))}
     feeds["attention_mask"][1, 4:] = 0
+    return feeds
+
+
+def _typed(path, feeds):
+    """``feeds`` as the model's inputs type them (the fused model takes int32 ids)."""
+    import onnx
+
+    kinds = {i.name: i.type.tensor_type.elem_type for i in onnx.load(str(path)).graph.input}
+    return {k: v.astype(np.int32 if kinds[k] == onnx.TensorProto.INT32 else np.int64) for k, v in feeds.items()}
+
+
+def test_onnxruntime_transformer_optimised_bert(tmp_path):
+    """The optimizer's BERT imports (it was refused) and its session matches onnxruntime on the model before the
+    fusion, padded rows included."""
+    import onnx
+    import onnxruntime as ort
+
+    from luminal.runtime.session import InferenceSession
+
+    feeds = _optimised_bert(tmp_path)
+    fused = {n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node if n.domain == MS}
+    assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization"} <= fused
     want = ort.InferenceSession(str(tmp_path / "bert.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)
     opt = InferenceSession(tmp_path / "opt.onnx", backend="interpret")
-    typed = {i.name: feeds[i.name].astype(np.int32 if i.type == "tensor(int32)" else np.int64)
-             for i in opt.get_inputs()}
-    np.testing.assert_allclose(opt.run(None, typed)[0], want[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(opt.run(None, _typed(tmp_path / "opt.onnx", feeds))[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_dynamically_quantised_optimised_bert(tmp_path):
+    """onnxruntime's dynamic quantisation of the optimizer's BERT (Hugging Face Optimum's recipe: optimise, then
+    quantise) turns its Attention into QAttention and its EmbedLayerNormalization into QEmbedLayerNormalization: they
+    import (they were refused) and the session on the C backend matches onnxruntime on the quantised model (0.025 off
+    the float model, so agreeing to 1e-5 says the quantised arithmetic is the same)."""
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from luminal.runtime.session import InferenceSession
+
+    feeds = _optimised_bert(tmp_path)
+    quantize_dynamic(str(tmp_path / "opt.onnx"), str(tmp_path / "q.onnx"), weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    fused = {n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node if n.domain == MS}
+    assert {"QAttention", "QEmbedLayerNormalization"} <= fused
+    typed = _typed(tmp_path / "q.onnx", feeds)
+    (want,) = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, typed)
+    (got,) = InferenceSession(tmp_path / "q.onnx", backend="cpu").run(None, typed)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def _small_cnn():
