@@ -620,3 +620,22 @@ def test_decoder_with_group_query_attention_prompt_then_token(tmp_path):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
         feeds = {"input_ids": np.array([[int(want[0][0, -1].argmax())]]), "attention_mask": np.ones((1, 6), np.int64),
                  "past_key": want[1], "past_value": want[2]}
+
+
+@pytest.mark.parametrize("op_type, feeds, inits, attrs", [
+    ("ExpandDims", {"x": f32(2, 3)}, {"axis": np.array(-1, np.int32)}, {}),
+    ("GatherND", {"x": f32(3, 4, 2)}, {"i": np.array([[0, 1], [2, 3], [1, 0]], np.int64)}, {}),
+    ("Pad", {"x": f32(2, 3)}, {"pads": np.array([1, 0, 0, 2], np.int64), "v": np.array([1.5], np.float32)}, {}),
+    ("Pad", {"x": f32(2, 4)}, {"pads": np.array([0, 2, 1, 1], np.int64)}, {"mode": "reflect"}),
+    ("Range", {}, {"a": np.array(2.0, np.float32), "b": np.array(9.5, np.float32)}, {}),
+    ("Range", {}, {"a": np.array(10, np.int32), "b": np.array(1, np.int32), "c": np.array(-3, np.int32)}, {}),
+    ("Trilu", {"x": f32(2, 3, 4)}, {"k": np.array(1, np.int64)}, {"upper": 0}),
+    ("GridSample", {"x": f32(1, 2, 5, 6), "g": (RNG.random((1, 3, 4, 2)) * 2.4 - 1.2).astype(np.float32)}, {},
+     {"mode": "bilinear", "padding_mode": "border", "align_corners": 1}),
+    ("TransposeMatMul", {"a": f32(3, 4), "b": f32(5, 4)}, {}, {"transB": 1, "alpha": 0.5}),
+])
+def test_onnxruntime_domain_versions_of_standard_ops(op_type, feeds, inits, attrs):
+    """onnxruntime's com.microsoft ExpandDims, GatherND, Pad, Range (delta left out or given), Trilu, GridSample and
+    TransposeMatMul, from before the default domain had them, against its kernels."""
+    node = helper.make_node(op_type, [*feeds, *inits], ["y"], domain=MS, **attrs)
+    assert_matches(ms_model(node, feeds, inits), feeds, rtol=1e-5, atol=1e-5)
