@@ -1,7 +1,8 @@
 """onnxruntime's com.microsoft Attention, MultiHeadAttention, EmbedLayerNormalization and RotaryEmbedding (what
-its transformer optimizer writes into BERT, GPT-2 and LLaMA-style graphs), composed from matmuls, masks and softmax
-as onnxruntime's CPU kernels compute them: a masked key adds ``mask_filter_value`` (-10000) to its score, a key past
-a causal query's position takes the lowest float."""
+its transformer optimizer writes into BERT, GPT-2 and LLaMA-style graphs), their dynamically quantised forms
+(QAttention, QEmbedLayerNormalization) and onnxruntime-genai's GroupQueryAttention, composed from matmuls, masks and
+softmax as onnxruntime's CPU kernels compute them: a masked key adds ``mask_filter_value`` (-10000) to its score, a
+key past a causal query's position takes the lowest float."""
 
 from __future__ import annotations
 
