@@ -22,6 +22,7 @@ from ..ir.graph import origin
 from ..ir.nogc import gc_paused
 from ..ir.tensor import FOLD_LIMIT
 from . import dims, registry
+from .contrib_schema import check_contrib_node
 from .limits import MemoryGuard
 from .structure import NodeFields, check_graph, clean, read_nodes
 from .weights import external_view, map_model
@@ -441,6 +442,9 @@ class Importer:
         op: nodes with a graph or tensor attribute (a subgraph is checked in its own scope, a big constant is not
         copied), and ops the schema registry lacks at the model's opset (the registry decides what is supported)."""
         if any(a.type in _UNCHECKED_ATTRS for a in n.attribute):
+            return
+        if n.domain == registry.MS:
+            check_contrib_node(n, self.opsets.get(registry.MS, 1), _label(n))
             return
         try:
             onnx.checker.check_node(n, self._checker)

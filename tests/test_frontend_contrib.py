@@ -639,3 +639,22 @@ def test_onnxruntime_domain_versions_of_standard_ops(op_type, feeds, inits, attr
     TransposeMatMul, from before the default domain had them, against its kernels."""
     node = helper.make_node(op_type, [*feeds, *inits], ["y"], domain=MS, **attrs)
     assert_matches(ms_model(node, feeds, inits), feeds, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type, inputs, attrs, message", [
+    ("FusedMatMul", ["a", "b"], {"bogus": 1}, "attribute 'bogus' is not one of FusedMatMul's"),
+    ("FusedMatMul", ["a", "b"], {"alpha": "x"}, "attribute 'alpha' is STRING, FusedMatMul takes FLOAT"),
+    ("FusedMatMul", ["a", "b", "a"], {}, "FusedMatMul takes at most 2 inputs, not 3"),
+    ("QAttention", ["x", "w", "b", "s", "s"], {}, "QAttention needs attribute 'num_heads'"),
+    ("QAttention", ["x", "w", "", "s", "s"], {"num_heads": 2}, r"QAttention needs input 2 \(bias\)"),
+])
+def test_a_contrib_node_its_schema_refuses_is_refused(op_type, inputs, attrs, message):
+    """onnxruntime's schema of a com.microsoft op is checked as it checks it (onnx's checker knows only the standard
+    domains): an unknown attribute, one of another type, an input too many, a required attribute or input missing;
+    luminal ran each of these models, which onnxruntime refuses."""
+    feeds = {"a": f32(2, 3), "b": f32(3, 4)} if op_type == "FusedMatMul" else \
+        {"x": RNG.integers(0, 255, (1, 2, 4)).astype(np.uint8), "s": np.array(0.1, np.float32)}
+    inits = {} if op_type == "FusedMatMul" else {"w": np.ones((4, 12), np.int8), "b": f32(12)}
+    model = ms_model(helper.make_node(op_type, inputs, ["y"], domain=MS, **attrs), feeds, inits)
+    with pytest.raises(LuminalError, match=message):
+        load(model)
