@@ -633,10 +633,13 @@ def test_decoder_with_group_query_attention_prompt_then_token(tmp_path):
     ("GridSample", {"x": f32(1, 2, 5, 6), "g": (RNG.random((1, 3, 4, 2)) * 2.4 - 1.2).astype(np.float32)}, {},
      {"mode": "bilinear", "padding_mode": "border", "align_corners": 1}),
     ("TransposeMatMul", {"a": f32(3, 4), "b": f32(5, 4)}, {}, {"transB": 1, "alpha": 0.5}),
+    ("CDist", {"a": f32(5, 7), "b": f32(4, 7)}, {}, {"metric": "euclidean"}),
+    ("CDist", {"a": f32(3, 2)}, {"b": f32(6, 2)}, {}),
 ])
 def test_onnxruntime_domain_versions_of_standard_ops(op_type, feeds, inits, attrs):
     """onnxruntime's com.microsoft ExpandDims, GatherND, Pad, Range (delta left out or given), Trilu, GridSample and
-    TransposeMatMul, from before the default domain had them, against its kernels."""
+    TransposeMatMul, from before the default domain had them, and CDist (skl2onnx's nearest neighbours: euclidean,
+    squared by default), against its kernels."""
     node = helper.make_node(op_type, [*feeds, *inits], ["y"], domain=MS, **attrs)
     assert_matches(ms_model(node, feeds, inits), feeds, rtol=1e-5, atol=1e-5)
 
