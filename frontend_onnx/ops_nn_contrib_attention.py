@@ -14,7 +14,7 @@ import numpy as np
 from ..ir import DType, Tensor
 from .ops_nn_attention import _band, _heads, rotary_embedding_op
 from .ops_nn_index import gather_axis
-from .ops_nn_quant import _centred, _dequant, _per_axis
+from .ops_nn_quant import _centred, _dequant, _scaled_product
 from .ops_reduce import normalise
 from .ops_shape import concat, stack
 from .registry import MS, OpContext, fail, need, op, wants
@@ -98,8 +98,7 @@ def quantized_attention(ctx: OpContext) -> list[Tensor | None]:
     x, w, x_scale, w_scale = need(ctx, 0), need(ctx, 1), need(ctx, 3), need(ctx, 4)
     sizes = _packed_sizes(ctx, x, w)
     acc = _centred(x, ctx.input(6)).matmul(_centred(w, ctx.input(7), -1))
-    scale = _per_axis(w_scale, acc, -1).cast(DType.float32).mul(x_scale.cast(DType.float32).reshape(()))
-    return _packed_attention(ctx, acc.cast(DType.float32).mul(scale), need(ctx, 2), sizes, ctx.input(5),
+    return _packed_attention(ctx, _scaled_product(acc, x_scale, w_scale, need(ctx, 2)), None, sizes, ctx.input(5),
                              ctx.input(8), None)
 
 
