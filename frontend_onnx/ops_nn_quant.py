@@ -347,16 +347,16 @@ def matmul_nbits(ctx: OpContext) -> Tensor:
     if packed.size != n * blocks * block * bits // 8:
         raise fail(ctx, f"B holds {packed.size} bytes, not {n} x {blocks} blocks of {block} {bits}-bit values")
     q = _unpacked(packed.astype(np.uint8).reshape(n, blocks, -1), bits, block).reshape(n, -1)[:, :k]
-    scales = need_const(ctx, 2).astype(np.float32).reshape(n, blocks)
     zp = ctx.input(3)
     if zp is None:
-        zero = np.full((n, blocks), 1 << (bits - 1), np.float32)
+        zero = Tensor.full((n, blocks), 1 << (bits - 1), DType.int32)
     elif zp.dtype.is_float:
-        zero = need_const(ctx, 3).astype(np.float32).reshape(n, blocks)
+        zero = zp.reshape((n, blocks))
     else:
-        zero = _unpacked(need_const(ctx, 3).astype(np.uint8).reshape(n, -1), bits, blocks).astype(np.float32)
-    w = (q - np.repeat(zero, block, axis=1)[:, :k]) * np.repeat(scales, block, axis=1)[:, :k]
-    y = a.matmul(Tensor.const(np.ascontiguousarray(w.T).astype(a.dtype.np)))
+        packed_zero = need_const(ctx, 3).astype(np.uint8).reshape(n, -1)
+        zero = Tensor.const(_unpacked(packed_zero, bits, blocks).astype(np.int32))
+    w = _dequant(Tensor.const(q.astype(np.int32)), need(ctx, 2).reshape((n, blocks)), zero, axis=1, block=block)
+    y = a.matmul(w.cast(a.dtype).transpose().contiguous())
     bias = ctx.input(5)
     return y if bias is None else y.add(bias.cast(y.dtype).expand(y.shape))
 
@@ -380,23 +380,19 @@ def gather_block_quantized(ctx: OpContext) -> Tensor:
     unsigned = written.kind == "u"
     packed = unsigned and bits < 8 and _packed_fits(data.shape, bits, block, q_axis, scales.shape, "bits" in ctx.attrs)
     q = _unpacked(data.astype(np.uint8), bits, data.shape[-1] * (8 // bits)) if packed else data
-    q = q.astype(np.float32)
     blocks = _blocked(q.shape, q_axis, block)
     if tuple(scales.shape) != blocks:
         raise fail(ctx, f"scales {list(scales.shape)} are not one per block of {block}: {list(blocks)}")
-    zp = ctx.input(3)
-    unsigned_default = 1 << (bits - 1) if unsigned and (packed or bits == 8) else 0
-    if zp is None:
-        zero = np.full(blocks, unsigned_default, np.float32)
-    else:
+    zero = None
+    if ctx.input(3) is not None:
         zero = need_const(ctx, 3)
         zero = _unpacked(zero.astype(np.uint8), bits, blocks[-1]) if packed else zero
         if zero.shape != blocks:
             raise fail(ctx, f"zero_points {list(zero.shape)} are not one per block: {list(blocks)}")
-        zero = zero.astype(np.float32)
-    spread = [np.repeat(v, block, axis=q_axis).take(range(q.shape[q_axis]), axis=q_axis)
-              for v in (zero, need_const(ctx, 2).astype(np.float32))]
-    table = Tensor.const(((q - spread[0]) * spread[1]).astype(scales.dtype.np))
+    elif unsigned and (packed or bits == 8):
+        zero = np.full(blocks, 1 << (bits - 1))
+    zp = None if zero is None else Tensor.const(zero.astype(np.int32))
+    table = _dequant(Tensor.const(q.astype(np.int32)), scales, zp, axis=q_axis, block=block).cast(scales.dtype)
     size = q.shape[g_axis]
     idx = indices.cast(DType.int64)
     inside = idx.ge(-size) & idx.lt(size)
