@@ -96,8 +96,10 @@ def _bias(ctx: OpContext, mask: Tensor | None, dt: DType, q_len: int, kv_len: in
     return bias.expand(both).add(c.expand(both))
 
 
-def _attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, dt: DType) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T + bias) v over scaled q and k, and the qk output its qk_matmul_output_mode asks for."""
+def attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, dt: DType,
+           sink: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T + bias) v over scaled q and k (any number of leading dims), and the qk output its
+    qk_matmul_output_mode asks for; ``sink`` (broadcast over the rows) one more logit in each row's denominator."""
     qk = q.matmul(k.transpose())
     softcap = float(ctx.attr("softcap", 0.0) or 0.0)
     if softcap > 0:
@@ -106,7 +108,11 @@ def _attend(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None
     scores = qk if bias is None else qk.add(bias.expand(qk.shape))
     qk_out = scores if mode == 2 else qk
     work = scores.cast(DType.float32) if ctx.attr("softmax_precision") is not None else scores
-    p = _masked_softmax(work)
+    if sink is None:
+        p = _masked_softmax(work)
+    else:
+        extra = sink.cast(work.dtype).expand((*work.shape[:-1], 1))
+        p = _masked_softmax(concat([work, extra], work.ndim - 1)).shrink([(0, n) for n in work.shape])
     if bias is not None:
         dead = bias.max((bias.ndim - 1,), keepdim=True).eq(NEG_INF).expand(p.shape)
         p = dead.where(Tensor.full(p.shape, 0.0, p.dtype), p)
@@ -143,7 +149,7 @@ def attention_op(ctx: OpContext) -> list[Tensor | None]:
         rep = qh // kvh
         k = k.unsqueeze([2]).expand((batch, kvh, rep, *k.shape[2:])).reshape((batch, qh, *k.shape[2:]))
         v = v.unsqueeze([2]).expand((batch, kvh, rep, *v.shape[2:])).reshape((batch, qh, *v.shape[2:]))
-    y, qk_out = _attend(ctx, q.mul(root), k.mul(root), v, bias, dt)
+    y, qk_out = attend(ctx, q.mul(root), k.mul(root), v, bias, dt)
     if three_d:
         y = y.permute([0, 2, 1, 3]).reshape((batch, q_len, -1))
     return [y, present_k if wants(ctx, 1) else None, present_v if wants(ctx, 2) else None,

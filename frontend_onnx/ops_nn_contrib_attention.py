@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..ir import DType, Tensor
-from .ops_nn_attention import _band, _heads, rotary_embedding_op
+from .ops_nn_attention import NEG_INF, _band, _heads, attend, rotary_embedding_op
 from .ops_nn_index import gather_axis
 from .ops_nn_quant import _centred, _dequant, _scaled_product
 from .ops_reduce import normalise
@@ -259,28 +259,22 @@ def group_query_attention(ctx: OpContext) -> list[Tensor | None]:
     cache = max(total, past_len)
     present_k, present_v = _into_cache(past_k, kh, past, cache), _into_cache(past_v, vh, past, cache)
     group = heads // kv_heads
-    grouped = (batch, kv_heads, group, cache, head)
-    scores = (qh.reshape((batch, kv_heads, group, seq, head))
-              .matmul(present_k.reshape((batch, kv_heads, 1, cache, head)).expand(grouped).transpose())
-              .mul(_scale(ctx, head)))
-    softcap = float(ctx.attr("softcap", 0.0))
-    if softcap > 0:
-        scores = scores.mul(1 / softcap).tanh().mul(softcap)
-    shape = scores.shape
+    grouped = (batch, kv_heads, group, cache, head)  # each key head read by its group of query heads
+    mask = _gqa_allowed(ctx, at, lengths, cache).reshape((batch, 1, 1, seq, cache))
+    mask = mask.where(Tensor.full(mask.shape, 0.0, dt), Tensor.full(mask.shape, NEG_INF, dt))
+    mask = mask.expand((batch, kv_heads, group, seq, cache))
     if bias is not None:
         if bias.ndim != 4 or bias.shape[2] != seq or bias.shape[3] > cache:
             raise fail(ctx, f"attention_bias {list(bias.shape)} is not (batch or 1, heads or 1, {seq}, {total})")
         bias = bias.cast(dt).pad([(0, 0), (0, 0), (0, 0), (0, cache - bias.shape[3])])
-        scores = scores.add(bias.expand((batch, heads, seq, cache)).reshape(shape))
-    allowed = _gqa_allowed(ctx, at, lengths, cache).reshape((batch, 1, 1, seq, cache)).expand(shape)
-    scores = allowed.where(scores, Tensor.full(shape, LOWEST, dt))
-    if sink is not None or int(ctx.attr("smooth_softmax", 0)):  # one more logit in every row's denominator
-        extra = (Tensor.full((batch, kv_heads, group, seq, 1), 0.0, dt) if sink is None else
-                 sink.cast(dt).reshape((1, kv_heads, group, 1, 1)).expand((batch, kv_heads, group, seq, 1)))
-        probs = concat([scores, extra], 4).softmax(4).shrink([(0, n) for n in shape])
-    else:
-        probs = scores.softmax(4)
-    y = probs.matmul(present_v.reshape((batch, kv_heads, 1, cache, head)).expand(grouped))
+        mask = mask.add(bias.expand((batch, heads, seq, cache)).reshape(mask.shape))
+    if sink is not None:
+        sink = sink.cast(dt).reshape((1, kv_heads, group, 1, 1))
+    elif int(ctx.attr("smooth_softmax", 0)):
+        sink = Tensor.full((1, 1, 1, 1, 1), 0.0, dt)
+    y, _ = attend(ctx, qh.reshape((batch, kv_heads, group, seq, head)).mul(_scale(ctx, head)),
+                  present_k.reshape((batch, kv_heads, 1, cache, head)).expand(grouped),
+                  present_v.reshape((batch, kv_heads, 1, cache, head)).expand(grouped), mask, dt, sink)
     y = _merge(y.reshape((batch, heads, seq, head)))
     return [y.cast(out), present_k.cast(out) if wants(ctx, 1) else None, present_v.cast(out) if wants(ctx, 2) else None]
 
