@@ -53,3 +53,24 @@ def assert_matches(model, feeds, rtol=1e-5, atol=1e-6, shapes=None) -> list[np.n
             assert a.dtype.kind == b.dtype.kind or (a.dtype.kind in "iu" and b.dtype.kind in "iu"), (a.dtype, b.dtype)
             np.testing.assert_array_equal(a.astype(b.dtype), b)
     return ours
+
+
+def session_matches_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], folder,
+                                backend: str = "interpret", rtol: float = 1e-6, atol: float = 0.0,
+                                ort_optimize: bool = True) -> None:
+    """The model saved in ``folder``: luminal's InferenceSession on ``backend`` against onnxruntime's (its graph
+    optimisations off where ``ort_optimize`` is False), each output of the same shape and type, and close."""
+    from pathlib import Path
+
+    from luminal.runtime.session import InferenceSession
+
+    path = Path(folder) / "m.onnx"
+    onnx.save(model, path)
+    options = ort.SessionOptions()
+    if not ort_optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = InferenceSession(path, backend=backend).run(None, feeds)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from frontend_util import assert_matches, make_model
+from frontend_util import assert_matches, make_model, session_matches_onnxruntime
 from onnx import TensorProto, helper
 
 from luminal.errors import LuminalError
@@ -108,20 +108,6 @@ def test_loop_stopped_by_condition():
     assert_matches(m, {"x": x})
 
 
-def _session_matches_onnxruntime(m, feeds, tmp_path):
-    import onnx
-    import onnxruntime as ort
-
-    from luminal.runtime.session import InferenceSession
-
-    onnx.save(m, tmp_path / "m.onnx")
-    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = InferenceSession(tmp_path / "m.onnx", backend="interpret").run(None, feeds)
-    for a, b in zip(got, want, strict=True):
-        assert a.shape == b.shape and a.dtype == b.dtype
-        np.testing.assert_allclose(a, b, rtol=1e-6)
-
-
 def test_loop_with_runtime_condition_runs_on_the_host(tmp_path):
     """A condition the body computes from the data: the import cannot unroll the Loop, a session runs it on the host
     between its compiled parts (it was refused)."""
@@ -135,7 +121,7 @@ def test_loop_with_runtime_condition_runs_on_the_host(tmp_path):
     m.graph.node.insert(0, helper.make_node("Abs", ["x"], ["ax"]))
     m.graph.node[1].input[2] = "ax"
     for feed in ([1.0, -2.0], [30.0, 20.0], [0.5, 0.25]):  # 4, 1 and 7 iterations
-        _session_matches_onnxruntime(m, {"x": np.array(feed, np.float32)}, tmp_path)
+        session_matches_onnxruntime(m, {"x": np.array(feed, np.float32)}, tmp_path)
 
 
 def _typed_scan_output(m):
@@ -160,7 +146,7 @@ def test_loop_with_a_trip_count_from_the_model_stacks_its_scan_outputs(trip, tmp
     m = _loop_model(0, True, body, ["c_out", "v0_out", "scan"], [x], feeds=feeds)
     m.graph.node[0].input[0] = "n"
     _typed_scan_output(m)
-    _session_matches_onnxruntime(m, feeds, tmp_path)
+    session_matches_onnxruntime(m, feeds, tmp_path)
 
 
 def test_loop_of_no_iteration_gives_empty_scan_outputs():

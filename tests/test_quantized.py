@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from frontend_util import session_matches_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 from luminal.cli.modelcheck import check_model
@@ -114,20 +115,12 @@ def _matches_onnxruntime(nodes, feeds: dict, inits: list, tmp_path: Path, rtol: 
                          atol: float = 0.0, opset: int = 17) -> None:
     """A model of ``nodes`` (the default and com.microsoft domains) on ``feeds``: luminal's C backend against
     onnxruntime running it as written, the output of the same type."""
-    import onnxruntime as ort
-
     ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
            for k, v in feeds.items()]
     g = helper.make_graph(nodes, "g", ins, [helper.make_empty_tensor_value_info(nodes[-1].output[0])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 10 if opset >= 21 else 8
-    onnx.save(m, str(tmp_path / "m.onnx"))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    (want,) = ort.InferenceSession(str(tmp_path / "m.onnx"), so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    (got,) = InferenceSession(tmp_path / "m.onnx", backend="cpu").run(None, feeds)
-    assert got.dtype == want.dtype
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    session_matches_onnxruntime(m, feeds, tmp_path, backend="cpu", rtol=rtol, atol=atol, ort_optimize=False)
 
 
 @pytest.mark.parametrize("np_type", [np.uint8, np.int8])
