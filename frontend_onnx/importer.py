@@ -20,7 +20,7 @@ from ..errors import LuminalError
 from ..ir import DType, Tensor
 from ..ir.graph import origin
 from ..ir.nogc import gc_paused
-from ..ir.tensor import FOLD_LIMIT
+from ..ir.tensor import storable
 from . import dims, registry
 from .contrib_schema import check_contrib_node
 from .limits import MemoryGuard
@@ -196,7 +196,7 @@ def materialise(t: Tensor) -> Tensor:
     if t.is_const:
         if t.node.shape == t.shape and t.view.is_contiguous:
             return t
-        if t.numel > FOLD_LIMIT:  # filled by a kernel at run time, not stored in the graph
+        if not storable(t.numel, [t.node]):  # filled by a kernel at run time, not stored in the graph
             return Tensor(ir.Node(ir.Op.Contiguous, ((t.node, t.view),), t.shape, t.dtype, {}))
         value = np.array(t.numpy(), dtype=t.dtype.np, order="C").reshape(t.shape)
         return Tensor(ir.Node(ir.Op.Constant, (), t.shape, t.dtype, {"value": value}))
