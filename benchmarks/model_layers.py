@@ -1,0 +1,242 @@
+"""Layers inside a model: luminal's kernels against onnxruntime's nodes, per layer of the ONNX graph.
+
+A layer timed alone flatters whichever runtime converts its layout inside the layer: onnxruntime's CPU EP reorders a
+lone Conv's input and output to and from its blocked NCHWc layout on every call, which inside a model it does once.
+So each model here runs whole, and each run is cut into layers: luminal's kernels by the model nodes fused into them
+(``CompiledModel.spans``, each kernel fenced, which adds a few microseconds a kernel: a layer of many small
+kernels, a recurrent net's steps, reads slower than it runs), onnxruntime's nodes from its profiler (its fused and
+NCHWc nodes named after a model node or the tensor they write). A layer is a set of model nodes that a kernel or a
+node of either runtime computes together; nodes only onnxruntime adds (its layout reorders) are a row of their own.
+Per layer: the median and p10/p90 over the runs of each side's time, their ratio, luminal's kernel count, and a
+summary per kind of layer (its Conv by kernel, stride, dilation and groups; else its first node's op).
+
+    python benchmarks/model_layers.py --size cnn --only resnet50 --threads 2 --runs 20
+    python benchmarks/model_layers.py --size cnn --top 15 --json layers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchutil import blas_threads_from_argv, spread
+
+if __name__ == "__main__":
+    blas_threads_from_argv("OPENBLAS_NUM_THREADS")
+
+import numpy as np
+
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+ORT_ONLY = "(onnxruntime only)"  # nodes onnxruntime adds that name no model node: its layout reorders
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Model nodes computed together, each side's seconds per run."""
+
+    nodes: tuple[str, ...]  # in graph order
+    kind: str
+    kernels: int  # luminal's kernels a run
+    luminal: tuple[float, ...]
+    onnxruntime: tuple[float, ...]
+
+
+def _find(parent: dict[str, str], a: str) -> str:
+    while parent.setdefault(a, a) != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+
+
+def _node_of(name: str, nodes: set[str], writers: Mapping[str, str]) -> str | None:
+    """The model node an onnxruntime profile node stands for: itself, or the writer of the tensor it is named after
+    (``<tensor>_nchwc``: a node its NCHWc transformer rewrote, fused ones named after their last output)."""
+    if name in nodes:
+        return name
+    tensor = name.removesuffix("_nchwc")
+    return writers.get(tensor, tensor if tensor in nodes else None)
+
+
+def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str, str],
+           luminal_runs: Sequence[Sequence[tuple[tuple[str, ...], float]]],
+           ort_runs: Sequence[Sequence[tuple[str, float]]]) -> list[Layer]:
+    """The layers of a model whose nodes are ``order`` (graph order; ``kinds``: each node's kind, ``writers``: the
+    node writing each tensor), from ``luminal_runs`` (per run, each kernel's model nodes and seconds) and
+    ``ort_runs`` (per run, each profiled node's name and seconds)."""
+    known = set(order)
+    parent: dict[str, str] = {}
+    for run in luminal_runs:
+        for sources, _ in run:
+            inside = [s for s in sources if s in known]
+            for s in inside[1:]:
+                parent[_find(parent, s)] = _find(parent, inside[0])
+    rank = {n: i for i, n in enumerate(order)}
+    groups: dict[str, list[str]] = defaultdict(list)
+    for n in order:
+        groups[_find(parent, n)].append(n)
+
+    def root(node: str | None) -> str:
+        return _find(parent, node) if node is not None else ORT_ONLY
+
+    lum: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(luminal_runs))
+    kernels: dict[str, int] = defaultdict(int)
+    for i, run in enumerate(luminal_runs):
+        for sources, seconds in run:
+            inside = [s for s in sources if s in known]
+            lum[root(inside[0] if inside else None)][i] += seconds
+            kernels[root(inside[0] if inside else None)] += not i
+    ort: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(ort_runs))
+    for i, ort_run in enumerate(ort_runs):
+        for name, seconds in ort_run:
+            ort[root(_node_of(name, known, writers))][i] += seconds
+    out = []
+    for r in sorted(set(lum) | set(ort), key=lambda r: rank.get(groups[r][0], len(rank)) if r in groups else len(rank)):
+        nodes = tuple(groups[r]) if r in groups else (r,)
+        kind = next((kinds[n] for n in nodes if kinds.get(n, "").startswith("Conv")), kinds.get(nodes[0], ORT_ONLY))
+        out.append(Layer(nodes, kind, kernels.get(r, 0), tuple(lum.get(r, [0.0] * len(luminal_runs))),
+                         tuple(ort.get(r, [0.0] * len(ort_runs)))))
+    return out
+
+
+def kind_of(node) -> str:
+    """A Conv by its kernel, stride and groups ("Conv 3x3 s2", "Conv 1x1 g32", "ConvTranspose 2x2 s2"); else its
+    op."""
+    if node.op_type not in ("Conv", "ConvTranspose"):
+        return node.op_type
+    attrs = {a.name: a for a in node.attribute}
+    k = "x".join(map(str, attrs["kernel_shape"].ints)) if "kernel_shape" in attrs else "?"
+    s = max(attrs["strides"].ints, default=1) if "strides" in attrs else 1
+    g = attrs["group"].i if "group" in attrs else 1
+    d = max(attrs["dilations"].ints, default=1) if "dilations" in attrs else 1
+    return node.op_type + f" {k}" + (f" s{s}" if s > 1 else "") + (f" d{d}" if d > 1 else "") + (
+        f" g{g}" if g > 1 else "")
+
+
+def _ort_runs(path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: int) -> list[list[tuple[str, float]]]:
+    """Each profiled run's nodes and seconds (the first run, which allocates, left out)."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.enable_profiling = True
+        so.profile_file_prefix = str(Path(tmp) / "ort")
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        for _ in range(runs + 1):
+            sess.run(None, dict(feeds))
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")[1:]
+    out: list[list[tuple[str, float]]] = [[] for _ in spans]
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            at = next((i for i, (a, b) in enumerate(spans) if a <= e["ts"] <= b), None)
+            if at is not None:
+                out[at].append((e["name"].removesuffix("_kernel_time"), e["dur"] / 1e6))
+    return out
+
+
+def bench(name: str, info: dict, threads: int, runs: int) -> dict:
+    import onnx
+    from cpu_models import _feeds  # the same seeded inputs as the end-to-end benchmark
+
+    from luminal.runtime.session import InferenceSession
+
+    path = MODELS / name
+    ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {})
+    feeds = _feeds(ours, np.random.default_rng(0))
+    ours.run(None, feeds)
+    compiled = ours.model
+    args = {s.name: feeds[s.name] for s in compiled.inputs}
+    spans = compiled.spans(args, runs)
+    lum_runs = [[(tuple(n for n, _ in k.sources), dur / 1e9) for k, (_, dur) in zip(compiled.launched, run)]
+                for run in spans]
+    graph = onnx.load(str(path), load_external_data=False).graph
+    names = [n.name or (n.output[0] if n.output else "") for n in graph.node]  # as the importer names them
+    writers = {o: nm for n, nm in zip(graph.node, names) for o in n.output}
+    kinds = {nm: kind_of(n) for n, nm in zip(graph.node, names)}
+    ort_runs = _ort_runs(path, feeds, threads, runs)
+    rows = layers(names, kinds, writers, lum_runs, ort_runs)
+    return {"model": name, "runs": runs, "layers": [
+        {"nodes": list(r.nodes), "kind": r.kind, "kernels": r.kernels, "luminal": spread(list(r.luminal)),
+         "onnxruntime": spread(list(r.onnxruntime))} for r in rows]}
+
+
+def _ratio(ort_s: float, lum_s: float) -> str:
+    return f"{ort_s / lum_s:5.2f}x" if lum_s > 0 and ort_s > 0 else "    -"
+
+
+def report(result: dict, top: int) -> list[str]:
+    """The lines printed for one model: totals, the kinds, the ``top`` layers by how much longer luminal takes."""
+    rows = result["layers"]
+    lum = sum(r["luminal"]["median"] for r in rows)
+    ort = sum(r["onnxruntime"]["median"] for r in rows)
+    lines = [f"{result['model']}: {len(rows)} layers, sums of medians luminal {lum * 1e3:.2f} ms, onnxruntime "
+             f"{ort * 1e3:.2f} ms ({_ratio(ort, lum)})"]
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for r in rows:
+        k = kinds[r["kind"]]
+        k[0] += r["luminal"]["median"]
+        k[1] += r["onnxruntime"]["median"]
+        k[2] += 1
+    for kind, (lu, ox, n) in sorted(kinds.items(), key=lambda kv: -max(kv[1][0], kv[1][1])):
+        lines.append(f"  {kind:24s} x{int(n):<3d} luminal {lu * 1e3:8.3f} ms  onnxruntime {ox * 1e3:8.3f} ms  "
+                     f"{_ratio(ox, lu)}")
+    worst = sorted(rows, key=lambda r: r["onnxruntime"]["median"] - r["luminal"]["median"])[:top]
+    for r in worst:
+        lu, ox = r["luminal"], r["onnxruntime"]
+        label = r["nodes"][0] + (f" +{len(r['nodes']) - 1}" if len(r["nodes"]) > 1 else "")
+        lines.append(f"  {label[-56:]:56s} {r['kind']:16s} k={r['kernels']:<3d} luminal {lu['median'] * 1e6:8.1f} us "
+                     f"[{lu['p10'] * 1e6:.0f},{lu['p90'] * 1e6:.0f}]  onnxruntime {ox['median'] * 1e6:8.1f} us "
+                     f"[{ox['p10'] * 1e6:.0f},{ox['p90'] * 1e6:.0f}]  {_ratio(ox['median'], lu['median'])}")
+    return lines
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--size", choices=["small", "full", "cnn", "vision", "quant", "tf2onnx", "paddle2onnx"],
+                    default="cnn")
+    ap.add_argument("--only", default="", help="substring of the model file names to run")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--top", type=int, default=10, help="layers listed per model, by luminal's excess time")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(None if argv is None else list(argv))
+    from luminal.target import cores
+
+    threads = args.threads or cores()
+    os.environ["LUMINAL_NUM_THREADS"] = str(threads)
+    manifest = json.loads((MODELS / "manifest.json").read_text())
+    print(f"threads={threads} load average={os.getloadavg()[0]:.1f}")
+    results = []
+    for name, info in sorted(manifest.items()):
+        if info.get("size") != args.size or args.only not in name:
+            continue
+        try:
+            result = bench(name, info, threads, args.runs)
+        except Exception as e:  # one failing model does not stop the others
+            print(f"{name}: failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        results.append(result)
+        print("\n".join(report(result, args.top)), flush=True)
+    ratios = [sum(r["onnxruntime"]["median"] for r in m["layers"]) / sum(r["luminal"]["median"] for r in m["layers"])
+              for m in results]
+    if ratios:
+        print(f"geomean of the layer sums' ratios {statistics.geometric_mean(ratios):.2f}x over {len(ratios)} models")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "command": " ".join(["python", "benchmarks/model_layers.py", *sys.argv[1:]]), "threads": threads,
+            "models": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
