@@ -33,9 +33,16 @@ if __name__ == "__main__":
 import numpy as np
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+SIZES = ("small", "full", "cnn", "vision", "quant", "tf2onnx", "paddle2onnx")  # the manifest's groups
 
 
-def _feeds(sess, rng) -> dict[str, np.ndarray]:
+def manifest_models(size: str, only: str = "") -> list[tuple[str, dict]]:
+    """The exported models of group ``size`` whose file names hold ``only``, by name, with their manifest entries."""
+    manifest = json.loads((MODELS / "manifest.json").read_text())
+    return [(name, info) for name, info in sorted(manifest.items()) if info.get("size") == size and only in name]
+
+
+def seeded_feeds(sess, rng) -> dict[str, np.ndarray]:
     feeds = {}
     for i in sess.get_inputs():
         shape = [int(d) for d in i.shape]
@@ -64,7 +71,7 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
     so.inter_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    feeds = _feeds(ours, np.random.default_rng(0))
+    feeds = seeded_feeds(ours, np.random.default_rng(0))
     ort_feeds = {i.name: feeds[i.name] for i in ref.get_inputs() if i.name in feeds}
     got = ours.run(None, feeds)
     want = ref.run(None, ort_feeds)
@@ -91,8 +98,7 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--size", choices=["small", "full", "cnn", "vision", "quant", "tf2onnx", "paddle2onnx"],
-                    default="small")
+    ap.add_argument("--size", choices=SIZES, default="small")
     ap.add_argument("--only", default="", help="substring of the model file names to run")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=3)
@@ -102,13 +108,10 @@ def main() -> None:
 
     threads = args.threads or cores()
     os.environ["LUMINAL_NUM_THREADS"] = str(threads)
-    manifest = json.loads((MODELS / "manifest.json").read_text())
     load = os.getloadavg()[0]
     print(f"threads={threads} load average={load:.1f}")
     rows = []
-    for name, info in sorted(manifest.items()):
-        if info.get("size") != args.size or args.only not in name:
-            continue
+    for name, info in manifest_models(args.size, args.only):
         try:
             rows.append(bench(name, info, threads, args.rounds, args.reps))
         except Exception as e:  # one failing model does not stop the others

@@ -33,8 +33,8 @@ if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
 
 import numpy as np
+from cpu_models import MODELS, SIZES, manifest_models  # numpy and onnxruntime load after the BLAS threads are set
 
-MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 ORT_ONLY = "(onnxruntime only)"  # nodes onnxruntime adds that name no model node: its layout reorders
 
 
@@ -147,13 +147,13 @@ def _ort_runs(path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: i
 
 def bench(name: str, info: dict, threads: int, runs: int) -> dict:
     import onnx
-    from cpu_models import _feeds  # the same seeded inputs as the end-to-end benchmark
+    from cpu_models import seeded_feeds  # the same inputs as the end-to-end benchmark
 
     from luminal.runtime.session import InferenceSession
 
     path = MODELS / name
     ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {})
-    feeds = _feeds(ours, np.random.default_rng(0))
+    feeds = seeded_feeds(ours, np.random.default_rng(0))
     ours.run(None, feeds)
     compiled = ours.model
     args = {s.name: feeds[s.name] for s in compiled.inputs}
@@ -204,8 +204,7 @@ def report(result: dict, top: int) -> list[str]:
 def main(argv: Iterable[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--size", choices=["small", "full", "cnn", "vision", "quant", "tf2onnx", "paddle2onnx"],
-                    default="cnn")
+    ap.add_argument("--size", choices=SIZES, default="cnn")
     ap.add_argument("--only", default="", help="substring of the model file names to run")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--top", type=int, default=10, help="layers listed per model, by luminal's excess time")
@@ -215,12 +214,9 @@ def main(argv: Iterable[str] | None = None) -> None:
 
     threads = args.threads or cores()
     os.environ["LUMINAL_NUM_THREADS"] = str(threads)
-    manifest = json.loads((MODELS / "manifest.json").read_text())
     print(f"threads={threads} load average={os.getloadavg()[0]:.1f}")
     results = []
-    for name, info in sorted(manifest.items()):
-        if info.get("size") != args.size or args.only not in name:
-            continue
+    for name, info in manifest_models(args.size, args.only):
         try:
             result = bench(name, info, threads, args.runs)
         except Exception as e:  # one failing model does not stop the others
