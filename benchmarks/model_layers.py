@@ -2,13 +2,14 @@
 
 A layer timed alone flatters whichever runtime converts its layout inside the layer: onnxruntime's CPU EP reorders a
 lone Conv's input and output to and from its blocked NCHWc layout on every call, which inside a model it does once.
-So each model here runs whole, and each run is cut into layers: luminal's kernels by the model nodes fused into them
-(``CompiledModel.spans``, each kernel fenced, which adds a few microseconds a kernel: a layer of many small
-kernels, a recurrent net's steps, reads slower than it runs), onnxruntime's nodes from its profiler (its fused and
-NCHWc nodes named after a model node or the tensor they write). A layer is a set of model nodes that a kernel or a
-node of either runtime computes together; nodes only onnxruntime adds (its layout reorders) are a row of their own.
-Per layer: the median and p10/p90 over the runs of each side's time, their ratio, luminal's kernel count, and a
-summary per kind of layer (its Conv by kernel, stride, dilation and groups; else its first node's op).
+So each model here runs whole, the two runtimes taking turns run by run, and each run is cut into layers: luminal's
+kernels by the model nodes fused into them (``CompiledModel.spans``, each kernel fenced, which adds a few
+microseconds a kernel: a layer of many small kernels, a recurrent net's steps, reads slower than it runs),
+onnxruntime's nodes from its profiler (its fused and NCHWc nodes named after a model node or the tensor they write).
+A layer is a set of model nodes that a kernel or a node of either runtime computes together; nodes only onnxruntime
+adds (its layout reorders) are a row of their own. Per layer: the median and p10/p90 over the runs of each side's
+time, their ratio, luminal's kernel count, and a summary per kind of layer (its Conv by kernel, stride, dilation and
+groups; else its first node's op).
 
     python benchmarks/model_layers.py --size cnn --only resnet50 --threads 2 --runs 20
     python benchmarks/model_layers.py --size cnn --top 15 --json layers.json
@@ -32,8 +33,9 @@ from benchutil import blas_threads_from_argv, spread
 if __name__ == "__main__":
     blas_threads_from_argv("OPENBLAS_NUM_THREADS")
 
+# numpy and onnxruntime load after the BLAS threads are set
 import numpy as np
-from cpu_models import MODELS, SIZES, manifest_models  # numpy and onnxruntime load after the BLAS threads are set
+from cpu_models import MODELS, SIZES, manifest_models, seeded_feeds
 
 ORT_ONLY = "(onnxruntime only)"  # nodes onnxruntime adds that name no model node: its layout reorders
 
@@ -107,8 +109,8 @@ def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str,
 
 
 def kind_of(node) -> str:
-    """A Conv by its kernel, stride and groups ("Conv 3x3 s2", "Conv 1x1 g32", "ConvTranspose 2x2 s2"); else its
-    op."""
+    """A Conv by its kernel, stride, dilation and groups ("Conv 3x3 s2", "Conv 3x3 d2", "Conv 1x1 g32",
+    "ConvTranspose 2x2 s2"); else its op."""
     if node.op_type not in ("Conv", "ConvTranspose"):
         return node.op_type
     attrs = {a.name: a for a in node.attribute}
@@ -120,8 +122,10 @@ def kind_of(node) -> str:
         f" g{g}" if g > 1 else "")
 
 
-def _ort_runs(path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: int) -> list[list[tuple[str, float]]]:
-    """Each profiled run's nodes and seconds (the first run, which allocates, left out)."""
+def _runs(compiled, path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: int
+          ) -> tuple[list[list[tuple[tuple[str, ...], float]]], list[list[tuple[str, float]]]]:
+    """``runs`` runs of each side, taking turns (the first of each, which allocates, left out): per run, each luminal
+    kernel's model nodes and seconds, and each profiled onnxruntime node's name and seconds."""
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,8 +136,13 @@ def _ort_runs(path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: i
         so.enable_profiling = True
         so.profile_file_prefix = str(Path(tmp) / "ort")
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs() if i.name in feeds}
+        ours = {s.name: feeds[s.name] for s in compiled.inputs}
+        lum = []
         for _ in range(runs + 1):
-            sess.run(None, dict(feeds))
+            (run,) = compiled.spans(ours, 1)
+            lum.append([(tuple(n for n, _ in k.sources), dur / 1e9) for k, (_, dur) in zip(compiled.launched, run)])
+            sess.run(None, ort_feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")[1:]
     out: list[list[tuple[str, float]]] = [[] for _ in spans]
@@ -142,29 +151,23 @@ def _ort_runs(path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: i
             at = next((i for i, (a, b) in enumerate(spans) if a <= e["ts"] <= b), None)
             if at is not None:
                 out[at].append((e["name"].removesuffix("_kernel_time"), e["dur"] / 1e6))
-    return out
+    return lum[1:], out
 
 
 def bench(name: str, info: dict, threads: int, runs: int) -> dict:
     import onnx
-    from cpu_models import seeded_feeds  # the same inputs as the end-to-end benchmark
 
     from luminal.runtime.session import InferenceSession
 
     path = MODELS / name
     ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {})
-    feeds = seeded_feeds(ours, np.random.default_rng(0))
+    feeds = seeded_feeds(ours, np.random.default_rng(0))  # the inputs of the end-to-end benchmark
     ours.run(None, feeds)
-    compiled = ours.model
-    args = {s.name: feeds[s.name] for s in compiled.inputs}
-    spans = compiled.spans(args, runs)
-    lum_runs = [[(tuple(n for n, _ in k.sources), dur / 1e9) for k, (_, dur) in zip(compiled.launched, run)]
-                for run in spans]
+    lum_runs, ort_runs = _runs(ours.model, path, feeds, threads, runs)
     graph = onnx.load(str(path), load_external_data=False).graph
     names = [n.name or (n.output[0] if n.output else "") for n in graph.node]  # as the importer names them
     writers = {o: nm for n, nm in zip(graph.node, names) for o in n.output}
     kinds = {nm: kind_of(n) for n, nm in zip(graph.node, names)}
-    ort_runs = _ort_runs(path, feeds, threads, runs)
     rows = layers(names, kinds, writers, lum_runs, ort_runs)
     return {"model": name, "runs": runs, "layers": [
         {"nodes": list(r.nodes), "kind": r.kind, "kernels": r.kernels, "luminal": spread(list(r.luminal)),
