@@ -59,12 +59,16 @@ def _find(parent: dict[str, str], a: str) -> str:
 
 
 def _node_of(name: str, nodes: set[str], writers: Mapping[str, str]) -> str | None:
-    """The model node an onnxruntime profile node stands for: itself, or the writer of the tensor it is named after
-    (``<tensor>_nchwc``: a node its NCHWc transformer rewrote, fused ones named after their last output)."""
+    """The model node an onnxruntime profile node stands for: itself, the writer of the tensor it is named after
+    (``<tensor>_nchwc``: a node its NCHWc transformer rewrote, fused ones named after their last output), or the node
+    a fusion started from (``<node>/QuickGeluFusion/``: a SiLU's Mul and Sigmoid)."""
     if name in nodes:
         return name
     tensor = name.removesuffix("_nchwc")
-    return writers.get(tensor, tensor if tensor in nodes else None)
+    if tensor in writers or tensor in nodes:
+        return writers.get(tensor, tensor)
+    fused = name.endswith("/") and name[:-1].rpartition("/")[0]
+    return _node_of(fused, nodes, writers) if fused else None
 
 
 def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str, str],

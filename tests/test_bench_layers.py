@@ -25,9 +25,12 @@ def test_layers_join_the_nodes_either_runtime_computes_together():
                 (("pool",), 0.5)],
                [(("conv1",), 3.0), (("conv1", "relu1"), 2.0), (("pad", "conv2", "add", "relu2"), 6.0),
                 (("pool",), 0.5)]]
-    # onnxruntime: its NCHWc conv fused with the ReLU, named after the ReLU's output; the add apart; a reorder
-    ort = [[("r1_nchwc", 2.5), ("conv2", 3.0), ("add", 0.5), ("relu2", 0.25), ("pool", 0.75), ("ReorderOutput", 0.1)],
-           [("r1_nchwc", 3.5), ("conv2", 5.0), ("add", 0.5), ("relu2", 0.25), ("pool", 0.25), ("ReorderOutput", 0.3)]]
+    # onnxruntime: its NCHWc conv fused with the ReLU, named after the ReLU's output; the add apart; a fusion named
+    # after the node it starts from; a reorder
+    ort = [[("r1_nchwc", 2.5), ("conv2", 3.0), ("add", 0.5), ("relu2/QuickGeluFusion/", 0.25), ("pool", 0.75),
+            ("ReorderOutput", 0.1)],
+           [("r1_nchwc", 3.5), ("conv2", 5.0), ("add", 0.5), ("relu2/QuickGeluFusion/", 0.25), ("pool", 0.25),
+            ("ReorderOutput", 0.3)]]
     rows = model_layers.layers(order, kinds, writers, luminal, ort)
     assert [(r.nodes, r.kind) for r in rows] == [
         (("conv1", "relu1"), "Conv 3x3"), (("pad", "conv2", "add", "relu2"), "Conv 1x1"), (("pool",), "MaxPool"),
