@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -37,7 +38,7 @@ if __name__ == "__main__":
 import numpy as np
 from cpu_models import MODELS, SIZES, manifest_models, seeded_feeds
 
-ORT_ONLY = "(onnxruntime only)"  # nodes onnxruntime adds that name no model node: its layout reorders
+UNMAPPED = "(no model node)"  # what computes no node of the model: onnxruntime's layout reorders, luminal's copies
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,19 @@ def _find(parent: dict[str, str], a: str) -> str:
 
 def _node_of(name: str, nodes: set[str], writers: Mapping[str, str]) -> str | None:
     """The model node an onnxruntime profile node stands for: itself, the writer of the tensor it is named after
-    (``<tensor>_nchwc``: a node its NCHWc transformer rewrote, fused ones named after their last output), or the node
-    a fusion started from (``<node>/QuickGeluFusion/``: a SiLU's Mul and Sigmoid)."""
+    (``<tensor>_nchwc``: a node its NCHWc transformer rewrote, fused ones named after their last output, or after a
+    tensor it derived from one, ``<tensor>_mul``, where it folded a BatchNormalization into the weight), or the node
+    a fusion started from (``fused <node>``: a Gemm with its ReLU; ``<node>/QuickGeluFusion/``: a SiLU's Mul and
+    Sigmoid; either made unique by ``_token_<n>``)."""
     if name in nodes:
         return name
     tensor = name.removesuffix("_nchwc")
     if tensor in writers or tensor in nodes:
         return writers.get(tensor, tensor)
-    fused = name.endswith("/") and name[:-1].rpartition("/")[0]
+    unique = re.fullmatch(r"(.+)_token_\d+", name)  # a name made unique
+    derived = re.fullmatch(r"(.+)_[a-z]+", tensor) if tensor != name else None  # a tensor made from another
+    fused = unique.group(1) if unique else name.removeprefix("fused ") if name.startswith("fused ") else (
+        name.endswith("/") and name[:-1].rpartition("/")[0]) or (derived.group(1) + "_nchwc" if derived else "")
     return _node_of(fused, nodes, writers) if fused else None
 
 
@@ -90,7 +96,7 @@ def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str,
         groups[_find(parent, n)].append(n)
 
     def root(node: str | None) -> str:
-        return _find(parent, node) if node is not None else ORT_ONLY
+        return _find(parent, node) if node is not None else UNMAPPED
 
     lum: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(luminal_runs))
     kernels: dict[str, int] = defaultdict(int)
@@ -106,7 +112,7 @@ def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str,
     out = []
     for r in sorted(set(lum) | set(ort), key=lambda r: rank.get(groups[r][0], len(rank)) if r in groups else len(rank)):
         nodes = tuple(groups[r]) if r in groups else (r,)
-        kind = next((kinds[n] for n in nodes if kinds.get(n, "").startswith("Conv")), kinds.get(nodes[0], ORT_ONLY))
+        kind = next((kinds[n] for n in nodes if kinds.get(n, "").startswith("Conv")), kinds.get(nodes[0], UNMAPPED))
         out.append(Layer(nodes, kind, kernels.get(r, 0), tuple(lum.get(r, [0.0] * len(luminal_runs))),
                          tuple(ort.get(r, [0.0] * len(ort_runs)))))
     return out

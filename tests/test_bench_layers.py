@@ -25,16 +25,17 @@ def test_layers_join_the_nodes_either_runtime_computes_together():
                 (("pool",), 0.5)],
                [(("conv1",), 3.0), (("conv1", "relu1"), 2.0), (("pad", "conv2", "add", "relu2"), 6.0),
                 (("pool",), 0.5)]]
-    # onnxruntime: its NCHWc conv fused with the ReLU, named after the ReLU's output; the add apart; a fusion named
-    # after the node it starts from; a reorder
-    ort = [[("r1_nchwc", 2.5), ("conv2", 3.0), ("add", 0.5), ("relu2/QuickGeluFusion/", 0.25), ("pool", 0.75),
-            ("ReorderOutput", 0.1)],
-           [("r1_nchwc", 3.5), ("conv2", 5.0), ("add", 0.5), ("relu2/QuickGeluFusion/", 0.25), ("pool", 0.25),
-            ("ReorderOutput", 0.3)]]
+    # onnxruntime: its NCHWc conv fused with the ReLU, named after the ReLU's output; the add apart; fusions named
+    # after the node they start from, made unique or not; the pool named after a tensor derived from its output; a
+    # reorder
+    ort = [[("r1_nchwc", 2.5), ("fused conv2", 3.0), ("add", 0.5), ("relu2/QuickGeluFusion/", 0.25),
+            ("p_bn_nchwc", 0.75), ("ReorderOutput", 0.1)],
+           [("r1_nchwc", 3.5), ("fused conv2_token_3", 5.0), ("add", 0.5), ("relu2/QuickGeluFusion/", 0.25),
+            ("p_bn_nchwc", 0.25), ("ReorderOutput_token_7", 0.3)]]
     rows = model_layers.layers(order, kinds, writers, luminal, ort)
     assert [(r.nodes, r.kind) for r in rows] == [
         (("conv1", "relu1"), "Conv 3x3"), (("pad", "conv2", "add", "relu2"), "Conv 1x1"), (("pool",), "MaxPool"),
-        ((model_layers.ORT_ONLY,), model_layers.ORT_ONLY)]
+        ((model_layers.UNMAPPED,), model_layers.UNMAPPED)]
     assert [r.kernels for r in rows] == [2, 1, 1, 0]
     assert [r.luminal for r in rows] == [(3.0, 5.0), (4.0, 6.0), (0.5, 0.5), (0.0, 0.0)]
     assert [r.onnxruntime for r in rows] == [(2.5, 3.5), (3.75, 5.75), (0.75, 0.25), (0.1, 0.3)]
