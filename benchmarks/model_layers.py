@@ -59,22 +59,26 @@ def _find(parent: dict[str, str], a: str) -> str:
     return a
 
 
+# onnxruntime's names for nodes it made from a model node: (pattern, the name it was made from)
+_MADE_FROM = (
+    re.compile(r"(.+)_token_\d+"),  # a name made unique
+    re.compile(r"fused (.+)"),  # a Gemm with its ReLU
+    re.compile(r"(.+)/[^/]+/"),  # a fusion's node: <node>/QuickGeluFusion/ (a SiLU's Mul and Sigmoid)
+    re.compile(r"(.+)_[a-z]+_nchwc"),  # an NCHWc conv named after a tensor it derived: <tensor>_mul (a folded norm)
+)
+
+
 def _node_of(name: str, nodes: set[str], writers: Mapping[str, str]) -> str | None:
     """The model node an onnxruntime profile node stands for: itself, the writer of the tensor it is named after
-    (``<tensor>_nchwc``: a node its NCHWc transformer rewrote, fused ones named after their last output, or after a
-    tensor it derived from one, ``<tensor>_mul``, where it folded a BatchNormalization into the weight), or the node
-    a fusion started from (``fused <node>``: a Gemm with its ReLU; ``<node>/QuickGeluFusion/``: a SiLU's Mul and
-    Sigmoid; either made unique by ``_token_<n>``)."""
+    (``<tensor>_nchwc``: a node its NCHWc transformer rewrote, fused ones named after their last output), or the
+    node it was made from (``_MADE_FROM``)."""
     if name in nodes:
         return name
     tensor = name.removesuffix("_nchwc")
     if tensor in writers or tensor in nodes:
         return writers.get(tensor, tensor)
-    unique = re.fullmatch(r"(.+)_token_\d+", name)  # a name made unique
-    derived = re.fullmatch(r"(.+)_[a-z]+", tensor) if tensor != name else None  # a tensor made from another
-    fused = unique.group(1) if unique else name.removeprefix("fused ") if name.startswith("fused ") else (
-        name.endswith("/") and name[:-1].rpartition("/")[0]) or (derived.group(1) + "_nchwc" if derived else "")
-    return _node_of(fused, nodes, writers) if fused else None
+    made = next((m.group(1) for p in _MADE_FROM if (m := p.fullmatch(name))), None)
+    return _node_of(made, nodes, writers) if made else None
 
 
 def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str, str],
@@ -84,36 +88,32 @@ def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str,
     node writing each tensor), from ``luminal_runs`` (per run, each kernel's model nodes and seconds) and
     ``ort_runs`` (per run, each profiled node's name and seconds)."""
     known = set(order)
+    kernels = [[s for s in sources if s in known] for sources, _ in luminal_runs[0]] if luminal_runs else []
     parent: dict[str, str] = {}
-    for run in luminal_runs:
-        for sources, _ in run:
-            inside = [s for s in sources if s in known]
-            for s in inside[1:]:
-                parent[_find(parent, s)] = _find(parent, inside[0])
-    rank = {n: i for i, n in enumerate(order)}
-    groups: dict[str, list[str]] = defaultdict(list)
-    for n in order:
-        groups[_find(parent, n)].append(n)
+    for inside in kernels:
+        for s in inside[1:]:
+            parent[_find(parent, s)] = _find(parent, inside[0])
 
     def root(node: str | None) -> str:
         return _find(parent, node) if node is not None else UNMAPPED
 
+    kernel_roots = [root(inside[0] if inside else None) for inside in kernels]
     lum: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(luminal_runs))
-    kernels: dict[str, int] = defaultdict(int)
     for i, run in enumerate(luminal_runs):
-        for sources, seconds in run:
-            inside = [s for s in sources if s in known]
-            lum[root(inside[0] if inside else None)][i] += seconds
-            kernels[root(inside[0] if inside else None)] += not i
+        for r, (_, seconds) in zip(kernel_roots, run, strict=True):
+            lum[r][i] += seconds
     ort: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(ort_runs))
     for i, ort_run in enumerate(ort_runs):
         for name, seconds in ort_run:
             ort[root(_node_of(name, known, writers))][i] += seconds
+    groups: dict[str, list[str]] = defaultdict(list)
+    for n in order:
+        groups[root(n)].append(n)
     out = []
-    for r in sorted(set(lum) | set(ort), key=lambda r: rank.get(groups[r][0], len(rank)) if r in groups else len(rank)):
+    for r in sorted(set(lum) | set(ort), key=lambda r: order.index(groups[r][0]) if r in groups else len(order)):
         nodes = tuple(groups[r]) if r in groups else (r,)
         kind = next((kinds[n] for n in nodes if kinds.get(n, "").startswith("Conv")), kinds.get(nodes[0], UNMAPPED))
-        out.append(Layer(nodes, kind, kernels.get(r, 0), tuple(lum.get(r, [0.0] * len(luminal_runs))),
+        out.append(Layer(nodes, kind, kernel_roots.count(r), tuple(lum.get(r, [0.0] * len(luminal_runs))),
                          tuple(ort.get(r, [0.0] * len(ort_runs)))))
     return out
 
@@ -195,14 +195,16 @@ def report(result: dict, top: int) -> list[str]:
     ort = sum(r["onnxruntime"]["median"] for r in rows)
     lines = [f"{result['model']}: {len(rows)} layers, sums of medians luminal {lum * 1e3:.2f} ms, onnxruntime "
              f"{ort * 1e3:.2f} ms ({_ratio(ort, lum)})"]
-    kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    kinds: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
-        k = kinds[r["kind"]]
-        k[0] += r["luminal"]["median"]
-        k[1] += r["onnxruntime"]["median"]
-        k[2] += 1
-    for kind, (lu, ox, n) in sorted(kinds.items(), key=lambda kv: -max(kv[1][0], kv[1][1])):
-        lines.append(f"  {kind:24s} x{int(n):<3d} luminal {lu * 1e3:8.3f} ms  onnxruntime {ox * 1e3:8.3f} ms  "
+        kinds[r["kind"]].append(r)
+
+    def total(rs: list[dict], side: str) -> float:
+        return sum(r[side]["median"] for r in rs)
+
+    for kind, rs in sorted(kinds.items(), key=lambda kv: -max(total(kv[1], "luminal"), total(kv[1], "onnxruntime"))):
+        lu, ox = total(rs, "luminal"), total(rs, "onnxruntime")
+        lines.append(f"  {kind:24s} x{len(rs):<3d} luminal {lu * 1e3:8.3f} ms  onnxruntime {ox * 1e3:8.3f} ms  "
                      f"{_ratio(ox, lu)}")
     worst = sorted(rows, key=lambda r: r["onnxruntime"]["median"] - r["luminal"]["median"])[:top]
     for r in worst:

@@ -323,6 +323,12 @@ def qgemm(ctx: OpContext) -> Tensor:
     return _requant(ctx, acc, scale, y_s, y_zp, _qtype(ctx, 8, 0))
 
 
+def _n_bits(bits: int, block: int) -> bool:
+    """Whether ``bits`` and ``block_size`` are ones onnxruntime's blocked n-bit ops take: 2, 4 or 8 bits in blocks of
+    a power of two, at least 16."""
+    return bits in (2, 4, 8) and block >= 16 and not block & (block - 1)
+
+
 def _unpacked(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     """The first ``count`` unsigned ``bits``-bit values packed little-endian into each row of bytes."""
     shifts = (np.arange(8 // bits) * bits).astype(np.uint8)
@@ -337,12 +343,12 @@ def matmul_nbits(ctx: OpContext) -> Tensor:
     a float weight (the products run as float32, onnxruntime's default accuracy level)."""
     a = need(ctx, 0)
     k, n, bits, block = (int(ctx.attr(name, 0)) for name in ("K", "N", "bits", "block_size"))
-    if bits not in (2, 4, 8) or block < 16 or block & (block - 1) or k <= 0 or n <= 0 or a.shape[-1] != k:
+    if not _n_bits(bits, block) or k <= 0 or n <= 0 or a.shape[-1] != k:
         raise fail(ctx, f"K {k}, N {n}, bits {bits} and block_size {block} do not describe a weight for A "
                         f"{list(a.shape)}")
     if ctx.input(4) is not None:
         raise fail(ctx, "g_idx (act-order quantisation) is not supported")
-    blocks = -(-k // block)
+    (_, blocks) = _blocked((n, k), 1, block)
     packed = need_const(ctx, 1)
     if packed.size != n * blocks * block * bits // 8:
         raise fail(ctx, f"B holds {packed.size} bytes, not {n} x {blocks} blocks of {block} {bits}-bit values")
@@ -369,8 +375,8 @@ def gather_block_quantized(ctx: OpContext) -> Tensor:
     data, indices, scales = need_const(ctx, 0), need(ctx, 1), need(ctx, 2)
     bits, block = int(ctx.attr("bits", 4)), int(ctx.attr("block_size", 128))
     q_axis, g_axis = int(ctx.attr("quantize_axis", 1)), int(ctx.attr("gather_axis", 0))
-    if not data.ndim or bits not in (2, 4, 8) or block < 16 or block & (block - 1) or \
-            not -data.ndim <= q_axis < data.ndim or not -data.ndim <= g_axis < data.ndim:
+    if not data.ndim or not _n_bits(bits, block) or not -data.ndim <= q_axis < data.ndim or \
+            not -data.ndim <= g_axis < data.ndim:
         raise fail(ctx, f"bits {bits}, block_size {block}, quantize_axis {q_axis} and gather_axis {g_axis} do not "
                         f"describe a table of {data.ndim} dims")
     q_axis, g_axis = q_axis % data.ndim, g_axis % data.ndim

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-import tempfile
 
 import numpy as np
 import ops_nn_harness as h
 import pytest
 from frontend_util import session_matches_onnxruntime
+from onnx import TensorProto, helper, numpy_helper
 
 from luminal.codegen.kernel import Leaf
 from luminal.codegen.partition import partition
@@ -261,7 +261,7 @@ def test_roi_align(mode, ratio, opset, coords):
 
 
 @pytest.mark.parametrize("opset", [10, 16])
-def test_roi_align_grid_from_each_box(opset):
+def test_roi_align_grid_from_each_box(opset, tmp_path):
     """sampling_ratio 0: each bin sampled as many times a side as it is pixels, a grid of its own per box; constant
     boxes group by grid, boxes from the model run on the host (onnx's reference took opset 16's default coordinate
     mode at opset 10: luminal's host op corrects it)."""
@@ -270,8 +270,6 @@ def test_roi_align_grid_from_each_box(opset):
     attrs = dict(sampling_ratio=0, output_height=2, output_width=2)
     batch = np.zeros(4, np.int64)
     h.check("RoiAlign", [x, boxes, batch], attrs, opset=opset, consts={1, 2}, atol=1e-5)
-    from onnx import TensorProto, helper, numpy_helper
-
     node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
                                             for k, v in (("x", x), ("rois", boxes))],
@@ -279,5 +277,4 @@ def test_roi_align_grid_from_each_box(opset):
                               [numpy_helper.from_array(batch, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
-    with tempfile.TemporaryDirectory() as d:
-        session_matches_onnxruntime(model, {"x": x, "rois": boxes}, d, rtol=1e-5, atol=1e-5)
+    session_matches_onnxruntime(model, {"x": x, "rois": boxes}, tmp_path, rtol=1e-5, atol=1e-5)
