@@ -3,8 +3,7 @@
 A layer timed alone flatters whichever runtime converts its layout inside the layer: onnxruntime's CPU EP reorders a
 lone Conv's input and output to and from its blocked NCHWc layout on every call, which inside a model it does once.
 So each model here runs whole, the two runtimes taking turns run by run, and each run is cut into layers: luminal's
-kernels by the model nodes fused into them (``CompiledModel.spans``, each kernel fenced, which adds a few
-microseconds a kernel: a layer of many small kernels, a recurrent net's steps, reads slower than it runs),
+kernels by the model nodes fused into them (``CompiledModel.spans``: the clock read between kernels as the run goes),
 onnxruntime's nodes from its profiler (its fused and NCHWc nodes named after a model node or the tensor they write).
 A layer is a set of model nodes that a kernel or a node of either runtime computes together; nodes only onnxruntime
 adds (its layout reorders) are a row of their own. Per layer: the median and p10/p90 over the runs of each side's

@@ -85,7 +85,7 @@ def _kernel_table(m: dict) -> Table:
     """A model's slowest kernels, named after the model nodes fused into them."""
     kernels = sorted(m["kernels"], key=lambda k: -k["seconds"])
     total = sum(k["seconds"] for k in kernels) or 1.0
-    table = Table(title=f"{shown(m['name'])}: slowest kernels of {len(kernels)} (luminal, each fenced)",
+    table = Table(title=f"{shown(m['name'])}: slowest kernels of {len(kernels)} (luminal)",
                   title_justify="left")
     for col in ("kernel", "form", "time", "share"):
         table.add_column(col, justify="left" if col in ("kernel", "form") else "right")

@@ -53,9 +53,12 @@ def test_onnx_gemm_conv_model_matches_onnxruntime():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_bound_launch_mixes_c_and_blas_kernels_and_profiles_every_kernel():
+def test_bound_launch_mixes_c_and_blas_kernels_and_profiles_every_kernel(monkeypatch):
     """Runs of C kernels go through one call into C with prebuilt pointer arrays; a BLAS contraction in
-    between and new inputs on every run must still give the reference; profiling times every kernel."""
+    between and new inputs on every run must still give the reference; profiling times every kernel, the C
+    kernels by the clock read between them in C, on perf_counter's clock, one after another in launch order."""
+    import time
+
     from luminal.codegen.c.backend import CPUBackend, Launch
     from luminal.codegen.partition import partition
 
@@ -76,8 +79,15 @@ def test_bound_launch_mixes_c_and_blas_kernels_and_profiles_every_kernel():
     launch = m._launch
     assert isinstance(launch, Launch) and sum(ck is None for ck, _ in launch._steps) >= 2
     x = rng.standard_normal(g.inputs[0].shape).astype(np.float32)
-    seconds = m.profile({name: x.astype(np.float64)}, repeats=2)  # every kernel called through wrappers
+    seconds = m.profile({name: x.astype(np.float64)}, repeats=2)
     assert len(seconds) == len(m.kernels) and all(t > 0 for t in seconds)
+    monkeypatch.setattr(be, "launcher", None)  # spans come from the model's own launch
+    before = time.perf_counter_ns()
+    (run,) = m.spans({name: x}, 1)
+    after = time.perf_counter_ns()
+    assert len(run) == len(m.kernels) and all(d > 0 for _, d in run)
+    assert before <= run[0][0] and run[-1][0] + run[-1][1] <= after
+    assert all(s0 + d0 <= s1 for (s0, d0), (s1, _) in zip(run, run[1:]))
     got, = m.run({name: x.astype(np.float64)})  # cast on the way in
     np.testing.assert_allclose(got, run_reference(g, {name: x})[0], rtol=1e-4, atol=1e-4)
 
