@@ -5,6 +5,11 @@ lone Conv's input and output to and from its blocked NCHWc layout on every call,
 So each model here runs whole, the two runtimes taking turns run by run, and each run is cut into layers: luminal's
 kernels by the model nodes fused into them (``CompiledModel.spans``: the clock read between kernels as the run goes),
 onnxruntime's nodes from its profiler (its fused and NCHWc nodes named after a model node or the tensor they write).
+A profiled run takes longer than a plain one: onnxruntime's nodes summed up to 1.2x its plain runs
+(MobileNetV3 and ShuffleNet, many short nodes; ResNet-50 1.05x), luminal's kernels 0.85-1.0x of its own (a run
+also writes its inputs and copies its outputs). So each side also runs plainly, taking turns with the profiled runs,
+and its layer times are scaled by its plain runs' median over its profiled runs' median sum: a model's layers add
+up to each side's plain run, as its end-to-end ratio does.
 A layer is a set of model nodes that a kernel or a node of either runtime computes together; nodes only onnxruntime
 adds (its layout reorders) are a row of their own. Per layer: the median and p10/p90 over the runs of each side's
 time, their ratio, luminal's kernel count, and a summary per kind of layer (its Conv by kernel, stride, dilation and
@@ -23,6 +28,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,27 +137,47 @@ def kind_of(node) -> str:
         f" g{g}" if g > 1 else "")
 
 
-def _runs(compiled, path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: int
-          ) -> tuple[list[list[tuple[tuple[str, ...], float]]], list[list[tuple[str, float]]]]:
-    """``runs`` runs of each side, taking turns (the first of each, which allocates, left out): per run, each luminal
-    kernel's model nodes and seconds, and each profiled onnxruntime node's name and seconds."""
+@dataclass(frozen=True)
+class Runs:
+    """Each side's runs of one model (the first of each, which allocates, left out)."""
+
+    luminal: list[list[tuple[tuple[str, ...], float]]]  # per profiled run, each kernel's model nodes and seconds
+    onnxruntime: list[list[tuple[str, float]]]  # per profiled run, each profiled node's name and seconds
+    plain: dict[str, list[float]]  # per side, the seconds of each plain run
+
+
+def _session(path: Path, threads: int, profile_to: str | None):
     import onnxruntime as ort
 
-    with tempfile.TemporaryDirectory() as tmp:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if profile_to is not None:
         so.enable_profiling = True
-        so.profile_file_prefix = str(Path(tmp) / "ort")
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        so.profile_file_prefix = profile_to
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def _runs(compiled, path: Path, feeds: Mapping[str, np.ndarray], threads: int, runs: int) -> Runs:
+    """``runs`` profiled and ``runs`` plain runs of each side, all four taking turns."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sess = _session(path, threads, str(Path(tmp) / "ort"))
+        plain_sess = _session(path, threads, None)
         ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs() if i.name in feeds}
         ours = {s.name: feeds[s.name] for s in compiled.inputs}
         lum = []
-        for _ in range(runs + 1):
+        plain: dict[str, list[float]] = {"luminal": [], "onnxruntime": []}
+        go = {"luminal": lambda: compiled.run(ours), "onnxruntime": lambda: plain_sess.run(None, ort_feeds)}
+        for i in range(runs + 1):
             (run,) = compiled.spans(ours, 1)
             lum.append([(tuple(n for n, _ in k.sources), dur / 1e9) for k, (_, dur) in zip(compiled.launched, run)])
             sess.run(None, ort_feeds)
+            for side, one in go.items():
+                t0 = time.perf_counter()
+                one()
+                if i:
+                    plain[side].append(time.perf_counter() - t0)
         events = json.loads(Path(sess.end_profiling()).read_text())
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")[1:]
     out: list[list[tuple[str, float]]] = [[] for _ in spans]
@@ -160,7 +186,12 @@ def _runs(compiled, path: Path, feeds: Mapping[str, np.ndarray], threads: int, r
             at = next((i for i, (a, b) in enumerate(spans) if a <= e["ts"] <= b), None)
             if at is not None:
                 out[at].append((e["name"].removesuffix("_kernel_time"), e["dur"] / 1e6))
-    return lum[1:], out
+    return Runs(lum[1:], out, plain)
+
+
+def _scale(plain: Sequence[float], profiled: Sequence[float]) -> float:
+    """What a side's profiled times are multiplied by: its plain runs' median over its profiled runs' median sum."""
+    return float(np.median(plain) / np.median(profiled)) if len(profiled) and np.median(profiled) > 0 else 1.0
 
 
 def bench(name: str, info: dict, threads: int, runs: int) -> dict:
@@ -172,13 +203,18 @@ def bench(name: str, info: dict, threads: int, runs: int) -> dict:
     ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {})
     feeds = seeded_feeds(ours, np.random.default_rng(0))  # the inputs of the end-to-end benchmark
     ours.run(None, feeds)
-    lum_runs, ort_runs = _runs(ours.model, path, feeds, threads, runs)
+    got = _runs(ours.model, path, feeds, threads, runs)
+    scale = {"luminal": _scale(got.plain["luminal"], [sum(s for _, s in run) for run in got.luminal]),
+             "onnxruntime": _scale(got.plain["onnxruntime"], [sum(s for _, s in run) for run in got.onnxruntime])}
+    lum_runs = [[(nodes, s * scale["luminal"]) for nodes, s in run] for run in got.luminal]
+    ort_runs = [[(name, s * scale["onnxruntime"]) for name, s in run] for run in got.onnxruntime]
     graph = onnx.load(str(path), load_external_data=False).graph
     names = [n.name or (n.output[0] if n.output else "") for n in graph.node]  # as the importer names them
     writers = {o: nm for n, nm in zip(graph.node, names) for o in n.output}
     kinds = {nm: kind_of(n) for n, nm in zip(graph.node, names)}
     rows = layers(names, kinds, writers, lum_runs, ort_runs)
-    return {"model": name, "runs": runs, "layers": [
+    return {"model": name, "runs": runs, "scale": scale, "plain": {k: spread(v) for k, v in got.plain.items()},
+            "layers": [
         {"nodes": list(r.nodes), "kind": r.kind, "kernels": r.kernels, "luminal": spread(list(r.luminal)),
          "onnxruntime": spread(list(r.onnxruntime))} for r in rows]}
 
@@ -194,6 +230,11 @@ def report(result: dict, top: int) -> list[str]:
     ort = sum(r["onnxruntime"]["median"] for r in rows)
     lines = [f"{result['model']}: {len(rows)} layers, sums of medians luminal {lum * 1e3:.2f} ms, onnxruntime "
              f"{ort * 1e3:.2f} ms ({_ratio(ort, lum)})"]
+    if "plain" in result:
+        plain, scale = result["plain"], result["scale"]
+        lu, ox = plain["luminal"]["median"], plain["onnxruntime"]["median"]
+        lines[0] += (f"; plain runs {lu * 1e3:.2f} / {ox * 1e3:.2f} ms, profiles scaled x{scale['luminal']:.2f} / "
+                     f"x{scale['onnxruntime']:.2f}")
     kinds: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         kinds[r["kind"]].append(r)

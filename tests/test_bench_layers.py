@@ -60,8 +60,10 @@ def test_the_report_sums_each_kind_and_lists_the_layers_luminal_is_slowest_on():
         {"nodes": ["a"], "kind": "Conv 1x1", "kernels": 1, "luminal": side(2e-3), "onnxruntime": side(1e-3)},
         {"nodes": ["b", "c"], "kind": "Conv 1x1", "kernels": 1, "luminal": side(1e-3), "onnxruntime": side(3e-3)},
         {"nodes": ["d"], "kind": "Relu", "kernels": 0, "luminal": side(0.0), "onnxruntime": side(1e-4)}]}
-    lines = model_layers.report(result, top=1)
+    lines = model_layers.report(result | {"plain": {"luminal": side(3.3e-3), "onnxruntime": side(4e-3)},
+                                          "scale": {"luminal": 1.1, "onnxruntime": 0.9}}, top=1)
     assert lines[0].startswith("m.onnx: 3 layers") and "luminal 3.00 ms, onnxruntime 4.10 ms ( 1.37x)" in lines[0]
+    assert lines[0].endswith("plain runs 3.30 / 4.00 ms, profiles scaled x1.10 / x0.90")
     assert "Conv 1x1" in lines[1] and "x2" in lines[1] and "1.33x" in lines[1]
     assert lines[2].split()[0] == "Relu" and lines[2].rstrip().endswith("-")
     assert len(lines) == 4 and lines[3].lstrip().startswith("a ") and "k=1" in lines[3] and "0.50x" in lines[3]

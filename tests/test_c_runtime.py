@@ -57,6 +57,7 @@ def test_bound_launch_mixes_c_and_blas_kernels_and_profiles_every_kernel(monkeyp
     """Runs of C kernels go through one call into C with prebuilt pointer arrays; a BLAS contraction in
     between and new inputs on every run must still give the reference; profiling times every kernel, the C
     kernels by the clock read between them in C, on perf_counter's clock, one after another in launch order."""
+    import itertools
     import time
 
     from luminal.codegen.c.backend import CPUBackend, Launch
@@ -87,7 +88,7 @@ def test_bound_launch_mixes_c_and_blas_kernels_and_profiles_every_kernel(monkeyp
     after = time.perf_counter_ns()
     assert len(run) == len(m.kernels) and all(d > 0 for _, d in run)
     assert before <= run[0][0] and run[-1][0] + run[-1][1] <= after
-    assert all(s0 + d0 <= s1 for (s0, d0), (s1, _) in zip(run, run[1:]))
+    assert all(s0 + d0 <= s1 for (s0, d0), (s1, _) in itertools.pairwise(run))
     got, = m.run({name: x.astype(np.float64)})  # cast on the way in
     np.testing.assert_allclose(got, run_reference(g, {name: x})[0], rtol=1e-4, atol=1e-4)
 

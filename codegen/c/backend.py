@@ -100,14 +100,14 @@ class CKernel:
 
 # runs a sequence of kernels bound to fixed buffers in one call: b = {count, kernels, arguments, their threads, the
 # most of those, where to write the clock before each kernel and after the last (CLOCK_MONOTONIC nanoseconds,
-# perf_counter_ns's clock; null: not timed)}; built once per toolchain: an artifact ships its library with the kernels'. First it keeps the
-# OpenMP team's workers off the caller's CPU (``lum_place``): on a virtual machine whose idle vCPUs halt, a worker
-# woken after an idle gap was placed on the caller's own vCPU, where the two took turns, the caller spinning at each
-# barrier while the worker waited, until the scheduler's load balancer moved it back (MobileNetV3, 2 threads, runs
-# 50 ms apart: median 8.6-14.9 ms, p90 21-39, two migrations and up to 49 context switches a slow run; back to back
-# 6.5-6.7; with the workers kept off the caller's CPU 7.3-7.7, p90 7.5-8.0). The caller's own affinity is never
-# changed: only the team's other threads, whose ids the first run learns, are set to the caller's CPUs but the one
-# it runs on, again whenever it runs on another.
+# perf_counter_ns's clock; null: not timed)}; built once per toolchain: an artifact ships its library with the
+# kernels'. First it keeps the OpenMP team's workers off the caller's CPU (``lum_place``): on a virtual machine whose
+# idle vCPUs halt, a worker woken after an idle gap was placed on the caller's own vCPU, where the two took turns,
+# the caller spinning at each barrier while the worker waited, until the scheduler's load balancer moved it back
+# (MobileNetV3, 2 threads, runs 50 ms apart: median 8.6-14.9 ms, p90 21-39, two migrations and up to 49 context
+# switches a slow run; back to back 6.5-6.7; with the workers kept off the caller's CPU 7.3-7.7, p90 7.5-8.0). The
+# caller's own affinity is never changed: only the team's other threads, whose ids the first run learns, are set to
+# the caller's CPUs but the one it runs on, again whenever it runs on another.
 SEQUENCE_SOURCE = """
 #define _GNU_SOURCE
 #include <stdint.h>
