@@ -21,7 +21,7 @@ from .model import CompiledModel, TensorSpec
 from .serialize import kernel_from_json, kernel_to_json
 
 FORMAT = "luminal-artifact"
-FORMAT_VERSION = 2  # 2: an output buffer says whether it is final
+FORMAT_VERSION = 3  # 2: an output buffer says whether it is final; 3: the shipped sequence runner reads the clock
 MANIFEST = "manifest.json"
 
 
