@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchutil import blas_threads_from_argv, spread
 
@@ -189,9 +190,13 @@ def _runs(compiled, path: Path, feeds: Mapping[str, np.ndarray], threads: int, r
     return Runs(lum[1:], out, plain)
 
 
-def _scale(plain: Sequence[float], profiled: Sequence[float]) -> float:
-    """What a side's profiled times are multiplied by: its plain runs' median over its profiled runs' median sum."""
-    return float(np.median(plain) / np.median(profiled)) if len(profiled) and np.median(profiled) > 0 else 1.0
+def _scaled(runs: Sequence[Sequence[tuple[Any, float]]], plain: Sequence[float]
+            ) -> tuple[list[list[tuple[Any, float]]], float]:
+    """A side's profiled runs with each time multiplied by its plain runs' median over its profiled runs' median
+    sum, and that factor."""
+    sums = [sum(s for _, s in run) for run in runs]
+    factor = float(np.median(plain) / np.median(sums)) if sums and np.median(sums) > 0 else 1.0
+    return [[(what, s * factor) for what, s in run] for run in runs], factor
 
 
 def bench(name: str, info: dict, threads: int, runs: int) -> dict:
@@ -204,10 +209,9 @@ def bench(name: str, info: dict, threads: int, runs: int) -> dict:
     feeds = seeded_feeds(ours, np.random.default_rng(0))  # the inputs of the end-to-end benchmark
     ours.run(None, feeds)
     got = _runs(ours.model, path, feeds, threads, runs)
-    scale = {"luminal": _scale(got.plain["luminal"], [sum(s for _, s in run) for run in got.luminal]),
-             "onnxruntime": _scale(got.plain["onnxruntime"], [sum(s for _, s in run) for run in got.onnxruntime])}
-    lum_runs = [[(nodes, s * scale["luminal"]) for nodes, s in run] for run in got.luminal]
-    ort_runs = [[(name, s * scale["onnxruntime"]) for name, s in run] for run in got.onnxruntime]
+    lum_runs, lum_scale = _scaled(got.luminal, got.plain["luminal"])
+    ort_runs, ort_scale = _scaled(got.onnxruntime, got.plain["onnxruntime"])
+    scale = {"luminal": lum_scale, "onnxruntime": ort_scale}
     graph = onnx.load(str(path), load_external_data=False).graph
     names = [n.name or (n.output[0] if n.output else "") for n in graph.node]  # as the importer names them
     writers = {o: nm for n, nm in zip(graph.node, names) for o in n.output}

@@ -50,7 +50,9 @@ class Backend(Protocol):
         """Compile many kernels at once (in parallel where it helps)."""
 
     def launcher(self, compiled: Sequence[CompiledKernel], buffers: Sequence[Sequence[Any]]) -> Callable[[], None]:
-        """The kernels bound once to fixed buffers (each kernel's inputs then outputs), run in order."""
+        """The kernels bound once to fixed buffers (each kernel's inputs then outputs), run in order. A launch that
+        can time its own kernels as it runs them has ``spans()``: run once, each kernel's (start, duration) in
+        perf_counter nanoseconds (``CompiledModel.spans`` fences each kernel of any other)."""
 
     def from_numpy(self, array: np.ndarray) -> Any: ...
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -57,11 +59,10 @@ def assert_matches(model, feeds, rtol=1e-5, atol=1e-6, shapes=None) -> list[np.n
 
 def session_matches_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], folder,
                                 backend: str = "interpret", rtol: float = 1e-6, atol: float = 0.0,
-                                ort_optimize: bool = True) -> None:
+                                ort_optimize: bool = True) -> Path:
     """The model saved in ``folder``: luminal's InferenceSession on ``backend`` against onnxruntime's (its graph
-    optimisations off where ``ort_optimize`` is False), each output of the same shape and type, and close."""
-    from pathlib import Path
-
+    optimisations off where ``ort_optimize`` is False), each output of the same shape and type, and close; the
+    saved model's path."""
     from luminal.runtime.session import InferenceSession
 
     path = Path(folder) / "m.onnx"
@@ -74,3 +75,4 @@ def session_matches_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndar
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+    return path

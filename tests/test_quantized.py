@@ -112,15 +112,15 @@ def test_quantised_model_saved_by_onnxruntime_at_its_default_level(float_model, 
 
 
 def _matches_onnxruntime(nodes, feeds: dict, inits: list, tmp_path: Path, rtol: float = 0.0,
-                         atol: float = 0.0, opset: int = 17) -> None:
+                         atol: float = 0.0, opset: int = 17) -> Path:
     """A model of ``nodes`` (the default and com.microsoft domains) on ``feeds``: luminal's C backend against
-    onnxruntime running it as written, the output of the same type."""
+    onnxruntime running it as written, the output of the same type; the saved model's path."""
     ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
            for k, v in feeds.items()]
     g = helper.make_graph(nodes, "g", ins, [helper.make_empty_tensor_value_info(nodes[-1].output[0])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 10 if opset >= 21 else 8
-    session_matches_onnxruntime(m, feeds, tmp_path, backend="cpu", rtol=rtol, atol=atol, ort_optimize=False)
+    return session_matches_onnxruntime(m, feeds, tmp_path, backend="cpu", rtol=rtol, atol=atol, ort_optimize=False)
 
 
 @pytest.mark.parametrize("np_type", [np.uint8, np.int8])
@@ -363,9 +363,9 @@ def test_a_large_quantised_weight_is_dequantised_once(tmp_path):
              numpy_helper.from_array(r.integers(-3, 4, n, dtype=np.int8), "z")]
     nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wd"], axis=1),
              helper.make_node("MatMul", ["a", "wd"], ["y"])]
-    _matches_onnxruntime(nodes, {"a": r.standard_normal((2, k)).astype(np.float32)}, inits, tmp_path, rtol=1e-4,
-                         atol=1e-4)
-    (kernel,) = compile_model(tmp_path / "m.onnx", backend="cpu").kernels
+    path = _matches_onnxruntime(nodes, {"a": r.standard_normal((2, k)).astype(np.float32)}, inits, tmp_path,
+                                rtol=1e-4, atol=1e-4)
+    (kernel,) = compile_model(path, backend="cpu").kernels
     assert kernel.form == "contraction"
 
 

@@ -284,19 +284,21 @@ class Launch:
             run = self._run = _sequence_fn(self._tc)
         out: list[tuple[int, int]] = []
         for ck, arg in self._steps:
-            if ck is None:
-                head, stamps = arg
-                head[5] = ctypes.addressof(stamps) if timed else None
-                if run(head, 0):
-                    raise MemoryError("a C kernel could not allocate its workspace")
+            t0 = time.perf_counter_ns() if timed else 0
+            if ck is not None:
+                ck(arg)
                 if timed:
-                    out += [(stamps[i], stamps[i + 1] - stamps[i]) for i in range(len(stamps) - 1)]
-            elif timed:
-                t0 = time.perf_counter_ns()
-                ck(arg)
-                out.append((t0, time.perf_counter_ns() - t0))
-            else:
-                ck(arg)
+                    out.append((t0, time.perf_counter_ns() - t0))
+                continue
+            head, stamps = arg
+            if timed:  # the clock's slot is set for this call only: an untimed run stores nothing
+                head[5] = ctypes.addressof(stamps)
+            failed = run(head, 0)
+            if timed:
+                head[5] = None
+                out += [(stamps[i], stamps[i + 1] - stamps[i]) for i in range(len(stamps) - 1)]
+            if failed:
+                raise MemoryError("a C kernel could not allocate its workspace")
         return out
 
 
