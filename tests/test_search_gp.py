@@ -170,7 +170,7 @@ def test_fusion_decisions_fall_back_to_tpe():
 
 
 def test_tune_with_gp_finds_the_fastest_schedule(tmp_path):
-    backend = helpers.FakeBackend(modes=("ok", "bad"), speeds=(1, 2, 4, 8))
+    backend = helpers.FakeBackend(modes=("ok", "bad"), speeds=(1, 2, 4, 8), virtual=True)
     report = tune(helpers.small_graph(), backend, 8, cache=tmp_path / "tuning.db",
                   storage=f"sqlite:///{tmp_path / 'studies.db'}", sampler="gp", workers=1, fusion=False,
                   timeout_s=0.5, plan=helpers.PLAN)
