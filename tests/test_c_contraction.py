@@ -622,3 +622,26 @@ def test_packed_a_panels_found_in_each_threads_own_buffer(threads, rows):
             feeds = {"x": RNG.standard_normal((3, rows, 96)).astype(np.float32),
                      "w": RNG.standard_normal((3, 96, 70)).astype(np.float32)}
             _compare(g, feeds, schedules=[s], kernels=ks, backend=be)
+
+
+@pytest.mark.parametrize("cin", [64, 200])
+def test_b_read_in_place_asks_for_rows_ahead_in_long_k_blocks(cin):
+    """A 1x1 conv's input read in place is one row per K step, each a row stride apart: in a K block of at
+    least eight times ``ROWS_AHEAD`` rows the micro-kernel asks for the row that far on (past the block's end
+    too, where its last rows are computed), in shorter blocks not; either way its results are the reference's."""
+    from luminal.codegen.c.contraction import ROWS_AHEAD
+
+    x = Tensor.input("x", (1, cin, 12, 12), DType.float32)
+    wt = Tensor.const(RNG.standard_normal((40, cin, 1, 1)).astype(np.float32))
+    g = _graph([x], [conv(x, wt, 1, [1, 1], [1, 1], [(0, 0), (0, 0)], [12, 12]).relu()])
+    ks, (c,) = _contractions(g)
+    be = CPUBackend()
+    d = be.default_schedule(c)
+    assert not d["pack_b"] and d["impl"] == "generated"
+    feeds = {"x": RNG.standard_normal((1, cin, 12, 12)).astype(np.float32)}
+    for kc in (0, 64, 128, 256):
+        s = {**d, "kc": kc}
+        assert be.valid(c, s)
+        block = min(kc or cin, cin)
+        assert (f"br + {ROWS_AHEAD}*ldb" in be.source(c, s)) == (block >= 8 * ROWS_AHEAD), (kc, block)
+        _compare(g, feeds, schedules=[s if k is c else None for k in ks], kernels=ks)

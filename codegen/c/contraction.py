@@ -429,8 +429,14 @@ def _operand(buf: int, dt: DType, view: View, terms: dict, gidx: dict[str, str])
     return x, " && ".join(conds) if conds else "1"
 
 
+# B in place at a row stride: the row this far down the K loop is asked for ahead of its use, where a K block
+# has at least eight times as many rows (in shorter ones a panel is mostly read again from the caches)
+ROWS_AHEAD = 16
+
+
 def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a: bool = False,
-                  name: str = "lum_mk", rows: bool = False, fused: Fused | None = None) -> list[str]:
+                  name: str = "lum_mk", rows: bool = False, fused: Fused | None = None,
+                  ahead_rows: int = 0) -> list[str]:
     """C[MR x NR] (+)= A (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table, or (``rows``)
     at the pointer bq[k]. A is a packed panel (a[k*MR + i]) or, read in place, rows a + i*lda (rows past
     ``arows`` repeat the last valid row: their results land in unused rows of the tile buffer). With ``fused``
@@ -450,8 +456,10 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
     aval = (lambda i: f"a{i}[k]") if direct_a else (lambda i: f"a[k*{mr} + {i}]")
     # B in place: its rows' next panel is the next call's, on lines no hardware prefetcher follows (a row per k,
     # strided): asked for now, they come in while this panel is computed (2 threads on two dies of one host,
-    # ResNet-50 69.1 -> 66.7 ms; on one die at par)
+    # ResNet-50 69.1 -> 66.7 ms; on one die at par); and this panel's row ``ahead_rows`` further on
     ahead = [f"__builtin_prefetch(br + {nr}, 0, 3);"] if direct else []
+    if direct and ahead_rows and not table and not rows:
+        ahead += [f"__builtin_prefetch(br + {ahead_rows}*ldb + {v * vw}, 0, 3);" for v in range(nr // vw)]
     return L + _mk_loop_body(mr, nv, vw, [f"const lum_t *br = {brow};", *ahead], "lum_vu" if direct else "lum_v",
                              aval, fused)
 
@@ -622,9 +630,11 @@ def _micro_kernels(kernel: Kernel, plan: Plan, t: _Tiling, vw: int, vb: View, na
     """The micro-kernels the tiles call, each with its fused twin (name + "e") where ``t.fused``."""
     fused = _register_epilogue(kernel, plan, t, vw) if t.fused else None
 
+    ahead = ROWS_AHEAD if t.kc >= 8 * ROWS_AHEAD else 0
+
     def micro(name: str, direct: bool, table: bool, rows: bool = False) -> list[str]:
-        plain = _micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name, rows)
-        return plain + (_micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name + "e", rows, fused)
+        plain = _micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name, rows, ahead_rows=ahead)
+        return plain + (_micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name + "e", rows, fused, ahead)
                         if fused is not None else [])
 
     if t.run:  # B in place through its K table, or through a pointer per row (one of them to a row of zeros)
