@@ -113,10 +113,12 @@ def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str,
         for name, seconds in ort_run:
             ort[root(_node_of(name, known, writers))][i] += seconds
     groups: dict[str, list[str]] = defaultdict(list)
-    for n in order:
+    first: dict[str, int] = {}
+    for i, n in enumerate(order):
         groups[root(n)].append(n)
+        first.setdefault(root(n), i)
     out = []
-    for r in sorted(set(lum) | set(ort), key=lambda r: order.index(groups[r][0]) if r in groups else len(order)):
+    for r in sorted(set(lum) | set(ort), key=lambda r: first.get(r, len(order))):
         nodes = tuple(groups[r]) if r in groups else (r,)
         kind = next((kinds[n] for n in nodes if kinds.get(n, "").startswith("Conv")), kinds.get(nodes[0], UNMAPPED))
         out.append(Layer(nodes, kind, kernel_roots.count(r), tuple(lum.get(r, [0.0] * len(luminal_runs))),
@@ -227,27 +229,26 @@ def _ratio(ort_s: float, lum_s: float) -> str:
     return f"{ort_s / lum_s:5.2f}x" if lum_s > 0 and ort_s > 0 else "    -"
 
 
+def _sums(rows: Sequence[dict]) -> tuple[float, float]:
+    """The sums of luminal's and onnxruntime's medians over ``rows``."""
+    return sum(r["luminal"]["median"] for r in rows), sum(r["onnxruntime"]["median"] for r in rows)
+
+
 def report(result: dict, top: int) -> list[str]:
     """The lines printed for one model: totals, the kinds, the ``top`` layers by how much longer luminal takes."""
     rows = result["layers"]
-    lum = sum(r["luminal"]["median"] for r in rows)
-    ort = sum(r["onnxruntime"]["median"] for r in rows)
+    lum, ort = _sums(rows)
+    plain, scale = result["plain"], result["scale"]
     lines = [f"{result['model']}: {len(rows)} layers, sums of medians luminal {lum * 1e3:.2f} ms, onnxruntime "
-             f"{ort * 1e3:.2f} ms ({_ratio(ort, lum)})"]
-    if "plain" in result:
-        plain, scale = result["plain"], result["scale"]
-        lu, ox = plain["luminal"]["median"], plain["onnxruntime"]["median"]
-        lines[0] += (f"; plain runs {lu * 1e3:.2f} / {ox * 1e3:.2f} ms, profiles scaled x{scale['luminal']:.2f} / "
-                     f"x{scale['onnxruntime']:.2f}")
+             f"{ort * 1e3:.2f} ms ({_ratio(ort, lum)}); plain runs {plain['luminal']['median'] * 1e3:.2f} / "
+             f"{plain['onnxruntime']['median'] * 1e3:.2f} ms, profiles scaled x{scale['luminal']:.2f} / "
+             f"x{scale['onnxruntime']:.2f}"]
     kinds: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         kinds[r["kind"]].append(r)
 
-    def total(rs: list[dict], side: str) -> float:
-        return sum(r[side]["median"] for r in rs)
-
-    for kind, rs in sorted(kinds.items(), key=lambda kv: -max(total(kv[1], "luminal"), total(kv[1], "onnxruntime"))):
-        lu, ox = total(rs, "luminal"), total(rs, "onnxruntime")
+    for kind, rs in sorted(kinds.items(), key=lambda kv: -max(_sums(kv[1]))):
+        lu, ox = _sums(rs)
         lines.append(f"  {kind:24s} x{len(rs):<3d} luminal {lu * 1e3:8.3f} ms  onnxruntime {ox * 1e3:8.3f} ms  "
                      f"{_ratio(ox, lu)}")
     worst = sorted(rows, key=lambda r: r["onnxruntime"]["median"] - r["luminal"]["median"])[:top]
@@ -283,8 +284,7 @@ def main(argv: Iterable[str] | None = None) -> None:
             continue
         results.append(result)
         print("\n".join(report(result, args.top)), flush=True)
-    ratios = [sum(r["onnxruntime"]["median"] for r in m["layers"]) / sum(r["luminal"]["median"] for r in m["layers"])
-              for m in results]
+    ratios = [ort / lum for lum, ort in (_sums(m["layers"]) for m in results)]
     if ratios:
         print(f"geomean of the layer sums' ratios {statistics.geometric_mean(ratios):.2f}x over {len(ratios)} models")
     if args.json:

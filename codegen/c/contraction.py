@@ -439,9 +439,9 @@ def _micro_kernel(mr: int, nr: int, vw: int, direct: bool, table: bool, direct_a
                   ahead_rows: int = 0) -> list[str]:
     """C[MR x NR] (+)= A (kc x MR) * B rows; B row k at bp + k*ldb, or bp + bk[k] with a table, or (``rows``)
     at the pointer bq[k]. A is a packed panel (a[k*MR + i]) or, read in place, rows a + i*lda (rows past
-    ``arows`` repeat the last valid row: their results land in unused rows of the tile buffer). With ``fused``
-    (``_register_epilogue``) the tile at (ic, jc) of batch ``ib`` goes through the epilogue from the registers,
-    not into C."""
+    ``arows`` repeat the last valid row: their results land in unused rows of the tile buffer); B in place at a
+    row stride is also asked for ``ahead_rows`` rows on (0: not). With ``fused`` (``_register_epilogue``) the
+    tile at (ic, jc) of batch ``ib`` goes through the epilogue from the registers, not into C."""
     nv = nr // vw
     pad = " " * (len(name) + 20)
     L = [f"static inline void {name}(int64_t kc, const lum_t *restrict a, int64_t lda, int64_t arows,",
@@ -634,8 +634,8 @@ def _micro_kernels(kernel: Kernel, plan: Plan, t: _Tiling, vw: int, vb: View, na
 
     def micro(name: str, direct: bool, table: bool, rows: bool = False) -> list[str]:
         plain = _micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name, rows, ahead_rows=ahead)
-        return plain + (_micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name + "e", rows, fused, ahead)
-                        if fused is not None else [])
+        return plain + (_micro_kernel(t.mr, t.nr, vw, direct, table, t.direct_a, name + "e", rows, fused,
+                                      ahead_rows=ahead) if fused is not None else [])
 
     if t.run:  # B in place through its K table, or through a pointer per row (one of them to a row of zeros)
         # a row cut by the padding: its bits and a mask of the columns inside (lum_t is 4 bytes)
