@@ -5,6 +5,7 @@ compile."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -15,7 +16,9 @@ from onnx import helper
 
 from luminal.cache import TuningCache, backend_fingerprints
 from luminal.cache.export import Bad, _fusion_config
+from luminal.codegen.c.backend import CPUBackend
 from luminal.codegen.c.check import run_graph
+from luminal.codegen.c.contraction import SWAP_MAX_MACS, plan_contraction
 from luminal.codegen.c.stencil import plan_stencil
 from luminal.codegen.partition import (
     ByImage,
@@ -285,6 +288,35 @@ def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(n, c, m,
     got = run_graph(g, feeds)[0]
     want = run_reference(g, feeds)[0].reshape(got.shape)
     assert mismatch(got, want, DType.float32, 9 * c) is None
+
+
+@pytest.mark.parametrize(("hw", "tiles_as_columns"), [
+    (56, True),  # 196 tiles in 224 lanes: each of the 36 products is small, the pack of its tiles not worth them
+    (28, False),  # 49 tiles in 64 lanes pad more than WASTE_SMALL: the tiles are the rows, packed per call
+])
+def test_a_winograd_product_s_tiles_take_the_orientation_measured_for_one_product(sixteen_lanes, hw, tiles_as_columns):
+    """On 16-lane vectors, an F(4x4) conv 64 -> 64's batch of 36 products (tiles x channels) is oriented as one of
+    them would be, not as one product of their total size: its tiles stay the columns, read in place, where they pad
+    less than WASTE_SMALL; the other orientation stays in the search's space; both give the reference's outputs."""
+    model, feeds = _conv_model(1, 64, 64, (hw, hw), seed=5)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    decisions = {Winograd(node, 4): True}
+    rewritten, kernels = lower(g, decisions)
+    (product,) = [k for k in kernels if (p := plan_contraction(k)) is not None and len(p.batch) == 2]
+    plan = plan_contraction(product)
+    tiles = (hw // 4) ** 2
+    assert plan.size("batch") == 36 and (math.prod(plan.sizes) >= SWAP_MAX_MACS) is tiles_as_columns
+    assert (plan.size("n") == tiles) is tiles_as_columns and plan.b_direct is tiles_as_columns
+    be = CPUBackend()
+    assert {kn.name: kn.choices for kn in be.space(product)}["swap"] == (False, True)
+    want = run_reference(g, feeds)[0]
+    for swap in (False, True):
+        schedule = be.default_schedule(product) | {"swap": swap, "pack_a": True, "pack_b": True}
+        assert be.valid(product, schedule)
+        got = run_graph(rewritten, feeds, schedules=[schedule if k is product else None for k in kernels],
+                        kernels=kernels)[0]
+        assert mismatch(got, want.reshape(got.shape), DType.float32, 9 * 64) is None
 
 
 @pytest.mark.parametrize(("c", "tile"), [(64, 0), (128, 4)])

@@ -212,8 +212,12 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     # A small product whose columns pad less than WASTE_SMALL keeps them: the other orientation packs its rows
     # (the pixels, strided) on every call, which costs a small product more than the padded lanes (2 threads,
     # 1x1 convs at 14x14, 196 pixels in 224 lanes: 64 -> 384 0.043 -> 0.033 ms, 384 -> 64 0.040 -> 0.034,
-    # 96 -> 576 0.079 -> 0.068, 576 -> 128 par; from 1024 -> 256 (51M multiply-adds) on they lose 5%)
-    small = math.prod(plan.sizes) < SWAP_MAX_MACS and _pad_ratio(plan, cols=True) < WASTE_SMALL and not swapped.a_direct
+    # 96 -> 576 0.079 -> 0.068, 576 -> 128 par; from 1024 -> 256 (51M multiply-adds) on they lose 5%). A batch of
+    # products is as small as each of them: the pack and the transposed stores cost each product alike (a
+    # Winograd conv's products over its 196 tiles, 2 threads, hot: 64 -> 64 at 56x56 by F(4x4) 0.36 -> 0.27 ms,
+    # 128 -> 128 0.55 -> 0.44 (F(2x2) at 28x28 1.12x); three in ResNet-50 3.09 -> 2.45 ms with their transforms)
+    small = math.prod(plan.sizes[1:]) < SWAP_MAX_MACS and _pad_ratio(plan, cols=True) < WASTE_SMALL \
+        and not swapped.a_direct
     if (swapped.b_const or not plan.b_const) and _pad_ratio(plan, cols=True) >= WASTE \
             and _pad_ratio(swapped) < _pad_ratio(plan) / WASTE and not small:
         return swapped, plan
