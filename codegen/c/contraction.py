@@ -214,8 +214,9 @@ def _plan_contraction(kernel: Kernel) -> tuple[Plan, Plan] | tuple[None, None]:
     # 1x1 convs at 14x14, 196 pixels in 224 lanes: 64 -> 384 0.043 -> 0.033 ms, 384 -> 64 0.040 -> 0.034,
     # 96 -> 576 0.079 -> 0.068, 576 -> 128 par; from 1024 -> 256 (51M multiply-adds) on they lose 5%). A batch of
     # products is as small as each of them: the pack and the transposed stores cost each product alike (a
-    # Winograd conv's products over its 196 tiles, 2 threads, hot: 64 -> 64 at 56x56 by F(4x4) 0.36 -> 0.27 ms,
-    # 128 -> 128 0.55 -> 0.44 (F(2x2) at 28x28 1.12x); three in ResNet-50 3.09 -> 2.45 ms with their transforms)
+    # Winograd conv's products over its 196 tiles, 2 threads, hot: at 56x56 by F(4x4) 64 -> 64 0.36 -> 0.27 ms,
+    # 64 -> 128 0.67 -> 0.55, 128 -> 128 1.18 -> 1.05, by F(2x2) at 28x28 0.49 -> 0.44; inside ResNet-50 its three
+    # 56x56 convs with their transforms 1.06-1.26x in three runs)
     small = math.prod(plan.sizes[1:]) < SWAP_MAX_MACS and _pad_ratio(plan, cols=True) < WASTE_SMALL \
         and not swapped.a_direct
     if (swapped.b_const or not plan.b_const) and _pad_ratio(plan, cols=True) >= WASTE \
