@@ -64,7 +64,7 @@ def bench(name: str, info: dict, threads: int, rounds: int, reps: int) -> dict:
 
     path = MODELS / name
     t0 = time.perf_counter()
-    ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {})
+    ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {}, threads=threads)
     compile_s = time.perf_counter() - t0
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -107,7 +107,6 @@ def main() -> None:
     from luminal.target import cores
 
     threads = args.threads or cores()
-    os.environ["LUMINAL_NUM_THREADS"] = str(threads)
     load = os.getloadavg()[0]
     print(f"threads={threads} load average={load:.1f}")
     rows = []

@@ -29,7 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +104,7 @@ def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str,
         return _find(parent, node) if node is not None else UNMAPPED
 
     kernel_roots = [root(inside[0] if inside else None) for inside in kernels]
+    per_root = Counter(kernel_roots)
     lum: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(luminal_runs))
     for i, run in enumerate(luminal_runs):
         for r, (_, seconds) in zip(kernel_roots, run, strict=True):
@@ -121,7 +122,7 @@ def layers(order: Sequence[str], kinds: Mapping[str, str], writers: Mapping[str,
     for r in sorted(set(lum) | set(ort), key=lambda r: first.get(r, len(order))):
         nodes = tuple(groups[r]) if r in groups else (r,)
         kind = next((kinds[n] for n in nodes if kinds.get(n, "").startswith("Conv")), kinds.get(nodes[0], UNMAPPED))
-        out.append(Layer(nodes, kind, kernel_roots.count(r), tuple(lum.get(r, [0.0] * len(luminal_runs))),
+        out.append(Layer(nodes, kind, per_root[r], tuple(lum.get(r, [0.0] * len(luminal_runs))),
                          tuple(ort.get(r, [0.0] * len(ort_runs)))))
     return out
 
@@ -207,7 +208,7 @@ def bench(name: str, info: dict, threads: int, runs: int) -> dict:
     from luminal.runtime.session import InferenceSession
 
     path = MODELS / name
-    ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {})
+    ours = InferenceSession(path, backend="cpu", shapes=info.get("shapes") or {}, threads=threads)
     feeds = seeded_feeds(ours, np.random.default_rng(0))  # the inputs of the end-to-end benchmark
     ours.run(None, feeds)
     got = _runs(ours.model, path, feeds, threads, runs)
@@ -246,7 +247,6 @@ def report(result: dict, top: int) -> list[str]:
     kinds: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         kinds[r["kind"]].append(r)
-
     for kind, rs in sorted(kinds.items(), key=lambda kv: -max(_sums(kv[1]))):
         lu, ox = _sums(rs)
         lines.append(f"  {kind:24s} x{len(rs):<3d} luminal {lu * 1e3:8.3f} ms  onnxruntime {ox * 1e3:8.3f} ms  "
@@ -273,7 +273,6 @@ def main(argv: Iterable[str] | None = None) -> None:
     from luminal.target import cores
 
     threads = args.threads or cores()
-    os.environ["LUMINAL_NUM_THREADS"] = str(threads)
     print(f"threads={threads} load average={os.getloadavg()[0]:.1f}")
     results = []
     for name, info in manifest_models(args.size, args.only):

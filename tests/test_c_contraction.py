@@ -12,7 +12,7 @@ from codegen_util import compare_cpu
 from codegen_util import graph as _graph
 
 from luminal.codegen.c.backend import CPUBackend
-from luminal.codegen.c.contraction import plan_contraction
+from luminal.codegen.c.contraction import ROWS_AHEAD, plan_contraction
 from luminal.codegen.c.stencil import WEIGHT_MAX
 from luminal.codegen.partition import partition
 from luminal.frontend_onnx.ops_nn_conv import conv
@@ -629,8 +629,6 @@ def test_b_read_in_place_asks_for_rows_ahead_in_long_k_blocks(cin):
     """A 1x1 conv's input read in place is one row per K step, each a row stride apart: in a K block of at
     least eight times ``ROWS_AHEAD`` rows the micro-kernel asks for the row that far on (past the block's end
     too, where its last rows are computed), in shorter blocks not; either way its results are the reference's."""
-    from luminal.codegen.c.contraction import ROWS_AHEAD
-
     x = Tensor.input("x", (1, cin, 12, 12), DType.float32)
     wt = Tensor.const(RNG.standard_normal((40, cin, 1, 1)).astype(np.float32))
     g = _graph([x], [conv(x, wt, 1, [1, 1], [1, 1], [(0, 0), (0, 0)], [12, 12]).relu()])

@@ -284,8 +284,8 @@ class Launch:
             run = self._run = _sequence_fn(self._tc)
         out: list[tuple[int, int]] = []
         for ck, arg in self._steps:
-            t0 = time.perf_counter_ns() if timed else 0
             if ck is not None:
+                t0 = time.perf_counter_ns() if timed else 0
                 ck(arg)
                 if timed:
                     out.append((t0, time.perf_counter_ns() - t0))
