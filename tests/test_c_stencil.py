@@ -119,6 +119,26 @@ def test_stride_2_lanes_on_other_vector_widths(lanes, vw):
     _check([x], _conv(x, 4, 4, (5, 5), 2, 1, ((2, 2), (2, 2))))
 
 
+@pytest.mark.parametrize("vw", [4, 8, 16])
+def test_stride_4_lanes_come_from_whole_loads(lanes, vw):
+    """At stride 4 a tap's lanes are elements k, k + 4, .. of four whole loads, shuffled into the pixels' order
+    (``lum_ph4``), the compiler's gathers left to the scalar pixels: taps fewer than 4 elements past another read
+    its loads (a 5x5 window's row: two sets of loads), a dilated window's taps each their own phase; border vectors
+    with the padding's lanes masked, whole vectors between them, rows narrower than a vector, asymmetric pads and
+    a batch, each against the reference."""
+    lanes(vw)
+    for shape, ksz, dil, pads in [((1, 3, 9, 150), 3, 1, ((1, 1), (1, 1))),  # rows of 38: whole vectors between
+                                  ((2, 2, 8, 23), 5, 1, ((2, 2), (2, 2))),    # rows of 6
+                                  ((1, 4, 11, 61), 3, 2, ((2, 1), (0, 3))),   # offsets 0, 2, 4
+                                  ((1, 2, 6, 64), 3, 1, ((1, 1), (0, 1)))]:   # the last row's loads reach its end
+        x = Tensor.input("x", shape, DType.float32)
+        y = _bias(_conv(x, shape[1], shape[1], (ksz, ksz), 4, dil, pads)).relu()
+        g = _graph([x], [y])
+        (k,) = _stencils(g)[1]
+        assert "lum_ph4_0(" in CPUBackend().source(k, {**CPUBackend().default_schedule(k), "impl": "stencil"})
+        _check([x], y, stencil=None)
+
+
 @pytest.mark.parametrize("mult,stride", [(2, 1), (2, 2), (3, 1)])
 def test_depthwise_channel_multiplier(mult, stride):
     x = Tensor.input("x", (2, 6, 11, 19), DType.float32)

@@ -319,6 +319,35 @@ def test_a_winograd_product_s_tiles_take_the_orientation_measured_for_one_produc
         assert mismatch(got, want.reshape(got.shape), DType.float32, 9 * 64) is None
 
 
+@pytest.mark.parametrize("vw", [4, 16])
+@pytest.mark.parametrize("tile", winograd.TILES)
+def test_the_transforms_load_each_row_once_for_all_their_points(lanes, vw, tile):
+    """Each transform's stencil sums a row of its input with a constant matrix's rows (the points: nu, xi, i or j,
+    which its input does not read): a row's vectors are loaded once and summed with each point's weights in turn
+    (``lum_u``), and at stride 4 the tiles' lanes come from whole loads; the conv against the reference, its
+    transforms by the stencil on one thread and two."""
+    lanes(vw)
+    model, feeds = _conv_model(2, 6, 5, (13, 38), seed=7)
+    g = load(model).graph
+    (node,) = winograd_convs(g)
+    decisions = {Winograd(node, tile): True}
+    rewritten, kernels = lower(g, decisions)
+    be = CPUBackend()
+    alpha = tile + 2
+    transforms = [k for k in kernels if k.form == "contraction" and plan_stencil(k) is not None
+                  and any(b.constant and b.shape in ((alpha, alpha), (tile, alpha)) for b in k.inputs)]
+    assert len(transforms) == 4
+    want = run_reference(g, feeds)[0]
+    for threads in (1, 2):
+        schedules = [be.default_schedule(k) | {"impl": "stencil", "threads": threads} if k in transforms else None
+                     for k in kernels]
+        sources = [be.source(k, s) for k, s in zip(kernels, schedules) if s is not None]
+        assert all("lum_u < " in src for src in sources)
+        assert any("lum_ph4_" in src for src in sources) is (tile == 4)
+        got = run_graph(rewritten, feeds, schedules=schedules, kernels=kernels)[0]
+        assert mismatch(got, want.reshape(got.shape), DType.float32, 9 * 6) is None
+
+
 @pytest.mark.parametrize(("c", "tile"), [(64, 0), (128, 4)])
 def test_a_channels_last_input_is_convolved_directly_by_default_below_128_channels(c, tile):
     """An NHWC input behind its Transpose (as tf2onnx exports): the transforms would walk its pixels at the

@@ -22,6 +22,12 @@ Where a row fits half a vector and a strided window has many taps (a 5x5 depthwi
 7x7), two rows share a vector (``row_pairs``): each tap's lanes, both rows', are one two-source permutation of a
 load from each row's input, which the taps of a window row share, and the pair's epilogue runs on each half.
 
+At stride 4 (a Winograd F(4x4)'s tiles) a tap's vector is elements k, k + 4, .. of four whole loads, each half of it
+shuffled from two of them, the halves joined, in the pixels' order; a tap fewer than four elements past another takes
+that tap's loads. Where the weight reads only kept dims the input does not (a constant matrix applied to every row of
+its input: Winograd's transforms), a row loads its taps' vectors once and sums them with each of those dims' points'
+weights in turn (``_points``), where each point would have read the row again.
+
 A tap's load for one output row is another tap's for a row below it (a 7x7 window's input row feeds seven output
 rows; at stride 2, a 5x5's feeds three): rows run in blocks (``block``) that keep a sum per row and vector in
 registers, load each vector of input once (at stride 2, each pair of loads), hold it in a register and add it
@@ -88,6 +94,10 @@ WEIGHT_MAX = 160
 # pixels a channel count apart, is a GEMM reading each pixel's channels (3x3 over 4 channels a group at 56x56,
 # 128 channels: as a stencil 19.1 ms, gathering every vector across sixteen cache lines; 1.46 as the GEMM)
 STEP_MAX = 4
+# the strides whose vectors take their lanes from whole loads by shuffles (``_vload``; past them, the compiler's
+# gathers): a Winograd F(4x4)'s column transform, 6 taps over a row of 14 tiles, 2 threads, 16 lanes, hot, its 6
+# points at once (``_points``): 129 -> 53 us against the gathers
+PHASES = (1, 2, 4)
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
 LANE_WEIGHTS_MAX = 1 << 18  # floats of a lane-weights stencil's copy of its weight (``_lane_input``)
 COLUMNS_MAX = 1 << 13  # floats of each of a separable pool's two column buffers (on a thread's stack)
@@ -375,6 +385,29 @@ class _Emitter:
         self.sep = st.side if sep else None  # the reduced dim along the row of a separable pool
         if sep and self.sep is None:
             raise ValueError("not a separable pool")
+        self.points = self._points(xv)
+
+    def _points(self, xv: View) -> list[int]:
+        """The kept dims the input does not read, where the weight reads no other kept dim (a constant transform
+        applied to every row: Winograd's): each row then loads its taps' vectors once and sums them with each
+        point's weights (``_per_point``); [] otherwise."""
+        st, k = self.st, self.k
+        if st.w is None or st.lanes or self.sep is not None:
+            return []
+        wv = k.ops[st.w].attr("view")
+        dims = [d for d in self.outer if not reads_dim(xv, d)]
+        if not dims or any(reads_dim(wv, d) for d in (*self.outer, self.din) if d not in dims):
+            return []
+        if any(c[d] for c, _, _ in self.xmasks for d in dims):
+            return []
+        return dims
+
+    def _per_point(self, lines: list[str]) -> list[str]:
+        """``lines`` once per point of the dims ``points``, with that point's weights."""
+        dims = self.points
+        at = unravel("lum_u", tuple(self.k.full[d] for d in dims))
+        return [f"for (int64_t lum_u = 0; lum_u < {math.prod(self.k.full[d] for d in dims)}LL; lum_u++) {{",
+                *_ind([*(f"const int64_t i{d} = {e};" for d, e in zip(dims, at)), *self.weights(), *lines]), "}"]
 
     def _heads(self) -> list[tuple[int, _Tap]]:
         """The taps whose input pointers a row needs: the live ones, or a separable pool's first column's."""
@@ -509,24 +542,37 @@ class _Emitter:
         """The interior [lo, hi) in whole vectors up to ``vhi``, the rest by the loop: a max's taps with their NaN
         tests screened by their sum; at stride 2 the taps' lanes deinterleaved from pairs of loads (see
         ``_vload``), whose reach one element past a vector's last lane the caller checks."""
-        terms = [self._term(t, self._vload(t, "lum_v", bw)) for t, _ in self._live()]
+        loads = {t: self._vload(t, "lum_v", bw) for t, _ in self._live()}
         return [f"int lum_v = {lo};", f"for (; lum_v + {bw} <= {vhi}; lum_v += {bw}) {{",
-                *_ind(self._fold(terms, True, "vacc", screen=True) + self._lanes_epilogue("lum_v", bw, "vacc")),
-                "}", *self.interior("lum_v", hi)]
+                *_ind(self._vector_sum(loads, "lum_v", bw, False)), "}", *self.interior("lum_v", hi)]
 
-    def _sources(self) -> dict[int, tuple[int, bool]]:
-        """At stride 2, each live tap's pair of loads: (the tap whose pointer it reads from, its odd lanes).
-        A tap one element past another's reads that tap's pair and takes its odd elements where the other
-        takes the even ones (a 3x3 window's row: two pairs of loads for its three taps, not three)."""
+    def _vector_sum(self, loads: dict[int, str], start: int | str, bw: int, dead: bool) -> list[str]:
+        """The vector of the ``bw`` pixels from ``start``, the taps' ``loads`` summed (some taps left out where
+        ``dead``), and its epilogue: over the points of ``points``, each tap's vector loaded once before them."""
+        if not self.points:
+            terms = [self._term(t, x) for t, x in loads.items()]
+            sums = self._fold(terms, True, "vacc", dead, True) if terms or self.max else ["lum_bv vacc = {0};"]
+            return sums + self._lanes_epilogue(start, bw, "vacc")
+        held = [f"const lum_bv lum_x{t} = {x};" for t, x in loads.items()]
+        terms = [self._term(t, f"lum_x{t}") for t in loads]
+        sums = self._fold(terms, True, "vacc") if terms else ["lum_bv vacc = {0};"]
+        return held + self._per_point(sums + self._lanes_epilogue(start, bw, "vacc"))
+
+    def _sources(self) -> dict[int, tuple[int, int]]:
+        """At a stride, each live tap's loads: (the tap whose pointer it reads from, the phase of their elements
+        it takes). A tap a few elements (fewer than the stride) past another's reads that tap's loads and takes
+        the elements as many places on (at stride 2 a 3x3 window's row: two pairs of loads for its three taps,
+        not three)."""
         at = {t: self._offset(tap) for t, tap in self._live()}
-        src: dict[int, tuple[int, bool]] = {}
-        evens: dict[int, int] = {}
+        src: dict[int, tuple[int, int]] = {}
+        bases: dict[int, int] = {}
         for t in sorted(at, key=lambda t: at[t]):
-            s = evens.get(at[t] - 1)
-            if s is not None and self.taps[s].rowc == self.taps[t].rowc:
-                src[t] = (s, True)
+            found = [(j, s) for j in range(1, self.st.step) if (s := bases.get(at[t] - j)) is not None
+                     and self.taps[s].rowc == self.taps[t].rowc]
+            if found:
+                src[t] = (found[0][1], found[0][0])
             else:
-                src[t], evens[at[t]] = (t, False), t
+                src[t], bases[at[t]] = (t, 0), t
         return src
 
     def _offset(self, tap: _Tap) -> int:
@@ -544,11 +590,14 @@ class _Emitter:
             at = str(shift + step * start)
         if step == 1:
             x = f"lum_ld1(p{t} + {at})"
-        else:
+        elif step == 2:
             s, odd = self._sources()[t]
             x = f"lum_{'od' if odd else 'ev'}(p{s} + {at})"
             if lanes is not None:
                 lanes = [lanes[p] for p in _lane_pixel(bw)]
+        else:
+            s, phase = self._sources()[t]
+            x = f"lum_ph{step}_{phase}(p{s} + {at})"
         if lanes is not None and not all(lanes):
             x = f"lum_mask({x}, (lum_bi){{{', '.join('-1' if v else '0' for v in lanes)}}})"
         return x
@@ -612,8 +661,9 @@ class _Emitter:
         """The vector loop over the pixels [lo, hi), where every tap reads inside its window."""
         pix = f"i{self.din}"
         sums = self._fold([self._term(t, self._x(t, pix)) for t, _ in self._live()])
-        return [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {lo}; {pix} < {hi}; {pix}++) {{",
+        loop = [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {lo}; {pix} < {hi}; {pix}++) {{",
                 *_ind(sums + self.epi), "}"]
+        return self._per_point(loop) if self.points else loop
 
     def border_loop(self, segments: str) -> list[str]:
         """The pixels outside the interior one by one, each tap's load under its constraints."""
@@ -625,25 +675,28 @@ class _Emitter:
                 conds = " && ".join(f"((uint64_t)({e} + {_times(s, pix)}) < {b}ULL)" for e, s, b in tap.pixc)
                 x = f"(({conds}) ? {x} : 0.0f)"
             terms.append(self._term(t, x))
+        loop = [f"for (int {pix} = e0; {pix} < e1; {pix}++) {{", *_ind(self._fold(terms) + self.epi), "}"]
         return ["for (int seg = 0; seg < 2; seg++) {", f"    {segments}",
-                f"    for (int {pix} = e0; {pix} < e1; {pix}++) {{", *_ind(_ind(self._fold(terms) + self.epi)),
-                "    }", "}"]
+                *_ind(self._per_point(loop) if self.points else loop), "}"]
 
     def _vterm(self, t: int, tap: _Tap, start: int, bw: int, shift: int) -> str | None:
         """Tap ``t``'s product over the ``bw`` lanes from pixel ``start`` of the row ``shift`` elements past the
-        pointers' (None: no lane reads inside its window): loaded whole, the lanes outside the window set to zero
-        by a constant mask."""
+        pointers' (None: no lane reads inside its window)."""
+        x = self._vtap(t, tap, start, bw, shift)
+        return None if x is None else self._term(t, x)
+
+    def _vtap(self, t: int, tap: _Tap, start: int, bw: int, shift: int) -> str | None:
+        """Tap ``t``'s ``bw`` lanes from pixel ``start`` (as ``_vterm``): loaded whole, the lanes outside the window
+        set to zero by a constant mask."""
         lanes = self._lanes(tap, start, bw)
-        return self._term(t, self._vload(t, start, bw, shift, lanes)) if any(lanes) else None
+        return self._vload(t, start, bw, shift, lanes) if any(lanes) else None
 
     def border_vector(self, start: int, bw: int) -> list[str]:
         """The ``bw`` pixels from ``start`` as one vector (static constraints; the caller checks that the loads
         stay inside the input buffer), then the epilogue over the lanes."""
         live = self._live()
-        terms = [x for t, tap in live if (x := self._vterm(t, tap, start, bw, 0)) is not None]
-        sums = self._fold(terms, True, "vacc", len(terms) < len(live), True) if terms or self.max \
-            else ["lum_bv vacc = {0};"]
-        return ["{", *_ind(sums + self._lanes_epilogue(start, bw, "vacc")), "}"]
+        loads = {t: x for t, tap in live if (x := self._vtap(t, tap, start, bw, 0)) is not None}
+        return ["{", *_ind(self._vector_sum(loads, start, bw, len(loads) < len(live))), "}"]
 
     def _lanes_epilogue(self, start: int | str, bw: int, vacc: str | None, at: int = 0) -> list[str]:
         """The epilogue and stores of the vector ``vacc`` of the ``bw`` pixels from ``start`` (an expression:
@@ -714,9 +767,9 @@ class _Emitter:
     def block_rows(self, bw: int, rows: int) -> int:
         """The output rows of a block (``block``): the schedule's where it gives them, else as many as BLOCK_ACCS
         accumulators hold beside the most vectors of a chunk of the row, at most BLOCK_ROWS; at most ``rows``, and 0
-        where a row has more than BLOCK_VECTORS."""
+        where a row has more than BLOCK_VECTORS or the stride is past 2."""
         n = len(self.block_starts(bw))
-        if n > BLOCK_VECTORS:
+        if n > BLOCK_VECTORS or self.st.step > 2:
             return 0
         return min(self.rows or min(BLOCK_ROWS, max(2, BLOCK_ACCS // min(n, BLOCK_CHUNK))), rows)
 
@@ -1020,7 +1073,7 @@ class _Emitter:
         starts one before its first."""
         numel = self.k.inputs[self.k.ops[self.st.x].attr("buf")].numel
         step = self.st.step
-        src = self._sources() if step == 2 else {}
+        src = self._sources() if step > 1 else {}
         out = []
         lows: list[int] = []  # rows without ok tests: each load's reach past the row's offset, folded into two
         highs: list[int] = []
@@ -1043,7 +1096,7 @@ class _Emitter:
             row = affine(self.xco, self.xk, ex)
             return [f"{row} + {shift + min(lows)} >= 0" if lows else "1",
                     f"{row} + {shift + max(highs)} < {numel}" if highs else "1"]
-        return out
+        return list(dict.fromkeys(out))
 
     def row_range(self) -> tuple[int, int, int] | None:
         """(dim, start, stop): where the row constraints involve one kept dim, the range of its index over which
@@ -1078,7 +1131,7 @@ class _Emitter:
     def vector_width(self, lo: int, hi: int) -> int:
         """Lanes of the border vectors (a power of two up to the target's, at most the row), 0: none (pixel
         constraints that depend on the row, a stride past 2, a border wider than a vector)."""
-        if not self.static or self.st.step > 2 or self.st.lanes:
+        if not self.static or self.st.step not in PHASES or self.st.lanes:
             return 0
         bw = self.vw
         while bw >= 2 * max(self.width, 4):
@@ -1099,14 +1152,15 @@ class _Emitter:
         # the whole vectors' lanes outside a tap's window read the input's neighbouring elements, which exist
         # except before the first row and after the last
         starts, a, b = self.runs(lo, hi, bw)
-        strided = self.st.step == 2
-        # at stride 2 the interior's last whole vector reads one element past its last lane
+        strided = self.st.step > 1
+        # at a stride the interior's last whole vector reads past its last lane (stride 2: one element)
         safe = " && ".join(self.in_buffer([*starts, *([b - bw] if strided and b - a >= bw else [])], bw)) or "1"
         vec = [line for start in starts for line in self.border_vector(start, bw)]
         if strided:  # (3x3 depthwise, stride 2, 64 channels at 112x112, hot: 157 -> 82 us against the loop's)
             interior = self.vector_interior("a", "(safe ? b : a)", "b", bw)
         else:
-            interior = self.vector_interior("a", "b", "b", bw) if self.max else self.interior("a", "b")
+            interior = (self.vector_interior("a", "b", "b", bw) if self.max or self.points
+                        else self.interior("a", "b"))
         return [f"const int safe = {safe};", "if (safe) {", *_ind(vec), "} else {", *_ind(scalar), "}",
                 f"const int a = safe ? {a} : {lo}, b = safe ? {b} : {hi};", *interior], bw
 
@@ -1117,18 +1171,8 @@ class _Emitter:
             return self.lane_source(threads, plan)
         k, width = self.k, self.width
         body, bw = self.body()
-        # planes: the outer dims up to the last one the weight reads; rows: the others (a conv's output rows)
-        # (a pool's planes: every outer dim but the rows, which then go in pairs)
-        if self.st.w is None:
-            cut = max(len(self.outer) - 1, 0)
-        else:
-            wv = k.ops[self.st.w].attr("view")
-            cut = max((i + 1 for i, d in enumerate(self.outer) if reads_dim(wv, d)), default=0)
-        pdims, rdims = self.outer[:cut], self.outer[cut:]
+        pdims, rdims = self._planes(threads)
         planes, rows = (math.prod(k.full[d] for d in ds) for ds in (pdims, rdims))
-        # the weights once per plane where the planes alone keep every thread busy, else once per row
-        if planes < PLANES_PER_THREAD * (threads or 64):
-            pdims, rdims, planes, rows = [], self.outer, 1, planes * rows
         lines = [f"const int64_t i{d} = {e};" for d, e in zip(pdims, unravel("pl", tuple(k.full[d] for d in pdims)))]
         groups = self.row_groups() if planes > 1 and len(rdims) == 1 else None
         at = "lum_s" if groups else "r"
@@ -1147,7 +1191,7 @@ class _Emitter:
             # blocks of rows (``block``) where two rows or more lie away from the padding (a 7x7 window on a 7x7
             # map, with one such row, ran 48 -> 60 us in blocks) and no two rows share a vector (``row_pairs``)
             size = (self.block_rows(bw, k.full[dr]) if bw and not self.max and rdims == [dr] and r1 - r0 > 1
-                    and not groups else 0)
+                    and not groups and not self.points else 0)
             if size:
                 # one block for any run of rows away from the padding from its first row, one for the rows left at
                 # its end, and those of the rows in the padding above and below
@@ -1164,7 +1208,7 @@ class _Emitter:
                     stmts, safe = self.block(dr, bw, n, None if inside else b0)
                     row += [f"}} else if (i{dr} == {b0} && {safe}) {{", *_ind(stmts), f"    r += {n - 1};"]
                 row += [f"}} else if (i{dr} >= {r0} && i{dr} < {r1}) {{", *_ind(single)]
-            elif bw and rdims == [dr] and r1 - r0 >= 2 and self.st.step == 1 and width > bw:
+            elif bw and rdims == [dr] and r1 - r0 >= 2 and self.st.step == 1 and width > bw and not self.points:
                 # a max pool's rows, or rows too wide for blocks, in pairs where rows have a vector at each end
                 # (stride 2 and rows of one vector measured slower)
                 pair, safe = self.pair(dr, bw)
@@ -1185,7 +1229,9 @@ class _Emitter:
             self.rows_valid = False
         zeros = self.st.step * max(width, bw)
         extra: list[str] = []
-        if planes == 1:
+        if self.points:
+            lines, loop = row, ("r", rows)
+        elif planes == 1:
             lines = [*row[:len(rdims)], *self.weights(), *row[len(rdims):]]
             loop = ("r", rows)
         elif groups:
@@ -1199,6 +1245,22 @@ class _Emitter:
         return self._with_helpers(_function(k, lines, loop, self._parallel(threads, loop[1]), self.lane_weights()),
                                  zeros, bw, extra)
 
+    def _planes(self, threads: int) -> tuple[list[int], list[int]]:
+        """The outer dims as (planes, rows): the planes up to the last dim the weight reads, the rows the others (a
+        conv's output rows; a pool's planes are every outer dim but the rows, which then go in pairs), the weights
+        read once per plane where the planes alone keep every thread busy, else per row: no planes; where a row
+        has points (``_points``), they are neither."""
+        if self.points:
+            return [], [d for d in self.outer if d not in self.points]
+        if self.st.w is None:
+            cut = max(len(self.outer) - 1, 0)
+        else:
+            wv = self.k.ops[self.st.w].attr("view")
+            cut = max((i + 1 for i, d in enumerate(self.outer) if reads_dim(wv, d)), default=0)
+        if math.prod(self.k.full[d] for d in self.outer[:cut]) < PLANES_PER_THREAD * (threads or 64):
+            return [], self.outer
+        return self.outer[:cut], self.outer[cut:]
+
     def _with_helpers(self, src: str, zeros: int, bw: int, extra: list[str] | None = None) -> str:
         """``src`` with what its kernel function uses declared before it: the zero row of ``zeros`` floats, the
         scalar max, the vector helpers of ``bw`` lanes (0: none), ``extra``."""
@@ -1206,7 +1268,7 @@ class _Emitter:
         if self.max:
             head.append("static inline float lum_smax(float a, float b) { return a > b ? a : b; }")
         if bw:
-            head += _vector_helpers(bw)
+            head += _vector_helpers(bw) + (_phase_helpers(bw, self.st.step) if self.st.step > 2 else [])
         head += extra or []
         return src.replace("int lum_kernel(", "\n".join([*head, f"{epilogue_attribute(self.k)}int lum_kernel("]), 1)
 
@@ -1230,6 +1292,22 @@ def _pair_helpers(groups: list[tuple[int, list[tuple[int, list[int]]]]], vw: int
             index = [max(e, 0) + (vw if j >= vw // 2 else 0) for j, e in enumerate(lanes)]
             head += [f"static inline lum_pv lum_p{t}(lum_pv a, lum_pv b) {{", *shuffle("a", "b", index, "lum_pi")]
     return head
+
+
+def _phase_helpers(bw: int, step: int) -> list[str]:
+    """``lum_ph<step>_<k>(p)``: elements k, k + step, .. of ``step`` vectors from ``p``, in order: each half of the
+    vector from two of the loads, then the halves joined."""
+    half = bw // 2
+    out = ["static inline lum_bv lum_cat(lum_bv a, lum_bv b) {",
+           *shuffle("a", "b", [*range(half), *range(bw, bw + half)])]
+    for k in range(step):
+        pick = [k + step * j for j in range(half)] + [0] * half
+        out += [f"static inline lum_bv lum_half{k}(lum_bv a, lum_bv b) {{", *shuffle("a", "b", pick)]
+        loads = [f"lum_ld1(p + {bw * i})" for i in range(step)]
+        pairs = [f"lum_half{k}({a}, {b})" for a, b in zip(loads[::2], loads[1::2])]
+        out += [f"static inline lum_bv lum_ph{step}_{k}(const float *p) {{", f"    return lum_cat({', '.join(pairs)});",
+                "}"]
+    return out
 
 
 def _vector_helpers(bw: int) -> list[str]:
