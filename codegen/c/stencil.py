@@ -540,8 +540,8 @@ class _Emitter:
 
     def vector_interior(self, lo: str, vhi: str, hi: str, bw: int) -> list[str]:
         """The interior [lo, hi) in whole vectors up to ``vhi``, the rest by the loop: a max's taps with their NaN
-        tests screened by their sum; at stride 2 the taps' lanes deinterleaved from pairs of loads (see
-        ``_vload``), whose reach one element past a vector's last lane the caller checks."""
+        tests screened by their sum; at a stride the taps' lanes taken from whole loads (see ``_vload``), whose
+        reach past a vector's last lane (stride 2: one element) the caller checks."""
         loads = {t: self._vload(t, "lum_v", bw) for t, _ in self._live()}
         return [f"int lum_v = {lo};", f"for (; lum_v + {bw} <= {vhi}; lum_v += {bw}) {{",
                 *_ind(self._vector_sum(loads, "lum_v", bw, False)), "}", *self.interior("lum_v", hi)]
@@ -582,7 +582,8 @@ class _Emitter:
     def _vload(self, t: int, start: int | str, bw: int, shift: int = 0, lanes: list[bool] | None = None) -> str:
         """Tap ``t``'s ``bw`` lanes from pixel ``start`` of the row ``shift`` elements past the pointers' (the
         lanes outside ``lanes`` set to zero by a constant mask). At stride 2 the lanes are in ``_lane_pixel``'s
-        order, which a deinterleave within 128-bit lanes gives: ``_lanes_epilogue`` restores the pixels'."""
+        order, which a deinterleave within 128-bit lanes gives: ``_lanes_epilogue`` restores the pixels'; at stride
+        4 they are in the pixels' order (``_phase_helpers``)."""
         step = self.st.step
         if isinstance(start, str):
             at = f"{shift} + {_times(step, start)}" if shift else _times(step, start)
@@ -1069,8 +1070,8 @@ class _Emitter:
     def in_buffer(self, starts: list[int], bw: int, shift: int = 0) -> list[str]:
         """Conditions that the border vectors from ``starts`` read inside the input buffer: a tap's lanes outside
         its window read the input's neighbouring elements, which exist except before the first row and after
-        the last; at stride 2 a tap's pair of loads (``_vload``) reaches one element past its last lane, or
-        starts one before its first."""
+        the last; at a stride a tap's loads (``_vload``) reach past its last lane (stride 2: one element), or start
+        before its first (those of a tap a few elements before it)."""
         numel = self.k.inputs[self.k.ops[self.st.x].attr("buf")].numel
         step = self.st.step
         src = self._sources() if step > 1 else {}
@@ -1130,7 +1131,7 @@ class _Emitter:
 
     def vector_width(self, lo: int, hi: int) -> int:
         """Lanes of the border vectors (a power of two up to the target's, at most the row), 0: none (pixel
-        constraints that depend on the row, a stride past 2, a border wider than a vector)."""
+        constraints that depend on the row, a stride not in PHASES, a border wider than a vector)."""
         if not self.static or self.st.step not in PHASES or self.st.lanes:
             return 0
         bw = self.vw
