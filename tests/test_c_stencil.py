@@ -119,23 +119,25 @@ def test_stride_2_lanes_on_other_vector_widths(lanes, vw):
     _check([x], _conv(x, 4, 4, (5, 5), 2, 1, ((2, 2), (2, 2))))
 
 
+@pytest.mark.parametrize("stride", [3, 4])
 @pytest.mark.parametrize("vw", [4, 8, 16])
-def test_stride_4_lanes_come_from_whole_loads(lanes, vw):
-    """At stride 4 a tap's lanes are elements k, k + 4, .. of four whole loads, shuffled into the pixels' order
-    (``lum_ph4``), the compiler's gathers left to the scalar pixels: taps fewer than 4 elements past another read
-    its loads (a 5x5 window's row: two sets of loads), a dilated window's taps each their own phase; border vectors
-    with the padding's lanes masked, whole vectors between them, rows narrower than a vector, asymmetric pads and
-    a batch, each against the reference."""
+def test_strides_past_2_take_their_lanes_from_whole_loads(lanes, vw, stride):
+    """At stride 3 or 4 a tap's lanes are elements k, k + stride, .. of as many whole loads, shuffled into the
+    pixels' order (``lum_ph``), the compiler's gathers left to the scalar pixels: taps fewer than ``stride``
+    elements past another read its loads (a 5x5 window's row: two sets of loads), a dilated window's taps each
+    their own phase; border vectors with the padding's lanes masked, whole vectors between them, rows narrower
+    than a vector, asymmetric pads and a batch, each against the reference."""
     lanes(vw)
-    for shape, ksz, dil, pads in [((1, 3, 9, 150), 3, 1, ((1, 1), (1, 1))),  # rows of 38: whole vectors between
-                                  ((2, 2, 8, 23), 5, 1, ((2, 2), (2, 2))),    # rows of 6
+    for shape, ksz, dil, pads in [((1, 3, 9, 150), 3, 1, ((1, 1), (1, 1))),  # rows of 38-50: whole vectors between
+                                  ((2, 2, 8, 23), 5, 1, ((2, 2), (2, 2))),    # rows of 6-8
                                   ((1, 4, 11, 61), 3, 2, ((2, 1), (0, 3))),   # offsets 0, 2, 4
                                   ((1, 2, 6, 64), 3, 1, ((1, 1), (0, 1)))]:   # the last row's loads reach its end
         x = Tensor.input("x", shape, DType.float32)
-        y = _bias(_conv(x, shape[1], shape[1], (ksz, ksz), 4, dil, pads)).relu()
+        y = _bias(_conv(x, shape[1], shape[1], (ksz, ksz), stride, dil, pads)).relu()
         g = _graph([x], [y])
         (k,) = _stencils(g)[1]
-        assert "lum_ph4_0(" in CPUBackend().source(k, {**CPUBackend().default_schedule(k), "impl": "stencil"})
+        src = CPUBackend().source(k, {**CPUBackend().default_schedule(k), "impl": "stencil"})
+        assert f"lum_ph{stride}_0(" in src
         _check([x], y, stencil=None)
 
 

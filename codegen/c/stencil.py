@@ -22,11 +22,11 @@ Where a row fits half a vector and a strided window has many taps (a 5x5 depthwi
 7x7), two rows share a vector (``row_pairs``): each tap's lanes, both rows', are one two-source permutation of a
 load from each row's input, which the taps of a window row share, and the pair's epilogue runs on each half.
 
-At stride 4 (a Winograd F(4x4)'s tiles) a tap's vector is elements k, k + 4, .. of four whole loads, each half of it
-shuffled from two of them, the halves joined, in the pixels' order; a tap fewer than four elements past another takes
-that tap's loads. Where the weight reads only kept dims the input does not (a constant matrix applied to every row of
-its input: Winograd's transforms), a row loads its taps' vectors once and sums them with each of those dims' points'
-weights in turn (``_points``), where each point would have read the row again.
+At stride 3 or 4 (a Winograd F(3x3)'s or F(4x4)'s tiles) a tap's vector is elements k, k + s, .. of s whole loads, in
+the pixels' order: the first two loads' lanes by one shuffle, each further load's by another into it; a tap fewer than
+s elements past another takes that tap's loads. Where the weight reads only kept dims the input does not (a constant
+matrix applied to every row of its input: Winograd's transforms), a row loads its taps' vectors once and sums them with
+each of those dims' points' weights in turn (``_points``), where each point would have read the row again.
 
 A tap's load for one output row is another tap's for a row below it (a 7x7 window's input row feeds seven output
 rows; at stride 2, a 5x5's feeds three): rows run in blocks (``block``) that keep a sum per row and vector in
@@ -96,8 +96,10 @@ WEIGHT_MAX = 160
 STEP_MAX = 4
 # the strides whose vectors take their lanes from whole loads by shuffles (``_vload``; past them, the compiler's
 # gathers): a Winograd F(4x4)'s column transform, 6 taps over a row of 14 tiles, 2 threads, 16 lanes, hot, its 6
-# points at once (``_points``): 129 -> 53 us against the gathers
-PHASES = (1, 2, 4)
+# points at once (``_points``): 129 -> 53 us against the gathers (the phases as a tree of shuffles, each half of the
+# vector from two loads, then the halves joined: 53 us as well); an F(3x3)'s, 5 taps over rows of 10 tiles (128
+# channels at 30x30), 62 -> 35 us
+PHASES = (1, 2, 3, 4)
 ZERO_MAX = 1 << 16  # floats of the static zero row (a tap whose row lies in the padding reads it)
 LANE_WEIGHTS_MAX = 1 << 18  # floats of a lane-weights stencil's copy of its weight (``_lane_input``)
 COLUMNS_MAX = 1 << 13  # floats of each of a separable pool's two column buffers (on a thread's stack)
@@ -582,8 +584,8 @@ class _Emitter:
     def _vload(self, t: int, start: int | str, bw: int, shift: int = 0, lanes: list[bool] | None = None) -> str:
         """Tap ``t``'s ``bw`` lanes from pixel ``start`` of the row ``shift`` elements past the pointers' (the
         lanes outside ``lanes`` set to zero by a constant mask). At stride 2 the lanes are in ``_lane_pixel``'s
-        order, which a deinterleave within 128-bit lanes gives: ``_lanes_epilogue`` restores the pixels'; at stride
-        4 they are in the pixels' order (``_phase_helpers``)."""
+        order, which a deinterleave within 128-bit lanes gives: ``_lanes_epilogue`` restores the pixels'; at
+        stride 3 or 4 they are in the pixels' order (``_phase_helpers``)."""
         step = self.st.step
         if isinstance(start, str):
             at = f"{shift} + {_times(step, start)}" if shift else _times(step, start)
@@ -1296,18 +1298,20 @@ def _pair_helpers(groups: list[tuple[int, list[tuple[int, list[int]]]]], vw: int
 
 
 def _phase_helpers(bw: int, step: int) -> list[str]:
-    """``lum_ph<step>_<k>(p)``: elements k, k + step, .. of ``step`` vectors from ``p``, in order: each half of the
-    vector from two of the loads, then the halves joined."""
-    half = bw // 2
-    out = ["static inline lum_bv lum_cat(lum_bv a, lum_bv b) {",
-           *shuffle("a", "b", [*range(half), *range(bw, bw + half)])]
+    """``lum_ph<step>_<k>(p)``: elements k, k + step, .. of ``step`` vectors from ``p``, in order: the lanes the first
+    two loads hold by one shuffle of them, then each further load's lanes by a shuffle into that."""
+    out: list[str] = []
     for k in range(step):
-        pick = [k + step * j for j in range(half)] + [0] * half
-        out += [f"static inline lum_bv lum_half{k}(lum_bv a, lum_bv b) {{", *shuffle("a", "b", pick)]
-        loads = [f"lum_ld1(p + {bw * i})" for i in range(step)]
-        pairs = [f"lum_half{k}({a}, {b})" for a, b in zip(loads[::2], loads[1::2])]
-        out += [f"static inline lum_bv lum_ph{step}_{k}(const float *p) {{", f"    return lum_cat({', '.join(pairs)});",
-                "}"]
+        at = [k + step * j for j in range(bw)]  # each lane's element of the loads, end to end
+        picks = [[e if e < 2 * bw else 0 for e in at]]
+        picks += [[bw + e - i * bw if i * bw <= e < (i + 1) * bw else j for j, e in enumerate(at)]
+                  for i in range(2, step)]
+        for n, pick in enumerate(picks):
+            out += [f"static inline lum_bv lum_pk{step}_{k}_{n}(lum_bv a, lum_bv b) {{", *shuffle("a", "b", pick)]
+        x = f"lum_pk{step}_{k}_0(lum_ld1(p), lum_ld1(p + {bw}))"
+        for n in range(1, len(picks)):
+            x = f"lum_pk{step}_{k}_{n}({x}, lum_ld1(p + {bw * (n + 1)}))"
+        out += [f"static inline lum_bv lum_ph{step}_{k}(const float *p) {{", f"    return {x};", "}"]
     return out
 
 
