@@ -205,8 +205,19 @@ def eligible(node: Node) -> bool:
 # F(2x2) from 128 and direct below, in ms: Inception-v1 (light graph) 37.8 -> 32.1, Inception-v2 30.6 -> 27.3,
 # ResNet-50 73.5 -> 69.9 and 80.8 -> 82.7 (two runs), its light graph 74.3 -> 70.9; DenseNet-121, VGG-19, AlexNet,
 # ZFNet-512, SqueezeNet and DeepLab within their runs' noise (+-4%)
+# Once the transforms' stencils loaded each row once for all their points and took stride-4 lanes from whole loads
+# (``codegen/c/stencil.py``; the transforms of a 64-channel conv at 56x56 about half the time), F(4x4) won from
+# fewer channels: one image, 2 threads, Intel Xeon (AVX-512), alone, each run after onnxruntime's, direct / F(4x4)
+# in ms: at 56x56 24 0.202 / 0.190, 32 0.274 / 0.252, 40 0.428 / 0.322, 32 -> 64 0.423 / 0.369; at 80x80 24 0.341
+# / 0.318, 32 0.502 / 0.413; at 112x112 24 0.713 / 0.634, 32 1.028 / 0.862, 16 0.329 / 0.389; 16 at 224x224 1.00 /
+# 1.43; on smaller maps from more: at 28x28 32 0.097 / 0.106, 40 0.153 / 0.127, 48 0.176 / 0.154; at 40x40 32
+# 0.212 / 0.233, 48 0.282 / 0.254. In the models (one process, paired, 20-40 rounds): DenseNet-121's light graph
+# (six 128 -> 32 convs at 56x56 by F(4x4)) 1.036-1.039x, the YOLO-style detector (six) 1.009-1.010x, no other
+# bundled CNN changed
 F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than SMALL_MAP
-ONE_IMAGE_F4_MIN_CHANNELS = 48  # F(4x4) on one image's maps larger than SMALL_MAP
+ONE_IMAGE_F4_MIN_CHANNELS = 40  # F(4x4) on one image's maps larger than SMALL_MAP
+LARGE_MAP = 56 * 56
+LARGE_MAP_F4_MIN_CHANNELS = 24  # and on one image's maps of LARGE_MAP pixels or more
 SMALL_MAP = 14 * 14
 SMALL_MAP_MIN_CHANNELS = 128  # F(2x2) on maps larger than TINY_MAP, of at most SMALL_MAP pixels
 TINY_MAP = 7 * 7
@@ -237,7 +248,8 @@ def default_tile(red: Node) -> int:
     """The Winograd tile an untuned compile computes the convolution ending at ``red`` with, by the channels it
     sums over and writes (the fewer of the two), its output map and its images: 4 on maps larger than SMALL_MAP
     from F4_MIN_CHANNELS (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps, and for a batch's that
-    ``default_by_image`` computes image by image); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
+    ``default_by_image`` computes image by image; from LARGE_MAP_F4_MIN_CHANNELS where those maps have LARGE_MAP
+    pixels or more); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
     smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7:
     four phases of 4x4, each padded to whole tiles); 3 in place of 2 where it costs less (``_cost``); else 0
     (directly). The search tries every tile either way. Over an input whose channels are innermost (an NHWC value
@@ -258,7 +270,10 @@ def default_tile(red: Node) -> int:
         return 0
     by_image = phased is None and _many_images(conv)
     if pixels > SMALL_MAP:
-        return 4 if channels >= (ONE_IMAGE_F4_MIN_CHANNELS if images == 1 or by_image else F4_MIN_CHANNELS) else 0
+        one = images == 1 or by_image
+        least = (LARGE_MAP_F4_MIN_CHANNELS if pixels >= LARGE_MAP else ONE_IMAGE_F4_MIN_CHANNELS) if one \
+            else F4_MIN_CHANNELS
+        return 4 if channels >= least else 0
     enough = channels >= (SMALL_MAP_MIN_CHANNELS if pixels > TINY_MAP else TINY_MAP_MIN_CHANNELS)
     if not enough or (pixels <= TINY_MAP and phased is not None):
         return 0

@@ -262,14 +262,16 @@ def test_tune_picks_winograd_and_compile_applies_it_from_the_cache(tmp_path):
 
 @pytest.mark.parametrize(("n", "c", "m", "hw", "tile"), [
     (1, 128, 128, 16, 4), (1, 128, 96, 16, 4),  # F(4x4): many channels on maps above 14x14
-    (2, 96, 128, 16, 4), (1, 64, 64, 16, 4), (1, 48, 80, 16, 4),  # fewer for one image than for a batch
+    (2, 96, 128, 16, 4), (1, 64, 64, 16, 4), (1, 40, 96, 16, 4),  # fewer for one image than for a batch, fewer
+    (1, 24, 32, 56, 4), (1, 16, 32, 56, 0), (2, 32, 32, 56, 0),  # still on one image's maps of 56x56 and more
     (1, 192, 192, 14, 2), (1, 128, 160, 10, 2),  # F(2x2) on small maps, from as many channels for a batch as for one
     (4, 128, 128, 14, 2), (1, 256, 256, 6, 2), (1, 224, 224, 7, 0),  # image; more on the smallest maps
     (1, 96, 128, 14, 0), (1, 128, 128, 7, 0), (1, 64, 64, 6, 0), (1, 32, 48, 14, 0),  # fewer on a small map
-    (2, 64, 64, 16, 0), (1, 40, 96, 16, 0), (1, 32, 256, 16, 0), (1, 16, 16, 6, 0),  # fewer on a larger map; few
+    (2, 64, 64, 16, 0), (1, 32, 96, 16, 0), (1, 32, 256, 16, 0), (1, 16, 16, 6, 0),  # fewer on a larger map; few
 ])
 def test_untuned_compiles_take_winograd_where_the_cost_model_prefers_it(n, c, m, hw, tile):
-    """Many channels, fewer for one image's maps above 14x14: F(4x4) or, on maps of 14x14 and less, F(2x2) by default,
+    """Many channels, fewer for one image's maps above 14x14 and fewer still from 56x56: F(4x4) or, on maps of 14x14
+    and less, F(2x2) by default,
     in ``lower`` without decisions, in the search's default point and in an untuned compile; else directly. Either
     way the outputs are the reference's."""
     model, feeds = _conv_model(n, c, m, (hw, hw), seed=3)
