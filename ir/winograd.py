@@ -249,12 +249,12 @@ def default_tile(red: Node) -> int:
     sums over and writes (the fewer of the two), its output map and its images: 4 on maps larger than SMALL_MAP
     from F4_MIN_CHANNELS (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps, and for a batch's that
     ``default_by_image`` computes image by image; from LARGE_MAP_F4_MIN_CHANNELS where those maps have LARGE_MAP
-    pixels or more); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on
-    smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7:
-    four phases of 4x4, each padded to whole tiles); 3 in place of 2 where it costs less (``_cost``); else 0
-    (directly). The search tries every tile either way. Over an input whose channels are innermost (an NHWC value
-    behind an exporter's Transpose) only from CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its
-    pixels at the channels' stride."""
+    pixels or more); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on smaller maps 2 from
+    TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7: four phases of 4x4,
+    each padded to whole tiles); 3 in place of 2 where it costs less (``_cost``); else 0 (directly). The search
+    tries every tile either way. Over an input whose channels are innermost (an NHWC value behind an exporter's
+    Transpose) only from CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its pixels at the channels'
+    stride."""
     found = _conv_of(red)
     if found is None:
         return 0

@@ -390,9 +390,10 @@ class _Emitter:
         self.points = self._points(xv)
 
     def _points(self, xv: View) -> list[int]:
-        """The kept dims the input does not read, where the weight reads no other kept dim (a constant transform
-        applied to every row: Winograd's): each row then loads its taps' vectors once and sums them with each
-        point's weights (``_per_point``); [] otherwise."""
+        """The kept dims the input does not read, where the weight reads no other kept dim (a constant matrix
+        applied to every row: Winograd's transforms, a conv's output channels over one or two input channels): each
+        row then loads its taps' vectors once and sums them with each point's weights (``_per_point``); []
+        otherwise."""
         st, k = self.st, self.k
         if st.w is None or st.lanes or self.sep is not None:
             return []
