@@ -218,6 +218,11 @@ F4_MIN_CHANNELS = 96  # F(4x4) on maps larger than SMALL_MAP
 ONE_IMAGE_F4_MIN_CHANNELS = 40  # F(4x4) on one image's maps larger than SMALL_MAP
 LARGE_MAP = 56 * 56
 LARGE_MAP_F4_MIN_CHANNELS = 24  # and on one image's maps of LARGE_MAP pixels or more
+# one image's dilated conv, its phases' maps larger than SMALL_MAP: with its transforms' stencils walking the tiles
+# (the phases outside them), F(4x4) against directly, one process, 2 threads, Intel Xeon (AVX-512), paired: dilation
+# 2, 64 channels at 112x112 1.68x, 64x64 1.25x, 32x32 1.20x, 40x40 1.02x; 80 at 40x40 1.30x; 48 at 40x40 0.74x; 32 at
+# 112x112 1.06x; dilation 4, 64 at 128x128 1.16x; dilation 3, 64 at 60x60 0.93x
+PHASES_F4_MIN_CHANNELS = 64
 SMALL_MAP = 14 * 14
 SMALL_MAP_MIN_CHANNELS = 128  # F(2x2) on maps larger than TINY_MAP, of at most SMALL_MAP pixels
 TINY_MAP = 7 * 7
@@ -249,7 +254,7 @@ def default_tile(red: Node) -> int:
     sums over and writes (the fewer of the two), its output map and its images: 4 on maps larger than SMALL_MAP
     from F4_MIN_CHANNELS (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps, and for a batch's that
     ``default_by_image`` computes image by image; from LARGE_MAP_F4_MIN_CHANNELS where those maps have LARGE_MAP
-    pixels or more); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on smaller maps 2 from
+    pixels or more; from PHASES_F4_MIN_CHANNELS for one image's dilated convolution, its phases' maps); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on smaller maps 2 from
     TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7: four phases of 4x4,
     each padded to whole tiles); 3 in place of 2 where it costs less (``_cost``); else 0 (directly). The search
     tries every tile either way. Over an input whose channels are innermost (an NHWC value behind an exporter's
@@ -272,7 +277,7 @@ def default_tile(red: Node) -> int:
     if pixels > SMALL_MAP:
         one = images == 1 or by_image
         least = (LARGE_MAP_F4_MIN_CHANNELS if pixels >= LARGE_MAP else ONE_IMAGE_F4_MIN_CHANNELS) if one \
-            else F4_MIN_CHANNELS
+            else PHASES_F4_MIN_CHANNELS if images == _phase_count(conv, phased) else F4_MIN_CHANNELS
         return 4 if channels >= least else 0
     enough = channels >= (SMALL_MAP_MIN_CHANNELS if pixels > TINY_MAP else TINY_MAP_MIN_CHANNELS)
     if not enough or (pixels <= TINY_MAP and phased is not None):
@@ -280,6 +285,14 @@ def default_tile(red: Node) -> int:
     (oh, _), (ow, _) = conv.spatial
     at_once = 1 if by_image else images
     return min((2, 3), key=lambda t: _cost(t, at_once * -(-conv.shape[oh] // t) * -(-conv.shape[ow] // t)))
+
+
+def _phase_count(conv: _Conv, phased: tuple[int, ...] | None) -> int:
+    """How many phases a dilated convolution's output is split into (1: not dilated): each phase axis follows the
+    position axis it splits (``_phases``)."""
+    if phased is None:
+        return 1
+    return math.prod(conv.shape[o + 1] for o, _ in conv.spatial if o + 1 in conv.rest)
 
 
 def _cost(tile: int, tiles: int) -> int:
@@ -357,12 +370,13 @@ def _input_rows_cols(conv: _Conv, x: Node, tile: int, th: int, tw: int, xsizes: 
 
 
 def _tiles_layout(conv: _Conv, tile: int, th: int, tw: int, cols_first: bool) -> tuple[list[int], dict[int, int]]:
-    """The kept axes in order with rows as (th, i) and columns as (tw, j) ((j, tw) where ``cols_first``), and where
-    each kept axis starts."""
+    """The kept axes in order with rows as (th, i) and columns as (tw, j), and where each kept axis starts; where
+    ``cols_first``, columns as (j, tw) after every other kept axis, so that tw is innermost (a dilated convolution's
+    phases, or channels after the pixels, outside the tiles)."""
     (oh, _), (ow, _) = conv.spatial
     shape: list[int] = []
     at: dict[int, int] = {}
-    for k in sorted((*conv.rest, oh, ow)):
+    for k in (*conv.rest, oh, ow) if cols_first else sorted((*conv.rest, oh, ow)):
         at[k] = len(shape)
         shape += [th, tile] if k == oh else ([tile, tw] if cols_first else [tw, tile]) if k == ow else [conv.shape[k]]
     return shape, at

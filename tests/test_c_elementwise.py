@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from codegen_util import compare_cpu, graph
@@ -187,6 +189,31 @@ def test_short_innermost_dims_are_unrolled_under_the_loop_outside(phases):
             if be.valid(k, s):
                 compare_cpu(g, feeds, 1e-5, 2e-6, schedules=[s if kk is k else None for kk in partition(g, {})],
                             kernels=partition(g, {}))
+
+
+def test_short_dims_outside_a_short_innermost_one_are_unrolled_with_it():
+    """A permutation of short dims ([.., 5, 3, 2] from [.., 2, 3, 5]: a dilated Winograd conv's phases put back)
+    unrolls the short dims outside the innermost too, while all hold at most UNROLLED_MAX elements, under the loop
+    over the dim outside them; with only the innermost unrolled it looped over rows of 2. Outputs stay the
+    reference's under every block size."""
+    from luminal.codegen.c.backend import CPUBackend
+    from luminal.codegen.c.emit import SMALL_INNER, UNROLLED_MAX
+    from luminal.codegen.c.normalize import normalize
+
+    x = _input("x", (3, 2, 3, 5, 7))
+    y = x.permute((0, 4, 3, 2, 1)).add(1.0)  # (3, 7, 5, 3, 2)
+    feeds = {"x": RNG.standard_normal((3, 2, 3, 5, 7)).astype(np.float32)}
+    g = _check([y], feeds, rtol=1e-6)
+    be = CPUBackend()
+    (k,) = partition(g, {})
+    n = len(normalize(k).full)
+    assert 3 * 2 <= UNROLLED_MAX and 5 > SMALL_INNER
+    src = be.source(k, be.default_schedule(k))
+    assert re.search(rf"const int64_t i{n - 2} = 2;\s*const int64_t i{n - 1} = 1;", src)  # the last copy
+    assert f"for (int64_t i{n - 3} = j0; i{n - 3} < j1; i{n - 3}++)" in src
+    for block in (1, 2, 16384):
+        s = be.default_schedule(k) | {"block": block}
+        compare_cpu(g, feeds, 1e-6, 0, schedules=[s], kernels=[k])
 
 
 def test_zero_size_tensors():

@@ -136,12 +136,19 @@ def test_other_convolutions_are_left_alone(what):
 ])
 def test_dilated_convolutions_compute_by_phases(n, hw, dilation, stride, pads, tile):
     """A dilated 3x3 conv is a Winograd candidate: its output split into phases, each an image of a conv over
-    every r-th input row, merged back in place. Outputs match the reference and onnxruntime."""
+    every r-th input row, merged back in place. Its four transforms are stencils where a row holds more than one
+    tile (the phases outside the tiles: with the output's column phase innermost, the last one was a GEMM summing 2
+    to 6 points). Outputs match the reference and onnxruntime."""
     model, feeds = _conv_model(n, 8, 8, hw, pads, dilation=dilation, stride=stride, seed=5)
     g = load(model).graph
     (node,) = winograd_convs(g)
     new, kernels = lower(g, {Winograd(node, tile): True})
     assert len(kernels) > 1 and sum(x.op is Op.SumReduce for x in new.toposort()) == 5
+    alpha = tile + 2
+    transforms = [k for k in kernels if k.form == "contraction"
+                  and any(b.constant and b.shape in ((alpha, alpha), (tile, alpha)) for b in k.inputs)]
+    assert len(transforms) == 4  # their innermost kept dim: the tiles along a row (one, on the smallest maps)
+    assert all(plan_stencil(k) is not None for k in transforms if k.full[-2] > 1)
     got = run_graph(g, feeds, decisions={Winograd(node, tile): True})[0]
     want = run_reference(g, feeds)[0].reshape(got.shape)
     tol = (2e-6 if tile == 2 else 2e-5) * max(1.0, float(np.abs(want).max()))
@@ -149,15 +156,17 @@ def test_dilated_convolutions_compute_by_phases(n, hw, dilation, stride, pads, t
     np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize(("c", "hw", "dilation", "tile"), [
-    (128, 32, 2, 4), (64, 32, 2, 0), (256, 7, 2, 0), (256, 28, 2, 3), (128, 33, 4, 3), (128, 20, 2, 2)])
-def test_a_dilated_convolution_s_phases_count_as_images(c, hw, dilation, tile):
-    """One image's 32x32 map at dilation 2 is four phases of 16x16: the untuned default takes F(4x4) from the
-    channels a batch needs. A 7x7 map at dilation 2 is four phases of 4x4, too small for any tile (on one 7x7
+@pytest.mark.parametrize(("n", "c", "hw", "dilation", "tile"), [
+    (1, 128, 32, 2, 4), (1, 64, 32, 2, 4), (1, 48, 32, 2, 0), (2, 64, 32, 2, 0), (2, 96, 32, 2, 4),
+    (1, 64, 128, 4, 4), (1, 256, 7, 2, 0), (1, 256, 28, 2, 3), (1, 128, 33, 4, 3), (1, 128, 20, 2, 2)])
+def test_a_dilated_convolution_s_phases_count_as_images(n, c, hw, dilation, tile):
+    """One image's 32x32 map at dilation 2 is four phases of 16x16: the untuned default takes F(4x4) from
+    PHASES_F4_MIN_CHANNELS (64), two images' from the channels a batch needs (96); sixteen phases of 32x32 as
+    four. A 7x7 map at dilation 2 is four phases of 4x4, too small for any tile (on one 7x7
     image F(2x2) takes 256 channels). Four phases of 14x14 are 100 tiles of F(3x3) against 196 of F(2x2), and
     sixteen of 9x9 144 against 400, both enough to read its larger weight over: F(3x3); four of 10x10 are as many
     tiles either way: F(2x2)."""
-    model, _ = _conv_model(1, c, c, (hw, hw), (dilation,) * 4, dilation=dilation)
+    model, _ = _conv_model(n, c, c, (hw, hw), (dilation,) * 4, dilation=dilation)
     (red,) = [r for r in load(model).graph.toposort() if winograd.eligible(r)]
     assert winograd.default_tile(red) == tile
 

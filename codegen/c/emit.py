@@ -9,6 +9,7 @@ row. Values are SSA variables ``v<n>``, one per kernel op.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -264,7 +265,7 @@ def emit_elementwise(kernel: Kernel, sched: ElementwiseSchedule, vw: int) -> str
     transposed = _transposed(k, vw)
     if transposed is not None:
         return _tiled(k, sched, *transposed, vw)
-    if n >= 2 and k.full[-1] <= SMALL_INNER < k.full[-2]:
+    if n >= 2 and k.full[-1] <= SMALL_INNER:
         return _unrolled_inner(k, sched, _par(numel, sched))
     inner = k.full[-1]
     ch = max(1, min(inner, sched.block))
@@ -361,26 +362,42 @@ def _blocks(outer: tuple[int, ...], length: int, ch: int) -> tuple[list[str], in
 
 
 SMALL_INNER = 4  # an innermost dim of at most this many elements is unrolled under a loop over the dim outside it
+# and so are the short dims outside it while all those unrolled hold at most UNROLLED_MAX elements: a permutation of
+# small dims (a dilated Winograd conv's phases interleaved back, [.., 5, 3, 2] from [.., 2, 3, 5]) otherwise looped
+# over rows of 2 with the indices divided out per row (256 x 28 x 28, 2 threads: 542 -> 40 us)
+UNROLLED_MAX = 32
 # there a staged row serves every element of the short dim: it pays from shorter rows (a bilinear 2x of 256 x 20x20
 # 1.6x faster staged from 8 than from STAGE_MIN)
 UNROLLED_STAGE_MIN = 8
 
 
+def _unrolled_from(full: tuple[int, ...]) -> int:
+    """The first of the innermost dims ``_unrolled_inner`` unrolls: the innermost, and each short one outside it while
+    they hold at most UNROLLED_MAX elements, but never dim 0 (the loop runs over the dim outside them)."""
+    d = len(full) - 1
+    while d > 1 and full[d - 1] <= SMALL_INNER and math.prod(full[d - 1:]) <= UNROLLED_MAX:
+        d -= 1
+    return d
+
+
 def _unrolled_inner(k: Kernel, sched: ElementwiseSchedule, par: str | None) -> str:
-    """A loop over the dim outside a short innermost one, each of the innermost's elements in a copy of the body:
-    the loop vectorises with the outputs' elements interleaved (an output [.., 80, 2] of phases: its loop of 2 with
-    the indices divided out per pair, 2.0 ms for a 3.3 MB interleave)."""
-    n, inner, mid = len(k.full), k.full[-1], k.full[-2]
+    """A loop over the dim outside the short innermost ones (``_unrolled_from``), each of their elements in a copy of
+    the body: the loop vectorises with the outputs' elements interleaved (an output [.., 80, 2] of phases: its loop
+    of 2 with the indices divided out per pair, 2.0 ms for a 3.3 MB interleave)."""
+    n, u = len(k.full), _unrolled_from(k.full)
+    inner, mid = math.prod(k.full[u:]), k.full[u - 1]
     ch = max(1, min(mid, sched.block // inner))
-    tile, count = _blocks(k.full[:-2], mid, ch)
-    # masked loads the same for every element of the short dim (a zero-padded tap of a resize, broadcast over its
+    tile, count = _blocks(k.full[:u - 1], mid, ch)
+    # masked loads the same for every element of the short dims (a zero-padded tap of a resize, broadcast over its
     # phases) are staged once per block, as in emit_elementwise
-    staged = {i: op for i, op in _stageable(k, ch, UNROLLED_STAGE_MIN).items() if op.attr("view").strides[n - 1] == 0
-              and all(c[n - 1] == 0 for c, _, _ in view_masks(op.attr("view")))}
-    body = [line for p in range(inner)
-            for line in ["{", f"    const int64_t i{n - 1} = {p};", *_indent(_inner(k, staged, set()), 4), "}"]]
-    bounds, head = _block_loop(n - 2, bool(staged))
-    tile += bounds + [line for i, op in staged.items() for line in _stage_load(i, op, n - 2, ch)]
+    staged = {i: op for i, op in _stageable(k, ch, UNROLLED_STAGE_MIN).items()
+              if all(op.attr("view").strides[e] == 0 and all(c[e] == 0 for c, _, _ in view_masks(op.attr("view")))
+                     for e in range(u, n))}
+    body = [line for p in itertools.product(*(range(s) for s in k.full[u:]))
+            for line in ["{", *(f"    const int64_t i{e} = {q};" for e, q in zip(range(u, n), p)),
+                         *_indent(_inner(k, staged, set()), 4), "}"]]
+    bounds, head = _block_loop(u - 1, bool(staged))
+    tile += bounds + [line for i, op in staged.items() for line in _stage_load(i, op, u - 1, ch)]
     loop = [*_simd(sched).split("\n"), *head, *_indent(body, 4), "}"]
     return _function(k, tile + loop, ("t", count), par)
 
