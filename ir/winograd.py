@@ -254,12 +254,12 @@ def default_tile(red: Node) -> int:
     sums over and writes (the fewer of the two), its output map and its images: 4 on maps larger than SMALL_MAP
     from F4_MIN_CHANNELS (from ONE_IMAGE_F4_MIN_CHANNELS for one image's maps, and for a batch's that
     ``default_by_image`` computes image by image; from LARGE_MAP_F4_MIN_CHANNELS where those maps have LARGE_MAP
-    pixels or more; from PHASES_F4_MIN_CHANNELS for one image's dilated convolution, its phases' maps); on maps larger than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on smaller maps 2 from
-    TINY_MAP_MIN_CHANNELS, unless they are a dilated convolution's phases (rate 2 over 7x7: four phases of 4x4,
-    each padded to whole tiles); 3 in place of 2 where it costs less (``_cost``); else 0 (directly). The search
-    tries every tile either way. Over an input whose channels are innermost (an NHWC value behind an exporter's
-    Transpose) only from CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its pixels at the channels'
-    stride."""
+    pixels or more; from PHASES_F4_MIN_CHANNELS for the phases of one image's dilated convolution); on maps larger
+    than TINY_MAP 2 from SMALL_MAP_MIN_CHANNELS; on smaller maps 2 from TINY_MAP_MIN_CHANNELS, unless they are a
+    dilated convolution's phases (rate 2 over 7x7: four phases of 4x4, each padded to whole tiles); 3 in place of
+    2 where it costs less (``_cost``); else 0 (directly). The search tries every tile either way. Over an input
+    whose channels are innermost (an NHWC value behind an exporter's Transpose) only from
+    CHANNELS_INNERMOST_MIN_CHANNELS: the transforms' stencils walk its pixels at the channels' stride."""
     found = _conv_of(red)
     if found is None:
         return 0
@@ -371,8 +371,8 @@ def _input_rows_cols(conv: _Conv, x: Node, tile: int, th: int, tw: int, xsizes: 
 
 def _tiles_layout(conv: _Conv, tile: int, th: int, tw: int, cols_first: bool) -> tuple[list[int], dict[int, int]]:
     """The kept axes in order with rows as (th, i) and columns as (tw, j), and where each kept axis starts; where
-    ``cols_first``, columns as (j, tw) after every other kept axis, so that tw is innermost (a dilated convolution's
-    phases, or channels after the pixels, outside the tiles)."""
+    ``cols_first``, the other kept axes first (a dilated convolution's phases, channels after the pixels), then the
+    rows, then the columns as (j, tw): tw innermost."""
     (oh, _), (ow, _) = conv.spatial
     shape: list[int] = []
     at: dict[int, int] = {}

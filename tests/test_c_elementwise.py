@@ -207,7 +207,7 @@ def test_short_dims_outside_a_short_innermost_one_are_unrolled_with_it():
     be = CPUBackend()
     (k,) = partition(g, {})
     n = len(normalize(k).full)
-    assert 3 * 2 <= UNROLLED_MAX and 5 > SMALL_INNER
+    assert UNROLLED_MAX >= 3 * 2 and SMALL_INNER < 5
     src = be.source(k, be.default_schedule(k))
     assert re.search(rf"const int64_t i{n - 2} = 2;\s*const int64_t i{n - 1} = 1;", src)  # the last copy
     assert f"for (int64_t i{n - 3} = j0; i{n - 3} < j1; i{n - 3}++)" in src

@@ -364,7 +364,7 @@ def _blocks(outer: tuple[int, ...], length: int, ch: int) -> tuple[list[str], in
 SMALL_INNER = 4  # an innermost dim of at most this many elements is unrolled under a loop over the dim outside it
 # and so are the short dims outside it while all those unrolled hold at most UNROLLED_MAX elements: a permutation of
 # small dims (a dilated Winograd conv's phases interleaved back, [.., 5, 3, 2] from [.., 2, 3, 5]) otherwise looped
-# over rows of 2 with the indices divided out per row (256 x 28 x 28, 2 threads: 542 -> 40 us)
+# over rows of 2 with the indices divided out per row (256 x 28 x 28, 2 threads: 542 -> 64 us)
 UNROLLED_MAX = 32
 # there a staged row serves every element of the short dim: it pays from shorter rows (a bilinear 2x of 256 x 20x20
 # 1.6x faster staged from 8 than from STAGE_MIN)
