@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 # bump whenever generated code changes in a way that invalidates measured timings, or a search space's choices change
 # (the studies are named by it, and Optuna resumes no study whose categorical choices differ)
-CODEGEN_VERSION = "46"
+CODEGEN_VERSION = "47"
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,11 @@ class Backend(Protocol):
         """What the schedule runs as (source and launch): schedules with one identity are one point to time.
         Optional: without it every schedule is its own point (Triton's block sizes are launch arguments)."""
 
+    def in_place(self, kernel: Kernel, schedule: Schedule) -> tuple[int, ...]:
+        """The inputs whose buffer the kernel may write its output over under ``schedule`` (a residual its epilogue
+        adds, dead after it: ``runtime.plan.written_over``). Optional: without it every output has a buffer of its
+        own."""
+
     def compile(self, items: Sequence[tuple[Kernel, Schedule]]) -> list[CompiledKernel]:
         """Compile many kernels at once (in parallel where it helps)."""
 

@@ -171,6 +171,26 @@ class Kernel:
         return "\n".join(lines)
 
     @functools.cached_property
+    def in_place_inputs(self) -> tuple[int, ...]:
+        """The inputs the output may be written over (a residual its epilogue adds): of a contraction with one
+        output, each input of the output's dtype and size that every load reads at the output's own index, in the
+        output's space. Each of its elements is then read, after the whole sum, only by the store that writes the
+        same element; a backend must not assume the two apart (no ``restrict``)."""
+        if self.form != Form.contraction or len(self.outputs) != 1:
+            return ()
+        o, out = self.outputs[0]
+        space = self.ops[o].space
+        same = View.contiguous(self.space_shape(space))
+        reads: dict[int, bool] = {}
+        for op in self.ops:
+            if op.op is Leaf.Load:
+                b, v = op.attr("buf"), op.attr("view")
+                reads[b] = reads.get(b, True) and op.space is space and v.offset == 0 and not v.mask \
+                    and all(a == c or n == 1 for a, c, n in zip(v.strides, same.strides, v.shape))
+        return tuple(b for b, ok in sorted(reads.items()) if ok and not self.inputs[b].constant
+                     and self.inputs[b].dtype is out.dtype and self.inputs[b].numel == out.numel)
+
+    @functools.cached_property
     def windowed(self) -> tuple[Kernel, tuple[int, ...]]:
         """The kernel as it reads its inputs' windows, and the element each window starts at (``codegen.window``):
         what a backend emits and binds."""

@@ -17,7 +17,7 @@ from ..errors import LuminalError
 from ..ir.dtypes import DType, as_declared
 from .alias import Elision
 from .hostio import Bound, HostIO, Rebinding
-from .plan import BufferPlan, plan_run
+from .plan import BufferPlan, over_of, plan_run
 
 # the size from which a run writes an output into a fresh array bound for it rather than copying it out of its
 # buffer: the aligned array and its binding and unbinding cost 5 us, the copy of 64 KiB 2 us
@@ -66,7 +66,8 @@ class CompiledModel:
         self.stats = stats or CompileStats(kernels=len(kernels))
         keep = {o.node for o in outputs}
         # what runs: the kernels but the concatenations their parts' producers write in place
-        self.elision, self.launched, self.plan = plan_run(kernels, keep, backend.threads())
+        self.elision, self.launched, self.plan = plan_run(kernels, keep, backend.threads(),
+                                                          over_of(backend, kernels, schedules))
         place = self.elision.place
         read = {place(n)[0] for k in self.launched for n in k.input_nodes}
         written = {place(n)[0] for k in self.launched for n in k.output_nodes}

@@ -11,7 +11,7 @@ from ..codegen.kernel import Kernel
 from ..codegen.partition import Decisions, lower
 from ..ir.graph import Graph, Op
 from ..runtime.model import allocate
-from ..runtime.plan import plan_run
+from ..runtime.plan import over_of, plan_run
 
 if TYPE_CHECKING:
     from ..codegen.backend import Backend
@@ -27,8 +27,10 @@ class ModelRunner:
         graph = self.graph
         self.backend = backend
         # as a compiled model runs
-        elision, self.kernels, plan = plan_run(lowered, {n.id for n in graph.outputs}, backend.threads())
-        items = [(k, _usable(backend, k, schedules.get(k.signature))) for k in self.kernels]
+        usable = [_usable(backend, k, schedules.get(k.signature)) for k in lowered]
+        elision, self.kernels, plan = plan_run(lowered, {n.id for n in graph.outputs}, backend.threads(),
+                                               over_of(backend, lowered, usable))
+        items = list(zip(self.kernels, elision.pick(usable)))
         self.compiled = [compile_one(k, s) for k, s in items] if compile_one else backend.compile(items)
         self.bufs: dict[int, Any] = {}
         nodes = {n.id: n for n in graph.toposort()}

@@ -21,6 +21,7 @@ from .blas import BlasKernel
 from .contraction import emit_contraction, packed_b, plan_contraction
 from .emit import emit_elementwise, emit_reduction, emit_reduction_lanes, lanes_apply
 from .knobs import CSchedule, GemmSchedule, ReductionSchedule
+from .normalize import normalize
 from .stencil import emit_stencil, packed_weight
 
 ALIGN = 64
@@ -382,6 +383,18 @@ class CPUBackend:
 
     def source(self, kernel: Kernel, sched: Schedule) -> str:
         return source(kernel, sched, self.target.threads)
+
+    def in_place(self, kernel: Kernel, sched: Schedule) -> tuple[int, ...]:
+        """The inputs ``kernel`` may write its output over under ``sched`` (``Kernel.in_place_inputs``): only the
+        generated GEMM's, whose epilogue reads each element of them and then stores the same element, per element
+        (a stencil's rows store whole vectors across a row's end, numpy's BLAS writes its product first), where
+        the source leaves both unrestricted."""
+        k = kernel.windowed[0]
+        t = _typed(k, sched, self.target.threads)
+        if not (isinstance(t, GemmSchedule) and t.impl == "generated"):
+            return ()
+        emitted = set(normalize(k).in_place_inputs)
+        return tuple(i for i in k.in_place_inputs if i in emitted)
 
     def identity(self, kernel: Kernel, sched: Schedule) -> str:
         # knobs past a kernel's sizes (a row block over all rows, a chunk over all columns, threads for a loop

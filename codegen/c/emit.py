@@ -206,13 +206,16 @@ def _signature(k: Kernel) -> list[str]:
 
 
 def _buffers(k: Kernel) -> list[str]:
-    """The kernel's inputs and outputs as typed pointers ``in<i>``, ``out<j>`` into the argument array ``b``."""
+    """The kernel's inputs and outputs as typed pointers ``in<i>``, ``out<j>`` into the argument array ``b``;
+    ``restrict`` but for the inputs the output may be written over and that output (``Kernel.in_place_inputs``)."""
+    shared = set(k.in_place_inputs)
     lines = []
     for i, buf in enumerate(k.inputs):
-        lines.append(f"    const {ct.STORAGE[buf.dtype]} *restrict in{i} = (const {ct.STORAGE[buf.dtype]} *)b[{i}];")
+        r = "" if i in shared else "restrict "
+        lines.append(f"    const {ct.STORAGE[buf.dtype]} *{r}in{i} = (const {ct.STORAGE[buf.dtype]} *)b[{i}];")
     for j, (_, buf) in enumerate(k.outputs):
-        t = ct.STORAGE[buf.dtype]
-        lines.append(f"    {t} *restrict out{j} = ({t} *)b[{len(k.inputs) + j}];")
+        t, r = ct.STORAGE[buf.dtype], "" if shared else "restrict "
+        lines.append(f"    {t} *{r}out{j} = ({t} *)b[{len(k.inputs) + j}];")
     return lines
 
 

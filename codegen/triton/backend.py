@@ -185,6 +185,9 @@ class TritonBackend:
     def source(self, kernel: Kernel, schedule: Schedule) -> str:
         return emit(kernel, schedule)
 
+    def in_place(self, kernel: Kernel, schedule: Schedule) -> tuple[int, ...]:
+        return ()  # every output a buffer of its own: writing over a residual has not run on a GPU
+
     def identity(self, kernel: Kernel, schedule: Schedule) -> str:
         # block sizes are launch arguments: every schedule is a point of its own
         return json.dumps(schedule, sort_keys=True, default=str)
