@@ -390,6 +390,8 @@ class CPUBackend:
         (a stencil's rows store whole vectors across a row's end, numpy's BLAS writes its product first), where
         the source leaves both unrestricted."""
         k = kernel.windowed[0]
+        if not k.in_place_inputs:
+            return ()
         t = _typed(k, sched, self.target.threads)
         if not (isinstance(t, GemmSchedule) and t.impl == "generated"):
             return ()

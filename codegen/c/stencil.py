@@ -406,8 +406,10 @@ class _Emitter:
         return dims
 
     def _per_point(self, lines: list[str]) -> list[str]:
-        """``lines`` once per point of the dims ``points``, with that point's weights."""
+        """``lines`` once per point of the dims ``points``, with that point's weights (as they are: no points)."""
         dims = self.points
+        if not dims:
+            return lines
         at = unravel("lum_u", tuple(self.k.full[d] for d in dims))
         return [f"for (int64_t lum_u = 0; lum_u < {math.prod(self.k.full[d] for d in dims)}LL; lum_u++) {{",
                 *_ind([*(f"const int64_t i{d} = {e};" for d, e in zip(dims, at)), *self.weights(), *lines]), "}"]
@@ -552,13 +554,9 @@ class _Emitter:
     def _vector_sum(self, loads: dict[int, str], start: int | str, bw: int, dead: bool) -> list[str]:
         """The vector of the ``bw`` pixels from ``start``, the taps' ``loads`` summed (some taps left out where
         ``dead``), and its epilogue: over the points of ``points``, each tap's vector loaded once before them."""
-        if not self.points:
-            terms = [self._term(t, x) for t, x in loads.items()]
-            sums = self._fold(terms, True, "vacc", dead, True) if terms or self.max else ["lum_bv vacc = {0};"]
-            return sums + self._lanes_epilogue(start, bw, "vacc")
-        held = [f"const lum_bv lum_x{t} = {x};" for t, x in loads.items()]
-        terms = [self._term(t, f"lum_x{t}") for t in loads]
-        sums = self._fold(terms, True, "vacc") if terms else ["lum_bv vacc = {0};"]
+        held = [f"const lum_bv lum_x{t} = {x};" for t, x in loads.items()] if self.points else []
+        terms = [self._term(t, f"lum_x{t}" if self.points else x) for t, x in loads.items()]
+        sums = self._fold(terms, True, "vacc", dead, True) if terms or self.max else ["lum_bv vacc = {0};"]
         return held + self._per_point(sums + self._lanes_epilogue(start, bw, "vacc"))
 
     def _sources(self) -> dict[int, tuple[int, int]]:
@@ -667,7 +665,7 @@ class _Emitter:
         sums = self._fold([self._term(t, self._x(t, pix)) for t, _ in self._live()])
         loop = [f"#pragma omp simd simdlen({self.vw})", f"for (int {pix} = {lo}; {pix} < {hi}; {pix}++) {{",
                 *_ind(sums + self.epi), "}"]
-        return self._per_point(loop) if self.points else loop
+        return self._per_point(loop)
 
     def border_loop(self, segments: str) -> list[str]:
         """The pixels outside the interior one by one, each tap's load under its constraints."""
@@ -681,7 +679,7 @@ class _Emitter:
             terms.append(self._term(t, x))
         loop = [f"for (int {pix} = e0; {pix} < e1; {pix}++) {{", *_ind(self._fold(terms) + self.epi), "}"]
         return ["for (int seg = 0; seg < 2; seg++) {", f"    {segments}",
-                *_ind(self._per_point(loop) if self.points else loop), "}"]
+                *_ind(self._per_point(loop)), "}"]
 
     def _vterm(self, t: int, tap: _Tap, start: int, bw: int, shift: int) -> str | None:
         """Tap ``t``'s product over the ``bw`` lanes from pixel ``start`` of the row ``shift`` elements past the
